@@ -1,0 +1,130 @@
+//! Closed sets of domain values, with the text form used in the database,
+//! the API, CSV imports and policies.
+
+/// A value outside one of the closed sets below.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown {what} {value:?}; expected one of: {expected}")]
+pub struct ParseEnumError {
+    /// Which set was expected.
+    pub what: &'static str,
+    /// What was given.
+    pub value: String,
+    /// The accepted spellings, comma-separated.
+    pub expected: &'static str,
+}
+
+macro_rules! text_enum {
+    ($(#[$doc:meta])* $name:ident, $what:literal { $($(#[$vdoc:meta])* $variant:ident = $text:literal),+ $(,)? }) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, ::serde::Serialize, ::serde::Deserialize)]
+        #[serde(rename_all = "snake_case")]
+        pub enum $name { $($(#[$vdoc])* $variant),+ }
+
+        impl $name {
+            /// Every value, in declaration order.
+            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+
+            /// The stable text form.
+            pub fn as_str(self) -> &'static str {
+                match self { $($name::$variant => $text),+ }
+            }
+        }
+
+        impl ::std::fmt::Display for $name {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl ::std::str::FromStr for $name {
+            type Err = $crate::ParseEnumError;
+            fn from_str(s: &str) -> ::std::result::Result<Self, Self::Err> {
+                match s.trim().to_ascii_lowercase().as_str() {
+                    $($text => Ok($name::$variant),)+
+                    _ => Err($crate::ParseEnumError {
+                        what: $what,
+                        value: s.to_owned(),
+                        expected: concat!($($text, ", "),+).trim_end_matches(", "),
+                    }),
+                }
+            }
+        }
+    };
+}
+
+pub(crate) use text_enum;
+
+text_enum!(
+    /// What a firmware image is for. HGX baseboards list GPU, NVSwitch,
+    /// retimer and FPGA firmware separately; the less common ones are
+    /// `other` until a policy needs to tell them apart.
+    ComponentKind, "component kind" {
+        /// Baseboard management controller.
+        Bmc = "bmc",
+        /// GPU (VBIOS / GPU firmware).
+        Gpu = "gpu",
+        /// Network adapter.
+        Nic = "nic",
+        /// Host BIOS / UEFI.
+        Bios = "bios",
+        /// Complex programmable logic device.
+        Cpld = "cpld",
+        /// Anything else (NVSwitch, retimer, FPGA, HMC...).
+        Other = "other",
+    }
+);
+
+text_enum!(
+    /// Whether the controller may touch a node.
+    NodeState, "node state" {
+        /// In service; eligible for rollouts.
+        Active = "active",
+        /// Taken out of rollouts by the controller or a human (bricked BMC,
+        /// failed verification); needs a human to return it.
+        Quarantined = "quarantined",
+        /// Out of service by decision (repair, RMA).
+        Maintenance = "maintenance",
+    }
+);
+
+text_enum!(
+    /// What a user may do. Ordered: each role includes the ones before it.
+    Role, "role" {
+        /// Reads everything.
+        Viewer = "viewer",
+        /// Starts, approves, pauses and rolls back rollouts; manages releases.
+        ReleaseManager = "release_manager",
+        /// Manages users and everything else.
+        Admin = "admin",
+    }
+);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_forms_round_trip() {
+        for kind in ComponentKind::ALL {
+            assert_eq!(kind.as_str().parse::<ComponentKind>(), Ok(*kind));
+        }
+        for state in NodeState::ALL {
+            assert_eq!(state.as_str().parse::<NodeState>(), Ok(*state));
+        }
+        assert_eq!(" GPU ".parse::<ComponentKind>(), Ok(ComponentKind::Gpu));
+    }
+
+    #[test]
+    fn unknown_values_list_what_is_accepted() {
+        let err = "fpga".parse::<ComponentKind>().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "unknown component kind \"fpga\"; expected one of: bmc, gpu, nic, bios, cpld, other"
+        );
+    }
+
+    #[test]
+    fn roles_are_ordered_by_privilege() {
+        assert!(Role::Viewer < Role::ReleaseManager && Role::ReleaseManager < Role::Admin);
+    }
+}
