@@ -1,1 +1,21 @@
-//! placeholder
+//! Schema migrations, written once for SQLite and PostgreSQL.
+//!
+//! Invariant: a migration that has landed on `main` is never edited; change
+//! the schema with a new migration. Backend-specific SQL (triggers) is chosen
+//! inside a migration from `manager.get_database_backend()`, so there is still
+//! one ordered list of migrations for both backends.
+
+pub use sea_orm_migration::prelude::*;
+
+mod m0001_foundation;
+
+/// Every migration, oldest first.
+#[derive(Debug)]
+pub struct Migrator;
+
+#[async_trait::async_trait]
+impl MigratorTrait for Migrator {
+    fn migrations() -> Vec<Box<dyn MigrationTrait>> {
+        vec![Box::new(m0001_foundation::Migration)]
+    }
+}

@@ -1,1 +1,21 @@
-//! placeholder
+//! The datastore: the only crate that knows sea-orm.
+//!
+//! Everything else talks to the database through [`Db`] and the plain
+//! records in [`model`]. Every mutation writes its audit entry in the same
+//! transaction, so the audit log can never miss a change that happened.
+
+mod audit;
+mod connect;
+mod entity;
+mod error;
+pub mod model;
+mod nodes;
+mod releases;
+pub mod rollouts;
+#[cfg(feature = "testing")]
+pub mod testing;
+mod users;
+
+pub use audit::AuditFilter;
+pub use connect::{Backend, Db};
+pub use error::DbError;

@@ -15,4 +15,4 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use ids::{NodeId, ReleaseId, RolloutId, StepId, UserId, WaveId};
 pub use kinds::{ComponentKind, NodeState, ParseEnumError, Role};
 pub use qualification::{QualificationState, TransitionError, TransitionRequest};
-pub use version::{FirmwareVersion, MAX_VERSION_LEN, VersionError};
+pub use version::{FirmwareVersion, MAX_VERSION_LEN, ORDERED_EXAMPLES, VersionError};

@@ -334,6 +334,51 @@ impl<'de> Deserialize<'de> for FirmwareVersion {
     }
 }
 
+/// `(older, newer)` pairs of real vendor versions: the data-driven table the
+/// ordering is tested against, here and on both databases.
+#[doc(hidden)]
+pub const ORDERED_EXAMPLES: &[(&str, &str)] = &[
+    // NVIDIA VBIOS-style hex segments.
+    ("96.00.5E.00.01", "96.00.61.00.01"),
+    ("96.00.09.00.01", "96.00.0A.00.01"),
+    ("96.00.5e.00.01", "96.00.5F.00.01"),
+    ("96.00.61.00.01", "96.00.61.00.02"),
+    ("95.FF.FF.FF.FF", "96.00.00.00.00"),
+    // Dotted decimal with leading zeros and release candidates.
+    ("24.04.1-rc2", "24.04.1"),
+    ("24.04.1-rc2", "24.04.1-rc10"),
+    ("24.04.1", "24.04.2-rc1"),
+    ("24.04.1", "24.10.0"),
+    ("23.12.9", "24.01"),
+    // Four-part versions.
+    ("1.2.3.4", "1.2.3.5"),
+    ("1.2.3.4", "1.2.10.0"),
+    ("1.2.3", "1.2.3.4"),
+    // Two-part versions compare numerically, not as decimals.
+    ("2.9", "2.20"),
+    ("2.20", "2.100"),
+    ("1.2", "1.2.0"),
+    // Semver with pre-release precedence from the semver spec.
+    ("1.0.0-alpha", "1.0.0-alpha.1"),
+    ("1.0.0-alpha.1", "1.0.0-alpha.beta"),
+    ("1.0.0-alpha.beta", "1.0.0-beta"),
+    ("1.0.0-beta", "1.0.0-beta.2"),
+    ("1.0.0-beta.2", "1.0.0-beta.11"),
+    ("1.0.0-beta.11", "1.0.0-rc.1"),
+    ("1.0.0-rc.1", "1.0.0"),
+    ("1.0.0", "1.0.1"),
+    ("1.9.0", "1.10.0"),
+    ("1.10.0", "2.0.0"),
+    // Vendor prefixes.
+    ("U59 v2.20", "U59 v2.21"),
+    ("U59 v2.20", "U60 v1.00"),
+    ("v1.9", "v1.10"),
+    // Numbers outrank words at the same position.
+    ("1.0.beta", "1.0.1"),
+    // Build metadata is not precedence; text breaks the tie.
+    ("1.0.0+build.1", "1.0.0+build.2"),
+];
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -343,52 +388,9 @@ mod tests {
         FirmwareVersion::parse(s).unwrap_or_else(|e| panic!("{s:?} should parse: {e}"))
     }
 
-    /// `(lower, higher)`: each row says the left version is strictly older.
-    const ORDERED: &[(&str, &str)] = &[
-        // NVIDIA VBIOS-style hex segments.
-        ("96.00.5E.00.01", "96.00.61.00.01"),
-        ("96.00.09.00.01", "96.00.0A.00.01"),
-        ("96.00.5e.00.01", "96.00.5F.00.01"),
-        ("96.00.61.00.01", "96.00.61.00.02"),
-        ("95.FF.FF.FF.FF", "96.00.00.00.00"),
-        // Dotted decimal with leading zeros and release candidates.
-        ("24.04.1-rc2", "24.04.1"),
-        ("24.04.1-rc2", "24.04.1-rc10"),
-        ("24.04.1", "24.04.2-rc1"),
-        ("24.04.1", "24.10.0"),
-        ("23.12.9", "24.01"),
-        // Four-part versions.
-        ("1.2.3.4", "1.2.3.5"),
-        ("1.2.3.4", "1.2.10.0"),
-        ("1.2.3", "1.2.3.4"),
-        // Two-part versions compare numerically, not as decimals.
-        ("2.9", "2.20"),
-        ("2.20", "2.100"),
-        ("1.2", "1.2.0"),
-        // Semver with pre-release precedence from the semver spec.
-        ("1.0.0-alpha", "1.0.0-alpha.1"),
-        ("1.0.0-alpha.1", "1.0.0-alpha.beta"),
-        ("1.0.0-alpha.beta", "1.0.0-beta"),
-        ("1.0.0-beta", "1.0.0-beta.2"),
-        ("1.0.0-beta.2", "1.0.0-beta.11"),
-        ("1.0.0-beta.11", "1.0.0-rc.1"),
-        ("1.0.0-rc.1", "1.0.0"),
-        ("1.0.0", "1.0.1"),
-        ("1.9.0", "1.10.0"),
-        ("1.10.0", "2.0.0"),
-        // Vendor prefixes.
-        ("U59 v2.20", "U59 v2.21"),
-        ("U59 v2.20", "U60 v1.00"),
-        ("v1.9", "v1.10"),
-        // Numbers outrank words at the same position.
-        ("1.0.beta", "1.0.1"),
-        // Build metadata is not precedence; text breaks the tie.
-        ("1.0.0+build.1", "1.0.0+build.2"),
-    ];
-
     #[test]
     fn vendor_versions_order_as_vendors_intend() {
-        for (lo, hi) in ORDERED {
+        for (lo, hi) in ORDERED_EXAMPLES {
             let (a, b) = (v(lo), v(hi));
             assert!(a < b, "{lo} should be older than {hi}");
             assert!(b > a, "{hi} should be newer than {lo}");

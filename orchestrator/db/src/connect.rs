@@ -1,0 +1,140 @@
+use std::sync::Arc;
+use std::time::Duration;
+
+use migrations::{Migrator, MigratorTrait};
+use orchestrator_types::Clock;
+use sea_orm::sqlx::sqlite::{SqliteJournalMode, SqliteSynchronous};
+use sea_orm::{ConnectOptions, Database, DatabaseConnection};
+
+use crate::DbError;
+
+/// Which database engine is behind a [`Db`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// An embedded SQLite file: the default, for one controller.
+    Sqlite,
+    /// PostgreSQL: for several controllers sharing one database.
+    Postgres,
+}
+
+/// How long a SQLite writer waits for another before giving up. Long enough
+/// to ride out a WAL checkpoint, short enough that a stuck writer surfaces.
+const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A handle on the datastore; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Db {
+    pub(crate) conn: DatabaseConnection,
+    pub(crate) clock: Arc<dyn Clock>,
+    backend: Backend,
+}
+
+impl Db {
+    /// Connects without migrating. `sqlite://PATH` (created if missing) or
+    /// `postgres://...`.
+    pub async fn connect(url: &str, clock: Arc<dyn Clock>) -> Result<Db, DbError> {
+        let backend = if url.starts_with("sqlite:") {
+            Backend::Sqlite
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Backend::Postgres
+        } else {
+            return Err(DbError::UnsupportedUrl { url: redact_url(url) });
+        };
+        let mut options = ConnectOptions::new(url.to_owned());
+        options.sqlx_logging(false).connect_timeout(Duration::from_secs(10));
+        if backend == Backend::Sqlite {
+            // SQLite has one writer. A single pooled connection means a write
+            // transaction can never deadlock upgrading from a read lock
+            // against another connection of ours (SQLITE_BUSY without
+            // waiting); WAL still lets other processes read meanwhile.
+            options
+                .max_connections(1)
+                .min_connections(1)
+                .acquire_timeout(Duration::from_secs(30))
+                .map_sqlx_sqlite_opts(|opts| {
+                    opts.create_if_missing(true)
+                        .foreign_keys(true)
+                        .journal_mode(SqliteJournalMode::Wal)
+                        .synchronous(SqliteSynchronous::Normal)
+                        .busy_timeout(SQLITE_BUSY_TIMEOUT)
+                });
+        } else {
+            options.max_connections(16).acquire_timeout(Duration::from_secs(30));
+        }
+        let conn = Database::connect(options).await.map_err(|source| DbError::Connect {
+            url: redact_url(url),
+            source,
+        })?;
+        tracing::debug!(url = %redact_url(url), ?backend, "connected to database");
+        Ok(Db { conn, clock, backend })
+    }
+
+    /// Connects and applies every pending migration.
+    pub async fn connect_and_migrate(url: &str, clock: Arc<dyn Clock>) -> Result<Db, DbError> {
+        let db = Self::connect(url, clock).await?;
+        db.migrate().await?;
+        Ok(db)
+    }
+
+    /// Applies every pending migration; a no-op when the schema is current.
+    pub async fn migrate(&self) -> Result<(), DbError> {
+        Migrator::up(&self.conn, None).await.map_err(DbError::Migrate)
+    }
+
+    /// Names of the migrations already applied, oldest first.
+    pub async fn applied_migrations(&self) -> Result<Vec<String>, DbError> {
+        let applied = Migrator::get_applied_migrations(&self.conn)
+            .await
+            .map_err(DbError::Migrate)?;
+        Ok(applied.iter().map(|m| m.name().to_owned()).collect())
+    }
+
+    /// Which engine this is.
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    /// The clock every timestamp written by this handle comes from.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    /// A cheap round trip, for health checks.
+    pub async fn ping(&self) -> Result<(), DbError> {
+        self.conn.ping().await.map_err(DbError::Query)
+    }
+
+    /// Closes the pool, waiting for connections to return.
+    pub async fn close(self) -> Result<(), DbError> {
+        self.conn.close().await.map_err(DbError::Query)
+    }
+}
+
+/// The URL with its password replaced, safe for logs and error messages.
+pub fn redact_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme_end), Some(at)) if at > scheme_end => {
+            let userinfo = &url[scheme_end + 3..at];
+            match userinfo.split_once(':') {
+                Some((user, _password)) => format!("{}{user}:***{}", &url[..scheme_end + 3], &url[at..]),
+                None => url.to_owned(),
+            }
+        }
+        _ => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact_url;
+
+    #[test]
+    fn passwords_never_leave_in_urls() {
+        assert_eq!(
+            redact_url("postgres://app:s3cret@db:5432/wg"),
+            "postgres://app:***@db:5432/wg"
+        );
+        assert_eq!(redact_url("postgres://app@db/wg"), "postgres://app@db/wg");
+        assert_eq!(redact_url("sqlite://waveguard.db"), "sqlite://waveguard.db");
+    }
+}

@@ -1,0 +1,24 @@
+use sea_orm::entity::prelude::*;
+
+#[derive(Clone, Debug, PartialEq, DeriveEntityModel)]
+#[sea_orm(table_name = "waves")]
+pub struct Model {
+    #[sea_orm(primary_key)]
+    pub id: i64,
+    pub rollout_id: i64,
+    pub position: i32,
+    pub name: String,
+    pub state: String,
+    pub node_count: i32,
+    pub bake_seconds: i64,
+    pub approvals_required: i32,
+    pub started_at: Option<DateTimeUtc>,
+    pub bake_started_at: Option<DateTimeUtc>,
+    pub ended_at: Option<DateTimeUtc>,
+    pub decision: Option<String>,
+}
+
+#[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+pub enum Relation {}
+
+impl ActiveModelBehavior for ActiveModel {}

@@ -1,0 +1,52 @@
+use orchestrator_types::TransitionError;
+
+/// What a datastore call can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum DbError {
+    #[error("could not connect to the database at {url}")]
+    Connect {
+        /// The URL with any password removed.
+        url: String,
+        #[source]
+        source: sea_orm::DbErr,
+    },
+    #[error("database migration failed")]
+    Migrate(#[source] sea_orm::DbErr),
+    #[error("unsupported database URL {url:?}: use sqlite://PATH or postgres://...")]
+    UnsupportedUrl { url: String },
+    #[error("{what} {key} not found")]
+    NotFound { what: &'static str, key: String },
+    #[error("{what} {key} already exists")]
+    AlreadyExists { what: &'static str, key: String },
+    #[error("invalid {field}: {reason}")]
+    Invalid { field: String, reason: String },
+    #[error(transparent)]
+    Transition(#[from] TransitionError),
+    #[error("stored {what} is corrupt: {reason}")]
+    Corrupt { what: &'static str, reason: String },
+    #[error("database query failed")]
+    Query(#[from] sea_orm::DbErr),
+}
+
+impl DbError {
+    pub(crate) fn corrupt(what: &'static str, reason: impl std::fmt::Display) -> Self {
+        DbError::Corrupt {
+            what,
+            reason: reason.to_string(),
+        }
+    }
+
+    /// True when the caller's input was at fault (not found, duplicate,
+    /// invalid, illegal transition) rather than the database.
+    pub fn is_caller_error(&self) -> bool {
+        matches!(
+            self,
+            DbError::NotFound { .. } | DbError::AlreadyExists { .. } | DbError::Invalid { .. } | DbError::Transition(_)
+        )
+    }
+}
+
+/// True when the error is a unique-constraint violation.
+pub(crate) fn is_unique_violation(err: &sea_orm::DbErr) -> bool {
+    matches!(err.sql_err(), Some(sea_orm::SqlErr::UniqueConstraintViolation(_)))
+}

@@ -1,0 +1,332 @@
+use std::collections::HashSet;
+
+use orchestrator_types::{NodeId, NodeState};
+use sea_orm::sea_query::OnConflict;
+use sea_orm::{
+    ActiveModelTrait, ColumnTrait, EntityTrait, IntoActiveModel, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect,
+    Set, TransactionTrait,
+};
+use serde_json::json;
+
+use crate::audit;
+use crate::entity::{node_components, nodes};
+use crate::model::{Component, ComponentReading, ImportSummary, NewNode, Node, NodeFilter, NodeLabels};
+use crate::{Db, DbError};
+
+/// Most nodes one list call returns; pages past that.
+const MAX_NODE_PAGE: u64 = 10_000;
+
+/// Rows per insert statement during import: well under SQLite's and
+/// PostgreSQL's bind-parameter limits (13 columns per row).
+const IMPORT_BATCH: usize = 500;
+
+fn to_node(row: nodes::Model) -> Result<Node, DbError> {
+    Ok(Node {
+        id: NodeId(row.id),
+        state: row.state.parse().map_err(|e| DbError::corrupt("node state", e))?,
+        name: row.name,
+        bmc_url: row.bmc_url,
+        credential_ref: row.credential_ref,
+        platform_sku: row.platform_sku,
+        labels: NodeLabels {
+            region: row.region,
+            cluster: row.cluster,
+            rack: row.rack,
+            nvlink_domain: row.nvlink_domain,
+        },
+        state_reason: row.state_reason,
+        last_discovered_at: row.last_discovered_at,
+        last_discovery_error: row.last_discovery_error,
+        created_at: row.created_at,
+        updated_at: row.updated_at,
+    })
+}
+
+fn same_identity(row: &nodes::Model, node: &NewNode) -> bool {
+    row.bmc_url == node.bmc_url
+        && row.credential_ref == node.credential_ref
+        && row.platform_sku == node.platform_sku
+        && row.region == node.labels.region
+        && row.cluster == node.labels.cluster
+        && row.rack == node.labels.rack
+        && row.nvlink_domain == node.labels.nvlink_domain
+}
+
+impl Db {
+    /// Creates or updates nodes by name, all or nothing. Records are
+    /// validated first; any invalid record or duplicate name fails the whole
+    /// import before anything is written. A node's state (active,
+    /// quarantined) is never changed by an import.
+    pub async fn import_nodes(&self, new_nodes: &[NewNode], actor: &str) -> Result<ImportSummary, DbError> {
+        let mut seen = HashSet::new();
+        for (index, node) in new_nodes.iter().enumerate() {
+            if let Some(error) = node.validate().into_iter().next() {
+                return Err(DbError::Invalid {
+                    field: format!("nodes[{index}].{}", error.field),
+                    reason: error.message,
+                });
+            }
+            if !seen.insert(node.name.as_str()) {
+                return Err(DbError::Invalid {
+                    field: format!("nodes[{index}].name"),
+                    reason: format!("{:?} appears more than once", node.name),
+                });
+            }
+        }
+        let now = self.clock.now();
+        let txn = self.conn.begin().await?;
+        let mut summary = ImportSummary {
+            created: 0,
+            updated: 0,
+            unchanged: 0,
+        };
+        let mut to_insert = Vec::new();
+        for chunk in new_nodes.chunks(IMPORT_BATCH) {
+            let names: Vec<&str> = chunk.iter().map(|n| n.name.as_str()).collect();
+            let existing = nodes::Entity::find()
+                .filter(nodes::Column::Name.is_in(names))
+                .all(&txn)
+                .await?;
+            for node in chunk {
+                match existing.iter().find(|row| row.name == node.name) {
+                    Some(row) if same_identity(row, node) => summary.unchanged += 1,
+                    Some(row) => {
+                        let mut active = row.clone().into_active_model();
+                        active.bmc_url = Set(node.bmc_url.clone());
+                        active.credential_ref = Set(node.credential_ref.clone());
+                        active.platform_sku = Set(node.platform_sku.clone());
+                        active.region = Set(node.labels.region.clone());
+                        active.cluster = Set(node.labels.cluster.clone());
+                        active.rack = Set(node.labels.rack.clone());
+                        active.nvlink_domain = Set(node.labels.nvlink_domain.clone());
+                        active.updated_at = Set(now);
+                        active.update(&txn).await?;
+                        summary.updated += 1;
+                    }
+                    None => {
+                        to_insert.push(nodes::ActiveModel {
+                            name: Set(node.name.clone()),
+                            bmc_url: Set(node.bmc_url.clone()),
+                            credential_ref: Set(node.credential_ref.clone()),
+                            platform_sku: Set(node.platform_sku.clone()),
+                            region: Set(node.labels.region.clone()),
+                            cluster: Set(node.labels.cluster.clone()),
+                            rack: Set(node.labels.rack.clone()),
+                            nvlink_domain: Set(node.labels.nvlink_domain.clone()),
+                            state: Set(NodeState::Active.as_str().to_owned()),
+                            state_reason: Set(None),
+                            last_discovered_at: Set(None),
+                            last_discovery_error: Set(None),
+                            created_at: Set(now),
+                            updated_at: Set(now),
+                            ..Default::default()
+                        });
+                        summary.created += 1;
+                    }
+                }
+            }
+        }
+        while !to_insert.is_empty() {
+            let rest = to_insert.split_off(to_insert.len().min(IMPORT_BATCH));
+            nodes::Entity::insert_many(std::mem::replace(&mut to_insert, rest))
+                .exec(&txn)
+                .await?;
+        }
+        audit::append(
+            &txn,
+            now,
+            actor,
+            "node.import",
+            "fleet",
+            "nodes",
+            json!({ "created": summary.created, "updated": summary.updated, "unchanged": summary.unchanged }),
+        )
+        .await?;
+        txn.commit().await?;
+        Ok(summary)
+    }
+
+    /// Nodes matching the filter, by name.
+    pub async fn list_nodes(&self, filter: &NodeFilter) -> Result<Vec<Node>, DbError> {
+        let mut query = nodes::Entity::find();
+        if let Some(state) = filter.state {
+            query = query.filter(nodes::Column::State.eq(state.as_str()));
+        }
+        for (column, value) in [
+            (nodes::Column::PlatformSku, &filter.platform_sku),
+            (nodes::Column::Region, &filter.region),
+            (nodes::Column::Cluster, &filter.cluster),
+            (nodes::Column::Rack, &filter.rack),
+            (nodes::Column::NvlinkDomain, &filter.nvlink_domain),
+        ] {
+            if let Some(value) = value {
+                query = query.filter(column.eq(value.as_str()));
+            }
+        }
+        if let Some(fragment) = &filter.name_contains {
+            query = query.filter(nodes::Column::Name.contains(fragment.as_str()));
+        }
+        let rows = query
+            .order_by_asc(nodes::Column::Name)
+            .offset(filter.offset)
+            .limit(filter.limit.unwrap_or(MAX_NODE_PAGE).min(MAX_NODE_PAGE))
+            .all(&self.conn)
+            .await?;
+        rows.into_iter().map(to_node).collect()
+    }
+
+    /// How many nodes there are.
+    pub async fn count_nodes(&self) -> Result<u64, DbError> {
+        Ok(nodes::Entity::find().count(&self.conn).await?)
+    }
+
+    /// One node by name.
+    pub async fn node_by_name(&self, name: &str) -> Result<Node, DbError> {
+        let row = nodes::Entity::find()
+            .filter(nodes::Column::Name.eq(name))
+            .one(&self.conn)
+            .await?
+            .ok_or_else(|| DbError::NotFound {
+                what: "node",
+                key: name.to_owned(),
+            })?;
+        to_node(row)
+    }
+
+    /// One node by id.
+    pub async fn node(&self, id: NodeId) -> Result<Node, DbError> {
+        let row = nodes::Entity::find_by_id(id.0)
+            .one(&self.conn)
+            .await?
+            .ok_or_else(|| DbError::NotFound {
+                what: "node",
+                key: id.to_string(),
+            })?;
+        to_node(row)
+    }
+
+    /// Changes whether a node may be touched (quarantine, return to service).
+    pub async fn set_node_state(
+        &self,
+        id: NodeId,
+        state: NodeState,
+        reason: Option<&str>,
+        actor: &str,
+    ) -> Result<Node, DbError> {
+        let now = self.clock.now();
+        let txn = self.conn.begin().await?;
+        let row = nodes::Entity::find_by_id(id.0)
+            .one(&txn)
+            .await?
+            .ok_or_else(|| DbError::NotFound {
+                what: "node",
+                key: id.to_string(),
+            })?;
+        let previous = row.state.clone();
+        let mut active = row.into_active_model();
+        active.state = Set(state.as_str().to_owned());
+        active.state_reason = Set(reason.map(str::to_owned));
+        active.updated_at = Set(now);
+        let row = active.update(&txn).await?;
+        audit::append(
+            &txn,
+            now,
+            actor,
+            "node.state",
+            "node",
+            &row.name,
+            json!({ "from": previous, "to": state, "reason": reason }),
+        )
+        .await?;
+        txn.commit().await?;
+        to_node(row)
+    }
+
+    /// Stores what a BMC's FirmwareInventory said, replacing the previous
+    /// reading of each component, and clears the node's discovery error.
+    pub async fn record_inventory(&self, id: NodeId, readings: &[ComponentReading]) -> Result<(), DbError> {
+        let now = self.clock.now();
+        let txn = self.conn.begin().await?;
+        for reading in readings {
+            let row = node_components::ActiveModel {
+                node_id: Set(id.0),
+                inventory_id: Set(reading.inventory_id.clone()),
+                kind: Set(reading.kind.as_str().to_owned()),
+                version: Set(reading.version.as_str().to_owned()),
+                updateable: Set(reading.updateable),
+                software_id: Set(reading.software_id.clone()),
+                health: Set(reading.health.clone()),
+                last_read_at: Set(now),
+                ..Default::default()
+            };
+            node_components::Entity::insert(row)
+                .on_conflict(
+                    OnConflict::columns([node_components::Column::NodeId, node_components::Column::InventoryId])
+                        .update_columns([
+                            node_components::Column::Kind,
+                            node_components::Column::Version,
+                            node_components::Column::Updateable,
+                            node_components::Column::SoftwareId,
+                            node_components::Column::Health,
+                            node_components::Column::LastReadAt,
+                        ])
+                        .to_owned(),
+                )
+                .exec(&txn)
+                .await?;
+        }
+        nodes::Entity::update_many()
+            .col_expr(nodes::Column::LastDiscoveredAt, sea_orm::sea_query::Expr::value(now))
+            .col_expr(
+                nodes::Column::LastDiscoveryError,
+                sea_orm::sea_query::Expr::value(Option::<String>::None),
+            )
+            .filter(nodes::Column::Id.eq(id.0))
+            .exec(&txn)
+            .await?;
+        txn.commit().await?;
+        Ok(())
+    }
+
+    /// Records why a node could not be read; its last good inventory stays.
+    pub async fn record_discovery_error(&self, id: NodeId, error: &str) -> Result<(), DbError> {
+        let now = self.clock.now();
+        nodes::Entity::update_many()
+            .col_expr(nodes::Column::LastDiscoveredAt, sea_orm::sea_query::Expr::value(now))
+            .col_expr(
+                nodes::Column::LastDiscoveryError,
+                sea_orm::sea_query::Expr::value(error.to_owned()),
+            )
+            .filter(nodes::Column::Id.eq(id.0))
+            .exec(&self.conn)
+            .await?;
+        Ok(())
+    }
+
+    /// The components last read from a node, by inventory id.
+    pub async fn node_components(&self, id: NodeId) -> Result<Vec<Component>, DbError> {
+        let rows = node_components::Entity::find()
+            .filter(node_components::Column::NodeId.eq(id.0))
+            .order_by_asc(node_components::Column::InventoryId)
+            .all(&self.conn)
+            .await?;
+        rows.into_iter()
+            .map(|row| {
+                Ok(Component {
+                    reading: ComponentReading {
+                        kind: row.kind.parse().map_err(|e| DbError::corrupt("component kind", e))?,
+                        version: row
+                            .version
+                            .parse()
+                            .map_err(|e| DbError::corrupt("component version", e))?,
+                        inventory_id: row.inventory_id,
+                        updateable: row.updateable,
+                        software_id: row.software_id,
+                        health: row.health,
+                    },
+                    last_read_at: row.last_read_at,
+                })
+            })
+            .collect()
+    }
+}
