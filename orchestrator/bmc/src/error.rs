@@ -1,0 +1,334 @@
+//! The driver's error type: what went wrong, on which BMC, and whether trying again can help.
+
+use std::time::Duration;
+
+use crate::types::{TaskMessage, TaskState};
+
+/// Longest response-body excerpt kept in an error. Enough to see a Redfish error object or the start
+/// of an HTML error page; short enough that a log line stays a line.
+pub const BODY_SNIPPET_LIMIT: usize = 512;
+
+/// An error from talking to one BMC.
+///
+/// `endpoint` is always the BMC's base URL (scheme, host, port), never with credentials: URLs with
+/// user info are refused at construction, and response bodies are redacted before they are kept.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BmcError {
+    /// Could not connect at all (refused, no route, DNS, TLS handshake), after retries. A bricked BMC
+    /// or one in the middle of a manager reset looks like this.
+    #[error("BMC {endpoint} is unreachable ({method} {path})")]
+    Unreachable {
+        /// BMC base URL.
+        endpoint: String,
+        /// HTTP method of the last attempt.
+        method: String,
+        /// Path of the last attempt.
+        path: String,
+        /// The transport error of the last attempt.
+        #[source]
+        source: reqwest::Error,
+    },
+
+    /// The BMC refused the credentials (401/403 on login, or again right after a fresh login).
+    #[error("BMC {endpoint} rejected the credentials of user {username:?} (HTTP {status})")]
+    AuthFailed {
+        /// BMC base URL.
+        endpoint: String,
+        /// The user name (never the password).
+        username: String,
+        /// 401 or 403.
+        status: u16,
+    },
+
+    /// A firmware task ended in `Exception`, `Killed` or `Cancelled`.
+    #[error("BMC {endpoint} task {task_uri} ended in {state}: {}", summarize(.messages))]
+    TaskFailed {
+        /// BMC base URL.
+        endpoint: String,
+        /// The task or task monitor URI.
+        task_uri: String,
+        /// The terminal state.
+        state: TaskState,
+        /// The task's registry messages, which say why (e.g. `Update.1.0.VerificationFailed`).
+        messages: Vec<TaskMessage>,
+    },
+
+    /// The BMC answered, but not with something the driver can use: malformed JSON, a missing
+    /// required field, a 202 without a task monitor.
+    #[error("BMC {endpoint} sent an unusable response to {method} {path}: {reason}")]
+    Protocol {
+        /// BMC base URL.
+        endpoint: String,
+        /// HTTP method.
+        method: String,
+        /// Request path.
+        path: String,
+        /// HTTP status, if a response arrived.
+        status: Option<u16>,
+        /// What was wrong.
+        reason: String,
+        /// The start of the body, truncated and with credentials and tokens redacted.
+        body_snippet: String,
+    },
+
+    /// The BMC answered with an error status that retrying will not fix (400, 404, 405, 409, 500...).
+    #[error("BMC {endpoint} refused {method} {path} with HTTP {status}{}", message_suffix(.message_ids))]
+    Rejected {
+        /// BMC base URL.
+        endpoint: String,
+        /// HTTP method.
+        method: String,
+        /// Request path.
+        path: String,
+        /// HTTP status.
+        status: u16,
+        /// Redfish registry message ids from the error body, if any.
+        message_ids: Vec<String>,
+        /// The start of the body, truncated and redacted.
+        body_snippet: String,
+    },
+
+    /// The BMC kept answering 503/429 until the retry budget ran out.
+    #[error("BMC {endpoint} stayed unavailable (HTTP {status}) for {method} {path} after {attempts} attempts")]
+    Unavailable {
+        /// BMC base URL.
+        endpoint: String,
+        /// HTTP method.
+        method: String,
+        /// Request path.
+        path: String,
+        /// The last status (503, 429, 502 or 504).
+        status: u16,
+        /// The last `Retry-After` the BMC asked for, so the caller can schedule its next try.
+        retry_after: Option<Duration>,
+        /// How many attempts were made.
+        attempts: u32,
+    },
+
+    /// No answer within the per-request timeout, on every attempt the budget allowed.
+    #[error("BMC {endpoint} did not answer {method} {path} in time after {attempts} attempts")]
+    Timeout {
+        /// BMC base URL.
+        endpoint: String,
+        /// HTTP method.
+        method: String,
+        /// Request path.
+        path: String,
+        /// How many attempts were made.
+        attempts: u32,
+    },
+
+    /// A task was still running when the caller's wait ran out. It may yet finish: poll again later.
+    #[error("BMC {endpoint} task {task_uri} still {last_state} when the wait ended")]
+    TaskTimeout {
+        /// BMC base URL.
+        endpoint: String,
+        /// The task or task monitor URI.
+        task_uri: String,
+        /// The last state read.
+        last_state: String,
+    },
+
+    /// A non-idempotent request (update push, reset) was sent but no answer came back, so the BMC may
+    /// or may not have acted on it. Deliberately not transient: blindly re-sending an update could
+    /// flash a node twice. The caller must look (tasks, inventory) before deciding.
+    #[error("outcome of {method} {path} on BMC {endpoint} is unknown: it may have been applied")]
+    OutcomeUnknown {
+        /// BMC base URL.
+        endpoint: String,
+        /// HTTP method.
+        method: String,
+        /// Request path.
+        path: String,
+        /// The transport error (timeout, connection reset after sending).
+        #[source]
+        source: reqwest::Error,
+    },
+
+    /// The BMC does not offer what was asked (no `MultipartHttpPushUri`, no event log, no manager).
+    #[error("BMC {endpoint} does not support {feature}")]
+    Unsupported {
+        /// BMC base URL.
+        endpoint: String,
+        /// What is missing.
+        feature: String,
+    },
+
+    /// The endpoint configuration is unusable (bad URL, unreadable CA bundle...).
+    #[error("invalid BMC configuration for {endpoint}: {reason}")]
+    Config {
+        /// BMC base URL (as configured).
+        endpoint: String,
+        /// What is wrong.
+        reason: String,
+        /// The underlying error, if any.
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    },
+}
+
+impl BmcError {
+    /// Whether the same operation may succeed if the caller tries again later, untouched.
+    ///
+    /// The engine uses this to tell "requeue this step" from "fail this step". `OutcomeUnknown` is
+    /// *not* transient on purpose: see its documentation.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            BmcError::Unreachable { .. }
+            | BmcError::Unavailable { .. }
+            | BmcError::Timeout { .. }
+            | BmcError::TaskTimeout { .. } => true,
+            // A 500 from a BMC is very often a busy or restarting web server rather than a real fault.
+            BmcError::Rejected { status, .. } => matches!(status, 500 | 502 | 504),
+            BmcError::AuthFailed { .. }
+            | BmcError::TaskFailed { .. }
+            | BmcError::Protocol { .. }
+            | BmcError::OutcomeUnknown { .. }
+            | BmcError::Unsupported { .. }
+            | BmcError::Config { .. } => false,
+        }
+    }
+
+    /// A short stable label for metrics and database columns (`unreachable`, `auth_failed`, ...).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            BmcError::Unreachable { .. } => "unreachable",
+            BmcError::AuthFailed { .. } => "auth_failed",
+            BmcError::TaskFailed { .. } => "task_failed",
+            BmcError::Protocol { .. } => "protocol",
+            BmcError::Rejected { .. } => "rejected",
+            BmcError::Unavailable { .. } => "unavailable",
+            BmcError::Timeout { .. } => "timeout",
+            BmcError::TaskTimeout { .. } => "task_timeout",
+            BmcError::OutcomeUnknown { .. } => "outcome_unknown",
+            BmcError::Unsupported { .. } => "unsupported",
+            BmcError::Config { .. } => "config",
+        }
+    }
+}
+
+fn summarize(messages: &[TaskMessage]) -> String {
+    if messages.is_empty() {
+        return "no messages".to_string();
+    }
+    messages
+        .iter()
+        .map(|m| match (&m.message_id, &m.message) {
+            (Some(id), Some(text)) => format!("{id} ({text})"),
+            (Some(id), None) => id.clone(),
+            (None, Some(text)) => text.clone(),
+            (None, None) => "unnamed message".to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+fn message_suffix(ids: &[String]) -> String {
+    if ids.is_empty() {
+        String::new()
+    } else {
+        format!(": {}", ids.join(", "))
+    }
+}
+
+/// Truncates a body for an error, after replacing every known secret and every JSON value under a
+/// secret-looking key, so that an echoing or buggy BMC cannot smuggle a password into our logs.
+pub(crate) fn redacted_snippet(body: &[u8], secrets: &[&str]) -> String {
+    let text = String::from_utf8_lossy(body);
+    let mut text = match serde_json::from_str::<serde_json::Value>(&text) {
+        Ok(mut value) => {
+            redact_json(&mut value);
+            value.to_string()
+        }
+        Err(_) => text.into_owned(),
+    };
+    for secret in secrets {
+        if !secret.is_empty() {
+            text = text.replace(secret, "<redacted>");
+        }
+    }
+    if text.len() > BODY_SNIPPET_LIMIT {
+        let mut cut = BODY_SNIPPET_LIMIT;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        text.truncate(cut);
+        text.push_str("...");
+    }
+    text
+}
+
+fn redact_json(value: &mut serde_json::Value) {
+    match value {
+        serde_json::Value::Object(map) => {
+            for (key, v) in map.iter_mut() {
+                let k = key.to_ascii_lowercase();
+                if k.contains("password") || k.contains("token") || k.contains("secret") {
+                    *v = serde_json::Value::String("<redacted>".to_string());
+                } else {
+                    redact_json(v);
+                }
+            }
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(redact_json),
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn snippet_redacts_known_secrets_and_secret_keys_and_truncates() {
+        let body = br#"{"UserName":"root","Password":"pw1","Oem":{"AuthToken":"t0k"},"Note":"echo pw1"}"#;
+        let s = redacted_snippet(body, &["pw1"]);
+        assert!(!s.contains("pw1"), "{s}");
+        assert!(!s.contains("t0k"), "{s}");
+        assert!(s.contains("root"), "{s}");
+
+        let long = "é".repeat(1000);
+        let s = redacted_snippet(long.as_bytes(), &[]);
+        assert!(s.len() <= BODY_SNIPPET_LIMIT + 3);
+        assert!(s.ends_with("..."));
+
+        let html = b"<html>secret-pass in page</html>";
+        assert_eq!(
+            redacted_snippet(html, &["secret-pass"]),
+            "<html><redacted> in page</html>"
+        );
+    }
+
+    #[test]
+    fn transient_classification() {
+        let e = BmcError::Timeout {
+            endpoint: "http://x".into(),
+            method: "GET".into(),
+            path: "/".into(),
+            attempts: 3,
+        };
+        assert!(e.is_transient());
+        let e = BmcError::AuthFailed {
+            endpoint: "http://x".into(),
+            username: "root".into(),
+            status: 401,
+        };
+        assert!(!e.is_transient());
+        assert_eq!(e.kind(), "auth_failed");
+        let e = BmcError::TaskFailed {
+            endpoint: "http://x".into(),
+            task_uri: "/t/1".into(),
+            state: TaskState::Exception,
+            messages: vec![TaskMessage {
+                message_id: Some("Update.1.0.VerificationFailed".into()),
+                message: Some("bad checksum".into()),
+                message_args: vec![],
+                severity: None,
+            }],
+        };
+        assert!(!e.is_transient());
+        let text = e.to_string();
+        assert!(text.contains("Update.1.0.VerificationFailed (bad checksum)"), "{text}");
+    }
+}

@@ -1,0 +1,730 @@
+//! HTTP to one BMC: authentication, per-attempt timeouts, retries with backoff, typed failures.
+//!
+//! Everything that can go wrong on the wire is decided here, once, so the Redfish operations in
+//! `redfish_bmc` read as plain request/response code.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use reqwest::header::{HeaderMap, HeaderValue, RETRY_AFTER};
+use reqwest::{Method, StatusCode};
+use secrecy::{ExposeSecret, SecretString};
+use serde::de::DeserializeOwned;
+use tokio::time::Instant;
+use url::Url;
+
+use crate::config::{AuthMode, BmcEndpoint, Credentials, RetryPolicy, Timeouts, TlsTrust};
+use crate::error::{BmcError, redacted_snippet};
+
+/// Largest response body accepted. Redfish resources are kilobytes; a BMC streaming more is broken
+/// (or hostile) and must not exhaust the controller's memory.
+const MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
+
+/// How long an idle pooled connection is kept. BMC web servers drop idle connections after ~60 s;
+/// reusing a connection they already closed costs a failed attempt, so stay below that.
+const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(45);
+
+/// Shares `reqwest::Client`s (and with them connection pools and parsed trust stores) between BMCs
+/// with the same TLS settings: building one per node would reload the trust store ten thousand times.
+#[derive(Debug, Default)]
+pub struct HttpClients {
+    clients: Mutex<HashMap<(TlsTrust, Duration), reqwest::Client>>,
+}
+
+impl HttpClients {
+    /// An empty cache.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub(crate) fn get(&self, endpoint: &BmcEndpoint, label: &str) -> Result<reqwest::Client, BmcError> {
+        let key = (endpoint.tls.clone(), endpoint.timeouts.connect);
+        // A poisoned lock only means another thread panicked while inserting; the map is still valid.
+        let mut clients = self.clients.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(client) = clients.get(&key) {
+            return Ok(client.clone());
+        }
+        let client = build_client(&endpoint.tls, endpoint.timeouts.connect, label)?;
+        clients.insert(key, client.clone());
+        Ok(client)
+    }
+}
+
+fn build_client(tls: &TlsTrust, connect_timeout: Duration, label: &str) -> Result<reqwest::Client, BmcError> {
+    let mut builder = reqwest::Client::builder()
+        .connect_timeout(connect_timeout)
+        .pool_idle_timeout(POOL_IDLE_TIMEOUT)
+        // Redfish needs no redirects, and following one could carry our X-Auth-Token to another host.
+        .redirect(reqwest::redirect::Policy::none())
+        .user_agent(concat!("waveguard-bmc/", env!("CARGO_PKG_VERSION")));
+    match tls {
+        TlsTrust::System => {}
+        TlsTrust::CaBundle { path } => {
+            let pem = std::fs::read(path).map_err(|e| BmcError::Config {
+                endpoint: label.to_string(),
+                reason: format!("cannot read CA bundle {}", path.display()),
+                source: Some(Box::new(e)),
+            })?;
+            let certs = reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| BmcError::Config {
+                endpoint: label.to_string(),
+                reason: format!("CA bundle {} is not valid PEM", path.display()),
+                source: Some(Box::new(e)),
+            })?;
+            if certs.is_empty() {
+                return Err(BmcError::Config {
+                    endpoint: label.to_string(),
+                    reason: format!("CA bundle {} holds no certificate", path.display()),
+                    source: None,
+                });
+            }
+            builder = builder.tls_certs_only(certs);
+        }
+        TlsTrust::InsecureSkipVerify { reason } => {
+            tracing::warn!(endpoint = label, reason, "TLS verification disabled for this BMC");
+            builder = builder.tls_danger_accept_invalid_certs(true);
+        }
+    }
+    builder.build().map_err(|e| BmcError::Config {
+        endpoint: label.to_string(),
+        reason: "cannot build HTTP client".to_string(),
+        source: Some(Box::new(e)),
+    })
+}
+
+/// A request body, kept as cheap-to-clone bytes so every retry can rebuild it.
+#[derive(Debug, Clone)]
+pub(crate) enum Body {
+    Empty,
+    Json(Bytes),
+    Multipart {
+        params: Bytes,
+        image: Bytes,
+        filename: String,
+    },
+}
+
+impl Body {
+    pub(crate) fn json(value: &serde_json::Value) -> Self {
+        Body::Json(Bytes::from(value.to_string()))
+    }
+}
+
+/// One logical request.
+#[derive(Debug, Clone)]
+pub(crate) struct Call {
+    pub method: Method,
+    /// A path (`/redfish/v1/...`) or an absolute URL on the same BMC.
+    pub uri: String,
+    pub body: Body,
+    /// Whether re-sending after an ambiguous failure is harmless. GETs are; update pushes are not.
+    pub idempotent: bool,
+    pub timeout: Duration,
+    pub retry: RetryPolicy,
+}
+
+/// A response with its body read.
+#[derive(Debug)]
+pub(crate) struct Response {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+    pub method: Method,
+    pub path: String,
+}
+
+#[derive(Debug)]
+struct Session {
+    token: SecretString,
+    location: Option<String>,
+    generation: u64,
+}
+
+/// The authenticated HTTP channel to one BMC.
+#[derive(Debug)]
+pub(crate) struct Transport {
+    http: reqwest::Client,
+    base: Url,
+    label: String,
+    credentials: Credentials,
+    auth: AuthMode,
+    pub(crate) timeouts: Timeouts,
+    pub(crate) retry: RetryPolicy,
+    session: RwLock<Option<Arc<Session>>>,
+    /// Serialises logins so that many tasks seeing a 401 at once create one session, not many (BMCs
+    /// allow only a handful of sessions).
+    login_lock: tokio::sync::Mutex<u64>,
+}
+
+impl Transport {
+    pub(crate) fn new(endpoint: &BmcEndpoint, clients: &HttpClients) -> Result<Self, BmcError> {
+        let url = &endpoint.base_url;
+        let label = format!(
+            "{}://{}{}",
+            url.scheme(),
+            url.host_str().unwrap_or(""),
+            url.port().map(|p| format!(":{p}")).unwrap_or_default()
+        );
+        if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
+            return Err(BmcError::Config {
+                endpoint: label,
+                reason: "base URL must be http(s)://host[:port]".to_string(),
+                source: None,
+            });
+        }
+        if !url.username().is_empty() || url.password().is_some() {
+            // Credentials in the URL would end up in every error message and log line.
+            return Err(BmcError::Config {
+                endpoint: label,
+                reason: "base URL must not contain credentials; use the credentials field".to_string(),
+                source: None,
+            });
+        }
+        let mut base = url.clone();
+        base.set_path("/");
+        base.set_query(None);
+        base.set_fragment(None);
+        Ok(Self {
+            http: clients.get(endpoint, &label)?,
+            base,
+            label,
+            credentials: endpoint.credentials.clone(),
+            auth: endpoint.auth,
+            timeouts: endpoint.timeouts,
+            retry: endpoint.retry,
+            session: RwLock::new(None),
+            login_lock: tokio::sync::Mutex::new(0),
+        })
+    }
+
+    pub(crate) fn label(&self) -> &str {
+        &self.label
+    }
+
+    /// A GET with the default timeout and retry policy.
+    pub(crate) fn get_call(&self, uri: &str) -> Call {
+        Call {
+            method: Method::GET,
+            uri: uri.to_string(),
+            body: Body::Empty,
+            idempotent: true,
+            timeout: self.timeouts.request,
+            retry: self.retry,
+        }
+    }
+
+    /// GETs `uri` and decodes the JSON body.
+    pub(crate) async fn get_json<T: DeserializeOwned>(&self, uri: &str) -> Result<T, BmcError> {
+        let resp = self.send(self.get_call(uri)).await?;
+        let resp = self.expect_success(resp)?;
+        self.decode(&resp)
+    }
+
+    /// Sends an authenticated request, logging in (again) as needed. Returns any final status,
+    /// including 4xx/5xx other than auth failures, for the caller to judge.
+    pub(crate) async fn send(&self, call: Call) -> Result<Response, BmcError> {
+        let mut reauthenticated = false;
+        loop {
+            let (header, generation) = self.auth_header().await?;
+            let resp = self.execute(&call, Some(&header)).await?;
+            if resp.status == StatusCode::UNAUTHORIZED && !reauthenticated {
+                // Sessions expire (timeouts, BMC reboots). One fresh login, then give up: a second
+                // 401 means the credentials themselves are wrong and retrying would lock the account.
+                reauthenticated = true;
+                tracing::debug!(endpoint = %self.label, path = %resp.path, "401; logging in again");
+                self.invalidate_session(generation);
+                continue;
+            }
+            if matches!(resp.status, StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) {
+                return Err(BmcError::AuthFailed {
+                    endpoint: self.label.clone(),
+                    username: self.credentials.username().to_string(),
+                    status: resp.status.as_u16(),
+                });
+            }
+            return Ok(resp);
+        }
+    }
+
+    /// Sends without credentials (the service root is readable anonymously per the spec).
+    pub(crate) async fn send_anonymous(&self, call: Call) -> Result<Response, BmcError> {
+        self.execute(&call, None).await
+    }
+
+    /// Deletes the current session on the BMC, if any. BMCs cap concurrent sessions, so a controller
+    /// that just walks away from its sessions can lock itself out until they expire.
+    pub(crate) async fn logout(&self) -> Result<(), BmcError> {
+        let session = self.session.write().unwrap_or_else(|p| p.into_inner()).take();
+        let Some(session) = session else { return Ok(()) };
+        let Some(location) = session.location.clone() else {
+            return Ok(());
+        };
+        let header = (
+            reqwest::header::HeaderName::from_static("x-auth-token"),
+            token_header(&session.token),
+        );
+        let call = Call {
+            method: Method::DELETE,
+            uri: location,
+            body: Body::Empty,
+            idempotent: true,
+            timeout: self.timeouts.request,
+            retry: RetryPolicy::no_retries(),
+        };
+        let resp = self.execute(&call, Some(&header)).await?;
+        // 404: the session already expired, which is the state we wanted.
+        if resp.status.is_success() || resp.status == StatusCode::NOT_FOUND {
+            Ok(())
+        } else {
+            Err(self.rejected(&resp))
+        }
+    }
+
+    async fn auth_header(&self) -> Result<((reqwest::header::HeaderName, HeaderValue), u64), BmcError> {
+        match self.auth {
+            AuthMode::Basic => {
+                let header = basic_header(&self.credentials);
+                Ok(((reqwest::header::AUTHORIZATION, header), 0))
+            }
+            AuthMode::Session => {
+                let session = self.current_session();
+                let session = match session {
+                    Some(s) => s,
+                    None => self.login().await?,
+                };
+                let name = reqwest::header::HeaderName::from_static("x-auth-token");
+                Ok(((name, token_header(&session.token)), session.generation))
+            }
+        }
+    }
+
+    fn current_session(&self) -> Option<Arc<Session>> {
+        self.session.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn invalidate_session(&self, generation: u64) {
+        let mut slot = self.session.write().unwrap_or_else(|p| p.into_inner());
+        // Only drop the session that failed; another task may already have replaced it.
+        if slot.as_ref().is_some_and(|s| s.generation == generation) {
+            *slot = None;
+        }
+    }
+
+    async fn login(&self) -> Result<Arc<Session>, BmcError> {
+        let mut generation = self.login_lock.lock().await;
+        if let Some(session) = self.current_session() {
+            // Someone else logged in while we waited for the lock.
+            return Ok(session);
+        }
+        let body = serde_json::json!({
+            "UserName": self.credentials.username(),
+            "Password": self.credentials.password(),
+        });
+        let call = Call {
+            method: Method::POST,
+            uri: "/redfish/v1/SessionService/Sessions".to_string(),
+            body: Body::json(&body),
+            // Creating two sessions is harmless (both expire), so a lost answer may be retried.
+            idempotent: true,
+            timeout: self.timeouts.request,
+            retry: self.retry,
+        };
+        let resp = self.execute(&call, None).await?;
+        if matches!(
+            resp.status,
+            StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN | StatusCode::BAD_REQUEST
+        ) {
+            return Err(BmcError::AuthFailed {
+                endpoint: self.label.clone(),
+                username: self.credentials.username().to_string(),
+                status: resp.status.as_u16(),
+            });
+        }
+        let resp = self.expect_success(resp)?;
+        let token = resp
+            .headers
+            .get("x-auth-token")
+            .and_then(|v| v.to_str().ok())
+            .filter(|t| !t.is_empty())
+            .ok_or_else(|| self.protocol(&resp, "session created without an X-Auth-Token header"))?;
+        let location = resp
+            .headers
+            .get(reqwest::header::LOCATION)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        *generation += 1;
+        let session = Arc::new(Session {
+            token: SecretString::from(token.to_string()),
+            location,
+            generation: *generation,
+        });
+        *self.session.write().unwrap_or_else(|p| p.into_inner()) = Some(session.clone());
+        Ok(session)
+    }
+
+    /// Resolves a path or same-origin absolute URI. Refuses other origins: a BMC handing out a task
+    /// monitor on another host must not receive our credentials there.
+    fn resolve(&self, uri: &str) -> Result<Url, BmcError> {
+        let url = self.base.join(uri).map_err(|e| BmcError::Protocol {
+            endpoint: self.label.clone(),
+            method: "-".to_string(),
+            path: uri.chars().take(200).collect(),
+            status: None,
+            reason: format!("unusable URI: {e}"),
+            body_snippet: String::new(),
+        })?;
+        if url.origin() != self.base.origin() {
+            return Err(BmcError::Protocol {
+                endpoint: self.label.clone(),
+                method: "-".to_string(),
+                path: uri.chars().take(200).collect(),
+                status: None,
+                reason: "URI points at a different host than the BMC".to_string(),
+                body_snippet: String::new(),
+            });
+        }
+        Ok(url)
+    }
+
+    /// The retry loop: one call, possibly several attempts.
+    async fn execute(
+        &self,
+        call: &Call,
+        auth: Option<&(reqwest::header::HeaderName, HeaderValue)>,
+    ) -> Result<Response, BmcError> {
+        let url = self.resolve(&call.uri)?;
+        let path = url.path().to_string();
+        let started = Instant::now();
+        let deadline = started + call.retry.deadline;
+        let mut attempt: u32 = 0;
+        loop {
+            attempt += 1;
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            let per_try = call.timeout.min(remaining).max(Duration::from_millis(1));
+            let outcome = self.attempt(call, &url, auth, per_try).await;
+            let retries_left = attempt <= call.retry.max_retries;
+            match outcome {
+                Ok(resp) if is_busy(resp.status) => {
+                    let retry_after = parse_retry_after(&resp.headers).map(|d| d.min(call.retry.max_retry_after));
+                    let delay = retry_after.unwrap_or_else(|| backoff(&call.retry, attempt));
+                    if !retries_left || Instant::now() + delay > deadline {
+                        return Err(BmcError::Unavailable {
+                            endpoint: self.label.clone(),
+                            method: call.method.to_string(),
+                            path,
+                            status: resp.status.as_u16(),
+                            retry_after,
+                            attempts: attempt,
+                        });
+                    }
+                    tracing::debug!(endpoint = %self.label, %path, status = resp.status.as_u16(), ?delay, "BMC busy; retrying");
+                    tokio::time::sleep(delay).await;
+                }
+                Ok(resp) => return Ok(resp),
+                Err(err) => {
+                    // A connect failure means nothing was sent, so even an update push may be resent.
+                    let never_sent = err.is_connect();
+                    if !call.idempotent && !never_sent {
+                        return Err(BmcError::OutcomeUnknown {
+                            endpoint: self.label.clone(),
+                            method: call.method.to_string(),
+                            path,
+                            source: err,
+                        });
+                    }
+                    let delay = backoff(&call.retry, attempt);
+                    if !retries_left || Instant::now() + delay > deadline {
+                        return Err(if err.is_timeout() {
+                            BmcError::Timeout {
+                                endpoint: self.label.clone(),
+                                method: call.method.to_string(),
+                                path,
+                                attempts: attempt,
+                            }
+                        } else {
+                            BmcError::Unreachable {
+                                endpoint: self.label.clone(),
+                                method: call.method.to_string(),
+                                path,
+                                source: err,
+                            }
+                        });
+                    }
+                    tracing::debug!(endpoint = %self.label, %path, error = %err, ?delay, "request failed; retrying");
+                    tokio::time::sleep(delay).await;
+                }
+            }
+        }
+    }
+
+    async fn attempt(
+        &self,
+        call: &Call,
+        url: &Url,
+        auth: Option<&(reqwest::header::HeaderName, HeaderValue)>,
+        timeout: Duration,
+    ) -> Result<Response, reqwest::Error> {
+        let mut req = self
+            .http
+            .request(call.method.clone(), url.clone())
+            .timeout(timeout)
+            .header(reqwest::header::ACCEPT, "application/json");
+        if let Some((name, value)) = auth {
+            req = req.header(name.clone(), value.clone());
+        }
+        req = match &call.body {
+            Body::Empty => req,
+            Body::Json(bytes) => req
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(bytes.clone()),
+            Body::Multipart {
+                params,
+                image,
+                filename,
+            } => {
+                let params = reqwest::multipart::Part::stream_with_length(params.clone(), params.len() as u64)
+                    .mime_str("application/json")?;
+                let file = reqwest::multipart::Part::stream_with_length(image.clone(), image.len() as u64)
+                    .file_name(filename.clone())
+                    .mime_str("application/octet-stream")?;
+                let form = reqwest::multipart::Form::new()
+                    .part("UpdateParameters", params)
+                    .part("UpdateFile", file);
+                req.multipart(form)
+            }
+        };
+        let mut resp = req.send().await?;
+        let status = resp.status();
+        let headers = resp.headers().clone();
+        let mut body = BytesMut::new();
+        while let Some(chunk) = resp.chunk().await? {
+            if body.len() + chunk.len() > MAX_RESPONSE_BYTES {
+                // Keep what fits: the caller will see a truncated (hence malformed) body and say so.
+                break;
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(Response {
+            status,
+            headers,
+            body: body.freeze(),
+            method: call.method.clone(),
+            path: url.path().to_string(),
+        })
+    }
+
+    /// Turns a non-2xx response into `Rejected`.
+    pub(crate) fn expect_success(&self, resp: Response) -> Result<Response, BmcError> {
+        if resp.status.is_success() {
+            Ok(resp)
+        } else {
+            Err(self.rejected(&resp))
+        }
+    }
+
+    pub(crate) fn rejected(&self, resp: &Response) -> BmcError {
+        BmcError::Rejected {
+            endpoint: self.label.clone(),
+            method: resp.method.to_string(),
+            path: resp.path.clone(),
+            status: resp.status.as_u16(),
+            message_ids: error_message_ids(&resp.body),
+            body_snippet: self.snippet(&resp.body),
+        }
+    }
+
+    pub(crate) fn decode<T: DeserializeOwned>(&self, resp: &Response) -> Result<T, BmcError> {
+        serde_json::from_slice(&resp.body)
+            .map_err(|e| self.protocol(resp, &format!("response is not the expected JSON: {e}")))
+    }
+
+    pub(crate) fn protocol(&self, resp: &Response, reason: &str) -> BmcError {
+        BmcError::Protocol {
+            endpoint: self.label.clone(),
+            method: resp.method.to_string(),
+            path: resp.path.clone(),
+            status: Some(resp.status.as_u16()),
+            reason: reason.to_string(),
+            body_snippet: self.snippet(&resp.body),
+        }
+    }
+
+    fn snippet(&self, body: &[u8]) -> String {
+        let session = self.current_session();
+        let token = session.as_ref().map(|s| s.token.expose_secret().to_string());
+        let mut secrets = vec![self.credentials.password()];
+        if let Some(t) = token.as_deref() {
+            secrets.push(t);
+        }
+        redacted_snippet(body, &secrets)
+    }
+}
+
+fn basic_header(credentials: &Credentials) -> HeaderValue {
+    let raw = format!("{}:{}", credentials.username(), credentials.password());
+    let mut value = HeaderValue::from_str(&format!("Basic {}", base64_encode(raw.as_bytes())))
+        .unwrap_or_else(|_| HeaderValue::from_static("Basic"));
+    value.set_sensitive(true);
+    value
+}
+
+fn token_header(token: &SecretString) -> HeaderValue {
+    // A token with bytes illegal in a header can only come from a broken BMC; sending an empty value
+    // makes the next request fail with 401, which re-logs in, which reports AuthFailed if it persists.
+    let mut value = HeaderValue::from_str(token.expose_secret()).unwrap_or_else(|_| HeaderValue::from_static(""));
+    value.set_sensitive(true);
+    value
+}
+
+/// Standard base64 (RFC 4648) for the Basic header; a dozen lines instead of another dependency.
+fn base64_encode(input: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(input.len().div_ceil(3) * 4);
+    for chunk in input.chunks(3) {
+        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(char::from(ALPHABET[((n >> (18 - 6 * i)) & 0x3f) as usize]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+fn is_busy(status: StatusCode) -> bool {
+    matches!(
+        status,
+        StatusCode::SERVICE_UNAVAILABLE
+            | StatusCode::TOO_MANY_REQUESTS
+            | StatusCode::BAD_GATEWAY
+            | StatusCode::GATEWAY_TIMEOUT
+    )
+}
+
+/// `Retry-After` as delta-seconds (what BMCs send). HTTP-date values are ignored: a BMC's clock is
+/// often wrong by hours, so a date from it would be meaningless; backoff applies instead.
+pub(crate) fn parse_retry_after(headers: &HeaderMap) -> Option<Duration> {
+    let raw = headers.get(RETRY_AFTER)?.to_str().ok()?.trim();
+    raw.parse::<u64>().ok().map(Duration::from_secs)
+}
+
+/// Exponential backoff with "equal jitter": half fixed, half random, so retries from many workers
+/// spread out but never collapse to an immediate hammering retry.
+pub(crate) fn backoff(policy: &RetryPolicy, attempt: u32) -> Duration {
+    use rand::Rng;
+    let exp = attempt.saturating_sub(1).min(20);
+    let full = policy.base_delay.saturating_mul(1u32 << exp).min(policy.max_delay);
+    let half = full / 2;
+    let jitter_ms = u64::try_from(half.as_millis()).unwrap_or(u64::MAX);
+    let extra = if jitter_ms == 0 {
+        Duration::ZERO
+    } else {
+        Duration::from_millis(rand::rng().random_range(0..=jitter_ms))
+    };
+    half + extra
+}
+
+/// Registry message ids from a Redfish error body (`error.@Message.ExtendedInfo[].MessageId`).
+pub(crate) fn error_message_ids(body: &[u8]) -> Vec<String> {
+    let Ok(value) = serde_json::from_slice::<serde_json::Value>(body) else {
+        return Vec::new();
+    };
+    value
+        .pointer("/error/@Message.ExtendedInfo")
+        .and_then(|v| v.as_array())
+        .map(|infos| {
+            infos
+                .iter()
+                .filter_map(|i| i.get("MessageId").and_then(|m| m.as_str()).map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_matches_rfc4648_vectors() {
+        for (input, expected) in [
+            ("", ""),
+            ("f", "Zg=="),
+            ("fo", "Zm8="),
+            ("foo", "Zm9v"),
+            ("foob", "Zm9vYg=="),
+            ("fooba", "Zm9vYmE="),
+            ("foobar", "Zm9vYmFy"),
+            ("root:0penBmc", "cm9vdDowcGVuQm1j"),
+        ] {
+            assert_eq!(base64_encode(input.as_bytes()), expected, "{input}");
+        }
+    }
+
+    #[test]
+    fn backoff_grows_is_capped_and_jittered_within_bounds() {
+        let policy = RetryPolicy {
+            base_delay: Duration::from_millis(100),
+            max_delay: Duration::from_millis(1000),
+            ..RetryPolicy::default()
+        };
+        for attempt in 1..=10u32 {
+            let full = Duration::from_millis(100 * (1u64 << (attempt - 1))).min(Duration::from_millis(1000));
+            for _ in 0..50 {
+                let d = backoff(&policy, attempt);
+                assert!(
+                    d >= full / 2 && d <= full,
+                    "attempt {attempt}: {d:?} outside [{:?}, {full:?}]",
+                    full / 2
+                );
+            }
+        }
+        let samples: std::collections::HashSet<_> = (0..50).map(|_| backoff(&policy, 4)).collect();
+        assert!(samples.len() > 1, "no jitter");
+    }
+
+    #[test]
+    fn retry_after_parses_seconds_only() {
+        let mut h = HeaderMap::new();
+        assert_eq!(parse_retry_after(&h), None);
+        h.insert(RETRY_AFTER, HeaderValue::from_static(" 7 "));
+        assert_eq!(parse_retry_after(&h), Some(Duration::from_secs(7)));
+        h.insert(RETRY_AFTER, HeaderValue::from_static("Wed, 21 Oct 2015 07:28:00 GMT"));
+        assert_eq!(parse_retry_after(&h), None);
+    }
+
+    #[test]
+    fn message_ids_from_error_body() {
+        let body = br#"{"error":{"code":"Base.1.8.GeneralError","@Message.ExtendedInfo":[{"MessageId":"Base.1.8.ActionParameterMissing"},{"Message":"x"}]}}"#;
+        assert_eq!(
+            error_message_ids(body),
+            vec!["Base.1.8.ActionParameterMissing".to_string()]
+        );
+        assert!(error_message_ids(b"<html>").is_empty());
+    }
+
+    #[test]
+    fn base_url_with_credentials_is_refused() {
+        let endpoint = BmcEndpoint::new(
+            Url::parse("https://root:pw@10.0.0.1").unwrap(),
+            Credentials::new("root", "pw"),
+        );
+        let err = Transport::new(&endpoint, &HttpClients::new()).unwrap_err();
+        assert_eq!(err.kind(), "config");
+        assert!(!format!("{err} {err:?}").contains(":pw"));
+    }
+
+    #[test]
+    fn missing_ca_bundle_is_a_config_error() {
+        let endpoint = BmcEndpoint::new(Url::parse("https://10.0.0.1").unwrap(), Credentials::new("root", "pw"))
+            .with_tls(TlsTrust::CaBundle {
+                path: "/nonexistent/ca.pem".into(),
+            });
+        let err = Transport::new(&endpoint, &HttpClients::new()).unwrap_err();
+        assert_eq!(err.kind(), "config");
+    }
+}
