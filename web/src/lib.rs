@@ -1,1 +1,96 @@
-//! placeholder
+//! The HTTP face of the controller: the JSON API under `/api/v1`, its
+//! OpenAPI document, `/healthz` and `/metrics`.
+//!
+//! Invariant: this is the only crate that knows HTTP wire types; handlers
+//! are thin — they parse, call the datastore or engine, and map errors with
+//! [`ApiError`], which never exposes internals.
+
+mod api;
+mod error;
+mod metrics;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use orchestrator_db::Db;
+use tokio::net::TcpListener;
+use tower_http::limit::RequestBodyLimitLayer;
+use tower_http::timeout::TimeoutLayer;
+
+pub use api::ApiDoc;
+pub use error::ApiError;
+pub use metrics::Metrics;
+
+/// Largest request body accepted; a node import of 100,000 rows fits.
+const MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
+
+/// A request still running after this is answered 408 rather than holding
+/// a connection forever.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// What every handler can reach.
+#[derive(Debug, Clone)]
+pub struct AppState {
+    /// The datastore.
+    pub db: Db,
+    /// The controller's own metrics.
+    pub metrics: Arc<Metrics>,
+}
+
+impl AppState {
+    /// State around a datastore, with fresh metrics.
+    pub fn new(db: Db) -> Self {
+        Self {
+            db,
+            metrics: Arc::new(Metrics::new()),
+        }
+    }
+}
+
+/// The whole HTTP application.
+pub fn app(state: AppState) -> Router {
+    Router::new()
+        .nest("/api/v1", api::router())
+        .route("/healthz", get(healthz))
+        .route("/metrics", get(metrics::render))
+        .fallback(not_found)
+        .layer(axum::middleware::from_fn_with_state(state.clone(), metrics::track))
+        .layer(RequestBodyLimitLayer::new(MAX_BODY_BYTES))
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::REQUEST_TIMEOUT,
+            REQUEST_TIMEOUT,
+        ))
+        .with_state(state)
+}
+
+/// Serves `app` on an already-bound listener until `shutdown` resolves, then
+/// finishes in-flight requests. Taking a bound listener lets tests bind
+/// port 0 and lets the caller report the real address.
+pub async fn serve(
+    listener: TcpListener,
+    state: AppState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, app(state)).with_graceful_shutdown(shutdown).await
+}
+
+/// Liveness and readiness in one: 200 when the database answers.
+async fn healthz(State(state): State<AppState>) -> impl IntoResponse {
+    match state.db.ping().await {
+        Ok(()) => (StatusCode::OK, "ok\n"),
+        Err(err) => {
+            tracing::warn!(error = %err, "health check: database unreachable");
+            (StatusCode::SERVICE_UNAVAILABLE, "database unreachable\n")
+        }
+    }
+}
+
+async fn not_found() -> ApiError {
+    ApiError::NotFound("no such route".into())
+}

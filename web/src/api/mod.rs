@@ -1,0 +1,96 @@
+//! `/api/v1`: nodes, releases with their qualification, and the audit log.
+
+mod audit;
+mod nodes;
+mod releases;
+
+use axum::extract::{FromRequest, FromRequestParts};
+use axum::http::request::Parts;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use utoipa::OpenApi;
+
+use crate::AppState;
+use crate::error::{ApiError, ErrorBody, ErrorDetail};
+
+/// JSON body extractor whose rejections are [`ApiError`]s (a 400 with the
+/// line and column of a syntax error, or the field of a type error).
+#[derive(Debug, FromRequest)]
+#[from_request(via(axum::Json), rejection(ApiError))]
+pub struct ApiJson<T>(pub T);
+
+impl<T: serde::Serialize> IntoResponse for ApiJson<T> {
+    fn into_response(self) -> Response {
+        Json(self.0).into_response()
+    }
+}
+
+/// Query-string extractor with [`ApiError`] rejections.
+#[derive(Debug, FromRequestParts)]
+#[from_request(via(axum::extract::Query), rejection(ApiError))]
+pub struct ApiQuery<T>(pub T);
+
+/// Path-parameter extractor with [`ApiError`] rejections.
+#[derive(Debug, FromRequestParts)]
+#[from_request(via(axum::extract::Path), rejection(ApiError))]
+pub struct ApiPath<T>(pub T);
+
+/// Who is making a request, as recorded in the audit log.
+///
+/// Until authentication lands every API call is attributed to `api`; the
+/// extractor is the one place that will change.
+#[derive(Debug, Clone)]
+pub struct Actor(pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for Actor {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(_parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        Ok(Actor("api".to_owned()))
+    }
+}
+
+/// The OpenAPI document, generated from the handlers and records.
+#[derive(Debug, OpenApi)]
+#[openapi(
+    info(title = "Waveguard API", description = "Firmware staged-rollout orchestrator for accelerator fleets."),
+    paths(
+        nodes::list_nodes,
+        nodes::import_nodes,
+        nodes::get_node,
+        releases::list_releases,
+        releases::add_release,
+        releases::get_release,
+        releases::transition_release,
+        releases::list_gate_results,
+        releases::record_gate_result,
+        audit::list_audit,
+    ),
+    components(schemas(ErrorBody, ErrorDetail)),
+    tags(
+        (name = "nodes", description = "The fleet: servers and their BMCs"),
+        (name = "releases", description = "Firmware releases and their qualification"),
+        (name = "audit", description = "The append-only audit log"),
+    )
+)]
+pub struct ApiDoc;
+
+pub(crate) fn router() -> Router<AppState> {
+    Router::new()
+        .route("/openapi.json", get(openapi))
+        .route("/nodes", get(nodes::list_nodes).post(nodes::import_nodes))
+        .route("/nodes/{name}", get(nodes::get_node))
+        .route("/releases", get(releases::list_releases).post(releases::add_release))
+        .route("/releases/{id}", get(releases::get_release))
+        .route("/releases/{id}/transition", post(releases::transition_release))
+        .route(
+            "/releases/{id}/qualification",
+            get(releases::list_gate_results).post(releases::record_gate_result),
+        )
+        .route("/audit", get(audit::list_audit))
+}
+
+async fn openapi() -> Json<utoipa::openapi::OpenApi> {
+    Json(ApiDoc::openapi())
+}

@@ -1,0 +1,123 @@
+//! The controller's own Prometheus metrics, in an explicit registry (no
+//! process globals, so every test app has its own).
+
+use std::sync::Mutex;
+use std::time::Instant;
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::{StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use crate::AppState;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    method: String,
+    /// The route template (`/api/v1/releases/{id}`), never the raw path, so
+    /// cardinality stays bounded.
+    route: String,
+    status: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildLabels {
+    version: String,
+}
+
+fn latency_histogram() -> Histogram {
+    // 1 ms to ~16 s.
+    Histogram::new(exponential_buckets(0.001, 2.0, 15))
+}
+
+/// Metrics registry and the instruments the web layer updates.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Mutex<Registry>,
+    requests: Family<RequestLabels, Counter>,
+    latency: Family<RequestLabels, Histogram, fn() -> Histogram>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// A registry with the HTTP and build-info metrics registered.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("waveguard");
+        let requests = Family::<RequestLabels, Counter>::default();
+        let latency = Family::<RequestLabels, Histogram, fn() -> Histogram>::new_with_constructor(latency_histogram);
+        let build = Family::<BuildLabels, Gauge>::default();
+        build
+            .get_or_create(&BuildLabels {
+                version: env!("CARGO_PKG_VERSION").to_owned(),
+            })
+            .set(1);
+        registry.register("http_requests", "HTTP requests served", requests.clone());
+        registry.register("http_request_duration_seconds", "HTTP request latency", latency.clone());
+        registry.register("build_info", "Waveguard build", build);
+        Self {
+            registry: Mutex::new(registry),
+            requests,
+            latency,
+        }
+    }
+
+    /// Lets other components (engine, collectors) add their metrics.
+    pub fn with_registry<R>(&self, f: impl FnOnce(&mut Registry) -> R) -> R {
+        let mut registry = self.registry.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        f(&mut registry)
+    }
+
+    /// The exposition text.
+    pub fn encode(&self) -> Result<String, std::fmt::Error> {
+        let mut text = String::new();
+        self.with_registry(|registry| prometheus_client::encoding::text::encode(&mut text, registry))?;
+        Ok(text)
+    }
+}
+
+pub(crate) async fn track(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
+    let method = request.method().to_string();
+    let started = Instant::now();
+    let response = next.run(request).await;
+    let labels = RequestLabels {
+        method,
+        route,
+        status: response.status().as_u16(),
+    };
+    state.metrics.requests.get_or_create(&labels).inc();
+    state
+        .metrics
+        .latency
+        .get_or_create(&labels)
+        .observe(started.elapsed().as_secs_f64());
+    response
+}
+
+pub(crate) async fn render(State(state): State<AppState>) -> Response {
+    match state.metrics.encode() {
+        Ok(text) => (
+            [(
+                header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            text,
+        )
+            .into_response(),
+        Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+    }
+}
