@@ -1,0 +1,1029 @@
+//! Edge cases against a small in-process Redfish fake (axum on a loopback port): session handling,
+//! busy and slow BMCs, malformed answers, task polling, events, discovery concurrency.
+//!
+//! The fake is deliberately dumb and scripted; the realistic flows run against `bmc-sim` in
+//! `tests/sim.rs`.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use orchestrator_bmc::{
+    ApplyTime, AuthMode, Bmc, BmcEndpoint, BmcError, Credentials, EventCursor, HttpClients, RedfishBmc, ResetKind,
+    ResetTarget, RetryPolicy, SensorKind, TaskHandle, TaskState, Timeouts, UpdateMethod, UpdateRequest,
+};
+use serde_json::{Value, json};
+
+const PASSWORD: &str = "s3cr3t-Pa55";
+
+/// A scripted answer for one path: status, extra headers, body; consumed front to back, the last
+/// one repeats.
+#[derive(Clone)]
+struct Scripted {
+    status: u16,
+    headers: Vec<(&'static str, String)>,
+    body: String,
+    delay: Duration,
+}
+
+fn answer(status: u16, body: impl Into<String>) -> Scripted {
+    Scripted {
+        status,
+        headers: vec![],
+        body: body.into(),
+        delay: Duration::ZERO,
+    }
+}
+
+#[derive(Default)]
+struct FakeState {
+    tokens: HashSet<String>,
+    logins: usize,
+    /// Tokens stop working after this many authenticated requests (simulated session expiry).
+    expire_after: Option<usize>,
+    authed_requests: usize,
+    scripts: HashMap<String, VecDeque<Scripted>>,
+    requests: Vec<(Method, String, HeaderMap, Bytes)>,
+}
+
+#[derive(Clone, Default)]
+struct Fake {
+    state: Arc<Mutex<FakeState>>,
+    in_flight: Arc<AtomicUsize>,
+    max_in_flight: Arc<AtomicUsize>,
+}
+
+impl Fake {
+    fn script(&self, path: &str, answers: Vec<Scripted>) {
+        self.state
+            .lock()
+            .unwrap()
+            .scripts
+            .insert(path.to_string(), answers.into());
+    }
+
+    fn count(&self, method: &Method, path: &str) -> usize {
+        let s = self.state.lock().unwrap();
+        s.requests
+            .iter()
+            .filter(|(m, p, _, _)| m == method && p == path)
+            .count()
+    }
+
+    fn logins(&self) -> usize {
+        self.state.lock().unwrap().logins
+    }
+
+    fn last_request(&self, method: &Method, path: &str) -> Option<(HeaderMap, Bytes)> {
+        let s = self.state.lock().unwrap();
+        s.requests
+            .iter()
+            .rev()
+            .find(|(m, p, _, _)| m == method && p == path)
+            .map(|(_, _, h, b)| (h.clone(), b.clone()))
+    }
+}
+
+async fn handle(State(fake): State<Fake>, method: Method, uri: Uri, headers: HeaderMap, body: Bytes) -> Response {
+    let now = fake.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+    fake.max_in_flight.fetch_max(now, Ordering::SeqCst);
+    let response = respond(&fake, method, uri, headers, body).await;
+    fake.in_flight.fetch_sub(1, Ordering::SeqCst);
+    response
+}
+
+async fn respond(fake: &Fake, method: Method, uri: Uri, headers: HeaderMap, body: Bytes) -> Response {
+    let path = uri.path().to_string();
+    let scripted = {
+        let mut s = fake.state.lock().unwrap();
+        s.requests
+            .push((method.clone(), path.clone(), headers.clone(), body.clone()));
+        match s.scripts.get_mut(&path) {
+            Some(q) if q.len() > 1 => q.pop_front(),
+            Some(q) => q.front().cloned(),
+            None => None,
+        }
+    };
+    if let Some(sc) = &scripted
+        && sc.delay > Duration::ZERO
+    {
+        tokio::time::sleep(sc.delay).await;
+    }
+
+    if path == "/redfish/v1/SessionService/Sessions" && method == Method::POST {
+        let req: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        let mut s = fake.state.lock().unwrap();
+        s.logins += 1;
+        if req["UserName"] == "root" && req["Password"] == PASSWORD {
+            let token = format!("tok-{}", s.logins);
+            s.tokens.insert(token.clone());
+            s.authed_requests = 0;
+            return (
+                StatusCode::CREATED,
+                [
+                    ("X-Auth-Token", token.clone()),
+                    ("Location", format!("/redfish/v1/SessionService/Sessions/{}", s.logins)),
+                ],
+                json!({"Id": s.logins.to_string(), "UserName": "root", "Password": null}).to_string(),
+            )
+                .into_response();
+        }
+        // Echo the attempted password, as a buggy BMC might: it must never reach our errors.
+        return (
+            StatusCode::UNAUTHORIZED,
+            json!({"error": {"message": format!("bad password {}", PASSWORD)}}).to_string(),
+        )
+            .into_response();
+    }
+
+    if path != "/redfish/v1" && path != "/redfish/v1/" {
+        let mut s = fake.state.lock().unwrap();
+        let token_ok = headers
+            .get("x-auth-token")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|t| s.tokens.contains(t));
+        let basic_ok =
+            headers.get("authorization").and_then(|v| v.to_str().ok()) == Some("Basic cm9vdDpzM2NyM3QtUGE1NQ=="); // root:s3cr3t-Pa55
+        if !(token_ok || basic_ok) {
+            return (StatusCode::UNAUTHORIZED, "{}").into_response();
+        }
+        s.authed_requests += 1;
+        if let Some(limit) = s.expire_after
+            && s.authed_requests > limit
+            && token_ok
+        {
+            s.tokens.clear();
+            return (StatusCode::UNAUTHORIZED, "{}").into_response();
+        }
+    }
+
+    if let Some(sc) = scripted {
+        let mut resp = (StatusCode::from_u16(sc.status).unwrap(), sc.body).into_response();
+        for (name, value) in sc.headers {
+            resp.headers_mut().insert(name, value.parse().unwrap());
+        }
+        return resp;
+    }
+    (
+        StatusCode::NOT_FOUND,
+        json!({"error": {"code": "Base.1.0.ResourceMissingAtURI"}}).to_string(),
+    )
+        .into_response()
+}
+
+async fn start(fake: &Fake) -> SocketAddr {
+    let app = Router::new().fallback(handle).with_state(fake.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        axum::serve(listener, app).await.unwrap();
+    });
+    addr
+}
+
+fn quick_retry() -> RetryPolicy {
+    RetryPolicy {
+        max_retries: 3,
+        base_delay: Duration::from_millis(20),
+        max_delay: Duration::from_millis(100),
+        max_retry_after: Duration::from_secs(2),
+        deadline: Duration::from_secs(10),
+    }
+}
+
+fn endpoint(addr: SocketAddr) -> BmcEndpoint {
+    BmcEndpoint::new(
+        format!("http://{addr}").parse().unwrap(),
+        Credentials::new("root", PASSWORD),
+    )
+    .with_retry(quick_retry())
+    .with_timeouts(Timeouts {
+        connect: Duration::from_millis(500),
+        request: Duration::from_millis(500),
+        upload: Duration::from_millis(500),
+        probe: Duration::from_millis(500),
+    })
+}
+
+fn bmc(addr: SocketAddr) -> RedfishBmc {
+    RedfishBmc::new(&endpoint(addr), &HttpClients::new()).unwrap()
+}
+
+fn inventory_fixture(fake: &Fake) {
+    fake.script(
+        "/redfish/v1/UpdateService/FirmwareInventory",
+        vec![answer(
+            200,
+            json!({"Members": [
+                {"@odata.id": "/redfish/v1/UpdateService/FirmwareInventory/BMC_Firmware"},
+                {"@odata.id": "/redfish/v1/UpdateService/FirmwareInventory/HGX_FW_GPU_0"}
+            ]})
+            .to_string(),
+        )],
+    );
+    fake.script(
+        "/redfish/v1/UpdateService/FirmwareInventory/BMC_Firmware",
+        vec![answer(
+            200,
+            json!({"@odata.id": "/redfish/v1/UpdateService/FirmwareInventory/BMC_Firmware", "Id": "BMC_Firmware",
+                   "Version": "24.04.1", "Updateable": true, "SoftwareId": "bmc",
+                   "Status": {"State": "Enabled", "Health": "OK"}})
+            .to_string(),
+        )],
+    );
+    fake.script(
+        "/redfish/v1/UpdateService/FirmwareInventory/HGX_FW_GPU_0",
+        vec![answer(
+            200,
+            json!({"@odata.id": "/redfish/v1/UpdateService/FirmwareInventory/HGX_FW_GPU_0", "Id": "HGX_FW_GPU_0",
+                   "Version": "96.00.5E.00.01", "SoftwareId": "gpu"})
+            .to_string(),
+        )],
+    );
+}
+
+#[tokio::test]
+async fn inventory_over_a_session_with_linked_members() {
+    let fake = Fake::default();
+    inventory_fixture(&fake);
+    let addr = start(&fake).await;
+    let bmc = bmc(addr);
+
+    let inv = bmc.firmware_inventory().await.unwrap();
+    assert_eq!(inv.len(), 2);
+    assert_eq!(inv[0].id, "BMC_Firmware");
+    assert_eq!(inv[0].version.as_deref(), Some("24.04.1"));
+    assert!(inv[0].updateable);
+    assert_eq!(inv[0].health.as_deref(), Some("OK"));
+    assert_eq!(inv[1].uri, "/redfish/v1/UpdateService/FirmwareInventory/HGX_FW_GPU_0");
+    assert!(!inv[1].updateable, "absent Updateable must read as false");
+    assert!(inv[1].parsed_version().is_some());
+    assert_eq!(fake.logins(), 1, "one session for all requests");
+
+    // A second read reuses the session.
+    bmc.firmware_inventory().await.unwrap();
+    assert_eq!(fake.logins(), 1);
+
+    bmc.logout().await.unwrap();
+    assert_eq!(fake.count(&Method::DELETE, "/redfish/v1/SessionService/Sessions/1"), 1);
+}
+
+#[tokio::test]
+async fn expired_session_triggers_one_relogin() {
+    let fake = Fake::default();
+    inventory_fixture(&fake);
+    fake.state.lock().unwrap().expire_after = Some(2);
+    let addr = start(&fake).await;
+    let bmc = bmc(addr);
+
+    let inv = bmc.firmware_inventory().await.unwrap();
+    assert_eq!(inv.len(), 2);
+    assert_eq!(
+        fake.logins(),
+        2,
+        "session expired after two requests; exactly one re-login"
+    );
+}
+
+#[tokio::test]
+async fn wrong_password_is_auth_failed_without_leaking_it() {
+    let fake = Fake::default();
+    inventory_fixture(&fake);
+    let addr = start(&fake).await;
+    let ep = BmcEndpoint::new(
+        format!("http://{addr}").parse().unwrap(),
+        Credentials::new("root", "wrong-pw-123"),
+    )
+    .with_retry(quick_retry());
+    let bmc = RedfishBmc::new(&ep, &HttpClients::new()).unwrap();
+
+    let err = bmc.firmware_inventory().await.unwrap_err();
+    assert!(matches!(err, BmcError::AuthFailed { status: 401, .. }), "{err:?}");
+    assert!(!err.is_transient());
+    let text = format!("{err} {err:?}");
+    assert!(!text.contains("wrong-pw-123") && !text.contains(PASSWORD), "{text}");
+    assert_eq!(
+        fake.logins(),
+        1,
+        "a rejected login is not retried (it could lock the account)"
+    );
+}
+
+#[tokio::test]
+async fn basic_auth_sends_the_header_and_no_session() {
+    let fake = Fake::default();
+    inventory_fixture(&fake);
+    let addr = start(&fake).await;
+    let bmc = RedfishBmc::new(&endpoint(addr).with_auth(AuthMode::Basic), &HttpClients::new()).unwrap();
+    assert_eq!(bmc.firmware_inventory().await.unwrap().len(), 2);
+    assert_eq!(fake.logins(), 0);
+}
+
+#[tokio::test]
+async fn busy_bmc_is_retried_honouring_retry_after() {
+    let fake = Fake::default();
+    inventory_fixture(&fake);
+    let busy = Scripted {
+        headers: vec![("Retry-After", "1".to_string())],
+        ..answer(503, "{}")
+    };
+    fake.script(
+        "/redfish/v1/UpdateService/FirmwareInventory",
+        vec![
+            busy.clone(),
+            answer(
+                200,
+                json!({"Members": [{"@odata.id": "/redfish/v1/UpdateService/FirmwareInventory/BMC_Firmware"}]})
+                    .to_string(),
+            ),
+        ],
+    );
+    let addr = start(&fake).await;
+    let bmc = bmc(addr);
+    let started = Instant::now();
+    let inv = bmc.firmware_inventory().await.unwrap();
+    assert_eq!(inv.len(), 1);
+    assert!(
+        started.elapsed() >= Duration::from_millis(950),
+        "Retry-After: 1 must be honoured, waited only {:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        fake.count(&Method::GET, "/redfish/v1/UpdateService/FirmwareInventory"),
+        2
+    );
+}
+
+#[tokio::test]
+async fn always_busy_bmc_gives_unavailable_after_the_retry_budget() {
+    let fake = Fake::default();
+    fake.script(
+        "/redfish/v1/UpdateService/FirmwareInventory",
+        vec![Scripted {
+            headers: vec![("Retry-After", "0".to_string())],
+            ..answer(503, "busy")
+        }],
+    );
+    let addr = start(&fake).await;
+    let err = bmc(addr).firmware_inventory().await.unwrap_err();
+    match &err {
+        BmcError::Unavailable {
+            status,
+            attempts,
+            retry_after,
+            ..
+        } => {
+            assert_eq!(*status, 503);
+            assert_eq!(*attempts, 4, "1 attempt + 3 retries");
+            assert_eq!(*retry_after, Some(Duration::ZERO));
+        }
+        other => panic!("expected Unavailable, got {other:?}"),
+    }
+    assert!(err.is_transient());
+    assert_eq!(
+        fake.count(&Method::GET, "/redfish/v1/UpdateService/FirmwareInventory"),
+        4
+    );
+}
+
+#[tokio::test]
+async fn retry_after_beyond_the_deadline_stops_at_once() {
+    let fake = Fake::default();
+    fake.script(
+        "/redfish/v1/UpdateService/FirmwareInventory",
+        vec![Scripted {
+            headers: vec![("Retry-After", "3600".to_string())],
+            ..answer(503, "busy")
+        }],
+    );
+    let addr = start(&fake).await;
+    let ep = endpoint(addr).with_retry(RetryPolicy {
+        max_retry_after: Duration::from_secs(3600),
+        deadline: Duration::from_secs(5),
+        ..quick_retry()
+    });
+    let started = Instant::now();
+    let err = RedfishBmc::new(&ep, &HttpClients::new())
+        .unwrap()
+        .firmware_inventory()
+        .await
+        .unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "must not sleep past the deadline"
+    );
+    assert!(
+        matches!(err, BmcError::Unavailable { retry_after: Some(d), .. } if d == Duration::from_secs(3600)),
+        "{err:?}"
+    );
+}
+
+#[tokio::test]
+async fn slow_get_times_out_after_retries() {
+    let fake = Fake::default();
+    fake.script(
+        "/redfish/v1/UpdateService/FirmwareInventory",
+        vec![Scripted {
+            delay: Duration::from_secs(3),
+            ..answer(200, "{}")
+        }],
+    );
+    let addr = start(&fake).await;
+    let started = Instant::now();
+    let err = bmc(addr).firmware_inventory().await.unwrap_err();
+    assert!(matches!(err, BmcError::Timeout { attempts: 4, .. }), "{err:?}");
+    assert!(err.is_transient());
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "per-request timeout must apply"
+    );
+}
+
+#[tokio::test]
+async fn slow_update_push_is_outcome_unknown_and_never_resent() {
+    let fake = Fake::default();
+    fake.script(
+        "/redfish/v1/UpdateService",
+        vec![answer(
+            200,
+            json!({"MultipartHttpPushUri": "/redfish/v1/UpdateService/upload"}).to_string(),
+        )],
+    );
+    fake.script(
+        "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate",
+        vec![Scripted {
+            delay: Duration::from_secs(3),
+            ..answer(202, "{}")
+        }],
+    );
+    let addr = start(&fake).await;
+    let req = UpdateRequest {
+        method: UpdateMethod::SimpleUpdate {
+            image_uri: "http://images/gpu.fw".into(),
+            transfer_protocol: None,
+        },
+        targets: vec!["/redfish/v1/UpdateService/FirmwareInventory/HGX_FW_GPU_0".into()],
+        apply_time: Some(ApplyTime::OnReset),
+        force_update: None,
+    };
+    let err = bmc(addr).start_update(&req).await.unwrap_err();
+    assert!(matches!(err, BmcError::OutcomeUnknown { .. }), "{err:?}");
+    assert!(!err.is_transient(), "an ambiguous push must not be blindly retried");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        fake.count(
+            &Method::POST,
+            "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate"
+        ),
+        1
+    );
+}
+
+#[tokio::test]
+async fn busy_update_push_is_resent_because_503_means_not_processed() {
+    let fake = Fake::default();
+    fake.script("/redfish/v1/UpdateService", vec![answer(200, "{}")]);
+    fake.script(
+        "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate",
+        vec![
+            answer(503, ""),
+            Scripted {
+                headers: vec![("Location", "/redfish/v1/TaskService/Tasks/7".into())],
+                ..answer(202, "")
+            },
+        ],
+    );
+    let addr = start(&fake).await;
+    let req = UpdateRequest {
+        method: UpdateMethod::SimpleUpdate {
+            image_uri: "http://images/gpu.fw".into(),
+            transfer_protocol: Some("HTTP".into()),
+        },
+        targets: vec!["/redfish/v1/UpdateService/FirmwareInventory/HGX_FW_GPU_0".into()],
+        apply_time: Some(ApplyTime::OnReset),
+        force_update: Some(false),
+    };
+    let handle = bmc(addr).start_update(&req).await.unwrap();
+    assert_eq!(handle.monitor_uri, "/redfish/v1/TaskService/Tasks/7");
+    let (_, body) = fake
+        .last_request(
+            &Method::POST,
+            "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate",
+        )
+        .unwrap();
+    let sent: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(sent["ImageURI"], "http://images/gpu.fw");
+    assert_eq!(sent["TransferProtocol"], "HTTP");
+    assert_eq!(
+        sent["Targets"][0],
+        "/redfish/v1/UpdateService/FirmwareInventory/HGX_FW_GPU_0"
+    );
+    assert_eq!(sent["@Redfish.OperationApplyTime"], "OnReset");
+    assert_eq!(sent["ForceUpdate"], false);
+}
+
+#[tokio::test]
+async fn multipart_push_sends_parameters_then_image() {
+    let fake = Fake::default();
+    fake.script(
+        "/redfish/v1/UpdateService",
+        vec![answer(
+            200,
+            json!({"MultipartHttpPushUri": "/redfish/v1/UpdateService/upload"}).to_string(),
+        )],
+    );
+    fake.script(
+        "/redfish/v1/UpdateService/upload",
+        vec![answer(
+            202,
+            json!({"@odata.id": "/redfish/v1/TaskService/Tasks/3", "TaskState": "New"}).to_string(),
+        )],
+    );
+    let addr = start(&fake).await;
+    let image = bytes::Bytes::from_static(b"WGFW\x00\x01image-payload");
+    let req = UpdateRequest {
+        method: UpdateMethod::MultipartPush {
+            image: image.clone(),
+            filename: "gpu.fw".into(),
+        },
+        targets: vec!["/redfish/v1/UpdateService/FirmwareInventory/HGX_FW_GPU_0".into()],
+        apply_time: Some(ApplyTime::Immediate),
+        force_update: None,
+    };
+    let handle = bmc(addr).start_update(&req).await.unwrap();
+    assert_eq!(handle.poll_uri(), "/redfish/v1/TaskService/Tasks/3");
+
+    let (headers, body) = fake
+        .last_request(&Method::POST, "/redfish/v1/UpdateService/upload")
+        .unwrap();
+    let ct = headers.get("content-type").unwrap().to_str().unwrap();
+    assert!(ct.starts_with("multipart/form-data; boundary="), "{ct}");
+    let text = String::from_utf8_lossy(&body);
+    let params_at = text.find("name=\"UpdateParameters\"").expect("UpdateParameters part");
+    let file_at = text.find("name=\"UpdateFile\"").expect("UpdateFile part");
+    assert!(params_at < file_at, "parameters must precede the image");
+    assert!(text.contains(r#""@Redfish.OperationApplyTime":"Immediate""#), "{text}");
+    assert!(text.contains(r#""Targets":["/redfish/v1/UpdateService/FirmwareInventory/HGX_FW_GPU_0"]"#));
+    assert!(text.contains("image-payload"));
+}
+
+#[tokio::test]
+async fn multipart_push_without_push_uri_is_unsupported() {
+    let fake = Fake::default();
+    fake.script("/redfish/v1/UpdateService", vec![answer(200, "{}")]);
+    let addr = start(&fake).await;
+    let req = UpdateRequest {
+        method: UpdateMethod::MultipartPush {
+            image: bytes::Bytes::from_static(b"x"),
+            filename: "x".into(),
+        },
+        targets: vec![],
+        apply_time: None,
+        force_update: None,
+    };
+    let err = bmc(addr).start_update(&req).await.unwrap_err();
+    assert!(matches!(err, BmcError::Unsupported { .. }), "{err:?}");
+}
+
+#[tokio::test]
+async fn accepted_without_task_monitor_is_a_protocol_error() {
+    let fake = Fake::default();
+    fake.script("/redfish/v1/UpdateService", vec![answer(200, "{}")]);
+    fake.script(
+        "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate",
+        vec![answer(202, "")],
+    );
+    let addr = start(&fake).await;
+    let req = UpdateRequest {
+        method: UpdateMethod::SimpleUpdate {
+            image_uri: "http://i/x".into(),
+            transfer_protocol: None,
+        },
+        targets: vec![],
+        apply_time: None,
+        force_update: None,
+    };
+    let err = bmc(addr).start_update(&req).await.unwrap_err();
+    assert!(matches!(err, BmcError::Protocol { status: Some(202), .. }), "{err:?}");
+}
+
+#[tokio::test]
+async fn task_polling_reports_progress_then_failure_with_messages() {
+    let fake = Fake::default();
+    fake.script(
+        "/redfish/v1/TaskService/Tasks/9",
+        vec![
+            answer(
+                200,
+                json!({"Id": "9", "TaskState": "Running", "PercentComplete": 40}).to_string(),
+            ),
+            answer(
+                200,
+                json!({"Id": "9", "TaskState": "Exception", "PercentComplete": 100, "Messages": [
+                    {"MessageId": "Update.1.0.ApplyFailed", "Message": "flash write failed",
+                     "MessageArgs": ["HGX_FW_GPU_0"], "MessageSeverity": "Critical"}]})
+                .to_string(),
+            ),
+        ],
+    );
+    let addr = start(&fake).await;
+    let bmc = bmc(addr);
+    let handle = TaskHandle {
+        monitor_uri: "/redfish/v1/TaskService/Tasks/9".into(),
+        task_uri: None,
+    };
+    let status = bmc.poll_task(&handle).await.unwrap();
+    assert_eq!(status.state, TaskState::Running);
+    assert_eq!(status.percent_complete, Some(40));
+    let err = bmc.poll_task(&handle).await.unwrap_err();
+    match err {
+        BmcError::TaskFailed { state, messages, .. } => {
+            assert_eq!(state, TaskState::Exception);
+            assert_eq!(messages[0].message_id.as_deref(), Some("Update.1.0.ApplyFailed"));
+            assert_eq!(messages[0].message_args, vec!["HGX_FW_GPU_0".to_string()]);
+            assert_eq!(messages[0].severity.as_deref(), Some("Critical"));
+        }
+        other => panic!("expected TaskFailed, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn task_monitor_without_body_means_running_then_done() {
+    let fake = Fake::default();
+    fake.script(
+        "/redfish/v1/TaskService/TaskMonitors/4",
+        vec![answer(202, ""), answer(204, "")],
+    );
+    let addr = start(&fake).await;
+    let bmc = bmc(addr);
+    let handle = TaskHandle {
+        monitor_uri: "/redfish/v1/TaskService/TaskMonitors/4".into(),
+        task_uri: None,
+    };
+    assert_eq!(bmc.poll_task(&handle).await.unwrap().state, TaskState::Running);
+    assert!(bmc.poll_task(&handle).await.unwrap().is_completed());
+}
+
+#[tokio::test]
+async fn task_monitor_on_another_host_is_refused() {
+    let fake = Fake::default();
+    let addr = start(&fake).await;
+    let handle = TaskHandle {
+        monitor_uri: "http://attacker.example/redfish/v1/TaskService/Tasks/1".into(),
+        task_uri: None,
+    };
+    let err = bmc(addr).poll_task(&handle).await.unwrap_err();
+    assert!(matches!(err, BmcError::Protocol { .. }), "{err:?}");
+}
+
+#[tokio::test]
+async fn malformed_json_is_a_protocol_error_with_a_redacted_snippet() {
+    let fake = Fake::default();
+    fake.script(
+        "/redfish/v1/UpdateService/FirmwareInventory",
+        vec![answer(200, format!("{{\"Members\": [ truncated... {PASSWORD}"))],
+    );
+    let addr = start(&fake).await;
+    let err = bmc(addr).firmware_inventory().await.unwrap_err();
+    match &err {
+        BmcError::Protocol {
+            body_snippet, status, ..
+        } => {
+            assert_eq!(*status, Some(200));
+            assert!(body_snippet.contains("truncated"), "{body_snippet}");
+            assert!(!body_snippet.contains(PASSWORD), "{body_snippet}");
+        }
+        other => panic!("expected Protocol, got {other:?}"),
+    }
+    assert!(!format!("{err:?}").contains(PASSWORD));
+}
+
+#[tokio::test]
+async fn wrong_shapes_are_protocol_errors_not_panics() {
+    for body in [
+        json!({"Members": "not-a-list"}).to_string(),
+        json!({"Members": [{"@odata.id": 42}]}).to_string(),
+        json!({"Members": [{"Version": {"nested": true}, "@odata.id": "/x"}]}).to_string(),
+        "null".to_string(),
+        String::new(),
+    ] {
+        let fake = Fake::default();
+        fake.script(
+            "/redfish/v1/UpdateService/FirmwareInventory",
+            vec![answer(200, body.clone())],
+        );
+        let addr = start(&fake).await;
+        let err = bmc(addr).firmware_inventory().await.unwrap_err();
+        assert!(matches!(err, BmcError::Protocol { .. }), "{body}: {err:?}");
+    }
+}
+
+#[tokio::test]
+async fn error_status_is_rejected_with_message_ids() {
+    let fake = Fake::default();
+    fake.script(
+        "/redfish/v1/UpdateService/FirmwareInventory",
+        vec![answer(
+            400,
+            json!({"error": {"code": "Base.1.8.GeneralError",
+                "@Message.ExtendedInfo": [{"MessageId": "Base.1.8.QueryNotSupported"}]}})
+            .to_string(),
+        )],
+    );
+    let addr = start(&fake).await;
+    let err = bmc(addr).firmware_inventory().await.unwrap_err();
+    assert!(
+        matches!(&err, BmcError::Rejected { status: 400, message_ids, .. } if message_ids == &["Base.1.8.QueryNotSupported"]),
+        "{err:?}"
+    );
+    assert!(!err.is_transient());
+}
+
+#[tokio::test]
+async fn refused_connection_is_unreachable() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    drop(listener);
+    let err = bmc(addr).firmware_inventory().await.unwrap_err();
+    assert!(matches!(err, BmcError::Unreachable { .. }), "{err:?}");
+    assert!(err.is_transient());
+    let err = bmc(addr).probe().await.unwrap_err();
+    assert!(matches!(err, BmcError::Unreachable { .. }), "{err:?}");
+}
+
+#[tokio::test]
+async fn probe_reads_the_service_root_anonymously() {
+    let fake = Fake::default();
+    fake.script(
+        "/redfish/v1",
+        vec![answer(
+            200,
+            json!({"RedfishVersion": "1.15.0", "UUID": "abc"}).to_string(),
+        )],
+    );
+    let addr = start(&fake).await;
+    let info = bmc(addr).probe().await.unwrap();
+    assert_eq!(info.redfish_version, "1.15.0");
+    assert_eq!(fake.logins(), 0, "the probe must not create sessions");
+}
+
+#[tokio::test]
+async fn resets_use_the_advertised_action_target() {
+    let fake = Fake::default();
+    fake.script(
+        "/redfish/v1/Managers",
+        vec![answer(
+            200,
+            json!({"Members": [{"@odata.id": "/redfish/v1/Managers/bmc"}]}).to_string(),
+        )],
+    );
+    fake.script(
+        "/redfish/v1/Managers/bmc",
+        vec![answer(
+            200,
+            json!({"Id": "bmc", "Actions": {"#Manager.Reset": {"target": "/redfish/v1/Managers/bmc/Actions/Manager.Reset"}}})
+                .to_string(),
+        )],
+    );
+    fake.script("/redfish/v1/Managers/bmc/Actions/Manager.Reset", vec![answer(204, "")]);
+    fake.script(
+        "/redfish/v1/Systems",
+        vec![answer(
+            200,
+            json!({"Members": [{"@odata.id": "/redfish/v1/Systems/1"}]}).to_string(),
+        )],
+    );
+    fake.script(
+        "/redfish/v1/Systems/1",
+        vec![answer(200, json!({"Id": "1"}).to_string())],
+    );
+    fake.script(
+        "/redfish/v1/Systems/1/Actions/ComputerSystem.Reset",
+        vec![Scripted {
+            headers: vec![("Location", "/redfish/v1/TaskService/Tasks/5".into())],
+            ..answer(202, "")
+        }],
+    );
+    let addr = start(&fake).await;
+    let bmc = bmc(addr);
+
+    assert_eq!(
+        bmc.reset(&ResetTarget::Manager(None), ResetKind::GracefulRestart)
+            .await
+            .unwrap(),
+        None
+    );
+    let (_, body) = fake
+        .last_request(&Method::POST, "/redfish/v1/Managers/bmc/Actions/Manager.Reset")
+        .unwrap();
+    assert_eq!(
+        serde_json::from_slice::<Value>(&body).unwrap()["ResetType"],
+        "GracefulRestart"
+    );
+
+    // No advertised target: the conventional action path is used.
+    let task = bmc
+        .reset(&ResetTarget::System(Some("1".into())), ResetKind::ForceRestart)
+        .await
+        .unwrap()
+        .expect("202 with Location is a task");
+    assert_eq!(task.monitor_uri, "/redfish/v1/TaskService/Tasks/5");
+
+    let err = bmc
+        .reset(&ResetTarget::System(Some("nope".into())), ResetKind::On)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, BmcError::Unsupported { .. }), "{err:?}");
+}
+
+#[tokio::test]
+async fn sensors_and_events_since_a_cursor() {
+    let fake = Fake::default();
+    fake.script(
+        "/redfish/v1/Chassis",
+        vec![answer(
+            200,
+            json!({"Members": [{"@odata.id": "/redfish/v1/Chassis/HGX"}]}).to_string(),
+        )],
+    );
+    fake.script(
+        "/redfish/v1/Chassis/HGX",
+        vec![answer(
+            200,
+            json!({"Id": "HGX", "Sensors": {"@odata.id": "/redfish/v1/Chassis/HGX/Sensors"}}).to_string(),
+        )],
+    );
+    fake.script(
+        "/redfish/v1/Chassis/HGX/Sensors",
+        vec![answer(
+            200,
+            json!({"Members": [
+                {"@odata.id": "/redfish/v1/Chassis/HGX/Sensors/GPU_0_Temp", "Id": "GPU_0_Temp", "Reading": 63.5,
+                 "ReadingType": "Temperature", "ReadingUnits": "Cel", "PhysicalContext": "GPU"},
+                {"@odata.id": "/redfish/v1/Chassis/HGX/Sensors/GPU_0_Power"}
+            ]})
+            .to_string(),
+        )],
+    );
+    fake.script(
+        "/redfish/v1/Chassis/HGX/Sensors/GPU_0_Power",
+        vec![answer(
+            200,
+            json!({"@odata.id": "/redfish/v1/Chassis/HGX/Sensors/GPU_0_Power", "Id": "GPU_0_Power", "Reading": 551.0,
+                   "ReadingType": "Power", "ReadingUnits": "W", "PhysicalContext": "GPU"})
+            .to_string(),
+        )],
+    );
+    fake.script(
+        "/redfish/v1/Systems",
+        vec![answer(
+            200,
+            json!({"Members": [{"@odata.id": "/redfish/v1/Systems/1"}]}).to_string(),
+        )],
+    );
+    fake.script(
+        "/redfish/v1/Systems/1",
+        vec![answer(
+            200,
+            json!({"Id": "1", "LogServices": {"@odata.id": "/redfish/v1/Systems/1/LogServices"}}).to_string(),
+        )],
+    );
+    fake.script(
+        "/redfish/v1/Systems/1/LogServices",
+        vec![answer(
+            200,
+            json!({"Members": [{"@odata.id": "/redfish/v1/Systems/1/LogServices/Dump"},
+                               {"@odata.id": "/redfish/v1/Systems/1/LogServices/EventLog"}]})
+            .to_string(),
+        )],
+    );
+    fake.script(
+        "/redfish/v1/Systems/1/LogServices/EventLog",
+        vec![answer(
+            200,
+            json!({"Id": "EventLog", "Entries": {"@odata.id": "/redfish/v1/Systems/1/LogServices/EventLog/Entries"}})
+                .to_string(),
+        )],
+    );
+    let entry = |id: &str, created: &str, msg: &str| {
+        json!({"@odata.id": format!("/redfish/v1/Systems/1/LogServices/EventLog/Entries/{id}"), "Id": id,
+               "Created": created, "Severity": "Warning", "MessageId": msg, "MessageArgs": ["GPU_0", "79"],
+               "EntryType": "Event",
+               "Links": {"OriginOfCondition": {"@odata.id": "/redfish/v1/Systems/1/Processors/GPU_0"}}})
+    };
+    fake.script(
+        "/redfish/v1/Systems/1/LogServices/EventLog/Entries",
+        vec![
+            answer(
+                200,
+                json!({"Members": [
+                    entry("2", "2025-01-01T00:10:00Z", "NvidiaGpu.1.0.Xid"),
+                    entry("1", "2025-01-01T00:05:00+00:00", "PCIe.1.0.AER"),
+                    {"@odata.id": "/x/3", "Id": "3", "Created": "yesterday"}
+                ]})
+                .to_string(),
+            ),
+            answer(
+                200,
+                json!({"Members": [
+                    entry("1", "2025-01-01T00:05:00Z", "PCIe.1.0.AER"),
+                    entry("2", "2025-01-01T00:10:00Z", "NvidiaGpu.1.0.Xid"),
+                    entry("10", "2025-01-01T00:10:00Z", "NvidiaGpu.1.0.LinkDegraded"),
+                ]})
+                .to_string(),
+            ),
+        ],
+    );
+    let addr = start(&fake).await;
+    let bmc = bmc(addr);
+
+    let sensors = bmc.read_sensors().await.unwrap();
+    assert_eq!(sensors.len(), 2);
+    assert_eq!(sensors[0].kind, SensorKind::Temperature);
+    assert_eq!(sensors[0].reading, Some(63.5));
+    assert!(sensors[0].is_gpu());
+    assert_eq!(sensors[1].kind, SensorKind::Power);
+    assert_eq!(sensors[1].reading, Some(551.0));
+
+    let first = bmc.read_events(&EventCursor::default()).await.unwrap();
+    let ids: Vec<_> = first.entries.iter().map(|e| e.id.as_str()).collect();
+    assert_eq!(ids, ["1", "2"], "oldest first");
+    assert_eq!(first.skipped_malformed, 1);
+    assert_eq!(
+        first.entries[1].message_args,
+        vec!["GPU_0".to_string(), "79".to_string()]
+    );
+    assert_eq!(
+        first.entries[1].origin.as_deref(),
+        Some("/redfish/v1/Systems/1/Processors/GPU_0")
+    );
+
+    // The cursor survives a round trip through storage.
+    let stored = serde_json::to_string(&first.cursor).unwrap();
+    let cursor: EventCursor = serde_json::from_str(&stored).unwrap();
+    let second = bmc.read_events(&cursor).await.unwrap();
+    let ids: Vec<_> = second.entries.iter().map(|e| e.id.as_str()).collect();
+    assert_eq!(
+        ids,
+        ["10"],
+        "only the entry not seen before, even at the same timestamp"
+    );
+}
+
+#[tokio::test]
+async fn discovery_bounds_concurrency_and_reports_dead_nodes() {
+    let fake = Fake::default();
+    inventory_fixture(&fake);
+    fake.script(
+        "/redfish/v1/UpdateService/FirmwareInventory",
+        vec![Scripted {
+            delay: Duration::from_millis(30),
+            ..answer(
+                200,
+                json!({"Members": [{"@odata.id": "/redfish/v1/UpdateService/FirmwareInventory/BMC_Firmware"}]})
+                    .to_string(),
+            )
+        }],
+    );
+    let addr = start(&fake).await;
+    let dead = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let nodes: Vec<(usize, BmcEndpoint)> = (0..60)
+        .map(|i| {
+            let target = if i % 10 == 3 { dead } else { addr };
+            let mut ep = endpoint(target);
+            ep.retry = RetryPolicy {
+                max_retries: 1,
+                ..quick_retry()
+            };
+            (i, ep)
+        })
+        .collect();
+    let clients = HttpClients::new();
+    let results = orchestrator_bmc::discover_inventory(&clients, nodes, 8).await;
+    assert_eq!(results.len(), 60);
+    let mut dead_nodes = Vec::new();
+    for r in &results {
+        match &r.result {
+            Ok(inv) => assert_eq!(inv[0].version.as_deref(), Some("24.04.1")),
+            Err(e) => {
+                assert!(matches!(e, BmcError::Unreachable { .. }), "{e:?}");
+                dead_nodes.push(r.node);
+            }
+        }
+    }
+    dead_nodes.sort();
+    assert_eq!(dead_nodes, vec![3, 13, 23, 33, 43, 53]);
+    let max = fake.max_in_flight.load(Ordering::SeqCst);
+    assert!(max <= 8, "at most 8 nodes in flight, saw {max}");
+    assert!(max >= 2, "discovery should actually run nodes in parallel, saw {max}");
+}
