@@ -1,0 +1,57 @@
+//! The shipped example policies lint clean (no errors, no warnings) and
+//! say what their comments claim.
+
+use std::path::PathBuf;
+
+use orchestrator_policy::{Approval, FailureBudget, WaveSize, lint_files};
+
+fn policies_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../policies")
+}
+
+fn example_files() -> Vec<(String, Vec<u8>)> {
+    let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(policies_dir())
+        .expect("policies/ exists")
+        .map(|e| e.expect("readable dir entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .map(|p| (p.display().to_string(), std::fs::read(&p).expect("readable policy")))
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn examples_lint_clean() {
+    let files = example_files();
+    assert!(files.len() >= 2, "expected the example policies, found {}", files.len());
+    let reports = lint_files(files);
+    let findings: Vec<String> = reports.iter().flat_map(|r| r.rendered()).collect();
+    assert!(
+        findings.is_empty(),
+        "example policies have findings:\n{}",
+        findings.join("\n")
+    );
+    assert!(reports.iter().all(|r| r.checked.policy.is_some()));
+}
+
+#[test]
+fn hgx_example_has_the_documented_shape() {
+    let text = std::fs::read_to_string(policies_dir().join("hgx-gpu-firmware.yaml")).unwrap();
+    let policy = orchestrator_policy::parse_policy(&text).unwrap();
+    let sizes: Vec<WaveSize> = policy.waves.iter().map(|w| w.size).collect();
+    assert_eq!(
+        sizes,
+        vec![
+            WaveSize::Count(8),
+            WaveSize::Percent(10.0),
+            WaveSize::Percent(50.0),
+            WaveSize::Rest
+        ]
+    );
+    assert_eq!(policy.waves[2].approval, Approval::Manual { approvers: 2 });
+    assert_eq!(policy.waves[0].stratify_by, vec!["rack", "nvlink_domain"]);
+    assert_eq!(policy.failure_budget, FailureBudget::Count(1));
+    assert_eq!(policy.health.gates.len(), 6);
+    assert_eq!(policy.waves[0].gates.len(), 6, "a wave without `gates` uses every gate");
+    assert!((policy.health.alpha - 0.05).abs() < 1e-12);
+}
