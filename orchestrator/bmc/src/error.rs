@@ -30,6 +30,21 @@ pub enum BmcError {
         source: reqwest::Error,
     },
 
+    /// The TLS handshake failed on certificate verification: the BMC's certificate is not signed by
+    /// the configured CA, has the wrong name, or expired. Not retried: it will not fix itself.
+    #[error("BMC {endpoint} presented a certificate the configured trust rejects ({method} {path})")]
+    CertificateRejected {
+        /// BMC base URL.
+        endpoint: String,
+        /// HTTP method.
+        method: String,
+        /// Request path.
+        path: String,
+        /// The transport error, whose chain holds the verifier's reason.
+        #[source]
+        source: reqwest::Error,
+    },
+
     /// The BMC refused the credentials (401/403 on login, or again right after a fresh login).
     #[error("BMC {endpoint} rejected the credentials of user {username:?} (HTTP {status})")]
     AuthFailed {
@@ -182,6 +197,7 @@ impl BmcError {
             // A 500 from a BMC is very often a busy or restarting web server rather than a real fault.
             BmcError::Rejected { status, .. } => matches!(status, 500 | 502 | 504),
             BmcError::AuthFailed { .. }
+            | BmcError::CertificateRejected { .. }
             | BmcError::TaskFailed { .. }
             | BmcError::Protocol { .. }
             | BmcError::OutcomeUnknown { .. }
@@ -195,6 +211,7 @@ impl BmcError {
         match self {
             BmcError::Unreachable { .. } => "unreachable",
             BmcError::AuthFailed { .. } => "auth_failed",
+            BmcError::CertificateRejected { .. } => "certificate_rejected",
             BmcError::TaskFailed { .. } => "task_failed",
             BmcError::Protocol { .. } => "protocol",
             BmcError::Rejected { .. } => "rejected",

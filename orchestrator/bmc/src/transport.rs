@@ -422,6 +422,14 @@ impl Transport {
                     tokio::time::sleep(delay).await;
                 }
                 Ok(resp) => return Ok(resp),
+                Err(err) if is_certificate_error(&err) => {
+                    return Err(BmcError::CertificateRejected {
+                        endpoint: self.label.clone(),
+                        method: call.method.to_string(),
+                        path,
+                        source: err,
+                    });
+                }
                 Err(err) => {
                     // A connect failure means nothing was sent, so even an update push may be resent.
                     let never_sent = err.is_connect();
@@ -593,6 +601,28 @@ fn base64_encode(input: &[u8]) -> String {
         }
     }
     out
+}
+
+/// Whether a transport error is rustls refusing the peer's certificate. The verdict is buried in
+/// `io::Error` wrappers (hyper-util wraps rustls' error twice), which `source()` skips over, so each
+/// `io::Error` is opened with `get_ref`.
+fn is_certificate_error(err: &reqwest::Error) -> bool {
+    fn check(e: &(dyn std::error::Error + 'static)) -> bool {
+        if let Some(tls) = e.downcast_ref::<rustls::Error>() {
+            return matches!(
+                tls,
+                rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented
+            );
+        }
+        if let Some(io) = e.downcast_ref::<std::io::Error>()
+            && let Some(inner) = io.get_ref()
+            && check(inner)
+        {
+            return true;
+        }
+        e.source().is_some_and(check)
+    }
+    check(err)
 }
 
 fn is_busy(status: StatusCode) -> bool {
