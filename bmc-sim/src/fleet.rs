@@ -1,0 +1,628 @@
+//! Starting and stopping a simulated fleet: one listening socket per BMC, one shared Redfish router.
+//!
+//! Every BMC has its own loopback port, so a client sees N independent Redfish services. Behind them, a
+//! small accept task per port tags each accepted connection with the BMC's index and hands it to a single
+//! `axum::serve` loop through a channel; the router reads the tag from the connection info. That keeps 10,000
+//! BMCs at one router and one hyper server instead of 10,000.
+
+use std::collections::HashMap;
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicI64, AtomicU8, AtomicU64};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::extract::connect_info::Connected;
+use axum::serve::{IncomingStream, Listener};
+use chrono::{DateTime, Utc};
+use orchestrator_types::{Clock, ComponentKind};
+use serde::Serialize;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+
+use crate::scenario::{Metric, Scenario};
+use crate::state::{ComponentState, EventCache, FleetState, Node, NodeLabels, NodeMut};
+
+/// Why a fleet could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum FleetError {
+    /// The process may not open enough sockets for the requested number of BMCs.
+    #[error(
+        "open-file limit is {available} but {needed} BMCs need at least {needed} sockets; raise `ulimit -n` (hard limit) or simulate fewer nodes"
+    )]
+    FileLimit {
+        /// Sockets needed (one listener per BMC plus headroom).
+        needed: u64,
+        /// The soft limit after trying to raise it.
+        available: u64,
+    },
+    /// Binding a BMC's listening socket failed.
+    #[error("binding a listening socket on {addr} for {what}")]
+    Bind {
+        /// Address tried.
+        addr: SocketAddr,
+        /// Which listener (BMC name or "control").
+        what: String,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// Generating the TLS certificates failed.
+    #[error("generating the self-signed TLS certificates")]
+    Tls(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// The HTTP client used to fetch `ImageURI` could not be built.
+    #[error("building the HTTP client for image downloads")]
+    HttpClient(#[source] reqwest::Error),
+}
+
+/// How to run a fleet.
+#[derive(Clone)]
+pub struct FleetOptions {
+    /// Source of simulated time; share it with an in-process controller.
+    pub clock: Arc<dyn Clock>,
+    /// Loopback address every BMC binds (each on its own ephemeral port).
+    pub bind: IpAddr,
+    /// Redfish user name every BMC accepts.
+    pub username: String,
+    /// Redfish password every BMC accepts.
+    pub password: String,
+    /// Serve HTTPS with a freshly generated self-signed CA (see [`RunningFleet::ca_pem`]).
+    pub tls: bool,
+    /// Overrides the scenario's node count.
+    pub nodes: Option<usize>,
+    /// How long a "timeout" fault hangs a request (real time); ends early on shutdown.
+    pub hang_for: Duration,
+}
+
+impl FleetOptions {
+    /// Defaults: 127.0.0.1, user `admin` / password `admin`, plain HTTP, 60 s hangs.
+    pub fn new(clock: Arc<dyn Clock>) -> Self {
+        Self {
+            clock,
+            bind: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            username: "admin".to_owned(),
+            password: "admin".to_owned(),
+            tls: false,
+            nodes: None,
+            hang_for: Duration::from_secs(60),
+        }
+    }
+}
+
+// The password must never appear in Debug output (logs, panics).
+impl std::fmt::Debug for FleetOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FleetOptions")
+            .field("clock", &self.clock)
+            .field("bind", &self.bind)
+            .field("username", &self.username)
+            .field("password", &"<redacted>")
+            .field("tls", &self.tls)
+            .field("nodes", &self.nodes)
+            .field("hang_for", &self.hang_for)
+            .finish()
+    }
+}
+
+/// One simulated BMC, as a client (or `waveguard fleet import`) needs to know it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Endpoint {
+    /// Node name.
+    pub name: String,
+    /// Redfish base URL, e.g. `http://127.0.0.1:40123` (append `/redfish/v1`).
+    pub bmc_url: String,
+    /// Placement labels.
+    #[serde(flatten)]
+    pub labels: NodeLabels,
+}
+
+/// Which BMC a connection reached; available to handlers as `ConnectInfo<BmcConn>`.
+#[derive(Debug, Clone, Copy)]
+pub struct BmcConn {
+    /// Index of the BMC in the fleet.
+    pub node: usize,
+    /// The client's address.
+    pub remote: SocketAddr,
+}
+
+impl Connected<IncomingStream<'_, FleetListener>> for BmcConn {
+    fn connect_info(stream: IncomingStream<'_, FleetListener>) -> Self {
+        *stream.remote_addr()
+    }
+}
+
+/// Feeds connections accepted on every BMC port into one server.
+#[derive(Debug)]
+pub struct FleetListener {
+    rx: mpsc::Receiver<(SimIo, BmcConn)>,
+    local: SocketAddr,
+}
+
+impl Listener for FleetListener {
+    type Io = SimIo;
+    type Addr = BmcConn;
+
+    async fn accept(&mut self) -> (SimIo, BmcConn) {
+        match self.rx.recv().await {
+            Some(conn) => conn,
+            // All accept loops ended (shutdown); graceful shutdown ends the server.
+            None => std::future::pending().await,
+        }
+    }
+
+    fn local_addr(&self) -> io::Result<BmcConn> {
+        Ok(BmcConn {
+            node: usize::MAX,
+            remote: self.local,
+        })
+    }
+}
+
+enum Stream {
+    Plain(TcpStream),
+    Tls(Box<tokio_rustls::server::TlsStream<TcpStream>>),
+}
+
+/// A connection to one BMC that fails as soon as that BMC is silent (reset in progress, bricked), so
+/// kept-alive connections die with the BMC like real ones do.
+pub struct SimIo {
+    inner: Stream,
+    state: Arc<FleetState>,
+    node: usize,
+}
+
+impl std::fmt::Debug for SimIo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimIo")
+            .field("node", &self.node)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SimIo {
+    fn check(&self) -> io::Result<()> {
+        let now = self.state.clock.now().timestamp_millis();
+        match self.state.node(self.node) {
+            Some(n) if n.is_down(now) => Err(io::Error::new(io::ErrorKind::ConnectionReset, "BMC is not answering")),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl AsyncRead for SimIo {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        if let Err(e) = self.check() {
+            return Poll::Ready(Err(e));
+        }
+        match &mut self.inner {
+            Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for SimIo {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        if let Err(e) = self.check() {
+            return Poll::Ready(Err(e));
+        }
+        match &mut self.inner {
+            Stream::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match &mut self.inner {
+            Stream::Plain(s) => Pin::new(s).poll_flush(cx),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match &mut self.inner {
+            Stream::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
+}
+
+/// Entry point: see [`Fleet::start`].
+#[derive(Debug)]
+pub struct Fleet;
+
+/// A running fleet. Dropping it without [`RunningFleet::shutdown`] aborts the servers.
+pub struct RunningFleet {
+    state: Arc<FleetState>,
+    endpoints: Vec<Endpoint>,
+    control_url: String,
+    ca_pem: Option<String>,
+    shutdown: watch::Sender<bool>,
+    servers: Vec<JoinHandle<()>>,
+    accept_loops: Vec<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for RunningFleet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunningFleet")
+            .field("nodes", &self.endpoints.len())
+            .field("control_url", &self.control_url)
+            .field("tls", &self.ca_pem.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Head-room for client connections, control server, image downloads, stdio.
+const FD_HEADROOM: u64 = 256;
+
+fn node_labels(scenario: &Scenario, nodes: usize, i: usize) -> NodeLabels {
+    let f = &scenario.fleet;
+    let racks = f.racks.min(nodes).max(1);
+    let rack = i * racks / nodes;
+    let cluster = rack * f.clusters.min(racks) / racks;
+    let rack_first = (rack * nodes).div_ceil(racks);
+    let domain = f.nodes_per_nvlink_domain.map_or(0, |k| (i - rack_first) / k);
+    NodeLabels {
+        region: f.region.clone(),
+        cluster: format!("cluster-{cluster:02}"),
+        rack: format!("rack-{rack:04}"),
+        nvlink_domain: format!("rack-{rack:04}-nvl{domain}"),
+        sku: f.sku.clone(),
+    }
+}
+
+fn initial_components(scenario: &Scenario, epoch: DateTime<Utc>) -> Vec<ComponentState> {
+    scenario
+        .fleet
+        .components
+        .iter()
+        .map(|c| ComponentState {
+            id: c.id.clone(),
+            kind: c.kind,
+            updateable: c.updateable,
+            history: vec![(epoch, c.version.clone())],
+            pending: None,
+        })
+        .collect()
+}
+
+fn bind_std(addr: SocketAddr, what: &str) -> Result<TcpListener, FleetError> {
+    let err = |source| FleetError::Bind {
+        addr,
+        what: what.to_owned(),
+        source,
+    };
+    let l = std::net::TcpListener::bind(addr).map_err(err)?;
+    l.set_nonblocking(true).map_err(err)?;
+    TcpListener::from_std(l).map_err(err)
+}
+
+impl Fleet {
+    /// Starts every BMC and the control server. Must be called inside a tokio runtime.
+    pub async fn start(scenario: Scenario, options: FleetOptions) -> Result<RunningFleet, FleetError> {
+        let nodes = options.nodes.unwrap_or(scenario.fleet.nodes).max(1);
+        let needed = nodes as u64 + FD_HEADROOM;
+        let available = raise_fd_limit();
+        if available < needed {
+            return Err(FleetError::FileLimit { needed, available });
+        }
+        if available < 2 * nodes as u64 + FD_HEADROOM {
+            tracing::warn!(
+                available,
+                nodes,
+                "open-file limit allows every BMC to listen but not every BMC to hold a client connection at once"
+            );
+        }
+
+        let tls = if options.tls {
+            Some(crate::tls::generate(options.bind).map_err(FleetError::Tls)?)
+        } else {
+            None
+        };
+        let scheme = if tls.is_some() { "https" } else { "http" };
+
+        let mut listeners = Vec::with_capacity(nodes);
+        let mut node_list = Vec::with_capacity(nodes);
+        let epoch = options.clock.now();
+        for i in 0..nodes {
+            let name = format!("{}-{i:05}", scenario.fleet.name_prefix);
+            let listener = bind_std(SocketAddr::new(options.bind, 0), &name)?;
+            let port = listener
+                .local_addr()
+                .map_err(|source| FleetError::Bind {
+                    addr: SocketAddr::new(options.bind, 0),
+                    what: name.clone(),
+                    source,
+                })?
+                .port();
+            let host = match options.bind {
+                IpAddr::V6(v6) => format!("[{v6}]"),
+                IpAddr::V4(v4) => v4.to_string(),
+            };
+            node_list.push(Node {
+                index: i,
+                labels: node_labels(&scenario, nodes, i),
+                bmc_url: Mutex::new(format!("{scheme}://{host}:{port}")),
+                name,
+                down_from: AtomicI64::new(0),
+                down_until: AtomicI64::new(0),
+                injected: AtomicU8::new(0),
+                grace_until: AtomicU64::new(0),
+                req_seq: AtomicU64::new(0),
+                inner: Mutex::new(NodeMut {
+                    components: initial_components(&scenario, epoch),
+                    tasks: Vec::new(),
+                    sessions: HashMap::new(),
+                    next_session: 0,
+                    flash_counts: Default::default(),
+                    flashes: 0,
+                    resets: 0,
+                    reboot_until: None,
+                    events: EventCache::default(),
+                }),
+            });
+            listeners.push(listener);
+        }
+
+        let gpu_components: Vec<usize> = scenario
+            .fleet
+            .components
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.kind == ComponentKind::Gpu)
+            .map(|(i, _)| i)
+            .collect();
+        // Processors GPU_0..7 exist even if the scenario lists no GPU firmware.
+        let gpus = if gpu_components.is_empty() {
+            8
+        } else {
+            gpu_components.len()
+        };
+        let mut effects_by_metric: HashMap<Metric, Vec<(usize, usize)>> = HashMap::new();
+        for (fi, fw) in scenario.firmware.iter().enumerate() {
+            for (ei, e) in fw.effects.iter().enumerate() {
+                effects_by_metric.entry(e.metric).or_default().push((fi, ei));
+            }
+        }
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .build()
+            .map_err(FleetError::HttpClient)?;
+        let (shutdown_tx, shutdown_rx) = watch::channel(false);
+        let state = Arc::new(FleetState {
+            scenario,
+            clock: options.clock.clone(),
+            epoch,
+            nodes: node_list,
+            username: options.username.clone(),
+            password: options.password.clone(),
+            http,
+            hang_for: options.hang_for,
+            shutdown: shutdown_rx.clone(),
+            gpu_components,
+            gpus,
+            effects_by_metric,
+        });
+
+        let (tx, rx) = mpsc::channel(4096);
+        let acceptor = tls
+            .as_ref()
+            .map(|t| tokio_rustls::TlsAcceptor::from(t.server_config.clone()));
+        let mut accept_loops = Vec::with_capacity(nodes);
+        for (i, listener) in listeners.into_iter().enumerate() {
+            accept_loops.push(tokio::spawn(accept_loop(
+                listener,
+                i,
+                state.clone(),
+                tx.clone(),
+                acceptor.clone(),
+                shutdown_rx.clone(),
+            )));
+        }
+        drop(tx);
+
+        let redfish_listener = FleetListener {
+            rx,
+            local: SocketAddr::new(options.bind, 0),
+        };
+        let app = crate::redfish::router(state.clone());
+        let mut stop = shutdown_rx.clone();
+        let redfish_server = tokio::spawn(async move {
+            let served = axum::serve(redfish_listener, app.into_make_service_with_connect_info::<BmcConn>())
+                .with_graceful_shutdown(async move {
+                    let _ = stop.wait_for(|s| *s).await;
+                })
+                .await;
+            if let Err(e) = served {
+                tracing::error!(error = %e, "redfish server stopped");
+            }
+        });
+
+        let control_listener = bind_std(SocketAddr::new(options.bind, 0), "control")?;
+        let control_addr = control_listener.local_addr().map_err(|source| FleetError::Bind {
+            addr: SocketAddr::new(options.bind, 0),
+            what: "control".into(),
+            source,
+        })?;
+        let control_app = crate::control::router(state.clone());
+        let mut stop = shutdown_rx.clone();
+        let control_server = tokio::spawn(async move {
+            let served = axum::serve(control_listener, control_app)
+                .with_graceful_shutdown(async move {
+                    let _ = stop.wait_for(|s| *s).await;
+                })
+                .await;
+            if let Err(e) = served {
+                tracing::error!(error = %e, "control server stopped");
+            }
+        });
+
+        let endpoints = state
+            .nodes
+            .iter()
+            .map(|n| Endpoint {
+                name: n.name.clone(),
+                bmc_url: n.bmc_url(),
+                labels: n.labels.clone(),
+            })
+            .collect();
+        Ok(RunningFleet {
+            state,
+            endpoints,
+            control_url: format!("http://{control_addr}"),
+            ca_pem: tls.map(|t| t.ca_pem),
+            shutdown: shutdown_tx,
+            servers: vec![redfish_server, control_server],
+            accept_loops,
+        })
+    }
+}
+
+/// Raises the soft open-file limit as far as the hard limit allows; returns the limit in force.
+fn raise_fd_limit() -> u64 {
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(v) => v,
+        Err(e) => {
+            tracing::warn!(error = %e, "could not raise the open-file limit");
+            rlimit::getrlimit(rlimit::Resource::NOFILE)
+                .map(|(soft, _)| soft)
+                .unwrap_or(1024)
+        }
+    }
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    index: usize,
+    state: Arc<FleetState>,
+    tx: mpsc::Sender<(SimIo, BmcConn)>,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    loop {
+        let accepted = tokio::select! {
+            r = listener.accept() => r,
+            _ = shutdown.wait_for(|s| *s) => return,
+        };
+        let (stream, remote) = match accepted {
+            Ok(x) => x,
+            Err(e) => {
+                // Usually EMFILE under load: back off instead of spinning.
+                tracing::debug!(error = %e, node = index, "accept failed");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            }
+        };
+        let now = state.clock.now().timestamp_millis();
+        if state.node(index).is_some_and(|n| n.is_down(now)) {
+            // A resetting or bricked BMC does not answer: close at once.
+            drop(stream);
+            continue;
+        }
+        let _ = stream.set_nodelay(true);
+        let conn = BmcConn { node: index, remote };
+        match &tls {
+            None => {
+                let io = SimIo {
+                    inner: Stream::Plain(stream),
+                    state: state.clone(),
+                    node: index,
+                };
+                if tx.send((io, conn)).await.is_err() {
+                    return;
+                }
+            }
+            Some(acceptor) => {
+                let (acceptor, tx, state) = (acceptor.clone(), tx.clone(), state.clone());
+                tokio::spawn(async move {
+                    match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream)).await {
+                        Ok(Ok(tls)) => {
+                            let io = SimIo {
+                                inner: Stream::Tls(Box::new(tls)),
+                                state,
+                                node: index,
+                            };
+                            let _ = tx.send((io, conn)).await;
+                        }
+                        Ok(Err(e)) => tracing::debug!(error = %e, node = index, "TLS handshake failed"),
+                        Err(_) => tracing::debug!(node = index, "TLS handshake timed out"),
+                    }
+                });
+            }
+        }
+    }
+}
+
+/// Versions of one firmware component on one node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ComponentVersions {
+    /// FirmwareInventory id.
+    pub id: String,
+    /// Component kind.
+    pub kind: ComponentKind,
+    /// Version running now.
+    pub active: String,
+    /// Version flashed and waiting for its reset, if any.
+    pub pending: Option<String>,
+}
+
+impl RunningFleet {
+    /// Every BMC, in node order.
+    pub fn endpoints(&self) -> &[Endpoint] {
+        &self.endpoints
+    }
+
+    /// Base URL of the control server (`/sim/...`, `/metrics`).
+    pub fn control_url(&self) -> &str {
+        &self.control_url
+    }
+
+    /// PEM of the CA that signed the BMCs' certificate, when serving HTTPS.
+    pub fn ca_pem(&self) -> Option<&str> {
+        self.ca_pem.as_deref()
+    }
+
+    /// The simulated-time clock the fleet runs on.
+    pub fn clock(&self) -> Arc<dyn Clock> {
+        self.state.clock.clone()
+    }
+
+    /// Current versions of every component on node `name` (None: no such node).
+    pub fn versions(&self, name: &str) -> Option<Vec<ComponentVersions>> {
+        self.state
+            .node_by_name(name)
+            .map(|n| crate::control::versions_of(&self.state, n))
+    }
+
+    /// Flashes started per version on node `name` (None: no such node).
+    pub fn flash_counts(&self, name: &str) -> Option<std::collections::BTreeMap<String, u32>> {
+        self.state.node_by_name(name).map(|n| n.lock().flash_counts.clone())
+    }
+
+    /// Stops accepting, ends hung requests and waits for the servers to finish.
+    pub async fn shutdown(mut self) {
+        let _ = self.shutdown.send(true);
+        for h in self.accept_loops.drain(..) {
+            let _ = h.await;
+        }
+        for h in self.servers.drain(..) {
+            // In-flight requests get a bounded grace period; hung ones were woken by the signal.
+            if tokio::time::timeout(Duration::from_secs(10), h).await.is_err() {
+                tracing::warn!("a server did not stop within 10 s");
+            }
+        }
+    }
+}
+
+impl Drop for RunningFleet {
+    fn drop(&mut self) {
+        let _ = self.shutdown.send(true);
+        for h in self.accept_loops.iter().chain(self.servers.iter()) {
+            h.abort();
+        }
+    }
+}

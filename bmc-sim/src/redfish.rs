@@ -1,0 +1,1316 @@
+//! The Redfish service every simulated BMC exposes.
+//!
+//! One axum `Router` serves all BMCs; the accepted connection says which BMC it reached (see
+//! [`crate::fleet::BmcConn`]). Resource shapes follow the DMTF CSDL (versions in [`types`]); the service is
+//! checked with DMTF's redfish-service-validator in `tests/validator.rs`.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use axum::Json;
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{ConnectInfo, DefaultBodyLimit, Multipart, Path, Query, Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use base64::Engine;
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::fleet::BmcConn;
+use crate::rng::{self, Purpose};
+use crate::state::{EventKind, FleetState, LogEvent, Node, SessionRec, fault};
+use crate::update::{self, MAX_IMAGE_BYTES};
+
+/// `@odata.type` values, pinned to schema versions present in DMTF's published bundle.
+pub(crate) mod types {
+    pub const SERVICE_ROOT: &str = "#ServiceRoot.v1_21_0.ServiceRoot";
+    pub const SESSION_SERVICE: &str = "#SessionService.v1_2_0.SessionService";
+    pub const SESSION: &str = "#Session.v1_8_0.Session";
+    pub const SYSTEM: &str = "#ComputerSystem.v1_28_0.ComputerSystem";
+    pub const PROCESSOR: &str = "#Processor.v1_23_0.Processor";
+    pub const PROCESSOR_METRICS: &str = "#ProcessorMetrics.v1_7_0.ProcessorMetrics";
+    pub const CHASSIS: &str = "#Chassis.v1_28_0.Chassis";
+    pub const THERMAL_SUBSYSTEM: &str = "#ThermalSubsystem.v1_5_0.ThermalSubsystem";
+    pub const THERMAL_METRICS: &str = "#ThermalMetrics.v1_3_3.ThermalMetrics";
+    pub const SENSOR: &str = "#Sensor.v1_13_0.Sensor";
+    pub const MANAGER: &str = "#Manager.v1_25_0.Manager";
+    pub const UPDATE_SERVICE: &str = "#UpdateService.v1_17_1.UpdateService";
+    pub const SOFTWARE_INVENTORY: &str = "#SoftwareInventory.v1_14_0.SoftwareInventory";
+    pub const TASK_SERVICE: &str = "#TaskService.v1_3_0.TaskService";
+    pub const TASK: &str = "#Task.v1_7_4.Task";
+    pub const LOG_SERVICE: &str = "#LogService.v1_9_0.LogService";
+    pub const LOG_ENTRY: &str = "#LogEntry.v1_21_0.LogEntry";
+}
+
+/// Schemas referenced by `$metadata`: (file stem, namespaces to include).
+const METADATA_REFS: &[(&str, &[&str])] = &[
+    ("ServiceRoot", &["ServiceRoot", "ServiceRoot.v1_21_0"]),
+    ("SessionService", &["SessionService", "SessionService.v1_2_0"]),
+    ("Session", &["Session", "Session.v1_8_0"]),
+    ("SessionCollection", &["SessionCollection"]),
+    ("ComputerSystem", &["ComputerSystem", "ComputerSystem.v1_28_0"]),
+    ("ComputerSystemCollection", &["ComputerSystemCollection"]),
+    ("Processor", &["Processor", "Processor.v1_23_0"]),
+    ("ProcessorCollection", &["ProcessorCollection"]),
+    ("ProcessorMetrics", &["ProcessorMetrics", "ProcessorMetrics.v1_7_0"]),
+    ("Chassis", &["Chassis", "Chassis.v1_28_0"]),
+    ("ChassisCollection", &["ChassisCollection"]),
+    ("ThermalSubsystem", &["ThermalSubsystem", "ThermalSubsystem.v1_5_0"]),
+    ("ThermalMetrics", &["ThermalMetrics", "ThermalMetrics.v1_3_3"]),
+    ("Sensor", &["Sensor", "Sensor.v1_13_0"]),
+    ("SensorCollection", &["SensorCollection"]),
+    ("Manager", &["Manager", "Manager.v1_25_0"]),
+    ("ManagerCollection", &["ManagerCollection"]),
+    ("UpdateService", &["UpdateService", "UpdateService.v1_17_1"]),
+    ("SoftwareInventory", &["SoftwareInventory", "SoftwareInventory.v1_14_0"]),
+    ("SoftwareInventoryCollection", &["SoftwareInventoryCollection"]),
+    ("TaskService", &["TaskService", "TaskService.v1_3_0"]),
+    ("Task", &["Task", "Task.v1_7_4"]),
+    ("TaskCollection", &["TaskCollection"]),
+    ("LogService", &["LogService", "LogService.v1_9_0"]),
+    ("LogServiceCollection", &["LogServiceCollection"]),
+    ("LogEntry", &["LogEntry", "LogEntry.v1_21_0"]),
+    ("LogEntryCollection", &["LogEntryCollection"]),
+    ("Message", &["Message", "Message.v1_3_0"]),
+    ("Resource", &["Resource", "Resource.v1_24_0"]),
+    ("RedfishExtensions", &["RedfishExtensions.v1_0_0"]),
+];
+
+/// Most log entries returned per page.
+const LOG_PAGE: usize = 500;
+
+/// A Redfish error response (`{"error": {...}}`); never carries credentials.
+#[derive(Debug)]
+pub(crate) struct RfError {
+    status: StatusCode,
+    message_id: &'static str,
+    message: String,
+}
+
+impl RfError {
+    fn new(status: StatusCode, message_id: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            message_id,
+            message: message.into(),
+        }
+    }
+    fn not_found(what: &str) -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "Base.1.18.ResourceNotFound",
+            format!("The requested resource of type {what} was not found."),
+        )
+    }
+    fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "Base.1.18.GeneralError", message)
+    }
+}
+
+impl IntoResponse for RfError {
+    fn into_response(self) -> Response {
+        let body = json!({
+            "error": {
+                "code": self.message_id,
+                "message": self.message,
+                "@Message.ExtendedInfo": [{
+                    "@odata.type": "#Message.v1_3_0.Message",
+                    "MessageId": self.message_id,
+                    "Message": self.message,
+                    "MessageSeverity": "Critical",
+                    "Resolution": "See the message.",
+                }]
+            }
+        });
+        let mut resp = (self.status, Json(body)).into_response();
+        resp.headers_mut()
+            .insert("OData-Version", HeaderValue::from_static("4.0"));
+        resp
+    }
+}
+
+type RfResult = Result<Response, RfError>;
+
+fn ok(v: Value) -> RfResult {
+    let mut resp = Json(v).into_response();
+    resp.headers_mut()
+        .insert("OData-Version", HeaderValue::from_static("4.0"));
+    Ok(resp)
+}
+
+fn ts(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::Secs, true)
+}
+
+fn link(uri: impl Into<String>) -> Value {
+    json!({ "@odata.id": uri.into() })
+}
+
+fn collection(id: &str, odata_type: &str, name: &str, members: Vec<String>) -> Value {
+    json!({
+        "@odata.id": id,
+        "@odata.type": odata_type,
+        "Name": name,
+        "Members@odata.count": members.len(),
+        "Members": members.into_iter().map(link).collect::<Vec<_>>(),
+    })
+}
+
+fn status_ok() -> Value {
+    json!({ "State": "Enabled", "Health": "OK" })
+}
+
+fn node_of<'a>(s: &'a FleetState, conn: &BmcConn) -> Result<&'a Node, RfError> {
+    s.node(conn.node).ok_or_else(|| RfError::not_found("Node"))
+}
+
+/// The shared Redfish router; `state` holds every BMC.
+pub(crate) fn router(state: Arc<FleetState>) -> Router {
+    let v1 = Router::new()
+        .route("/redfish", get(redfish_versions))
+        .route("/redfish/", get(redfish_versions))
+        .route("/redfish/v1", get(service_root))
+        .route("/redfish/v1/", get(service_root))
+        .route("/redfish/v1/$metadata", get(metadata))
+        .route("/redfish/v1/odata", get(odata))
+        .route("/redfish/v1/SessionService", get(session_service))
+        .route(
+            "/redfish/v1/SessionService/Sessions",
+            get(sessions).post(create_session),
+        )
+        .route(
+            "/redfish/v1/SessionService/Sessions/{id}",
+            get(session).delete(delete_session),
+        )
+        .route("/redfish/v1/Systems", get(systems))
+        .route("/redfish/v1/Systems/1", get(system))
+        .route("/redfish/v1/Systems/1/Actions/ComputerSystem.Reset", post(system_reset))
+        .route("/redfish/v1/Systems/1/Processors", get(processors))
+        .route("/redfish/v1/Systems/1/Processors/{id}", get(processor))
+        .route(
+            "/redfish/v1/Systems/1/Processors/{id}/ProcessorMetrics",
+            get(processor_metrics),
+        )
+        .route("/redfish/v1/Systems/1/LogServices", get(log_services))
+        .route("/redfish/v1/Systems/1/LogServices/EventLog", get(event_log_service))
+        .route("/redfish/v1/Systems/1/LogServices/EventLog/Entries", get(log_entries))
+        .route(
+            "/redfish/v1/Systems/1/LogServices/EventLog/Entries/{id}",
+            get(log_entry),
+        )
+        .route("/redfish/v1/Chassis", get(chassis_collection))
+        .route("/redfish/v1/Chassis/1", get(chassis))
+        .route("/redfish/v1/Chassis/1/ThermalSubsystem", get(thermal_subsystem))
+        .route(
+            "/redfish/v1/Chassis/1/ThermalSubsystem/ThermalMetrics",
+            get(thermal_metrics),
+        )
+        .route("/redfish/v1/Chassis/1/Sensors", get(sensors))
+        .route("/redfish/v1/Chassis/1/Sensors/{id}", get(sensor))
+        .route("/redfish/v1/Managers", get(managers))
+        .route("/redfish/v1/Managers/1", get(manager))
+        .route("/redfish/v1/Managers/1/Actions/Manager.Reset", post(manager_reset))
+        .route("/redfish/v1/UpdateService", get(update_service))
+        .route(
+            "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate",
+            post(simple_update),
+        )
+        .route(
+            "/redfish/v1/UpdateService/update-multipart",
+            post(multipart_update).layer(DefaultBodyLimit::max(MAX_IMAGE_BYTES + 1024 * 1024)),
+        )
+        .route("/redfish/v1/UpdateService/FirmwareInventory", get(firmware_inventory))
+        .route("/redfish/v1/UpdateService/FirmwareInventory/{id}", get(firmware_entry))
+        .route("/redfish/v1/TaskService", get(task_service))
+        .route("/redfish/v1/TaskService/Tasks", get(tasks))
+        .route("/redfish/v1/TaskService/Tasks/{id}", get(task))
+        .fallback(|| async { RfError::not_found("Resource") });
+    v1.layer(middleware::from_fn_with_state(state.clone(), gate))
+        .with_state(state)
+}
+
+/// Paths readable without credentials (the spec requires the service root to be open).
+fn is_public(method: &axum::http::Method, path: &str) -> bool {
+    let p = path.trim_end_matches('/');
+    matches!(
+        p,
+        "/redfish" | "/redfish/v1" | "/redfish/v1/$metadata" | "/redfish/v1/odata"
+    ) || (method == axum::http::Method::POST && p == "/redfish/v1/SessionService/Sessions")
+}
+
+/// Faults, then authentication, then the handler.
+async fn gate(State(s): State<Arc<FleetState>>, req: Request, next: Next) -> Response {
+    let Some(conn) = req.extensions().get::<ConnectInfo<BmcConn>>().map(|c| c.0) else {
+        return RfError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "Base.1.18.InternalError",
+            "no connection info",
+        )
+        .into_response();
+    };
+    let Some(node) = s.node(conn.node) else {
+        return RfError::not_found("Node").into_response();
+    };
+    let injected = node.injected.load(Ordering::Relaxed);
+    let seq = node.req_seq.fetch_add(1, Ordering::Relaxed);
+    let faults = &s.scenario.bmc_faults;
+    let u = rng::unit(s.scenario.seed, node.index as u64, Purpose::RequestFault, seq, 0);
+    if injected & fault::TIMEOUT != 0
+        || (u >= faults.unavailable_rate && u < faults.unavailable_rate + faults.timeout_rate)
+    {
+        hang(&s).await;
+        return RfError::new(StatusCode::GATEWAY_TIMEOUT, "Base.1.18.OperationTimeout", "timed out").into_response();
+    }
+    if injected & fault::UNAVAILABLE != 0 || u < faults.unavailable_rate {
+        let mut resp = RfError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "Base.1.18.ServiceTemporarilyUnavailable",
+            "BMC is busy",
+        )
+        .into_response();
+        let secs = faults.retry_after.as_secs().max(1);
+        if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
+            resp.headers_mut().insert(header::RETRY_AFTER, v);
+        }
+        return resp;
+    }
+    if !is_public(req.method(), req.uri().path())
+        && let Err(e) = authenticate(&s, node, req.headers())
+    {
+        return Unauthorized(e).into_response();
+    }
+    let resp = next.run(req).await;
+    if injected & fault::MALFORMED != 0 {
+        // Cut the body mid-document, the way a BMC with a broken web server does.
+        let mut r = Response::new(Body::from("{\"@odata.id\": \"/redfish/v1/\", \"Name\": \"tru"));
+        *r.status_mut() = resp.status();
+        r.headers_mut()
+            .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        return r;
+    }
+    resp
+}
+
+/// Hangs longer than any sane client timeout, but ends on shutdown so tests finish.
+async fn hang(s: &FleetState) {
+    let mut shutdown = s.shutdown.clone();
+    tokio::select! {
+        _ = tokio::time::sleep(s.hang_for) => {}
+        _ = shutdown.wait_for(|stop| *stop) => {}
+    }
+}
+
+fn authenticate(s: &FleetState, node: &Node, headers: &HeaderMap) -> Result<(), RfError> {
+    let unauthorized = || {
+        let mut e = RfError::new(
+            StatusCode::UNAUTHORIZED,
+            "Base.1.18.NoValidSession",
+            "authentication required",
+        );
+        e.message = "There is no valid session established with the implementation.".to_owned();
+        e
+    };
+    if let Some(token) = headers.get("X-Auth-Token").and_then(|v| v.to_str().ok()) {
+        return if node.lock().sessions.contains_key(token) {
+            Ok(())
+        } else {
+            Err(unauthorized())
+        };
+    }
+    if let Some(basic) = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Basic "))
+        && let Ok(decoded) = base64::engine::general_purpose::STANDARD.decode(basic.trim())
+        && let Ok(text) = String::from_utf8(decoded)
+        && let Some((user, pass)) = text.split_once(':')
+        && user == s.username
+        && pass == s.password
+    {
+        return Ok(());
+    }
+    Err(unauthorized())
+}
+
+impl IntoResponse for Unauthorized {
+    fn into_response(self) -> Response {
+        let mut r = self.0.into_response();
+        r.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            HeaderValue::from_static("Basic realm=\"bmc-sim\""),
+        );
+        r
+    }
+}
+
+/// A 401 with the `WWW-Authenticate` challenge.
+struct Unauthorized(RfError);
+
+// -------------------------------------------------------------------------------------------------------
+// Service root, metadata, sessions.
+
+async fn redfish_versions() -> RfResult {
+    ok(json!({ "v1": "/redfish/v1/" }))
+}
+
+async fn service_root(State(s): State<Arc<FleetState>>, ConnectInfo(c): ConnectInfo<BmcConn>) -> RfResult {
+    let node = node_of(&s, &c)?;
+    ok(json!({
+        "@odata.id": "/redfish/v1",
+        "@odata.type": types::SERVICE_ROOT,
+        "Id": "RootService",
+        "Name": "Root Service",
+        "RedfishVersion": "1.17.0",
+        "UUID": uuid_for(s.scenario.seed, node.index, 0),
+        "Vendor": "Waveguard bmc-sim",
+        "Product": format!("Simulated BMC ({})", node.labels.sku),
+        "Systems": link("/redfish/v1/Systems"),
+        "Chassis": link("/redfish/v1/Chassis"),
+        "Managers": link("/redfish/v1/Managers"),
+        "SessionService": link("/redfish/v1/SessionService"),
+        "UpdateService": link("/redfish/v1/UpdateService"),
+        "TaskService": link("/redfish/v1/TaskService"),
+        "Links": { "Sessions": link("/redfish/v1/SessionService/Sessions") },
+    }))
+}
+
+/// A stable RFC 4122-shaped UUID for (node, purpose).
+fn uuid_for(seed: u64, node: usize, which: u64) -> String {
+    let a = rng::key(seed, node as u64, Purpose::Reset, which, u64::MAX);
+    let b = rng::key(seed, node as u64, Purpose::Reset, which, u64::MAX - 1);
+    let hex = format!("{a:016x}{b:016x}");
+    format!(
+        "{}-{}-4{}-a{}-{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[13..16],
+        &hex[17..20],
+        &hex[20..32]
+    )
+}
+
+async fn metadata() -> Response {
+    let mut xml = String::from(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<edmx:Edmx xmlns:edmx=\"http://docs.oasis-open.org/odata/ns/edmx\" Version=\"4.0\">\n",
+    );
+    for (file, namespaces) in METADATA_REFS {
+        xml.push_str(&format!(
+            "  <edmx:Reference Uri=\"http://redfish.dmtf.org/schemas/v1/{file}_v1.xml\">\n"
+        ));
+        for ns in *namespaces {
+            xml.push_str(&format!("    <edmx:Include Namespace=\"{ns}\"/>\n"));
+        }
+        xml.push_str("  </edmx:Reference>\n");
+    }
+    xml.push_str(
+        "  <edmx:DataServices>\n    <Schema xmlns=\"http://docs.oasis-open.org/odata/ns/edm\" Namespace=\"Service\">\n      <EntityContainer Name=\"Service\" Extends=\"ServiceRoot.v1_21_0.ServiceContainer\"/>\n    </Schema>\n  </edmx:DataServices>\n</edmx:Edmx>\n",
+    );
+    let mut resp = xml.into_response();
+    resp.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/xml"));
+    resp.headers_mut()
+        .insert("OData-Version", HeaderValue::from_static("4.0"));
+    resp
+}
+
+async fn odata() -> RfResult {
+    let services = [
+        ("Service", "/redfish/v1"),
+        ("Systems", "/redfish/v1/Systems"),
+        ("Chassis", "/redfish/v1/Chassis"),
+        ("Managers", "/redfish/v1/Managers"),
+        ("SessionService", "/redfish/v1/SessionService"),
+        ("UpdateService", "/redfish/v1/UpdateService"),
+        ("TaskService", "/redfish/v1/TaskService"),
+    ];
+    ok(json!({
+        "@odata.context": "/redfish/v1/$metadata",
+        "value": services.iter().map(|(n, u)| json!({"name": n, "kind": "Singleton", "url": u})).collect::<Vec<_>>(),
+    }))
+}
+
+async fn session_service() -> RfResult {
+    ok(json!({
+        "@odata.id": "/redfish/v1/SessionService",
+        "@odata.type": types::SESSION_SERVICE,
+        "Id": "SessionService",
+        "Name": "Session Service",
+        "ServiceEnabled": true,
+        "SessionTimeout": 1800,
+        "Status": status_ok(),
+        "Sessions": link("/redfish/v1/SessionService/Sessions"),
+    }))
+}
+
+async fn sessions(State(s): State<Arc<FleetState>>, ConnectInfo(c): ConnectInfo<BmcConn>) -> RfResult {
+    let node = node_of(&s, &c)?;
+    let mut ids: Vec<u64> = node.lock().sessions.values().map(|r| r.id).collect();
+    ids.sort_unstable();
+    ok(collection(
+        "/redfish/v1/SessionService/Sessions",
+        "#SessionCollection.SessionCollection",
+        "Session Collection",
+        ids.into_iter()
+            .map(|i| format!("/redfish/v1/SessionService/Sessions/{i}"))
+            .collect(),
+    ))
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct Login {
+    user_name: String,
+    password: String,
+}
+
+// Manual Debug so a password never reaches a log line.
+impl std::fmt::Debug for Login {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Login")
+            .field("user_name", &self.user_name)
+            .finish_non_exhaustive()
+    }
+}
+
+fn session_json(r: &SessionRec, user: &str) -> Value {
+    json!({
+        "@odata.id": format!("/redfish/v1/SessionService/Sessions/{}", r.id),
+        "@odata.type": types::SESSION,
+        "Id": r.id.to_string(),
+        "Name": "User Session",
+        "UserName": user,
+        "Password": null,
+        "CreatedTime": ts(r.created),
+    })
+}
+
+async fn create_session(
+    State(s): State<Arc<FleetState>>,
+    ConnectInfo(c): ConnectInfo<BmcConn>,
+    body: axum::body::Bytes,
+) -> Result<Response, Response> {
+    let node = node_of(&s, &c).map_err(IntoResponse::into_response)?;
+    let login: Login = serde_json::from_slice(&body)
+        .map_err(|_| RfError::bad_request("body must be {\"UserName\": ..., \"Password\": ...}").into_response())?;
+    if login.user_name != s.username || login.password != s.password {
+        return Err(Unauthorized(RfError::new(
+            StatusCode::UNAUTHORIZED,
+            "Base.1.18.InsufficientPrivilege",
+            "invalid credentials",
+        ))
+        .into_response());
+    }
+    let token = {
+        use rand::Rng;
+        let bytes: [u8; 16] = rand::rng().random();
+        hex::encode(bytes)
+    };
+    let now = s.now();
+    let mut m = node.lock();
+    m.next_session += 1;
+    let rec = SessionRec {
+        id: m.next_session,
+        token: token.clone(),
+        created: now,
+    };
+    let body = session_json(&rec, &s.username);
+    m.sessions.insert(token.clone(), rec);
+    drop(m);
+    let location = body["@odata.id"].as_str().unwrap_or_default().to_owned();
+    let mut resp = (StatusCode::CREATED, Json(body)).into_response();
+    let h = resp.headers_mut();
+    if let (Ok(t), Ok(l)) = (HeaderValue::from_str(&token), HeaderValue::from_str(&location)) {
+        h.insert("X-Auth-Token", t);
+        h.insert(header::LOCATION, l);
+    }
+    h.insert("OData-Version", HeaderValue::from_static("4.0"));
+    Ok(resp)
+}
+
+async fn session(
+    State(s): State<Arc<FleetState>>,
+    ConnectInfo(c): ConnectInfo<BmcConn>,
+    Path(id): Path<String>,
+) -> RfResult {
+    let node = node_of(&s, &c)?;
+    let m = node.lock();
+    let rec = m
+        .sessions
+        .values()
+        .find(|r| r.id.to_string() == id)
+        .ok_or_else(|| RfError::not_found("Session"))?;
+    ok(session_json(rec, &s.username))
+}
+
+async fn delete_session(
+    State(s): State<Arc<FleetState>>,
+    ConnectInfo(c): ConnectInfo<BmcConn>,
+    Path(id): Path<String>,
+) -> RfResult {
+    let node = node_of(&s, &c)?;
+    let mut m = node.lock();
+    let token = m
+        .sessions
+        .values()
+        .find(|r| r.id.to_string() == id)
+        .map(|r| r.token.clone())
+        .ok_or_else(|| RfError::not_found("Session"))?;
+    m.sessions.remove(&token);
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+// -------------------------------------------------------------------------------------------------------
+// Systems, processors, event log.
+
+async fn systems() -> RfResult {
+    ok(collection(
+        "/redfish/v1/Systems",
+        "#ComputerSystemCollection.ComputerSystemCollection",
+        "Computer System Collection",
+        vec!["/redfish/v1/Systems/1".to_owned()],
+    ))
+}
+
+async fn system(State(s): State<Arc<FleetState>>, ConnectInfo(c): ConnectInfo<BmcConn>) -> RfResult {
+    let node = node_of(&s, &c)?;
+    let now = s.now();
+    let mut m = node.lock();
+    node.settle(&mut m, now);
+    let rebooting = m.reboot_until.is_some();
+    let bios = m
+        .components
+        .iter()
+        .find(|c| c.kind == orchestrator_types::ComponentKind::Bios)
+        .map(|c| c.active().to_owned());
+    let mut v = json!({
+        "@odata.id": "/redfish/v1/Systems/1",
+        "@odata.type": types::SYSTEM,
+        "Id": "1",
+        "Name": node.name,
+        "SystemType": "Physical",
+        "Manufacturer": "Waveguard",
+        "Model": node.labels.sku,
+        "SerialNumber": format!("SIM{:08}", node.index),
+        "UUID": uuid_for(s.scenario.seed, node.index, 1),
+        "PowerState": if rebooting { "PoweringOn" } else { "On" },
+        "Status": if rebooting { json!({"State": "Starting", "Health": "OK"}) } else { status_ok() },
+        "Processors": link("/redfish/v1/Systems/1/Processors"),
+        "LogServices": link("/redfish/v1/Systems/1/LogServices"),
+        "Links": {
+            "Chassis": [link("/redfish/v1/Chassis/1")],
+            "ManagedBy": [link("/redfish/v1/Managers/1")],
+        },
+        "Actions": {
+            "#ComputerSystem.Reset": {
+                "target": "/redfish/v1/Systems/1/Actions/ComputerSystem.Reset",
+                "ResetType@Redfish.AllowableValues": ["On", "ForceRestart", "GracefulRestart", "PowerCycle"],
+            }
+        },
+    });
+    if let Some(b) = bios {
+        v["BiosVersion"] = json!(b);
+    }
+    ok(v)
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "PascalCase")]
+struct ResetBody {
+    #[serde(default)]
+    reset_type: Option<String>,
+}
+
+fn parse_reset(body: &[u8], allowed: &[&str]) -> Result<(), RfError> {
+    let b: ResetBody = if body.is_empty() {
+        ResetBody::default()
+    } else {
+        serde_json::from_slice(body).map_err(|_| RfError::bad_request("body must be {\"ResetType\": ...}"))?
+    };
+    match b.reset_type {
+        None => Ok(()),
+        Some(t) if allowed.contains(&t.as_str()) => Ok(()),
+        Some(t) => Err(RfError::new(
+            StatusCode::BAD_REQUEST,
+            "Base.1.18.ActionParameterValueNotInList",
+            format!("ResetType '{t}' is not one of {}", allowed.join(", ")),
+        )),
+    }
+}
+
+async fn system_reset(
+    State(s): State<Arc<FleetState>>,
+    ConnectInfo(c): ConnectInfo<BmcConn>,
+    body: axum::body::Bytes,
+) -> RfResult {
+    let node = node_of(&s, &c)?;
+    parse_reset(&body, &["On", "ForceRestart", "GracefulRestart", "PowerCycle"])?;
+    let now = s.now();
+    let mut m = node.lock();
+    update::system_reset(&s, node, &mut m, now);
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+fn gpu_index(s: &FleetState, id: &str) -> Result<usize, RfError> {
+    id.strip_prefix("GPU_")
+        .and_then(|i| i.parse::<usize>().ok())
+        .filter(|&i| i < s.gpus)
+        .ok_or_else(|| RfError::not_found("Processor"))
+}
+
+async fn processors(State(s): State<Arc<FleetState>>) -> RfResult {
+    ok(collection(
+        "/redfish/v1/Systems/1/Processors",
+        "#ProcessorCollection.ProcessorCollection",
+        "Processor Collection",
+        (0..s.gpus)
+            .map(|g| format!("/redfish/v1/Systems/1/Processors/GPU_{g}"))
+            .collect(),
+    ))
+}
+
+async fn processor(
+    State(s): State<Arc<FleetState>>,
+    ConnectInfo(c): ConnectInfo<BmcConn>,
+    Path(id): Path<String>,
+) -> RfResult {
+    let node = node_of(&s, &c)?;
+    let g = gpu_index(&s, &id)?;
+    let now = s.now();
+    let mut m = node.lock();
+    node.settle(&mut m, now);
+    let rebooting = m.reboot_until.is_some();
+    let fw = s
+        .gpu_components
+        .get(g)
+        .and_then(|&ci| m.components.get(ci))
+        .map(|c| c.active().to_owned());
+    let mut v = json!({
+        "@odata.id": format!("/redfish/v1/Systems/1/Processors/GPU_{g}"),
+        "@odata.type": types::PROCESSOR,
+        "Id": format!("GPU_{g}"),
+        "Name": format!("GPU {g}"),
+        "ProcessorType": "GPU",
+        "Manufacturer": "NVIDIA",
+        "Model": "Simulated GPU",
+        "SerialNumber": format!("SIMGPU{:08}{g}", node.index),
+        "Status": if rebooting { json!({"State": "Starting", "Health": "OK"}) } else { status_ok() },
+        "Metrics": link(format!("/redfish/v1/Systems/1/Processors/GPU_{g}/ProcessorMetrics")),
+    });
+    if let Some(fw) = fw {
+        v["FirmwareVersion"] = json!(fw);
+    }
+    ok(v)
+}
+
+async fn processor_metrics(
+    State(s): State<Arc<FleetState>>,
+    ConnectInfo(c): ConnectInfo<BmcConn>,
+    Path(id): Path<String>,
+) -> RfResult {
+    let node = node_of(&s, &c)?;
+    let g = gpu_index(&s, &id)?;
+    let now = s.now();
+    let mut m = node.lock();
+    node.settle(&mut m, now);
+    let events = s.events_until(node, &mut m, now);
+    let xid = events
+        .iter()
+        .filter(|e| matches!(e.kind, EventKind::Xid { gpu, .. } if gpu as usize == g))
+        .count();
+    let aer_c = events
+        .iter()
+        .filter(|e| matches!(e.kind, EventKind::Aer { correctable: true }))
+        .count();
+    let aer_f = events
+        .iter()
+        .filter(|e| matches!(e.kind, EventKind::Aer { correctable: false }))
+        .count();
+    ok(json!({
+        "@odata.id": format!("/redfish/v1/Systems/1/Processors/GPU_{g}/ProcessorMetrics"),
+        "@odata.type": types::PROCESSOR_METRICS,
+        "Id": "ProcessorMetrics",
+        "Name": format!("GPU {g} Metrics"),
+        "UncorrectableOtherErrorCount": xid,
+        "PCIeErrors": { "CorrectableErrorCount": aer_c, "NonFatalErrorCount": aer_f },
+    }))
+}
+
+async fn log_services() -> RfResult {
+    ok(collection(
+        "/redfish/v1/Systems/1/LogServices",
+        "#LogServiceCollection.LogServiceCollection",
+        "Log Service Collection",
+        vec!["/redfish/v1/Systems/1/LogServices/EventLog".to_owned()],
+    ))
+}
+
+async fn event_log_service(State(s): State<Arc<FleetState>>) -> RfResult {
+    ok(json!({
+        "@odata.id": "/redfish/v1/Systems/1/LogServices/EventLog",
+        "@odata.type": types::LOG_SERVICE,
+        "Id": "EventLog",
+        "Name": "System Event Log",
+        "ServiceEnabled": true,
+        "OverWritePolicy": "NeverOverWrites",
+        "LogEntryType": "Event",
+        "DateTime": ts(s.now()),
+        "Status": status_ok(),
+        "Entries": link("/redfish/v1/Systems/1/LogServices/EventLog/Entries"),
+    }))
+}
+
+fn entry_json(e: &LogEvent) -> Value {
+    let (severity, args, message, origin) = match e.kind {
+        EventKind::Xid { gpu, code } => (
+            "Critical",
+            vec![format!("GPU_{gpu}"), format!("XID {code}")],
+            format!("GPU_{gpu} reported XID {code}."),
+            format!("/redfish/v1/Systems/1/Processors/GPU_{gpu}"),
+        ),
+        EventKind::Aer { correctable } => {
+            let what = if correctable {
+                "PCIe AER Correctable"
+            } else {
+                "PCIe AER Uncorrectable NonFatal"
+            };
+            (
+                if correctable { "Warning" } else { "Critical" },
+                vec!["PCIe_Root_Port_0".to_owned(), what.to_owned()],
+                format!("PCIe_Root_Port_0 reported {what} error."),
+                "/redfish/v1/Systems/1".to_owned(),
+            )
+        }
+        EventKind::LinkDegraded { width } => (
+            "Warning",
+            vec!["PCIe_Root_Port_0".to_owned(), format!("Link degraded to x{width}")],
+            format!("PCIe_Root_Port_0 link degraded: width x16 -> x{width}."),
+            "/redfish/v1/Systems/1".to_owned(),
+        ),
+    };
+    json!({
+        "@odata.id": format!("/redfish/v1/Systems/1/LogServices/EventLog/Entries/{}", e.id),
+        "@odata.type": types::LOG_ENTRY,
+        "Id": e.id.to_string(),
+        "Name": "Log Entry",
+        "EntryType": "Event",
+        "Created": ts(e.created),
+        "Severity": severity,
+        "Message": message,
+        "MessageId": "ResourceEvent.1.3.ResourceErrorsDetected",
+        "MessageArgs": args,
+        "Links": { "OriginOfCondition": link(origin) },
+    })
+}
+
+#[derive(Deserialize, Default)]
+struct Paging {
+    #[serde(rename = "$skip")]
+    skip: Option<usize>,
+    #[serde(rename = "$top")]
+    top: Option<usize>,
+}
+
+async fn log_entries(
+    State(s): State<Arc<FleetState>>,
+    ConnectInfo(c): ConnectInfo<BmcConn>,
+    Query(paging): Query<Paging>,
+) -> RfResult {
+    let node = node_of(&s, &c)?;
+    let now = s.now();
+    let events = {
+        let mut m = node.lock();
+        node.settle(&mut m, now);
+        s.events_until(node, &mut m, now)
+    };
+    let skip = paging.skip.unwrap_or(0);
+    let top = paging.top.unwrap_or(LOG_PAGE).min(LOG_PAGE);
+    let page: Vec<Value> = events.iter().skip(skip).take(top).map(entry_json).collect();
+    let base = "/redfish/v1/Systems/1/LogServices/EventLog/Entries";
+    let mut v = json!({
+        "@odata.id": base,
+        "@odata.type": "#LogEntryCollection.LogEntryCollection",
+        "Name": "System Event Log Entries",
+        "Members@odata.count": events.len(),
+        "Members": page,
+    });
+    if skip + top < events.len() {
+        v["Members@odata.nextLink"] = json!(format!("{base}?$skip={}&$top={top}", skip + top));
+    }
+    ok(v)
+}
+
+async fn log_entry(
+    State(s): State<Arc<FleetState>>,
+    ConnectInfo(c): ConnectInfo<BmcConn>,
+    Path(id): Path<String>,
+) -> RfResult {
+    let node = node_of(&s, &c)?;
+    let now = s.now();
+    let events = {
+        let mut m = node.lock();
+        s.events_until(node, &mut m, now)
+    };
+    let e = events
+        .iter()
+        .find(|e| e.id.to_string() == id)
+        .ok_or_else(|| RfError::not_found("LogEntry"))?;
+    ok(entry_json(e))
+}
+
+// -------------------------------------------------------------------------------------------------------
+// Chassis and sensors.
+
+async fn chassis_collection() -> RfResult {
+    ok(collection(
+        "/redfish/v1/Chassis",
+        "#ChassisCollection.ChassisCollection",
+        "Chassis Collection",
+        vec!["/redfish/v1/Chassis/1".to_owned()],
+    ))
+}
+
+async fn chassis(State(s): State<Arc<FleetState>>, ConnectInfo(c): ConnectInfo<BmcConn>) -> RfResult {
+    let node = node_of(&s, &c)?;
+    ok(json!({
+        "@odata.id": "/redfish/v1/Chassis/1",
+        "@odata.type": types::CHASSIS,
+        "Id": "1",
+        "Name": format!("{} chassis", node.name),
+        "ChassisType": "RackMount",
+        "Manufacturer": "Waveguard",
+        "Model": node.labels.sku,
+        "PowerState": "On",
+        "Status": status_ok(),
+        "ThermalSubsystem": link("/redfish/v1/Chassis/1/ThermalSubsystem"),
+        "Sensors": link("/redfish/v1/Chassis/1/Sensors"),
+        "Links": {
+            "ComputerSystems": [link("/redfish/v1/Systems/1")],
+            "ManagedBy": [link("/redfish/v1/Managers/1")],
+        },
+    }))
+}
+
+async fn thermal_subsystem() -> RfResult {
+    ok(json!({
+        "@odata.id": "/redfish/v1/Chassis/1/ThermalSubsystem",
+        "@odata.type": types::THERMAL_SUBSYSTEM,
+        "Id": "ThermalSubsystem",
+        "Name": "Thermal Subsystem",
+        "Status": status_ok(),
+        "ThermalMetrics": link("/redfish/v1/Chassis/1/ThermalSubsystem/ThermalMetrics"),
+    }))
+}
+
+async fn thermal_metrics(State(s): State<Arc<FleetState>>, ConnectInfo(c): ConnectInfo<BmcConn>) -> RfResult {
+    let node = node_of(&s, &c)?;
+    let now = s.now();
+    let mut m = node.lock();
+    node.settle(&mut m, now);
+    let readings: Vec<Value> = (0..s.gpus)
+        .map(|g| {
+            let (temp, _) = s.gpu_gauges(node, &m, g, now);
+            json!({
+                "DataSourceUri": format!("/redfish/v1/Chassis/1/Sensors/GPU_{g}_Temp"),
+                "DeviceName": format!("GPU_{g}"),
+                "Reading": temp,
+            })
+        })
+        .collect();
+    ok(json!({
+        "@odata.id": "/redfish/v1/Chassis/1/ThermalSubsystem/ThermalMetrics",
+        "@odata.type": types::THERMAL_METRICS,
+        "Id": "ThermalMetrics",
+        "Name": "Thermal Metrics",
+        "TemperatureReadingsCelsius": readings,
+    }))
+}
+
+async fn sensors(State(s): State<Arc<FleetState>>) -> RfResult {
+    let mut members = Vec::new();
+    for g in 0..s.gpus {
+        members.push(format!("/redfish/v1/Chassis/1/Sensors/GPU_{g}_Temp"));
+        members.push(format!("/redfish/v1/Chassis/1/Sensors/GPU_{g}_Power"));
+    }
+    ok(collection(
+        "/redfish/v1/Chassis/1/Sensors",
+        "#SensorCollection.SensorCollection",
+        "Sensors",
+        members,
+    ))
+}
+
+async fn sensor(
+    State(s): State<Arc<FleetState>>,
+    ConnectInfo(c): ConnectInfo<BmcConn>,
+    Path(id): Path<String>,
+) -> RfResult {
+    let node = node_of(&s, &c)?;
+    let (gpu_part, is_temp) = if let Some(g) = id.strip_suffix("_Temp") {
+        (g, true)
+    } else if let Some(g) = id.strip_suffix("_Power") {
+        (g, false)
+    } else {
+        return Err(RfError::not_found("Sensor"));
+    };
+    let g = gpu_index(&s, gpu_part).map_err(|_| RfError::not_found("Sensor"))?;
+    let now = s.now();
+    let mut m = node.lock();
+    node.settle(&mut m, now);
+    let (temp, power) = s.gpu_gauges(node, &m, g, now);
+    let (reading, kind, units) = if is_temp {
+        (temp, "Temperature", "Cel")
+    } else {
+        (power, "Power", "W")
+    };
+    ok(json!({
+        "@odata.id": format!("/redfish/v1/Chassis/1/Sensors/{id}"),
+        "@odata.type": types::SENSOR,
+        "Id": id,
+        "Name": format!("GPU {g} {kind}"),
+        "Reading": reading,
+        "ReadingType": kind,
+        "ReadingUnits": units,
+        "ReadingTime": ts(now),
+        "PhysicalContext": "GPU",
+        "Status": status_ok(),
+        "RelatedItem": [link(format!("/redfish/v1/Systems/1/Processors/GPU_{g}"))],
+    }))
+}
+
+// -------------------------------------------------------------------------------------------------------
+// Managers.
+
+async fn managers() -> RfResult {
+    ok(collection(
+        "/redfish/v1/Managers",
+        "#ManagerCollection.ManagerCollection",
+        "Manager Collection",
+        vec!["/redfish/v1/Managers/1".to_owned()],
+    ))
+}
+
+async fn manager(State(s): State<Arc<FleetState>>, ConnectInfo(c): ConnectInfo<BmcConn>) -> RfResult {
+    let node = node_of(&s, &c)?;
+    let now = s.now();
+    let mut m = node.lock();
+    node.settle(&mut m, now);
+    let fw = m
+        .components
+        .iter()
+        .find(|c| c.kind == orchestrator_types::ComponentKind::Bmc)
+        .map(|c| c.active().to_owned());
+    let mut v = json!({
+        "@odata.id": "/redfish/v1/Managers/1",
+        "@odata.type": types::MANAGER,
+        "Id": "1",
+        "Name": format!("{} BMC", node.name),
+        "ManagerType": "BMC",
+        "UUID": uuid_for(s.scenario.seed, node.index, 2),
+        "DateTime": ts(now),
+        "PowerState": "On",
+        "Status": status_ok(),
+        "Links": {
+            "ManagerForServers": [link("/redfish/v1/Systems/1")],
+            "ManagerForChassis": [link("/redfish/v1/Chassis/1")],
+        },
+        "Actions": {
+            "#Manager.Reset": {
+                "target": "/redfish/v1/Managers/1/Actions/Manager.Reset",
+                "ResetType@Redfish.AllowableValues": ["GracefulRestart", "ForceRestart"],
+            }
+        },
+    });
+    if let Some(fw) = fw {
+        v["FirmwareVersion"] = json!(fw);
+    }
+    ok(v)
+}
+
+async fn manager_reset(
+    State(s): State<Arc<FleetState>>,
+    ConnectInfo(c): ConnectInfo<BmcConn>,
+    body: axum::body::Bytes,
+) -> RfResult {
+    let node = node_of(&s, &c)?;
+    parse_reset(&body, &["GracefulRestart", "ForceRestart"])?;
+    let now = s.now();
+    let mut m = node.lock();
+    update::manager_reset(&s, node, &mut m, now);
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+// -------------------------------------------------------------------------------------------------------
+// UpdateService, FirmwareInventory, tasks.
+
+async fn update_service() -> RfResult {
+    ok(json!({
+        "@odata.id": "/redfish/v1/UpdateService",
+        "@odata.type": types::UPDATE_SERVICE,
+        "Id": "UpdateService",
+        "Name": "Update Service",
+        "ServiceEnabled": true,
+        "Status": status_ok(),
+        "MaxImageSizeBytes": MAX_IMAGE_BYTES,
+        "MultipartHttpPushUri": "/redfish/v1/UpdateService/update-multipart",
+        "FirmwareInventory": link("/redfish/v1/UpdateService/FirmwareInventory"),
+        "Actions": {
+            "#UpdateService.SimpleUpdate": {
+                "target": "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate",
+                "TransferProtocol@Redfish.AllowableValues": ["HTTP", "HTTPS"],
+            }
+        },
+    }))
+}
+
+async fn firmware_inventory(State(s): State<Arc<FleetState>>, ConnectInfo(c): ConnectInfo<BmcConn>) -> RfResult {
+    let node = node_of(&s, &c)?;
+    let m = node.lock();
+    ok(collection(
+        "/redfish/v1/UpdateService/FirmwareInventory",
+        "#SoftwareInventoryCollection.SoftwareInventoryCollection",
+        "Firmware Inventory Collection",
+        m.components
+            .iter()
+            .map(|c| format!("/redfish/v1/UpdateService/FirmwareInventory/{}", c.id))
+            .collect(),
+    ))
+}
+
+async fn firmware_entry(
+    State(s): State<Arc<FleetState>>,
+    ConnectInfo(c): ConnectInfo<BmcConn>,
+    Path(id): Path<String>,
+) -> RfResult {
+    let node = node_of(&s, &c)?;
+    let now = s.now();
+    let mut m = node.lock();
+    node.settle(&mut m, now);
+    let comp = m
+        .components
+        .iter()
+        .find(|c| c.id == id)
+        .ok_or_else(|| RfError::not_found("SoftwareInventory"))?;
+    ok(json!({
+        "@odata.id": format!("/redfish/v1/UpdateService/FirmwareInventory/{}", comp.id),
+        "@odata.type": types::SOFTWARE_INVENTORY,
+        "Id": comp.id,
+        "Name": format!("{} firmware", comp.id),
+        "Version": comp.active(),
+        "Updateable": comp.updateable,
+        "SoftwareId": format!("{}-{}", comp.kind.as_str(), node.labels.sku),
+        "Manufacturer": "Waveguard",
+        "Status": status_ok(),
+    }))
+}
+
+#[derive(Deserialize)]
+struct SimpleUpdateBody {
+    #[serde(rename = "ImageURI")]
+    image_uri: String,
+    #[serde(rename = "TransferProtocol", default)]
+    transfer_protocol: Option<String>,
+    #[serde(rename = "Targets", default)]
+    targets: Vec<String>,
+    #[serde(rename = "@Redfish.OperationApplyTime", default)]
+    apply_time: Option<String>,
+}
+
+fn parse_apply_time(v: Option<&str>) -> Result<bool, RfError> {
+    match v {
+        None | Some("OnReset") => Ok(false),
+        Some("Immediate") => Ok(true),
+        Some(other) => Err(RfError::new(
+            StatusCode::BAD_REQUEST,
+            "Base.1.18.PropertyValueNotInList",
+            format!("@Redfish.OperationApplyTime '{other}' is not one of Immediate, OnReset"),
+        )),
+    }
+}
+
+fn task_accepted(id: u64, body: Value) -> RfResult {
+    let uri = format!("/redfish/v1/TaskService/Tasks/{id}");
+    let mut resp = (StatusCode::ACCEPTED, Json(body)).into_response();
+    if let Ok(v) = HeaderValue::from_str(&uri) {
+        resp.headers_mut().insert(header::LOCATION, v);
+    }
+    resp.headers_mut()
+        .insert("OData-Version", HeaderValue::from_static("4.0"));
+    Ok(resp)
+}
+
+async fn simple_update(
+    State(s): State<Arc<FleetState>>,
+    ConnectInfo(c): ConnectInfo<BmcConn>,
+    body: axum::body::Bytes,
+) -> RfResult {
+    let node = node_of(&s, &c)?;
+    let req: SimpleUpdateBody = serde_json::from_slice(&body)
+        .map_err(|e| RfError::bad_request(format!("SimpleUpdate body: {e} (ImageURI is required)")))?;
+    if let Some(p) = &req.transfer_protocol
+        && !matches!(p.as_str(), "HTTP" | "HTTPS")
+    {
+        return Err(RfError::bad_request(format!(
+            "TransferProtocol '{p}' is not supported (HTTP, HTTPS)"
+        )));
+    }
+    let uri = match url_scheme(&req.image_uri) {
+        Some("http" | "https") => req.image_uri.clone(),
+        Some(other) => {
+            return Err(RfError::bad_request(format!(
+                "ImageURI scheme '{other}' is not supported"
+            )));
+        }
+        None => {
+            // Redfish allows a scheme-less ImageURI with TransferProtocol beside it.
+            let scheme = req.transfer_protocol.as_deref().unwrap_or("HTTP").to_ascii_lowercase();
+            format!("{scheme}://{}", req.image_uri)
+        }
+    };
+    let immediate = parse_apply_time(req.apply_time.as_deref())?;
+    let (id, body) = {
+        let mut m = node.lock();
+        let targets = update::resolve_targets(&m, &req.targets).map_err(|e| RfError::bad_request(e.to_string()))?;
+        let id = update::create_task(&s, node, &mut m, targets, immediate, None);
+        (id, task_json(&s, node, &mut m, id))
+    };
+    update::spawn_fetch(s.clone(), node.index, id, uri);
+    task_accepted(id, body.unwrap_or(Value::Null))
+}
+
+fn url_scheme(uri: &str) -> Option<&str> {
+    uri.split_once("://").map(|(scheme, _)| scheme)
+}
+
+async fn multipart_update(
+    State(s): State<Arc<FleetState>>,
+    ConnectInfo(c): ConnectInfo<BmcConn>,
+    mut multipart: Multipart,
+) -> RfResult {
+    let node = node_of(&s, &c)?;
+    let mut params: Option<Value> = None;
+    let mut image: Option<Vec<u8>> = None;
+    loop {
+        let field = match multipart.next_field().await {
+            Ok(Some(f)) => f,
+            Ok(None) => break,
+            Err(e) => return Err(RfError::bad_request(format!("malformed multipart body: {e}"))),
+        };
+        let name = field.name().unwrap_or_default().to_owned();
+        let data = field
+            .bytes()
+            .await
+            .map_err(|e| RfError::bad_request(format!("multipart part `{name}`: {e}")))?;
+        match name.as_str() {
+            "UpdateParameters" => {
+                params = Some(
+                    serde_json::from_slice(&data)
+                        .map_err(|e| RfError::bad_request(format!("UpdateParameters is not JSON: {e}")))?,
+                )
+            }
+            "UpdateFile" => image = Some(data.to_vec()),
+            // Unknown parts (OEM parameters) are ignored, as the spec allows.
+            _ => {}
+        }
+    }
+    let params = params.ok_or_else(|| RfError::bad_request("missing multipart part `UpdateParameters`"))?;
+    let image = image.ok_or_else(|| RfError::bad_request("missing multipart part `UpdateFile`"))?;
+    let targets: Vec<String> = match params.get("Targets") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(a)) => a.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect(),
+        Some(_) => {
+            return Err(RfError::bad_request(
+                "UpdateParameters.Targets must be an array of URIs",
+            ));
+        }
+    };
+    let immediate = parse_apply_time(params.get("@Redfish.OperationApplyTime").and_then(Value::as_str))?;
+    let mut m = node.lock();
+    let targets = update::resolve_targets(&m, &targets).map_err(|e| RfError::bad_request(e.to_string()))?;
+    let id = update::create_task(&s, node, &mut m, targets, immediate, Some(Ok(image)));
+    let body = task_json(&s, node, &mut m, id);
+    drop(m);
+    task_accepted(id, body.unwrap_or(Value::Null))
+}
+
+async fn task_service(State(s): State<Arc<FleetState>>) -> RfResult {
+    ok(json!({
+        "@odata.id": "/redfish/v1/TaskService",
+        "@odata.type": types::TASK_SERVICE,
+        "Id": "TaskService",
+        "Name": "Task Service",
+        "ServiceEnabled": true,
+        "DateTime": ts(s.now()),
+        "CompletedTaskOverWritePolicy": "Oldest",
+        "LifeCycleEventOnTaskStateChange": false,
+        "Status": status_ok(),
+        "Tasks": link("/redfish/v1/TaskService/Tasks"),
+    }))
+}
+
+async fn tasks(State(s): State<Arc<FleetState>>, ConnectInfo(c): ConnectInfo<BmcConn>) -> RfResult {
+    let node = node_of(&s, &c)?;
+    let m = node.lock();
+    ok(collection(
+        "/redfish/v1/TaskService/Tasks",
+        "#TaskCollection.TaskCollection",
+        "Task Collection",
+        m.tasks
+            .iter()
+            .map(|t| format!("/redfish/v1/TaskService/Tasks/{}", t.id))
+            .collect(),
+    ))
+}
+
+fn task_json(s: &FleetState, node: &Node, m: &mut crate::state::NodeMut, id: u64) -> Option<Value> {
+    let now = s.now();
+    node.settle(m, now);
+    let t = m.tasks.iter().find(|t| t.id == id)?;
+    let view = t.view(now, &m.components);
+    let health = match view.state {
+        "Exception" => "Critical",
+        _ => "OK",
+    };
+    let messages: Vec<Value> = view
+        .messages
+        .iter()
+        .map(|(mid, text, sev)| {
+            json!({
+                "MessageId": mid,
+                "Message": text,
+                "MessageSeverity": sev,
+                "Severity": sev,
+            })
+        })
+        .collect();
+    let mut v = json!({
+        "@odata.id": format!("/redfish/v1/TaskService/Tasks/{id}"),
+        "@odata.type": types::TASK,
+        "Id": id.to_string(),
+        "Name": format!("Firmware update task {id}"),
+        "TaskState": view.state,
+        "TaskStatus": health,
+        "PercentComplete": view.percent,
+        "StartTime": ts(t.created),
+        "Messages": messages,
+    });
+    if let Some(end) = view.end {
+        v["EndTime"] = json!(ts(end));
+    }
+    Some(v)
+}
+
+async fn task(
+    State(s): State<Arc<FleetState>>,
+    ConnectInfo(c): ConnectInfo<BmcConn>,
+    Path(id): Path<String>,
+) -> RfResult {
+    let node = node_of(&s, &c)?;
+    let id: u64 = id.parse().map_err(|_| RfError::not_found("Task"))?;
+    let mut m = node.lock();
+    let v = task_json(&s, node, &mut m, id).ok_or_else(|| RfError::not_found("Task"))?;
+    ok(v)
+}
