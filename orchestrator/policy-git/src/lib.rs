@@ -1,0 +1,15 @@
+//! Reading rollout policies from a git repository with `gix` (no `git`
+//! binary), and deciding which version of each policy is in force.
+//!
+//! The controller pins every rollout to the commit id and the blob id of the
+//! policy file it started from; blobs are content-addressed, so a pinned
+//! policy can always be read back and a later commit cannot change it.
+//!
+//! This crate is blocking (gix is); async callers run it on a blocking
+//! thread.
+
+mod source;
+mod sync;
+
+pub use source::{GitPolicySource, GitSourceError, MAX_POLICY_FILES, PolicyFile, RepoLocation, Snapshot, read_blob};
+pub use sync::{InForce, Rejection, SyncReport, plan_sync};

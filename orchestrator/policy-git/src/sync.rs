@@ -1,0 +1,193 @@
+//! Deciding, from a new snapshot, which version of each policy is in force.
+//! Pure: the caller reads the snapshot and stores the result.
+//!
+//! Rules:
+//! - a valid file at the new commit becomes the policy in force;
+//! - an invalid file is reported, and the policy previously in force from the
+//!   same path (or with the same name) stays in force: a bad commit never
+//!   takes a working policy away;
+//! - a policy whose file is gone from the commit is no longer in force for
+//!   new rollouts (running rollouts keep their pinned blob either way).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use orchestrator_policy::lint_files;
+
+use crate::source::Snapshot;
+
+/// A policy version in force (or pinned by a rollout).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InForce {
+    /// The policy's `name`.
+    pub name: String,
+    /// Path of its file in the repository.
+    pub path: String,
+    /// Commit it was read at.
+    pub commit_id: String,
+    /// Blob id of the file.
+    pub blob_id: String,
+    /// The file's text.
+    pub source: String,
+}
+
+/// A file at the new commit that was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejection {
+    /// Path in the repository.
+    pub path: String,
+    /// Blob id of the refused file.
+    pub blob_id: String,
+    /// `path:line:col: message` lines (errors and warnings).
+    pub diagnostics: Vec<String>,
+    /// The version that stays in force instead, if there was one.
+    pub kept: Option<InForce>,
+}
+
+/// What a sync decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SyncReport {
+    /// The commit synced.
+    pub commit_id: String,
+    /// The complete set in force after the sync, by name.
+    pub in_force: BTreeMap<String, InForce>,
+    /// Names whose in-force version changed (new or updated).
+    pub changed: Vec<String>,
+    /// Files refused at this commit.
+    pub rejected: Vec<Rejection>,
+    /// Names no longer in force because their file is gone.
+    pub removed: Vec<String>,
+    /// Warnings on accepted files, as `path:line:col: warning: ...`.
+    pub warnings: Vec<String>,
+}
+
+/// Computes the policies in force after syncing `snapshot`, given those in
+/// force before.
+pub fn plan_sync(previous: &BTreeMap<String, InForce>, snapshot: &Snapshot) -> SyncReport {
+    let reports = lint_files(snapshot.files.iter().map(|f| (f.path.clone(), f.content.clone())));
+    let mut in_force = BTreeMap::new();
+    let mut changed = Vec::new();
+    let mut rejected = Vec::new();
+    let mut warnings = Vec::new();
+    for (file, report) in snapshot.files.iter().zip(&reports) {
+        let rendered = report.rendered();
+        match &report.checked.policy {
+            Some(policy) => {
+                warnings.extend(rendered);
+                let entry = InForce {
+                    name: policy.name.clone(),
+                    path: file.path.clone(),
+                    commit_id: snapshot.commit_id.clone(),
+                    // Accepted files passed UTF-8 validation.
+                    source: String::from_utf8_lossy(&file.content).into_owned(),
+                    blob_id: file.blob_id.clone(),
+                };
+                match previous.get(&policy.name) {
+                    // Same content: keep the commit it was first seen at, so
+                    // unrelated commits do not churn the record.
+                    Some(prev) if prev.blob_id == entry.blob_id && prev.path == entry.path => {
+                        in_force.insert(entry.name.clone(), prev.clone());
+                    }
+                    _ => {
+                        changed.push(entry.name.clone());
+                        in_force.insert(entry.name.clone(), entry);
+                    }
+                }
+            }
+            None => {
+                let kept = previous.values().find(|p| p.path == file.path).cloned();
+                rejected.push(Rejection {
+                    path: file.path.clone(),
+                    blob_id: file.blob_id.clone(),
+                    diagnostics: rendered,
+                    kept,
+                });
+            }
+        }
+    }
+    // Keep the last good version for refused files, unless a valid file at
+    // this commit now provides that name.
+    for r in &rejected {
+        if let Some(kept) = &r.kept {
+            in_force.entry(kept.name.clone()).or_insert_with(|| kept.clone());
+        }
+    }
+    let present: BTreeSet<&str> = snapshot.files.iter().map(|f| f.path.as_str()).collect();
+    let removed = previous
+        .values()
+        .filter(|p| !in_force.contains_key(&p.name) && !present.contains(p.path.as_str()))
+        .map(|p| p.name.clone())
+        .collect();
+    SyncReport {
+        commit_id: snapshot.commit_id.clone(),
+        in_force,
+        changed,
+        rejected,
+        removed,
+        warnings,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::PolicyFile;
+
+    const GOOD: &str = include_str!("../../../policies/bmc-firmware.yaml");
+
+    fn snapshot(commit: &str, files: &[(&str, &str, &str)]) -> Snapshot {
+        Snapshot {
+            commit_id: commit.into(),
+            files: files
+                .iter()
+                .map(|(path, blob, text)| PolicyFile {
+                    path: (*path).into(),
+                    blob_id: (*blob).into(),
+                    content: text.as_bytes().to_vec(),
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn bad_commit_keeps_the_last_good_version() {
+        let first = plan_sync(&BTreeMap::new(), &snapshot("c1", &[("bmc-firmware.yaml", "b1", GOOD)]));
+        assert_eq!(first.changed, vec!["bmc-firmware"]);
+        assert!(first.rejected.is_empty());
+
+        let broken = GOOD.replace("max_failed: 0", "max_failed: -3");
+        let second = plan_sync(
+            &first.in_force,
+            &snapshot("c2", &[("bmc-firmware.yaml", "b2", &broken)]),
+        );
+        assert!(second.changed.is_empty());
+        assert_eq!(second.rejected.len(), 1);
+        let rejection = &second.rejected[0];
+        assert_eq!(rejection.kept.as_ref().map(|k| k.commit_id.as_str()), Some("c1"));
+        assert!(
+            rejection.diagnostics[0].starts_with("bmc-firmware.yaml:")
+                && rejection.diagnostics[0].contains("max_failed"),
+            "{:?}",
+            rejection.diagnostics
+        );
+        assert_eq!(second.in_force["bmc-firmware"].blob_id, "b1");
+
+        let fixed = GOOD.replace("max_failed: 0", "max_failed: 1");
+        let third = plan_sync(
+            &second.in_force,
+            &snapshot("c3", &[("bmc-firmware.yaml", "b3", &fixed)]),
+        );
+        assert_eq!(third.changed, vec!["bmc-firmware"]);
+        assert_eq!(third.in_force["bmc-firmware"].commit_id, "c3");
+    }
+
+    #[test]
+    fn unchanged_content_keeps_its_commit_and_removed_files_leave() {
+        let first = plan_sync(&BTreeMap::new(), &snapshot("c1", &[("bmc-firmware.yaml", "b1", GOOD)]));
+        let second = plan_sync(&first.in_force, &snapshot("c2", &[("bmc-firmware.yaml", "b1", GOOD)]));
+        assert!(second.changed.is_empty());
+        assert_eq!(second.in_force["bmc-firmware"].commit_id, "c1");
+        let third = plan_sync(&second.in_force, &snapshot("c3", &[]));
+        assert_eq!(third.removed, vec!["bmc-firmware"]);
+        assert!(third.in_force.is_empty());
+    }
+}

@@ -1,0 +1,166 @@
+//! End to end against a real repository created in the test: commit a
+//! policy, sync, change it in a new commit, sync again; a rollout pinned
+//! after the first sync still reads the first version, and a broken commit
+//! keeps the last good one in force.
+//!
+//! The repository is built with the `git` CLI (test only; the code under
+//! test uses gix). Without `git` the test is skipped loudly, or fails when
+//! WAVEGUARD_REQUIRE_ALL=1.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+
+use orchestrator_policy::{FailureBudget, parse_policy};
+use orchestrator_policy_git::{GitPolicySource, InForce, RepoLocation, plan_sync, read_blob};
+
+const POLICY: &str = include_str!("../../../policies/bmc-firmware.yaml");
+
+fn git_available() -> bool {
+    let ok = Command::new("git")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        assert!(
+            std::env::var("WAVEGUARD_REQUIRE_ALL").as_deref() != Ok("1"),
+            "git is required (WAVEGUARD_REQUIRE_ALL=1) but not found"
+        );
+        eprintln!("!!! SKIPPING git sync test: the `git` program is not installed !!!");
+    }
+    ok
+}
+
+fn git(dir: &Path, args: &[&str]) {
+    let out = Command::new("git")
+        .args([
+            "-c",
+            "user.name=Test",
+            "-c",
+            "user.email=test@example.com",
+            "-c",
+            "commit.gpgsign=false",
+        ])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run git");
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn commit_policy(dir: &Path, text: &str, message: &str) {
+    std::fs::create_dir_all(dir.join("policies")).unwrap();
+    std::fs::write(dir.join("policies/bmc-firmware.yaml"), text).unwrap();
+    std::fs::write(dir.join("README.md"), "not a policy\n").unwrap();
+    git(dir, &["add", "-A"]);
+    git(dir, &["commit", "-q", "-m", message]);
+}
+
+/// What the db stores on a rollout: the pin.
+struct Rollout {
+    policy_commit: String,
+    policy_blob: String,
+}
+
+#[test]
+fn rollout_stays_pinned_across_policy_changes() {
+    if !git_available() {
+        return;
+    }
+    let repo_dir = tempfile::tempdir().unwrap();
+    git(repo_dir.path(), &["init", "-q", "-b", "main"]);
+    commit_policy(repo_dir.path(), POLICY, "first policy");
+
+    let source = GitPolicySource {
+        location: RepoLocation::Local(repo_dir.path().to_owned()),
+        git_ref: "main".into(),
+        subdir: Some("policies".into()),
+        cache_dir: repo_dir.path().join("unused-cache"),
+    };
+    let first = plan_sync(&BTreeMap::new(), &source.read().unwrap());
+    assert_eq!(first.changed, vec!["bmc-firmware"]);
+    let in_force: &InForce = &first.in_force["bmc-firmware"];
+    assert_eq!(in_force.path, "policies/bmc-firmware.yaml");
+    assert_eq!(in_force.commit_id.len(), 40);
+
+    // A rollout starts now and pins what is in force.
+    let rollout = Rollout {
+        policy_commit: in_force.commit_id.clone(),
+        policy_blob: in_force.blob_id.clone(),
+    };
+
+    // The policy changes in git.
+    commit_policy(
+        repo_dir.path(),
+        &POLICY.replace("max_failed: 0", "max_failed: 3"),
+        "loosen budget",
+    );
+    let second = plan_sync(&first.in_force, &source.read().unwrap());
+    assert_eq!(second.changed, vec!["bmc-firmware"]);
+    let now = &second.in_force["bmc-firmware"];
+    assert_ne!(now.commit_id, rollout.policy_commit);
+    assert_ne!(now.blob_id, rollout.policy_blob);
+    assert_eq!(
+        parse_policy(&now.source).unwrap().failure_budget,
+        FailureBudget::Count(3)
+    );
+
+    // The running rollout still reads its pinned version, from git itself.
+    let repo = gix::open(repo_dir.path()).unwrap();
+    let pinned = String::from_utf8(read_blob(&repo, &rollout.policy_blob).unwrap()).unwrap();
+    assert_eq!(parse_policy(&pinned).unwrap().failure_budget, FailureBudget::Count(0));
+    assert_eq!(pinned, first.in_force["bmc-firmware"].source);
+
+    // A broken commit is reported and the last good version stays in force.
+    commit_policy(repo_dir.path(), &POLICY.replace("bake: 6h", "bake: soon"), "typo");
+    let third = plan_sync(&second.in_force, &source.read().unwrap());
+    assert!(third.changed.is_empty());
+    assert_eq!(third.rejected.len(), 1);
+    assert!(
+        third.rejected[0].diagnostics[0].starts_with("policies/bmc-firmware.yaml:"),
+        "{:?}",
+        third.rejected[0].diagnostics
+    );
+    assert_eq!(third.in_force["bmc-firmware"], second.in_force["bmc-firmware"]);
+}
+
+#[test]
+fn clones_a_url_and_resolves_refs() {
+    if !git_available() {
+        return;
+    }
+    let repo_dir = tempfile::tempdir().unwrap();
+    git(repo_dir.path(), &["init", "-q", "-b", "main"]);
+    commit_policy(repo_dir.path(), POLICY, "first policy");
+    git(repo_dir.path(), &["tag", "v1"]);
+    commit_policy(
+        repo_dir.path(),
+        &POLICY.replace("max_failed: 0", "max_failed: 2"),
+        "second",
+    );
+
+    let cache = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", repo_dir.path().display());
+    let mut source = GitPolicySource {
+        location: RepoLocation::parse(&url),
+        git_ref: "main".into(),
+        subdir: None,
+        cache_dir: cache.path().to_owned(),
+    };
+    let head = source.read().unwrap();
+    assert_eq!(head.files.len(), 1, "README.md is not a policy: {:?}", head.files);
+    assert!(String::from_utf8_lossy(&head.files[0].content).contains("max_failed: 2"));
+
+    source.git_ref = "v1".into();
+    let tagged = source.read().unwrap();
+    assert_ne!(tagged.commit_id, head.commit_id);
+    assert!(String::from_utf8_lossy(&tagged.files[0].content).contains("max_failed: 0"));
+
+    source.git_ref = "no-such-branch".into();
+    let err = source.read().unwrap_err();
+    assert!(err.to_string().contains("no-such-branch"), "{err}");
+}
