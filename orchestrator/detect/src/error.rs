@@ -69,9 +69,10 @@ pub enum DetectError {
         /// Control events.
         control: u64,
     },
-    /// A level sample is NaN or infinite: a collector bug, not a measurement.
-    #[error("gate {gate:?}: {cohort} sample {index} is not finite")]
-    NonFiniteSample {
+    /// A level sample is NaN, infinite or beyond any physical level (|v| > 1e12): a collector bug,
+    /// not a measurement. Bounded so that differences between samples cannot overflow.
+    #[error("gate {gate:?}: {cohort} sample {index} is not a finite level with magnitude <= 1e12")]
+    InvalidSample {
         /// The gate's name.
         gate: String,
         /// `canary` or `control`.

@@ -43,18 +43,22 @@ pub struct LevelCohorts<'a> {
     pub control: &'a [f64],
 }
 
+/// Largest accepted magnitude of a level or shift: far beyond any temperature or power reading, and
+/// small enough that differences of samples never overflow.
+pub const MAX_ABS_LEVEL: f64 = 1e12;
+
 fn validate(gate: &LevelGate, cohorts: &LevelCohorts<'_>) -> Result<(), DetectError> {
-    if !(gate.min_shift >= 0.0 && gate.min_shift.is_finite()) {
+    if !(gate.min_shift >= 0.0 && gate.min_shift <= MAX_ABS_LEVEL) {
         return Err(DetectError::InvalidParameter {
             gate: gate.name.clone(),
             parameter: "min_shift".into(),
-            expected: "finite and >= 0".into(),
+            expected: "in [0, 1e12]".into(),
             value: gate.min_shift,
         });
     }
     for (cohort, samples) in [("canary", cohorts.canary), ("control", cohorts.control)] {
-        if let Some(index) = samples.iter().position(|v| !v.is_finite()) {
-            return Err(DetectError::NonFiniteSample { gate: gate.name.clone(), cohort: cohort.into(), index });
+        if let Some(index) = samples.iter().position(|v| !(v.abs() <= MAX_ABS_LEVEL)) {
+            return Err(DetectError::InvalidSample { gate: gate.name.clone(), cohort: cohort.into(), index });
         }
     }
     Ok(())
@@ -101,7 +105,7 @@ pub fn evaluate_level(gate: &LevelGate, cohorts: &LevelCohorts<'_>, look: &Look)
     };
     let ci95 = hodges_lehmann_interval(&canary, &control, 0.025, 0.025);
     let decision_lower_bound = if look.nominal_alpha > 0.0 {
-        hodges_lehmann_interval(&canary, &control, look.nominal_alpha, 0.5).lower
+        hodges_lehmann_interval(&canary, &control, look.nominal_alpha, 0.0).lower
     } else {
         None
     };

@@ -60,7 +60,7 @@ fn summary(s: RateSample) -> CohortSummary {
     CohortSummary {
         events: Some(s.events),
         exposure: Some(s.exposure),
-        rate: (s.exposure > 0.0).then(|| s.events as f64 / s.exposure),
+        rate: Some(s.events as f64 / s.exposure).filter(|r| s.exposure > 0.0 && r.is_finite()),
         samples: None,
         median: None,
     }
@@ -114,7 +114,7 @@ pub fn evaluate_rate(gate: &RateGate, cohorts: &RateCohorts, look: &Look) -> Ver
     }
     let p_value = poisson_rate_test(c.events, c.exposure, k.events, k.exposure, gate.min_effect_ratio);
     let ci95 = rate_ratio_interval(c.events, c.exposure, k.events, k.exposure, 0.025, 0.025);
-    let decision = rate_ratio_interval(c.events, c.exposure, k.events, k.exposure, look.nominal_alpha, 0.5);
+    let decision = rate_ratio_interval(c.events, c.exposure, k.events, k.exposure, look.nominal_alpha, 0.0);
     let estimate = (k.events > 0).then(|| (c.events as f64 / c.exposure) / (k.events as f64 / k.exposure));
     let evidence = Evidence {
         gate: gate.name.clone(),
