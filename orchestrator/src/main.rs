@@ -1,1 +1,185 @@
-fn main() {}
+//! `waveguard`: the firmware rollout controller's one binary.
+
+mod cmd;
+mod config;
+mod fleet_file;
+mod logging;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand};
+use orchestrator_db::{Db, DbError};
+use orchestrator_types::SystemClock;
+
+use crate::config::{Config, FileConfig, LogFormat, Overrides};
+
+/// Firmware staged-rollout orchestrator for AI-accelerator fleets.
+///
+/// Settings come from (lowest to highest precedence) built-in defaults, the
+/// TOML file given by --config, WAVEGUARD_* environment variables, and flags.
+#[derive(Debug, Parser)]
+#[command(name = "waveguard", version, about, long_about = None)]
+struct Cli {
+    /// TOML configuration file (database_url, listen, log_format, log_level,
+    /// [credentials.NAME], [policy]).
+    #[arg(long, global = true, env = "WAVEGUARD_CONFIG", value_name = "FILE")]
+    config: Option<PathBuf>,
+
+    /// Database URL: sqlite://PATH (default sqlite://waveguard.db, created
+    /// if missing) or postgres://USER@HOST:PORT/DB.
+    #[arg(
+        long,
+        global = true,
+        env = "WAVEGUARD_DATABASE_URL",
+        value_name = "URL",
+        hide_env_values = true
+    )]
+    database_url: Option<String>,
+
+    /// Log format.
+    #[arg(long, global = true, env = "WAVEGUARD_LOG_FORMAT", value_enum)]
+    log_format: Option<LogFormat>,
+
+    /// Log filter, e.g. `info` or `info,orchestrator_engine=debug`.
+    #[arg(long, global = true, env = "WAVEGUARD_LOG", value_name = "FILTER")]
+    log_level: Option<String>,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the controller: API, metrics and web UI on --listen.
+    Serve(cmd::serve::ServeArgs),
+    /// Apply pending database migrations and exit.
+    Migrate,
+    /// Manage the fleet of nodes.
+    #[command(subcommand)]
+    Fleet(cmd::fleet::FleetCommand),
+    /// Manage firmware releases and their qualification.
+    #[command(subcommand)]
+    Release(cmd::release::ReleaseCommand),
+}
+
+/// What every command can use.
+#[derive(Debug)]
+pub struct Context {
+    /// Settings in force.
+    pub config: Config,
+}
+
+impl Context {
+    /// Opens the configured database and applies pending migrations.
+    pub async fn db(&self) -> anyhow::Result<Db> {
+        Db::connect_and_migrate(&self.config.database_url, Arc::new(SystemClock))
+            .await
+            .context("cannot open the database")
+    }
+
+    /// Who a command acts as, in the audit log.
+    pub fn cli_actor(&self) -> String {
+        let user = std::env::var("USER").unwrap_or_else(|_| "unknown".into());
+        format!("cli:{user}")
+    }
+}
+
+/// Exit status for input the user must fix (bad file, illegal transition).
+pub const EXIT_BAD_INPUT: u8 = 2;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let file = match &cli.config {
+        Some(path) => match FileConfig::load(path) {
+            Ok(file) => file,
+            Err(err) => {
+                eprintln!("error: {err:#}");
+                return ExitCode::from(EXIT_BAD_INPUT);
+            }
+        },
+        None => FileConfig::default(),
+    };
+    let overrides = Overrides {
+        database_url: cli.database_url.clone(),
+        listen: None,
+        log_format: cli.log_format,
+        log_level: cli.log_level.clone(),
+    };
+    let config = match Config::merge(file, overrides) {
+        Ok(config) => config,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+    };
+    if let Err(err) = logging::init(config.log_format, &config.log_level) {
+        eprintln!("error: {err:#}");
+        return ExitCode::from(EXIT_BAD_INPUT);
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("error: cannot start the async runtime: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let context = Context { config };
+    let outcome = runtime.block_on(async move {
+        match cli.command {
+            Command::Serve(args) => cmd::serve::run(args, context).await,
+            Command::Migrate => cmd::migrate(&context).await,
+            Command::Fleet(command) => cmd::fleet::run(command, &context).await,
+            Command::Release(command) => cmd::release::run(command, &context).await,
+        }
+    });
+    match outcome {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            if is_bad_input(&err) {
+                ExitCode::from(EXIT_BAD_INPUT)
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+    }
+}
+
+/// Errors the user causes and can fix get exit status 2, like usage errors.
+fn is_bad_input(err: &anyhow::Error) -> bool {
+    err.chain().any(|cause| {
+        cause.downcast_ref::<DbError>().is_some_and(DbError::is_caller_error)
+            || cause.downcast_ref::<fleet_file::FleetFileError>().is_some()
+            || cause.downcast_ref::<cmd::BadInput>().is_some()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    #[test]
+    fn every_option_is_documented() {
+        super::Cli::command().debug_assert();
+        fn check(command: &clap::Command, path: &str) {
+            for arg in command.get_arguments() {
+                let id = arg.get_id().as_str();
+                if id == "help" || id == "version" {
+                    continue;
+                }
+                assert!(
+                    arg.get_help().is_some() || arg.get_long_help().is_some(),
+                    "{path} --{id} has no help"
+                );
+            }
+            for sub in command.get_subcommands() {
+                assert!(sub.get_about().is_some(), "{path} {} has no help", sub.get_name());
+                check(sub, &format!("{path} {}", sub.get_name()));
+            }
+        }
+        check(&super::Cli::command(), "waveguard");
+    }
+}

@@ -297,7 +297,7 @@ impl Ord for FirmwareVersion {
 
 impl fmt::Display for FirmwareVersion {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.raw)
+        f.pad(&self.raw)
     }
 }
 

@@ -1,0 +1,25 @@
+//! One module per command group.
+
+pub mod fleet;
+pub mod release;
+pub mod serve;
+
+use std::process::ExitCode;
+
+use crate::Context;
+
+/// An error in what the user asked for, reported with exit status 2.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct BadInput(pub String);
+
+/// `waveguard migrate`.
+pub async fn migrate(context: &Context) -> anyhow::Result<ExitCode> {
+    let db = context.db().await?;
+    let applied = db.applied_migrations().await?;
+    println!(
+        "database is at migration {}",
+        applied.last().map_or("(none)", String::as_str)
+    );
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,189 @@
+//! Configuration: built-in defaults, then a TOML file, then environment
+//! variables, then command-line flags — each overriding the one before.
+//! Clap reads flags and their `WAVEGUARD_*` variables together; the file
+//! only fills in what neither gave.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+use serde::Deserialize;
+
+/// The database used when nothing else is configured: a file beside the
+/// working directory, created on first start.
+pub const DEFAULT_DATABASE_URL: &str = "sqlite://waveguard.db";
+
+/// Loopback by default: the API must be put behind TLS and authentication
+/// deliberately, not exposed by accident.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line, for log shippers.
+    Json,
+}
+
+/// Where a BMC credential comes from. The secret itself is never in the
+/// file: only the name of the environment variable or file holding it.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CredentialSource {
+    pub username: String,
+    /// Environment variable holding the password.
+    pub password_env: Option<String>,
+    /// File holding the password (trailing newline ignored).
+    pub password_file: Option<PathBuf>,
+}
+
+/// The configuration file's shape. Every key is optional.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    pub database_url: Option<String>,
+    pub listen: Option<SocketAddr>,
+    pub log_format: Option<LogFormat>,
+    pub log_level: Option<String>,
+    /// Named BMC credentials that nodes refer to by `credential_ref`.
+    #[serde(default)]
+    pub credentials: BTreeMap<String, CredentialSource>,
+    /// Where rollout policies come from.
+    pub policy: Option<PolicySourceConfig>,
+}
+
+/// A git repository of policy files.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicySourceConfig {
+    /// A local path or a URL.
+    pub repo: String,
+    /// Branch, tag or commit; default `main`.
+    #[serde(default = "default_ref", rename = "ref")]
+    pub git_ref: String,
+    /// Directory inside the repository holding the policies; default the root.
+    #[serde(default)]
+    pub path: Option<String>,
+    /// How often `serve` syncs, e.g. `60s`.
+    #[serde(default = "default_sync_interval")]
+    pub sync_interval: String,
+}
+
+fn default_ref() -> String {
+    "main".into()
+}
+
+fn default_sync_interval() -> String {
+    "60s".into()
+}
+
+impl FileConfig {
+    /// Reads and parses a TOML configuration file.
+    pub fn load(path: &Path) -> anyhow::Result<FileConfig> {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("cannot read config file {}", path.display()))?;
+        toml::from_str(&text).map_err(|err| anyhow::anyhow!("{}: {}", path.display(), err.to_string().trim_end()))
+    }
+}
+
+/// The settings in force after every source is merged.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub database_url: String,
+    pub listen: SocketAddr,
+    pub log_format: LogFormat,
+    pub log_level: String,
+    pub credentials: BTreeMap<String, CredentialSource>,
+    pub policy: Option<PolicySourceConfig>,
+}
+
+/// Values given on the command line or in the environment (clap merges
+/// those two).
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    pub database_url: Option<String>,
+    pub listen: Option<SocketAddr>,
+    pub log_format: Option<LogFormat>,
+    pub log_level: Option<String>,
+}
+
+impl Config {
+    /// Merges overrides over the file over the defaults.
+    pub fn merge(file: FileConfig, overrides: Overrides) -> anyhow::Result<Config> {
+        let listen = match overrides.listen.or(file.listen) {
+            Some(addr) => addr,
+            None => DEFAULT_LISTEN.parse().context("default listen address")?,
+        };
+        Ok(Config {
+            database_url: overrides
+                .database_url
+                .or(file.database_url)
+                .unwrap_or_else(|| DEFAULT_DATABASE_URL.to_owned()),
+            listen,
+            log_format: overrides.log_format.or(file.log_format).unwrap_or_default(),
+            log_level: overrides
+                .log_level
+                .or(file.log_level)
+                .unwrap_or_else(|| "info".to_owned()),
+            credentials: file.credentials,
+            policy: file.policy,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_and_environment_override_the_file_which_overrides_defaults() {
+        let file: FileConfig = toml::from_str(
+            r#"
+            database_url = "postgres://wg@db/wg"
+            listen = "0.0.0.0:9000"
+            log_format = "json"
+            [credentials.lab]
+            username = "admin"
+            password_env = "LAB_BMC_PASSWORD"
+            "#,
+        )
+        .unwrap();
+        let merged = Config::merge(file.clone(), Overrides::default()).unwrap();
+        assert_eq!(merged.database_url, "postgres://wg@db/wg");
+        assert_eq!(merged.listen.to_string(), "0.0.0.0:9000");
+        assert_eq!(merged.log_format, LogFormat::Json);
+        assert_eq!(
+            merged.credentials["lab"].password_env.as_deref(),
+            Some("LAB_BMC_PASSWORD")
+        );
+        let overridden = Config::merge(
+            file,
+            Overrides {
+                database_url: Some("sqlite://x.db".into()),
+                listen: None,
+                log_format: Some(LogFormat::Text),
+                log_level: None,
+            },
+        )
+        .unwrap();
+        assert_eq!(overridden.database_url, "sqlite://x.db");
+        assert_eq!(overridden.log_format, LogFormat::Text);
+        let defaults = Config::merge(FileConfig::default(), Overrides::default()).unwrap();
+        assert_eq!(defaults.database_url, DEFAULT_DATABASE_URL);
+        assert_eq!(defaults.listen.to_string(), DEFAULT_LISTEN);
+    }
+
+    #[test]
+    fn a_typo_in_the_file_is_an_error_with_its_position() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("waveguard.toml");
+        std::fs::write(&path, "databse_url = \"x\"\n").unwrap();
+        let err = FileConfig::load(&path).unwrap_err().to_string();
+        assert!(err.contains("line 1, column 1"), "{err}");
+        assert!(err.contains("unknown field `databse_url`"), "{err}");
+    }
+}
