@@ -1027,3 +1027,74 @@ async fn discovery_bounds_concurrency_and_reports_dead_nodes() {
     assert!(max <= 8, "at most 8 nodes in flight, saw {max}");
     assert!(max >= 2, "discovery should actually run nodes in parallel, saw {max}");
 }
+
+#[tokio::test]
+async fn concurrent_first_requests_share_one_login() {
+    let fake = Fake::default();
+    inventory_fixture(&fake);
+    let addr = start(&fake).await;
+    let bmc: Arc<dyn Bmc> = Arc::new(bmc(addr));
+    let reads: Vec<_> = (0..20)
+        .map(|_| {
+            let bmc = bmc.clone();
+            tokio::spawn(async move { bmc.firmware_inventory().await })
+        })
+        .collect();
+    for r in reads {
+        assert_eq!(r.await.unwrap().unwrap().len(), 2);
+    }
+    assert_eq!(
+        fake.logins(),
+        1,
+        "BMCs allow few sessions; concurrent callers must share one"
+    );
+}
+
+#[tokio::test]
+async fn wait_for_task_rides_out_busy_polls_and_reports_a_stuck_task() {
+    let fake = Fake::default();
+    fake.script(
+        "/redfish/v1/TaskService/Tasks/1",
+        vec![
+            answer(200, json!({"TaskState": "Running", "PercentComplete": 10}).to_string()),
+            answer(503, ""),
+            answer(503, ""),
+            answer(503, ""),
+            answer(503, ""),
+            answer(
+                200,
+                json!({"TaskState": "Completed", "PercentComplete": 100}).to_string(),
+            ),
+        ],
+    );
+    fake.script(
+        "/redfish/v1/TaskService/Tasks/2",
+        vec![answer(
+            200,
+            json!({"TaskState": "Running", "PercentComplete": 50}).to_string(),
+        )],
+    );
+    let addr = start(&fake).await;
+    let ep = endpoint(addr).with_retry(RetryPolicy {
+        max_retries: 0,
+        ..quick_retry()
+    });
+    let bmc = RedfishBmc::new(&ep, &HttpClients::new()).unwrap();
+    let handle = |n: u32| TaskHandle {
+        monitor_uri: format!("/redfish/v1/TaskService/Tasks/{n}"),
+        task_uri: None,
+    };
+    let done = orchestrator_bmc::wait_for_task(&bmc, &handle(1), Duration::from_millis(10), Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(done.percent_complete, Some(100));
+
+    let err = orchestrator_bmc::wait_for_task(&bmc, &handle(2), Duration::from_millis(10), Duration::from_millis(200))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, BmcError::TaskTimeout { last_state, .. } if last_state == "Running"),
+        "{err:?}"
+    );
+    assert!(err.is_transient());
+}
