@@ -63,6 +63,9 @@ enum Command {
     /// Manage firmware releases and their qualification.
     #[command(subcommand)]
     Release(cmd::release::ReleaseCommand),
+    /// Check rollout policy files.
+    #[command(subcommand)]
+    Policy(cmd::policy::PolicyCommand),
 }
 
 /// What every command can use.
@@ -133,6 +136,7 @@ fn main() -> ExitCode {
             Command::Migrate => cmd::migrate(&context).await,
             Command::Fleet(command) => cmd::fleet::run(command, &context).await,
             Command::Release(command) => cmd::release::run(command, &context).await,
+            Command::Policy(command) => cmd::policy::run(command, &context).await,
         }
     });
     match outcome {

@@ -1,6 +1,7 @@
 //! One module per command group.
 
 pub mod fleet;
+pub mod policy;
 pub mod release;
 pub mod serve;
 
