@@ -386,13 +386,14 @@ impl Node {
         self.down_until.load(Ordering::Relaxed) == i64::MAX || self.injected.load(Ordering::Relaxed) & fault::BRICK != 0
     }
 
-    /// Makes the BMC silent for [from, until); a brick (until = MAX) is never shortened.
-    pub(crate) fn set_down(&self, from: DateTime<Utc>, until: Option<DateTime<Utc>>) {
+    /// Makes the BMC silent for [from, until); a brick (until = MAX) is never shortened. `grace` keeps it
+    /// answering for [`RESET_GRACE`] of real time so the reply to the request that caused it gets out.
+    pub(crate) fn set_down(&self, from: DateTime<Utc>, until: Option<DateTime<Utc>>, grace: bool) {
         if self.down_until.load(Ordering::Relaxed) == i64::MAX {
             return;
         }
-        self.grace_until
-            .store(real_nanos() + RESET_GRACE.as_nanos() as u64, Ordering::Relaxed);
+        let grace = if grace { RESET_GRACE.as_nanos() as u64 } else { 0 };
+        self.grace_until.store(real_nanos() + grace, Ordering::Relaxed);
         self.down_from.store(from.timestamp_millis(), Ordering::Relaxed);
         self.down_until
             .store(until.map_or(i64::MAX, |u| u.timestamp_millis()), Ordering::Relaxed);

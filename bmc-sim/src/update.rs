@@ -171,11 +171,11 @@ pub(crate) fn image_arrived(state: &FleetState, node: &Node, m: &mut NodeMut, id
         version: header.version.clone(),
     };
     if outcome == FlashOutcome::Brick {
-        node.set_down(end, None);
+        node.set_down(end, None, false);
     } else if outcome == FlashOutcome::Success && immediate && header.kind == ComponentKind::Bmc {
         // An immediately applied BMC image reboots the BMC right after the flash.
         let reset = reset_duration(state, node, m);
-        node.set_down(end, Some(end + reset));
+        node.set_down(end, Some(end + reset), false);
         m.tasks[pos].activate_delay = reset;
     }
 }
@@ -202,7 +202,7 @@ pub(crate) fn manager_reset(state: &FleetState, node: &Node, m: &mut NodeMut, no
             p.activate_at = Some(back);
         }
     }
-    node.set_down(now, Some(back));
+    node.set_down(now, Some(back), true);
     back
 }
 
