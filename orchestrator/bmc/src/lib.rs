@@ -136,6 +136,10 @@ pub trait Bmc: Send + Sync + fmt::Debug {
     async fn read_sensors(&self) -> Result<Vec<SensorReading>, BmcError>;
 
     /// Event-log entries after `since`, oldest first, with the cursor for next time.
+    ///
+    /// Reads the whole entries collection and filters client-side: `$filter` on `Created` is optional
+    /// in Redfish and rarely implemented. BMC event logs are bounded (typically a few thousand
+    /// entries), so this costs one paged GET per health pass.
     async fn read_events(&self, since: &EventCursor) -> Result<EventBatch, BmcError>;
 
     /// Sensors and new events in one call.

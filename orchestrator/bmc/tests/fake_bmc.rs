@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::State;
+use axum::extract::{ConnectInfo, State};
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use orchestrator_bmc::{
@@ -51,6 +51,8 @@ struct FakeState {
     authed_requests: usize,
     scripts: HashMap<String, VecDeque<Scripted>>,
     requests: Vec<(Method, String, HeaderMap, Bytes)>,
+    /// Client ports seen, one per TCP connection.
+    connections: HashSet<SocketAddr>,
 }
 
 #[derive(Clone, Default)]
@@ -91,7 +93,15 @@ impl Fake {
     }
 }
 
-async fn handle(State(fake): State<Fake>, method: Method, uri: Uri, headers: HeaderMap, body: Bytes) -> Response {
+async fn handle(
+    State(fake): State<Fake>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    fake.state.lock().unwrap().connections.insert(peer);
     let now = fake.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
     fake.max_in_flight.fetch_max(now, Ordering::SeqCst);
     let response = respond(&fake, method, uri, headers, body).await;
@@ -183,7 +193,9 @@ async fn start(fake: &Fake) -> SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
-        axum::serve(listener, app).await.unwrap();
+        axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
+            .await
+            .unwrap();
     });
     addr
 }
@@ -270,6 +282,25 @@ async fn inventory_over_a_session_with_linked_members() {
     // A second read reuses the session.
     bmc.firmware_inventory().await.unwrap();
     assert_eq!(fake.logins(), 1);
+
+    let debug = format!("{bmc:?}");
+    assert!(
+        !debug.contains(PASSWORD) && !debug.contains("tok-1"),
+        "secrets in Debug: {debug}"
+    );
+
+    // Members are fetched a few at a time, so the first read may open a few connections; later reads
+    // must reuse them rather than open new ones.
+    let opened = fake.state.lock().unwrap().connections.len();
+    assert!((1..=4).contains(&opened), "{opened} connections");
+    for _ in 0..5 {
+        bmc.firmware_inventory().await.unwrap();
+    }
+    assert_eq!(
+        fake.state.lock().unwrap().connections.len(),
+        opened,
+        "connections must be reused"
+    );
 
     bmc.logout().await.unwrap();
     assert_eq!(fake.count(&Method::DELETE, "/redfish/v1/SessionService/Sessions/1"), 1);

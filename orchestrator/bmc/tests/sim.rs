@@ -461,3 +461,53 @@ async fn discovery_over_300_nodes_reports_the_bricked_ones_and_reads_the_rest() 
     assert_eq!(versions.get("96.00.5E.00.01"), Some(&(8 * (300 - bricked.len()))));
     h.fleet.shutdown().await;
 }
+
+#[tokio::test]
+async fn health_reads_gpu_sensors_and_each_event_once() {
+    let h = Harness::start(SMALL, None, Duration::from_secs(2)).await;
+    let bmc = h.bmc(0);
+
+    let sensors = bmc.read_sensors().await.unwrap();
+    let gpu_temps: Vec<_> = sensors
+        .iter()
+        .filter(|s| s.is_gpu() && s.kind == orchestrator_bmc::SensorKind::Temperature)
+        .collect();
+    let gpu_power: Vec<_> = sensors
+        .iter()
+        .filter(|s| s.is_gpu() && s.kind == orchestrator_bmc::SensorKind::Power)
+        .collect();
+    assert_eq!(gpu_temps.len(), 8, "{sensors:#?}");
+    assert_eq!(gpu_power.len(), 8, "{sensors:#?}");
+    for t in &gpu_temps {
+        let c = t.reading.expect("temperature reading");
+        assert!((30.0..100.0).contains(&c), "{t:?}");
+    }
+
+    h.advance(6 * 60);
+    let first = bmc
+        .read_health(&orchestrator_bmc::EventCursor::default())
+        .await
+        .unwrap();
+    assert!(
+        !first.events.entries.is_empty(),
+        "6 simulated hours at the baseline rates produce events"
+    );
+    assert_eq!(first.events.skipped_malformed, 0);
+    assert!(first.events.entries.windows(2).all(|w| w[0].created <= w[1].created));
+
+    let again = bmc.read_events(&first.events.cursor).await.unwrap();
+    assert!(
+        again.entries.is_empty(),
+        "nothing new without time passing: {:?}",
+        again.entries
+    );
+
+    h.advance(6 * 60);
+    let later = bmc.read_events(&first.events.cursor).await.unwrap();
+    let old: std::collections::HashSet<_> = first.events.entries.iter().map(|e| e.id.clone()).collect();
+    assert!(
+        later.entries.iter().all(|e| !old.contains(&e.id)),
+        "no entry returned twice"
+    );
+    h.fleet.shutdown().await;
+}
