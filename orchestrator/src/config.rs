@@ -29,8 +29,10 @@ pub enum LogFormat {
     Json,
 }
 
-/// Where a BMC credential comes from. The secret itself is never in the
-/// file: only the name of the environment variable or file holding it.
+/// How to reach the BMCs whose nodes name this profile in their
+/// `credential_ref`: who to log in as, where the password is, and which
+/// certificates to trust. The secret itself is never in the file: only the
+/// name of the environment variable or file holding it.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CredentialSource {
@@ -39,6 +41,14 @@ pub struct CredentialSource {
     pub password_env: Option<String>,
     /// File holding the password (trailing newline ignored).
     pub password_file: Option<PathBuf>,
+    /// `session` (default; X-Auth-Token) or `basic`.
+    #[serde(default)]
+    pub auth: Option<String>,
+    /// PEM bundle of the CA(s) that issue these BMCs' certificates.
+    pub ca_bundle: Option<PathBuf>,
+    /// Skip certificate verification, for lab BMCs with factory
+    /// certificates; the value is the reason, kept for audits.
+    pub insecure_skip_verify: Option<String>,
 }
 
 /// The configuration file's shape. Every key is optional.

@@ -1,5 +1,6 @@
 //! `waveguard`: the firmware rollout controller's one binary.
 
+mod bmc_access;
 mod cmd;
 mod config;
 mod fleet_file;

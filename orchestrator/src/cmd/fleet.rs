@@ -2,7 +2,15 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
+use futures::StreamExt;
+use orchestrator_bmc::{Bmc, DEFAULT_DISCOVERY_CONCURRENCY, HttpClients, RedfishBmc};
+use orchestrator_db::model::{ComponentReading, NodeFilter};
+use orchestrator_types::{ComponentKind, FirmwareVersion, NodeId};
+
+use crate::bmc_access::EndpointResolver;
 use crate::{Context, fleet_file};
 
 /// Fleet commands.
@@ -17,6 +25,20 @@ pub enum FleetCommand {
     Import {
         /// The file to import (.csv, .yaml or .yml).
         file: PathBuf,
+    },
+    /// Read every node's FirmwareInventory over Redfish and record the
+    /// versions; unreachable nodes are recorded with their error and the
+    /// rest continue.
+    Discover {
+        /// Most BMCs read at once.
+        #[arg(long, default_value_t = DEFAULT_DISCOVERY_CONCURRENCY)]
+        concurrency: usize,
+        /// Only these nodes (repeatable); default every node.
+        #[arg(long = "node", value_name = "NAME")]
+        nodes: Vec<String>,
+        /// Give up on one BMC after this many seconds.
+        #[arg(long, default_value_t = 60)]
+        node_timeout_secs: u64,
     },
     /// List nodes.
     List {
@@ -43,6 +65,19 @@ pub async fn run(command: FleetCommand, context: &Context) -> anyhow::Result<Exi
             );
             Ok(ExitCode::SUCCESS)
         }
+        FleetCommand::Discover {
+            concurrency,
+            nodes,
+            node_timeout_secs,
+        } => {
+            discover(
+                context,
+                concurrency.max(1),
+                &nodes,
+                Duration::from_secs(node_timeout_secs),
+            )
+            .await
+        }
         FleetCommand::List { json } => {
             let db = context.db().await?;
             let nodes = db.list_nodes(&Default::default()).await?;
@@ -63,4 +98,114 @@ pub async fn run(command: FleetCommand, context: &Context) -> anyhow::Result<Exi
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// `waveguard fleet discover`.
+async fn discover(
+    context: &Context,
+    concurrency: usize,
+    only: &[String],
+    deadline: Duration,
+) -> anyhow::Result<ExitCode> {
+    let db = context.db().await?;
+    let mut nodes = Vec::new();
+    let mut offset = 0;
+    loop {
+        let page = db
+            .list_nodes(&NodeFilter {
+                offset: Some(offset),
+                ..Default::default()
+            })
+            .await?;
+        if page.is_empty() {
+            break;
+        }
+        offset += page.len() as u64;
+        nodes.extend(page.into_iter().filter(|n| only.is_empty() || only.contains(&n.name)));
+    }
+    for name in only {
+        if !nodes.iter().any(|n| &n.name == name) {
+            return Err(super::BadInput(format!("no node named {name:?}")).into());
+        }
+    }
+    let started = Instant::now();
+    let clients = HttpClients::new();
+    let mut resolver = EndpointResolver::new(&context.config.credentials);
+    let mut targets: Vec<(NodeId, Arc<dyn Bmc>)> = Vec::new();
+    let mut failed = 0usize;
+    let mut first_errors = Vec::new();
+    for node in &nodes {
+        let bmc = resolver.endpoint(node).map_err(|e| e.to_string()).and_then(|endpoint| {
+            RedfishBmc::new(&endpoint, &clients)
+                .map(|bmc| Arc::new(bmc) as Arc<dyn Bmc>)
+                .map_err(|e| e.to_string())
+        });
+        match bmc {
+            Ok(bmc) => targets.push((node.id, bmc)),
+            Err(error) => {
+                db.record_discovery_error(node.id, &error).await?;
+                failed += 1;
+                if first_errors.len() < 10 {
+                    first_errors.push(format!("{}: {error}", node.name));
+                }
+            }
+        }
+    }
+    let names: std::collections::HashMap<NodeId, String> = nodes.iter().map(|n| (n.id, n.name.clone())).collect();
+    let mut results = orchestrator_bmc::discover_inventory_stream(targets, concurrency, deadline);
+    let (mut read, mut components, mut skipped) = (0usize, 0usize, 0usize);
+    while let Some(outcome) = results.next().await {
+        let name = names.get(&outcome.node).cloned().unwrap_or_default();
+        match outcome.result {
+            Ok(inventory) => {
+                let mut readings = Vec::new();
+                for component in inventory {
+                    let Some(version) = component
+                        .version
+                        .as_deref()
+                        .and_then(|v| FirmwareVersion::parse(v).ok())
+                    else {
+                        skipped += 1;
+                        tracing::warn!(node = %name, component = %component.id, version = ?component.version,
+                            "component without a parsable version; not recorded");
+                        continue;
+                    };
+                    readings.push(ComponentReading {
+                        kind: ComponentKind::classify_inventory_id(&component.id, component.software_id.as_deref()),
+                        inventory_id: component.id,
+                        version,
+                        updateable: component.updateable,
+                        software_id: component.software_id,
+                        health: component.health,
+                    });
+                }
+                components += readings.len();
+                db.record_inventory(outcome.node, &readings).await?;
+                read += 1;
+            }
+            Err(error) => {
+                let error = error.to_string();
+                db.record_discovery_error(outcome.node, &error).await?;
+                failed += 1;
+                if first_errors.len() < 10 {
+                    first_errors.push(format!("{name}: {error}"));
+                }
+            }
+        }
+    }
+    println!(
+        "discovered {read} of {} node(s) in {:.1}s: {components} component(s) recorded, {skipped} without a version, {failed} node(s) failed",
+        nodes.len(),
+        started.elapsed().as_secs_f64()
+    );
+    for error in &first_errors {
+        println!("  {error}");
+    }
+    if failed > first_errors.len() {
+        println!(
+            "  ... and {} more (see `waveguard fleet list --json`, last_discovery_error)",
+            failed - first_errors.len()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
 }

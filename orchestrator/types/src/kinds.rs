@@ -74,6 +74,38 @@ text_enum!(
     }
 );
 
+impl ComponentKind {
+    /// Guesses the kind of a Redfish FirmwareInventory member from its `Id`
+    /// (and `SoftwareId` when the id says nothing), by the naming vendors
+    /// use: `BMC_Firmware`, `HGX_FW_GPU_3`, `BIOS`, `CPLD_0`, `NIC_Slot1`.
+    /// NVSwitch, retimer, FPGA and HMC entries are `other`, so a GPU policy
+    /// never matches them by accident.
+    pub fn classify_inventory_id(id: &str, software_id: Option<&str>) -> ComponentKind {
+        fn classify(text: &str) -> Option<ComponentKind> {
+            let upper = text.to_ascii_uppercase();
+            let has = |word: &str| upper.contains(word);
+            if has("NVSWITCH") || has("RETIMER") || has("FPGA") || has("HMC") || has("PCIESWITCH") {
+                Some(ComponentKind::Other)
+            } else if has("BMC") {
+                Some(ComponentKind::Bmc)
+            } else if has("GPU") {
+                Some(ComponentKind::Gpu)
+            } else if has("BIOS") || has("UEFI") {
+                Some(ComponentKind::Bios)
+            } else if has("CPLD") {
+                Some(ComponentKind::Cpld)
+            } else if has("NIC") || has("NETWORK") || has("ETHERNET") || has("CX7") {
+                Some(ComponentKind::Nic)
+            } else {
+                None
+            }
+        }
+        classify(id)
+            .or_else(|| software_id.and_then(classify))
+            .unwrap_or(ComponentKind::Other)
+    }
+}
+
 text_enum!(
     /// Whether the controller may touch a node.
     NodeState, "node state" {
@@ -121,6 +153,27 @@ mod tests {
             err.to_string(),
             "unknown component kind \"fpga\"; expected one of: bmc, gpu, nic, bios, cpld, other"
         );
+    }
+
+    #[test]
+    fn inventory_ids_are_classified_by_vendor_naming() {
+        use ComponentKind::*;
+        for (id, software_id, kind) in [
+            ("BMC_Firmware", None, Bmc),
+            ("HGX_FW_GPU_0", None, Gpu),
+            ("HGX_FW_GPU_SXM_7", None, Gpu),
+            ("HGX_FW_NVSwitch_0", None, Other),
+            ("HGX_FW_PCIeRetimer_3", None, Other),
+            ("HGX_FW_FPGA_0", None, Other),
+            ("HGX_FW_HMC_0", None, Other),
+            ("BIOS", None, Bios),
+            ("CPLD_0", None, Cpld),
+            ("NIC_Slot1", None, Nic),
+            ("Slot_3", Some("ConnectX-7 NIC"), Nic),
+            ("Unknown_Thing", None, Other),
+        ] {
+            assert_eq!(ComponentKind::classify_inventory_id(id, software_id), kind, "{id}");
+        }
     }
 
     #[test]

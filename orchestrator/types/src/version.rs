@@ -5,9 +5,10 @@
 //! Ordering them wrongly downgrades a fleet, so this type is deliberately
 //! strict: it parses every string into one comparable key with a single
 //! algorithm (so the order is transitive across schemes), and it never calls
-//! two different strings equal — versions that compare the same numerically
-//! (`1.2` and `1.2.0`, `01` and `1`) are still ordered, by their text, and
-//! [`FirmwareVersion::is_equivalent`] says when that happened.
+//! two different strings equal. A missing segment ranks below any present
+//! one (`1.2` < `1.2.0`); strings that differ only in spelling (`01.2` and
+//! `1.2`, or in build metadata) share precedence, are still ordered by their
+//! text, and [`FirmwareVersion::is_equivalent`] says when that happened.
 
 use std::cmp::Ordering;
 use std::fmt;
