@@ -511,3 +511,33 @@ async fn health_reads_gpu_sensors_and_each_event_once() {
     );
     h.fleet.shutdown().await;
 }
+
+#[tokio::test]
+async fn https_fleet_is_trusted_through_its_ca_bundle_only() {
+    let scenario = Scenario::from_yaml_str(SMALL).expect("scenario");
+    let mut options = FleetOptions::new(Arc::new(ManualClock::new(Utc::now())));
+    options.password = PASSWORD.into();
+    options.username = "root".into();
+    options.tls = true;
+    options.nodes = Some(1);
+    let fleet = Fleet::start(scenario, options).await.expect("fleet starts");
+    let url = &fleet.endpoints()[0].bmc_url;
+    assert!(url.starts_with("https://"), "{url}");
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("sim-ca.pem");
+    std::fs::write(&ca, fleet.ca_pem().expect("a TLS fleet exposes its CA")).unwrap();
+
+    let clients = HttpClients::new();
+    let endpoint = |tls| {
+        BmcEndpoint::new(url.parse().unwrap(), Credentials::new("root", PASSWORD))
+            .with_tls(tls)
+            .with_retry(RetryPolicy::no_retries())
+    };
+    let bmc = RedfishBmc::new(&endpoint(orchestrator_bmc::TlsTrust::CaBundle { path: ca }), &clients).unwrap();
+    assert_eq!(bmc.firmware_inventory().await.unwrap().len(), 10);
+
+    let untrusted = RedfishBmc::new(&endpoint(orchestrator_bmc::TlsTrust::System), &clients).unwrap();
+    let err = untrusted.firmware_inventory().await.unwrap_err();
+    assert!(matches!(err, BmcError::CertificateRejected { .. }), "{err:?}");
+    fleet.shutdown().await;
+}
