@@ -373,7 +373,7 @@ async fn service_root(State(s): State<Arc<FleetState>>, ConnectInfo(c): ConnectI
         "Managers": link("/redfish/v1/Managers"),
         "SessionService": link("/redfish/v1/SessionService"),
         "UpdateService": link("/redfish/v1/UpdateService"),
-        "TaskService": link("/redfish/v1/TaskService"),
+        "Tasks": link("/redfish/v1/TaskService"),
         "Links": { "Sessions": link("/redfish/v1/SessionService/Sessions") },
     }))
 }
