@@ -16,6 +16,7 @@ pub enum DetectError {
     #[error("false-alarm rate alpha must be in (0, 1), got {alpha}")]
     InvalidAlpha {
         /// The rejected value.
+        #[serde(with = "any_f64")]
         alpha: f64,
     },
     /// A sequential plan needs at least one and at most [`crate::sequential::MAX_LOOKS`] looks.
@@ -47,6 +48,7 @@ pub enum DetectError {
         /// What the domain is, in words.
         expected: String,
         /// The rejected value.
+        #[serde(with = "any_f64")]
         value: f64,
     },
     /// An exposure is negative, NaN or infinite.
@@ -57,6 +59,7 @@ pub enum DetectError {
         /// `canary` or `control`.
         cohort: String,
         /// The rejected value.
+        #[serde(with = "any_f64")]
         value: f64,
     },
     /// Event counts so large that their sum overflows.
@@ -88,6 +91,35 @@ pub enum DetectError {
         /// What the domain is, in words.
         expected: String,
         /// The rejected value.
+        #[serde(with = "any_f64")]
         value: f64,
     },
+}
+
+/// Rejected values are often NaN or infinite, which JSON numbers cannot hold (serde_json would write
+/// `null` and then refuse to read it back): those travel as the strings `"NaN"`, `"inf"`, `"-inf"`.
+mod any_f64 {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
+        if v.is_finite() {
+            s.serialize_f64(*v)
+        } else {
+            s.serialize_str(&v.to_string())
+        }
+    }
+
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Repr {
+        Number(f64),
+        Text(String),
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+        match Repr::deserialize(d)? {
+            Repr::Number(v) => Ok(v),
+            Repr::Text(t) => t.parse().map_err(serde::de::Error::custom),
+        }
+    }
 }

@@ -57,8 +57,12 @@ fn validate(gate: &LevelGate, cohorts: &LevelCohorts<'_>) -> Result<(), DetectEr
         });
     }
     for (cohort, samples) in [("canary", cohorts.canary), ("control", cohorts.control)] {
-        if let Some(index) = samples.iter().position(|v| !(v.abs() <= MAX_ABS_LEVEL)) {
-            return Err(DetectError::InvalidSample { gate: gate.name.clone(), cohort: cohort.into(), index });
+        if let Some(index) = samples.iter().position(|v| v.is_nan() || v.abs() > MAX_ABS_LEVEL) {
+            return Err(DetectError::InvalidSample {
+                gate: gate.name.clone(),
+                cohort: cohort.into(),
+                index,
+            });
         }
     }
     Ok(())
@@ -76,7 +80,13 @@ fn median(v: &[f64]) -> Option<f64> {
 }
 
 fn summary(samples: &[f64]) -> CohortSummary {
-    CohortSummary { events: None, exposure: None, rate: None, samples: Some(samples.len() as u64), median: median(samples) }
+    CohortSummary {
+        events: None,
+        exposure: None,
+        rate: None,
+        samples: Some(samples.len() as u64),
+        median: median(samples),
+    }
 }
 
 /// Evaluate a level gate at one look.
@@ -89,7 +99,10 @@ fn summary(samples: &[f64]) -> CohortSummary {
 /// not a regression.
 pub fn evaluate_level(gate: &LevelGate, cohorts: &LevelCohorts<'_>, look: &Look) -> Verdict {
     if let Err(error) = validate(gate, cohorts) {
-        return Verdict::Error { gate: gate.name.clone(), error };
+        return Verdict::Error {
+            gate: gate.name.clone(),
+            error,
+        };
     }
     // Work in the harmful direction: positive shift = worse.
     let orient = |v: &[f64]| -> Vec<f64> {
@@ -101,7 +114,10 @@ pub fn evaluate_level(gate: &LevelGate, cohorts: &LevelCohorts<'_>, look: &Look)
     let (canary, control) = (orient(cohorts.canary), orient(cohorts.control));
     let shifted: Vec<f64> = canary.iter().map(|x| x - gate.min_shift).collect();
     let Some(test) = mann_whitney_greater(&shifted, &control) else {
-        return Verdict::Inconclusive { reason: InconclusiveReason::NoData, evidence: None };
+        return Verdict::Inconclusive {
+            reason: InconclusiveReason::NoData,
+            evidence: None,
+        };
     };
     let ci95 = hodges_lehmann_interval(&canary, &control, 0.025, 0.025);
     let decision_lower_bound = if look.nominal_alpha > 0.0 {
@@ -130,7 +146,10 @@ pub fn evaluate_level(gate: &LevelGate, cohorts: &LevelCohorts<'_>, look: &Look)
         return Verdict::Fail { evidence };
     }
     if !look.is_final {
-        return Verdict::Inconclusive { reason: InconclusiveReason::BakeInProgress, evidence: Some(Box::new(evidence)) };
+        return Verdict::Inconclusive {
+            reason: InconclusiveReason::BakeInProgress,
+            evidence: Some(Box::new(evidence)),
+        };
     }
     let (n1, n2) = (cohorts.canary.len() as u64, cohorts.control.len() as u64);
     if n1 < gate.min_samples || n2 < gate.min_samples {

@@ -87,7 +87,11 @@ fn check(parameter: &str, value: f64, ok: bool, expected: &str) -> Result<(), De
     if ok && value.is_finite() {
         Ok(())
     } else {
-        Err(DetectError::InvalidPowerInput { parameter: parameter.into(), expected: expected.into(), value })
+        Err(DetectError::InvalidPowerInput {
+            parameter: parameter.into(),
+            expected: expected.into(),
+            value,
+        })
     }
 }
 
@@ -116,10 +120,30 @@ fn rate_drift(input: &RatePowerInput, ratio: f64) -> f64 {
 }
 
 fn validate_rate(input: &RatePowerInput) -> Result<(), DetectError> {
-    check("canary_exposure", input.canary_exposure, input.canary_exposure > 0.0, "finite and > 0")?;
-    check("control_exposure", input.control_exposure, input.control_exposure > 0.0, "finite and > 0")?;
-    check("baseline_rate", input.baseline_rate, input.baseline_rate > 0.0, "finite and > 0")?;
-    check("min_effect_ratio", input.min_effect_ratio, input.min_effect_ratio >= 1.0, "finite and >= 1")
+    check(
+        "canary_exposure",
+        input.canary_exposure,
+        input.canary_exposure > 0.0,
+        "finite and > 0",
+    )?;
+    check(
+        "control_exposure",
+        input.control_exposure,
+        input.control_exposure > 0.0,
+        "finite and > 0",
+    )?;
+    check(
+        "baseline_rate",
+        input.baseline_rate,
+        input.baseline_rate > 0.0,
+        "finite and > 0",
+    )?;
+    check(
+        "min_effect_ratio",
+        input.min_effect_ratio,
+        input.min_effect_ratio >= 1.0,
+        "finite and >= 1",
+    )
 }
 
 /// Probability that a Poisson(`mean`) count reaches `m`.
@@ -138,7 +162,10 @@ pub fn rate_power(input: &RatePowerInput, plan: &SequentialPlan, ratio: f64) -> 
     validate_rate(input)?;
     check("ratio", ratio, ratio > 0.0, "finite and > 0")?;
     let statistical = plan.crossing_probability(rate_drift(input, ratio));
-    let events = poisson_at_least(input.min_canary_events_for_fail, ratio * input.baseline_rate * input.canary_exposure);
+    let events = poisson_at_least(
+        input.min_canary_events_for_fail,
+        ratio * input.baseline_rate * input.canary_exposure,
+    );
     // Both are needed for a Fail; the minimum is an optimistic but close bound as they are dependent.
     Ok(statistical.min(events))
 }
@@ -148,7 +175,10 @@ pub fn rate_min_detectable_ratio(input: &RatePowerInput, plan: &SequentialPlan) 
     validate_rate(input)?;
     let theta = required_drift(plan, TARGET_POWER);
     const MAX_LOG_RATIO: f64 = 27.6; // ratio 1e12: beyond it nothing is "detectable" in practice.
-    let (mut lo, mut hi) = (input.min_effect_ratio.ln(), MAX_LOG_RATIO.max(input.min_effect_ratio.ln() + 1.0));
+    let (mut lo, mut hi) = (
+        input.min_effect_ratio.ln(),
+        MAX_LOG_RATIO.max(input.min_effect_ratio.ln() + 1.0),
+    );
     let statistical = if rate_drift(input, hi.exp()) < theta {
         None
     } else {
@@ -190,15 +220,24 @@ pub fn rate_min_detectable_ratio(input: &RatePowerInput, plan: &SequentialPlan) 
 }
 
 fn validate_level(input: &LevelPowerInput) -> Result<(), DetectError> {
-    check("canary_samples", input.canary_samples as f64, input.canary_samples > 0, "> 0")?;
-    check("control_samples", input.control_samples as f64, input.control_samples > 0, "> 0")?;
+    check(
+        "canary_samples",
+        input.canary_samples as f64,
+        input.canary_samples > 0,
+        "> 0",
+    )?;
+    check(
+        "control_samples",
+        input.control_samples as f64,
+        input.control_samples > 0,
+        "> 0",
+    )?;
     check("sd", input.sd, input.sd > 0.0, "finite and > 0")?;
     check("min_shift", input.min_shift, input.min_shift >= 0.0, "finite and >= 0")
 }
 
 fn level_noise(input: &LevelPowerInput) -> f64 {
-    input.sd * (1.0 / input.canary_samples as f64 + 1.0 / input.control_samples as f64).sqrt()
-        / MWU_EFFICIENCY.sqrt()
+    input.sd * (1.0 / input.canary_samples as f64 + 1.0 / input.control_samples as f64).sqrt() / MWU_EFFICIENCY.sqrt()
 }
 
 /// Power of a level gate under `plan` when the true shift (harmful direction) is `shift`.
@@ -242,9 +281,15 @@ mod tests {
             min_effect_ratio: 1.5,
             min_canary_events_for_fail: 3,
         };
-        let small = rate_min_detectable_ratio(&input, &plan).unwrap().min_detectable_ratio.unwrap();
+        let small = rate_min_detectable_ratio(&input, &plan)
+            .unwrap()
+            .min_detectable_ratio
+            .unwrap();
         input.canary_exposure = 1000.0;
-        let big = rate_min_detectable_ratio(&input, &plan).unwrap().min_detectable_ratio.unwrap();
+        let big = rate_min_detectable_ratio(&input, &plan)
+            .unwrap()
+            .min_detectable_ratio
+            .unwrap();
         assert!(big < small && big > 1.5, "{big} {small}");
         assert!((rate_power(&input, &plan, big).unwrap() - 0.8).abs() < 1e-3);
     }
@@ -252,7 +297,12 @@ mod tests {
     #[test]
     fn level_shift_has_target_power() {
         let plan = SequentialPlan::new(0.025, 4, SpendingFunction::Pocock).unwrap();
-        let input = LevelPowerInput { canary_samples: 16, control_samples: 200, sd: 2.0, min_shift: 1.0 };
+        let input = LevelPowerInput {
+            canary_samples: 16,
+            control_samples: 200,
+            sd: 2.0,
+            min_shift: 1.0,
+        };
         let mde = level_min_detectable_shift(&input, &plan).unwrap();
         assert!(mde.min_detectable_shift > 1.0);
         assert!((level_power(&input, &plan, mde.min_detectable_shift).unwrap() - 0.8).abs() < 1e-3);

@@ -85,7 +85,11 @@ fn validate(gate: &RateGate, cohorts: &RateCohorts) -> Result<(), DetectError> {
     }
     for (cohort, s) in [("canary", cohorts.canary), ("control", cohorts.control)] {
         if !(s.exposure >= 0.0 && s.exposure.is_finite()) {
-            return Err(DetectError::InvalidExposure { gate: gate.name.clone(), cohort: cohort.into(), value: s.exposure });
+            return Err(DetectError::InvalidExposure {
+                gate: gate.name.clone(),
+                cohort: cohort.into(),
+                value: s.exposure,
+            });
         }
     }
     if cohorts.canary.events.checked_add(cohorts.control.events).is_none() {
@@ -106,11 +110,17 @@ fn validate(gate: &RateGate, cohorts: &RateCohorts) -> Result<(), DetectError> {
 /// both cohorts. A cohort with zero exposure is Inconclusive (no data), never Pass.
 pub fn evaluate_rate(gate: &RateGate, cohorts: &RateCohorts, look: &Look) -> Verdict {
     if let Err(error) = validate(gate, cohorts) {
-        return Verdict::Error { gate: gate.name.clone(), error };
+        return Verdict::Error {
+            gate: gate.name.clone(),
+            error,
+        };
     }
     let (c, k) = (cohorts.canary, cohorts.control);
     if c.exposure <= 0.0 || k.exposure <= 0.0 {
-        return Verdict::Inconclusive { reason: InconclusiveReason::NoData, evidence: None };
+        return Verdict::Inconclusive {
+            reason: InconclusiveReason::NoData,
+            evidence: None,
+        };
     }
     let p_value = poisson_rate_test(c.events, c.exposure, k.events, k.exposure, gate.min_effect_ratio);
     let ci95 = rate_ratio_interval(c.events, c.exposure, k.events, k.exposure, 0.025, 0.025);
@@ -138,7 +148,10 @@ pub fn evaluate_rate(gate: &RateGate, cohorts: &RateCohorts, look: &Look) -> Ver
         return Verdict::Fail { evidence };
     }
     if !look.is_final {
-        return Verdict::Inconclusive { reason: InconclusiveReason::BakeInProgress, evidence: Some(Box::new(evidence)) };
+        return Verdict::Inconclusive {
+            reason: InconclusiveReason::BakeInProgress,
+            evidence: Some(Box::new(evidence)),
+        };
     }
     if c.exposure < gate.min_exposure || k.exposure < gate.min_exposure {
         return Verdict::Inconclusive {

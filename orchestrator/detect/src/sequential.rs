@@ -22,6 +22,9 @@ pub const MAX_LOOKS: u32 = 50;
 /// Simpson's rule at this spacing is accurate to ~1e-6 in the crossing probabilities.
 const GRID_STEP: f64 = 0.1;
 
+/// The increment kernel is cut off this many standard deviations from its centre (pdf < 1e-16).
+const KERNEL_HALF_WIDTH: f64 = 8.5;
+
 /// Densities are integrated over mean +/- this many standard deviations; the mass outside is < 1e-15.
 const GRID_HALF_WIDTH_SD: f64 = 8.0;
 
@@ -122,7 +125,11 @@ impl SequentialPlan {
                 }
             })
             .collect();
-        Ok(Self { alpha, spending, looks: plan_looks })
+        Ok(Self {
+            alpha,
+            spending,
+            looks: plan_looks,
+        })
     }
 
     /// A plan for one of `gates` gates sharing a family-wise false-alarm rate `family_alpha`:
@@ -185,32 +192,35 @@ impl SequentialPlan {
 /// null; `None` where nothing is spent.
 fn solve_boundaries(increments: &[f64]) -> Vec<Option<f64>> {
     let mut boundaries: Vec<Option<f64>> = Vec::with_capacity(increments.len());
-    for &inc in increments {
-        if inc <= 0.0 {
-            boundaries.push(None);
-            continue;
-        }
-        if boundaries.is_empty() {
-            boundaries.push(Some(norm_isf(inc)));
-            continue;
-        }
-        let k = boundaries.len() + 1;
-        let cont = continuation_density(&boundaries, 0.0);
-        // Crossing probability at look k decreases as the boundary rises: bisect on the Z scale.
-        let crossing = |z: f64| {
-            let b = z * (k as f64).sqrt();
-            cont.iter().map(|&(v, wf)| wf * norm_sf(b - v)).sum::<f64>()
-        };
-        let (mut lo, mut hi) = (-10.0_f64, 40.0_f64);
-        for _ in 0..100 {
-            let mid = 0.5 * (lo + hi);
-            if crossing(mid) > inc {
-                lo = mid;
-            } else {
-                hi = mid;
+    let mut cont: Vec<(f64, f64)> = Vec::new();
+    for (i, &inc) in increments.iter().enumerate() {
+        let k = i + 1;
+        let z = if inc <= 0.0 {
+            None
+        } else if k == 1 {
+            Some(norm_isf(inc))
+        } else {
+            // Crossing probability at look k decreases as the boundary rises: bisect on the Z scale.
+            let crossing = |z: f64| {
+                let b = z * (k as f64).sqrt();
+                cont.iter().map(|&(v, wf)| wf * norm_sf(b - v)).sum::<f64>()
+            };
+            // 52 halvings of the width-50 bracket leave ~1e-14 on the z scale.
+            let (mut lo, mut hi) = (-10.0_f64, 40.0_f64);
+            for _ in 0..52 {
+                let mid = 0.5 * (lo + hi);
+                if crossing(mid) > inc {
+                    lo = mid;
+                } else {
+                    hi = mid;
+                }
             }
+            Some(hi)
+        };
+        boundaries.push(z);
+        if k < increments.len() {
+            cont = advance(&cont, k, z, 0.0);
         }
-        boundaries.push(Some(hi));
     }
     boundaries
 }
@@ -218,46 +228,48 @@ fn solve_boundaries(increments: &[f64]) -> Vec<Option<f64>> {
 /// Crossing probability at every look for boundaries `z` and per-look drift `drift`.
 fn recursion(z: &[Option<f64>], drift: f64) -> Vec<f64> {
     let mut out = Vec::with_capacity(z.len());
-    for k in 1..=z.len() {
-        let bk = z[k - 1].map(|zk| zk * (k as f64).sqrt());
-        let Some(b) = bk else {
-            out.push(0.0);
-            continue;
+    let mut cont: Vec<(f64, f64)> = Vec::new();
+    for (i, &zk) in z.iter().enumerate() {
+        let k = i + 1;
+        let crossing = match zk.map(|zk| zk * (k as f64).sqrt()) {
+            None => 0.0,
+            Some(b) if k == 1 => norm_sf(b - drift),
+            Some(b) => cont.iter().map(|&(v, wf)| wf * norm_sf(b - v - drift)).sum(),
         };
-        if k == 1 {
-            out.push(norm_sf(b - drift));
-            continue;
+        out.push(crossing);
+        if k < z.len() {
+            cont = advance(&cont, k, zk, drift);
         }
-        let cont = continuation_density(&z[..k - 1], drift);
-        out.push(cont.iter().map(|&(v, wf)| wf * norm_sf(b - v - drift)).sum());
     }
     out
 }
 
-/// The sub-density of `W_{k}` (sum of `k` unit-variance increments with mean `drift`) on the paths that
-/// crossed none of the boundaries `z[..k]`, as (grid point, Simpson weight * density) pairs, where `k`
-/// is `z.len()`.
-fn continuation_density(z: &[Option<f64>], drift: f64) -> Vec<(f64, f64)> {
-    let mut current: Vec<(f64, f64)> = Vec::new();
-    for k in 1..=z.len() {
-        let kf = k as f64;
-        let mean = drift * kf;
-        let lower = mean - GRID_HALF_WIDTH_SD * kf.sqrt();
-        let natural_upper = mean + GRID_HALF_WIDTH_SD * kf.sqrt();
-        let upper = z[k - 1].map_or(natural_upper, |zk| (zk * kf.sqrt()).min(natural_upper));
-        let grid = simpson_grid(lower, upper);
-        current = if k == 1 {
-            grid.into_iter().map(|(w, weight)| (w, weight * normal_pdf(w - drift))).collect()
-        } else {
-            grid.into_iter()
-                .map(|(w, weight)| {
-                    let density: f64 = current.iter().map(|&(v, wf)| wf * normal_pdf(w - v - drift)).sum();
-                    (w, weight * density)
-                })
-                .collect()
-        };
+/// One step of the recursion: from the sub-density of `W_{k-1}` on paths that crossed no boundary
+/// (ignored for `k == 1`) to that of `W_k = W_{k-1} + N(drift, 1)` on paths that also stay below
+/// `z_k`, as (grid point, Simpson weight * density) pairs.
+fn advance(prev: &[(f64, f64)], k: usize, z_k: Option<f64>, drift: f64) -> Vec<(f64, f64)> {
+    let kf = k as f64;
+    let mean = drift * kf;
+    let lower = mean - GRID_HALF_WIDTH_SD * kf.sqrt();
+    let natural_upper = mean + GRID_HALF_WIDTH_SD * kf.sqrt();
+    let upper = z_k.map_or(natural_upper, |zk| (zk * kf.sqrt()).min(natural_upper));
+    let grid = simpson_grid(lower, upper);
+    if k == 1 {
+        return grid
+            .into_iter()
+            .map(|(w, weight)| (w, weight * normal_pdf(w - drift)))
+            .collect();
     }
-    current
+    grid.into_iter()
+        .map(|(w, weight)| {
+            // The kernel is negligible (< 1e-16 of its peak) beyond KERNEL_HALF_WIDTH; prev is sorted.
+            let centre = w - drift;
+            let from = prev.partition_point(|&(v, _)| v < centre - KERNEL_HALF_WIDTH);
+            let to = prev.partition_point(|&(v, _)| v <= centre + KERNEL_HALF_WIDTH);
+            let density: f64 = prev[from..to].iter().map(|&(v, wf)| wf * normal_pdf(centre - v)).sum();
+            (w, weight * density)
+        })
+        .collect()
 }
 
 fn normal_pdf(x: f64) -> f64 {
@@ -267,7 +279,7 @@ fn normal_pdf(x: f64) -> f64 {
 /// Points and Simpson weights on `[lower, upper]` with spacing about `GRID_STEP`; empty when the
 /// interval is empty (all mass already crossed).
 fn simpson_grid(lower: f64, upper: f64) -> Vec<(f64, f64)> {
-    if !(upper > lower) {
+    if upper.is_nan() || lower.is_nan() || upper <= lower {
         return Vec::new();
     }
     let mut intervals = ((upper - lower) / GRID_STEP).ceil() as usize;
@@ -323,8 +335,14 @@ mod tests {
         let bake = Duration::from_secs(4 * 3600);
         assert_eq!(plan.look_at(Duration::from_secs(3599), bake), None);
         assert_eq!(plan.look_at(Duration::from_secs(3600), bake).map(|l| l.number), Some(1));
-        assert_eq!(plan.look_at(Duration::from_secs(4 * 3600), bake).map(|l| l.is_final), Some(true));
-        assert_eq!(plan.look_at(Duration::from_secs(9 * 3600), bake).map(|l| l.number), Some(4));
+        assert_eq!(
+            plan.look_at(Duration::from_secs(4 * 3600), bake).map(|l| l.is_final),
+            Some(true)
+        );
+        assert_eq!(
+            plan.look_at(Duration::from_secs(9 * 3600), bake).map(|l| l.number),
+            Some(4)
+        );
     }
 
     #[test]

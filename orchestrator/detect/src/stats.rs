@@ -22,6 +22,16 @@ const BETA_INVERSE_MAX_N: u64 = 10_000;
 /// cost O(n1 * n1 * n2) per look.
 pub const MWU_EXACT_MAX_PAIRS: u64 = 2_500;
 
+/// `x > 0`, false for NaN. Spelled out because "not positive" must include NaN.
+pub(crate) fn is_positive(x: f64) -> bool {
+    x > 0.0
+}
+
+/// `0 < x < inf`, false for NaN.
+pub(crate) fn is_positive_finite(x: f64) -> bool {
+    x > 0.0 && x.is_finite()
+}
+
 fn std_normal() -> Normal {
     // Mean 0 and sd 1 are always valid parameters.
     Normal::standard()
@@ -49,7 +59,7 @@ pub fn binom_sf_ge(k: u64, n: u64, p: f64) -> f64 {
     if k == 0 {
         return 1.0;
     }
-    if k > n || !(p > 0.0) {
+    if k > n || p.is_nan() || p <= 0.0 {
         return 0.0;
     }
     if p >= 1.0 {
@@ -104,16 +114,16 @@ pub fn binom_sf_ge(k: u64, n: u64, p: f64) -> f64 {
 /// One-sided Clopper-Pearson lower bound for a binomial proportion: the smallest `p` with
 /// `P(X >= x | p) >= alpha`. Zero when `x == 0` or `alpha <= 0` (total confidence).
 pub fn clopper_pearson_lower(x: u64, n: u64, alpha: f64) -> f64 {
-    if x == 0 || n == 0 || !(alpha > 0.0) {
+    if x == 0 || n == 0 || !is_positive(alpha) {
         return 0.0;
     }
     let x = x.min(n);
-    if n <= BETA_INVERSE_MAX_N {
-        if let Ok(beta) = Beta::new(x as f64, (n - x) as f64 + 1.0) {
-            let v = beta.inverse_cdf(alpha);
-            if v.is_finite() {
-                return v.clamp(0.0, 1.0);
-            }
+    if n <= BETA_INVERSE_MAX_N
+        && let Ok(beta) = Beta::new(x as f64, (n - x) as f64 + 1.0)
+    {
+        let v = beta.inverse_cdf(alpha);
+        if v.is_finite() {
+            return v.clamp(0.0, 1.0);
         }
     }
     // P(X >= x | p) increases with p: find where it reaches alpha.
@@ -123,15 +133,15 @@ pub fn clopper_pearson_lower(x: u64, n: u64, alpha: f64) -> f64 {
 /// One-sided Clopper-Pearson upper bound: the largest `p` with `P(X <= x | p) >= alpha`. One when
 /// `x == n` or `alpha <= 0`.
 pub fn clopper_pearson_upper(x: u64, n: u64, alpha: f64) -> f64 {
-    if x >= n || !(alpha > 0.0) {
+    if x >= n || !is_positive(alpha) {
         return 1.0;
     }
-    if n <= BETA_INVERSE_MAX_N {
-        if let Ok(beta) = Beta::new(x as f64 + 1.0, (n - x) as f64) {
-            let v = beta.inverse_cdf(1.0 - alpha);
-            if v.is_finite() {
-                return v.clamp(0.0, 1.0);
-            }
+    if n <= BETA_INVERSE_MAX_N
+        && let Ok(beta) = Beta::new(x as f64 + 1.0, (n - x) as f64)
+    {
+        let v = beta.inverse_cdf(1.0 - alpha);
+        if v.is_finite() {
+            return v.clamp(0.0, 1.0);
         }
     }
     // P(X >= x+1 | p) increases with p; the bound is where it reaches 1 - alpha.
@@ -166,7 +176,7 @@ fn invert_increasing(f: impl Fn(f64) -> f64, target: f64) -> f64 {
 /// p-value is `P(X >= x1)`. Requires `e1 > 0`, `e0 > 0`, `ratio0 > 0` (returns 1 otherwise: no
 /// evidence). Matches `scipy.stats.binomtest(x1, n, p0, alternative="greater")`.
 pub fn poisson_rate_test(x1: u64, e1: f64, x0: u64, e0: f64, ratio0: f64) -> f64 {
-    if !(e1 > 0.0 && e0 > 0.0 && ratio0 > 0.0) || !e1.is_finite() || !e0.is_finite() || !ratio0.is_finite() {
+    if !(is_positive_finite(e1) && is_positive_finite(e0) && is_positive_finite(ratio0)) {
         return 1.0;
     }
     let Some(n) = x1.checked_add(x0) else {
@@ -197,8 +207,11 @@ pub struct Bounds {
 /// Clopper-Pearson bounds of `p` map to bounds of `R`. With zero control events the upper bound is
 /// unbounded but the lower bound is finite and can still exceed the smallest effect that matters.
 pub fn rate_ratio_interval(x1: u64, e1: f64, x0: u64, e0: f64, alpha_lower: f64, alpha_upper: f64) -> Bounds {
-    let unbounded = Bounds { lower: Some(0.0), upper: None };
-    if !(e1 > 0.0 && e0 > 0.0) || !e1.is_finite() || !e0.is_finite() {
+    let unbounded = Bounds {
+        lower: Some(0.0),
+        upper: None,
+    };
+    if !(is_positive_finite(e1) && is_positive_finite(e0)) {
         return unbounded;
     }
     let Some(n) = x1.checked_add(x0) else {
@@ -217,7 +230,10 @@ pub fn rate_ratio_interval(x1: u64, e1: f64, x0: u64, e0: f64, alpha_lower: f64,
     let p_lo = clopper_pearson_lower(x1, n, alpha_lower);
     let p_hi = clopper_pearson_upper(x1, n, alpha_upper);
     // p_lo < 1 whenever alpha_lower > 0, so the lower bound exists.
-    Bounds { lower: to_ratio(p_lo), upper: to_ratio(p_hi) }
+    Bounds {
+        lower: to_ratio(p_lo),
+        upper: to_ratio(p_hi),
+    }
 }
 
 /// Which p-value computation a Mann-Whitney test used.
@@ -253,7 +269,11 @@ pub fn mann_whitney_greater(x: &[f64], y: &[f64]) -> Option<MannWhitney> {
     if n1 == 0 || n2 == 0 {
         return None;
     }
-    let mut pooled: Vec<(f64, bool)> = x.iter().map(|&v| (v, true)).chain(y.iter().map(|&v| (v, false))).collect();
+    let mut pooled: Vec<(f64, bool)> = x
+        .iter()
+        .map(|&v| (v, true))
+        .chain(y.iter().map(|&v| (v, false)))
+        .collect();
     pooled.sort_by(|a, b| a.0.total_cmp(&b.0));
     let n = pooled.len();
     let mut rank_sum_x = 0.0;
@@ -279,13 +299,27 @@ pub fn mann_whitney_greater(x: &[f64], y: &[f64]) -> Option<MannWhitney> {
         let dist = MwuNull::new(n1, n2);
         // Without ties U is an integer; round away float noise from the rank sums.
         let p_value = dist.sf_ge(u.round() as u64);
-        return Some(MannWhitney { u, p_value, method: MwuMethod::Exact, ties });
+        return Some(MannWhitney {
+            u,
+            p_value,
+            method: MwuMethod::Exact,
+            ties,
+        });
     }
     let mu = n1f * n2f / 2.0;
     let nf = n as f64;
     let var = n1f * n2f / 12.0 * ((nf + 1.0) - tie_term / (nf * (nf - 1.0)));
-    let p_value = if var > 0.0 { norm_sf((u - mu - 0.5) / var.sqrt()) } else { 1.0 };
-    Some(MannWhitney { u, p_value, method: MwuMethod::Asymptotic, ties })
+    let p_value = if var > 0.0 {
+        norm_sf((u - mu - 0.5) / var.sqrt())
+    } else {
+        1.0
+    };
+    Some(MannWhitney {
+        u,
+        p_value,
+        method: MwuMethod::Asymptotic,
+        ties,
+    })
 }
 
 /// Exact null distribution of the Mann-Whitney U statistic for sample sizes `n1`, `n2` (no ties).
@@ -353,7 +387,9 @@ impl MwuNull {
 /// Count of pairwise differences `x[i] - y[j] <= d`; both slices sorted ascending.
 fn count_le(xs: &[f64], ys: &[f64], d: f64) -> u64 {
     // For fixed i, x - y[j] does not increase with j, so the matching j form a suffix.
-    xs.iter().map(|&xi| (ys.len() - ys.partition_point(|&yj| xi - yj > d)) as u64).sum()
+    xs.iter()
+        .map(|&xi| (ys.len() - ys.partition_point(|&yj| xi - yj > d)) as u64)
+        .sum()
 }
 
 /// Largest pairwise difference `<= d`, if any; both slices sorted ascending.
@@ -429,7 +465,10 @@ pub fn hodges_lehmann(x: &[f64], y: &[f64]) -> Option<f64> {
 /// approximation with continuity correction. A bound the data cannot resolve is `None`.
 pub fn hodges_lehmann_interval(x: &[f64], y: &[f64], alpha_lower: f64, alpha_upper: f64) -> Bounds {
     if x.is_empty() || y.is_empty() {
-        return Bounds { lower: None, upper: None };
+        return Bounds {
+            lower: None,
+            upper: None,
+        };
     }
     let (xs, ys) = (sorted(x), sorted(y));
     let (n1, n2) = (xs.len(), ys.len());
@@ -445,7 +484,7 @@ pub fn hodges_lehmann_interval(x: &[f64], y: &[f64], alpha_lower: f64, alpha_upp
         }
     };
     let bound = |alpha: f64, lower: bool| -> Option<f64> {
-        if !(alpha > 0.0) {
+        if !is_positive(alpha) {
             return None;
         }
         let c = critical(alpha);
@@ -456,7 +495,10 @@ pub fn hodges_lehmann_interval(x: &[f64], y: &[f64], alpha_lower: f64, alpha_upp
         let k = if lower { total - c + 1 } else { c };
         Some(kth_difference(&xs, &ys, k))
     };
-    Bounds { lower: bound(alpha_lower, true), upper: bound(alpha_upper, false) }
+    Bounds {
+        lower: bound(alpha_lower, true),
+        upper: bound(alpha_upper, false),
+    }
 }
 
 #[cfg(test)]

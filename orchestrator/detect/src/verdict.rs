@@ -178,6 +178,10 @@ pub struct Combined {
 /// Combine gate verdicts: the worst outcome wins. The false-alarm rate of the combination is controlled
 /// by building each gate's plan with [`crate::SequentialPlan::bonferroni`].
 pub fn combine(verdicts: Vec<Verdict>) -> Combined {
-    let outcome = verdicts.iter().map(Verdict::outcome).max().unwrap_or(Outcome::Inconclusive);
+    let outcome = verdicts
+        .iter()
+        .map(Verdict::outcome)
+        .max()
+        .unwrap_or(Outcome::Inconclusive);
     Combined { outcome, verdicts }
 }

@@ -16,18 +16,34 @@ fn final_look() -> Look {
 }
 
 fn xid_gate() -> RateGate {
-    RateGate { name: "xid_errors_per_gpu_hour".into(), min_effect_ratio: 1.5, min_canary_events_for_fail: 3, min_exposure: 50.0 }
+    RateGate {
+        name: "xid_errors_per_gpu_hour".into(),
+        min_effect_ratio: 1.5,
+        min_canary_events_for_fail: 3,
+        min_exposure: 50.0,
+    }
 }
 
 fn cohorts(canary: (u64, f64), control: (u64, f64)) -> RateCohorts {
     RateCohorts {
-        canary: RateSample { events: canary.0, exposure: canary.1 },
-        control: RateSample { events: control.0, exposure: control.1 },
+        canary: RateSample {
+            events: canary.0,
+            exposure: canary.1,
+        },
+        control: RateSample {
+            events: control.0,
+            exposure: control.1,
+        },
     }
 }
 
 fn temp_gate() -> LevelGate {
-    LevelGate { name: "gpu_temp_c".into(), direction: Direction::HigherIsWorse, min_shift: 1.0, min_samples: 8 }
+    LevelGate {
+        name: "gpu_temp_c".into(),
+        direction: Direction::HigherIsWorse,
+        min_shift: 1.0,
+        min_samples: 8,
+    }
 }
 
 /// Deterministic pseudo-normal noise (no RNG needed): a fixed table of standard normal quantiles.
@@ -37,7 +53,9 @@ fn spread(n: usize, center: f64, sd: f64) -> Vec<f64> {
             let q = (i as f64 + 0.5) / n as f64;
             // Rational approximation of the normal quantile is enough for a spread of test values.
             let t = (-2.0 * q.min(1.0 - q).ln()).sqrt();
-            let z = t - (2.515517 + 0.802853 * t + 0.010328 * t * t) / (1.0 + 1.432788 * t + 0.189269 * t * t + 0.001308 * t * t * t);
+            let z = t
+                - (2.515517 + 0.802853 * t + 0.010328 * t * t)
+                    / (1.0 + 1.432788 * t + 0.189269 * t * t + 0.001308 * t * t * t);
             center + sd * if q < 0.5 { -z } else { z }
         })
         .collect()
@@ -50,7 +68,10 @@ fn single_canary_event_with_silent_control_does_not_fail() {
     let look = final_look();
     let c = cohorts((1, 50.0), (0, 5000.0));
     let raw = poisson_rate_test(1, 50.0, 0, 5000.0, 1.5);
-    assert!(raw < look.nominal_alpha, "precondition: the raw test alone would fail ({raw})");
+    assert!(
+        raw < look.nominal_alpha,
+        "precondition: the raw test alone would fail ({raw})"
+    );
     let v = evaluate_rate(&xid_gate(), &c, &look);
     assert_eq!(v.outcome(), Outcome::Pass, "{v:?}");
     // Two events are not a rate regression either.
@@ -64,7 +85,9 @@ fn silent_control_does_not_hide_a_real_rise() {
     // but the exact test and the finite lower bound still show a regression beyond 1.5x.
     let look = final_look();
     let v = evaluate_rate(&xid_gate(), &cohorts((12, 100.0), (0, 100.0)), &look);
-    let Verdict::Fail { evidence } = &v else { panic!("expected Fail, got {v:?}") };
+    let Verdict::Fail { evidence } = &v else {
+        panic!("expected Fail, got {v:?}")
+    };
     assert_eq!(evidence.effect.estimate, None);
     assert_eq!(evidence.effect.ci95_upper, None);
     let lower = evidence.effect.decision_lower_bound.expect("finite lower bound");
@@ -86,7 +109,16 @@ fn tripled_error_rate_fails_and_equal_rates_pass() {
     // ...but only at the end: mid-bake it keeps baking.
     let mid = plan(4).look(2).unwrap();
     let v = evaluate_rate(&xid_gate(), &cohorts((20, 200.0), (200, 2000.0)), &mid);
-    assert!(matches!(v, Verdict::Inconclusive { reason: InconclusiveReason::BakeInProgress, .. }), "{v:?}");
+    assert!(
+        matches!(
+            v,
+            Verdict::Inconclusive {
+                reason: InconclusiveReason::BakeInProgress,
+                ..
+            }
+        ),
+        "{v:?}"
+    );
 }
 
 #[test]
@@ -114,8 +146,22 @@ fn early_looks_need_overwhelming_evidence() {
     // p ~ 0.003: enough at the final look of a 10-look O'Brien-Fleming plan, not at the first.
     let p = plan(10);
     let c = cohorts((26, 100.0), (100, 1000.0));
-    let first = evaluate_rate(&RateGate { min_effect_ratio: 1.0, ..xid_gate() }, &c, &p.look(1).unwrap());
-    let last = evaluate_rate(&RateGate { min_effect_ratio: 1.0, ..xid_gate() }, &c, &p.look(10).unwrap());
+    let first = evaluate_rate(
+        &RateGate {
+            min_effect_ratio: 1.0,
+            ..xid_gate()
+        },
+        &c,
+        &p.look(1).unwrap(),
+    );
+    let last = evaluate_rate(
+        &RateGate {
+            min_effect_ratio: 1.0,
+            ..xid_gate()
+        },
+        &c,
+        &p.look(10).unwrap(),
+    );
     assert_eq!(first.outcome(), Outcome::Inconclusive, "{first:?}");
     assert_eq!(last.outcome(), Outcome::Fail, "{last:?}");
 }
@@ -124,20 +170,79 @@ fn early_looks_need_overwhelming_evidence() {
 fn no_or_little_data_is_never_a_pass() {
     let look = final_look();
     let v = evaluate_rate(&xid_gate(), &cohorts((0, 0.0), (10, 1000.0)), &look);
-    assert!(matches!(v, Verdict::Inconclusive { reason: InconclusiveReason::NoData, .. }), "{v:?}");
+    assert!(
+        matches!(
+            v,
+            Verdict::Inconclusive {
+                reason: InconclusiveReason::NoData,
+                ..
+            }
+        ),
+        "{v:?}"
+    );
     let v = evaluate_rate(&xid_gate(), &cohorts((0, 10.0), (0, 0.0)), &look);
-    assert!(matches!(v, Verdict::Inconclusive { reason: InconclusiveReason::NoData, .. }), "{v:?}");
+    assert!(
+        matches!(
+            v,
+            Verdict::Inconclusive {
+                reason: InconclusiveReason::NoData,
+                ..
+            }
+        ),
+        "{v:?}"
+    );
     // Exposure below the gate's minimum.
     let v = evaluate_rate(&xid_gate(), &cohorts((0, 10.0), (3, 1000.0)), &look);
-    assert!(matches!(v, Verdict::Inconclusive { reason: InconclusiveReason::InsufficientData, .. }), "{v:?}");
+    assert!(
+        matches!(
+            v,
+            Verdict::Inconclusive {
+                reason: InconclusiveReason::InsufficientData,
+                ..
+            }
+        ),
+        "{v:?}"
+    );
     // Enough exposure and no events anywhere: a pass (the power lint says whether that means much).
     let v = evaluate_rate(&xid_gate(), &cohorts((0, 100.0), (0, 1000.0)), &look);
     assert_eq!(v.outcome(), Outcome::Pass, "{v:?}");
     // Level: empty cohorts and too few samples.
-    let v = evaluate_level(&temp_gate(), &LevelCohorts { canary: &[], control: &[60.0] }, &look);
-    assert!(matches!(v, Verdict::Inconclusive { reason: InconclusiveReason::NoData, .. }), "{v:?}");
-    let v = evaluate_level(&temp_gate(), &LevelCohorts { canary: &[60.0, 61.0], control: &[60.0; 20] }, &look);
-    assert!(matches!(v, Verdict::Inconclusive { reason: InconclusiveReason::InsufficientData, .. }), "{v:?}");
+    let v = evaluate_level(
+        &temp_gate(),
+        &LevelCohorts {
+            canary: &[],
+            control: &[60.0],
+        },
+        &look,
+    );
+    assert!(
+        matches!(
+            v,
+            Verdict::Inconclusive {
+                reason: InconclusiveReason::NoData,
+                ..
+            }
+        ),
+        "{v:?}"
+    );
+    let v = evaluate_level(
+        &temp_gate(),
+        &LevelCohorts {
+            canary: &[60.0, 61.0],
+            control: &[60.0; 20],
+        },
+        &look,
+    );
+    assert!(
+        matches!(
+            v,
+            Verdict::Inconclusive {
+                reason: InconclusiveReason::InsufficientData,
+                ..
+            }
+        ),
+        "{v:?}"
+    );
 }
 
 #[test]
@@ -146,43 +251,98 @@ fn hotter_canary_fails_and_fleet_wide_heat_passes() {
     let control = spread(200, 65.0, 2.0);
     // Canary 4 degrees hotter than control: well beyond the 1 degree that matters.
     let hot = spread(24, 69.0, 2.0);
-    let v = evaluate_level(&temp_gate(), &LevelCohorts { canary: &hot, control: &control }, &look);
-    let Verdict::Fail { evidence } = &v else { panic!("expected Fail, got {v:?}") };
+    let v = evaluate_level(
+        &temp_gate(),
+        &LevelCohorts {
+            canary: &hot,
+            control: &control,
+        },
+        &look,
+    );
+    let Verdict::Fail { evidence } = &v else {
+        panic!("expected Fail, got {v:?}")
+    };
     assert!((evidence.effect.estimate.unwrap() - 4.0).abs() < 0.3, "{evidence:?}");
     assert!(evidence.effect.decision_lower_bound.unwrap() > 1.0);
     // A hot day: everyone +6 degrees; the canary is like its control.
     let hot_day_control: Vec<f64> = control.iter().map(|t| t + 6.0).collect();
     let hot_day_canary = spread(24, 71.0, 2.0);
-    let v = evaluate_level(&temp_gate(), &LevelCohorts { canary: &hot_day_canary, control: &hot_day_control }, &look);
+    let v = evaluate_level(
+        &temp_gate(),
+        &LevelCohorts {
+            canary: &hot_day_canary,
+            control: &hot_day_control,
+        },
+        &look,
+    );
     assert_eq!(v.outcome(), Outcome::Pass, "{v:?}");
     // Half a degree warmer is real but below what matters, even with many samples.
     let warm = spread(400, 65.5, 2.0);
-    let v = evaluate_level(&temp_gate(), &LevelCohorts { canary: &warm, control: &control }, &look);
+    let v = evaluate_level(
+        &temp_gate(),
+        &LevelCohorts {
+            canary: &warm,
+            control: &control,
+        },
+        &look,
+    );
     assert_eq!(v.outcome(), Outcome::Pass, "{v:?}");
 }
 
 #[test]
 fn lower_is_worse_gates_flip_the_direction() {
     let look = final_look();
-    let gate = LevelGate { name: "nvlink_gbps".into(), direction: Direction::LowerIsWorse, min_shift: 5.0, min_samples: 8 };
+    let gate = LevelGate {
+        name: "nvlink_gbps".into(),
+        direction: Direction::LowerIsWorse,
+        min_shift: 5.0,
+        min_samples: 8,
+    };
     let control = spread(100, 400.0, 4.0);
     let slow = spread(30, 380.0, 4.0);
     let fast = spread(30, 420.0, 4.0);
-    let v = evaluate_level(&gate, &LevelCohorts { canary: &slow, control: &control }, &look);
+    let v = evaluate_level(
+        &gate,
+        &LevelCohorts {
+            canary: &slow,
+            control: &control,
+        },
+        &look,
+    );
     assert_eq!(v.outcome(), Outcome::Fail, "{v:?}");
     // The shift is reported in the harmful direction: positive 20.
     assert!((v.evidence().unwrap().effect.estimate.unwrap() - 20.0).abs() < 1.0);
-    let v = evaluate_level(&gate, &LevelCohorts { canary: &fast, control: &control }, &look);
+    let v = evaluate_level(
+        &gate,
+        &LevelCohorts {
+            canary: &fast,
+            control: &control,
+        },
+        &look,
+    );
     assert_eq!(v.outcome(), Outcome::Pass, "{v:?}");
 }
 
 #[test]
 fn bad_inputs_are_errors_not_panics() {
     let look = final_look();
-    let v = evaluate_level(&temp_gate(), &LevelCohorts { canary: &[60.0, f64::NAN], control: &[60.0] }, &look);
+    let v = evaluate_level(
+        &temp_gate(),
+        &LevelCohorts {
+            canary: &[60.0, f64::NAN],
+            control: &[60.0],
+        },
+        &look,
+    );
     assert_eq!(v.outcome(), Outcome::Error, "{v:?}");
-    let bad = RateGate { min_effect_ratio: 0.5, ..xid_gate() };
-    assert_eq!(evaluate_rate(&bad, &cohorts((1, 1.0), (1, 1.0)), &look).outcome(), Outcome::Error);
+    let bad = RateGate {
+        min_effect_ratio: 0.5,
+        ..xid_gate()
+    };
+    assert_eq!(
+        evaluate_rate(&bad, &cohorts((1, 1.0), (1, 1.0)), &look).outcome(),
+        Outcome::Error
+    );
     let v = evaluate_rate(&xid_gate(), &cohorts((1, -1.0), (1, 1.0)), &look);
     assert_eq!(v.outcome(), Outcome::Error);
     let v = evaluate_rate(&xid_gate(), &cohorts((u64::MAX, 1.0), (1, 1.0)), &look);
@@ -197,10 +357,20 @@ fn worst_verdict_wins() {
     let inconclusive = evaluate_rate(&xid_gate(), &cohorts((0, 0.0), (200, 2000.0)), &look);
     let error = evaluate_rate(&xid_gate(), &cohorts((1, f64::NAN), (1, 1.0)), &look);
     assert_eq!(combine(vec![pass.clone(), pass.clone()]).outcome, Outcome::Pass);
-    assert_eq!(combine(vec![pass.clone(), inconclusive.clone()]).outcome, Outcome::Inconclusive);
-    assert_eq!(combine(vec![inconclusive.clone(), error.clone(), pass.clone()]).outcome, Outcome::Error);
+    assert_eq!(
+        combine(vec![pass.clone(), inconclusive.clone()]).outcome,
+        Outcome::Inconclusive
+    );
+    assert_eq!(
+        combine(vec![inconclusive.clone(), error.clone(), pass.clone()]).outcome,
+        Outcome::Error
+    );
     assert_eq!(combine(vec![error, fail, inconclusive, pass]).outcome, Outcome::Fail);
-    assert_eq!(combine(vec![]).outcome, Outcome::Inconclusive, "no gates is no data, never a pass");
+    assert_eq!(
+        combine(vec![]).outcome,
+        Outcome::Inconclusive,
+        "no gates is no data, never a pass"
+    );
 }
 
 #[test]
