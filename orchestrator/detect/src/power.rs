@@ -4,9 +4,11 @@
 //! Both gates are approximated by a standardised statistic drifting linearly in information, the same
 //! model the sequential boundaries are built on: the plan's power at final-look drift `theta` is
 //! [`SequentialPlan::crossing_probability`], and `theta` for a given effect comes from the large-sample
-//! variance of the test (Wald variance of the log rate ratio; the Mann-Whitney test's asymptotic
-//! relative efficiency 3/pi against the t-test for normal data). The exact tests are slightly more
-//! conservative than this approximation; `tests/simulation.rs` checks one case by simulation.
+//! behaviour of the test (the score-test view of the conditional binomial test, with its different
+//! variance under the alternative; the Mann-Whitney test's asymptotic relative efficiency 3/pi against
+//! the t-test for normal data). The exact tests are discrete and somewhat more conservative than this
+//! approximation, so quoted effects are slightly optimistic; `tests/simulation.rs` checks one case by
+//! simulation.
 
 use serde::{Deserialize, Serialize};
 use statrs::distribution::{DiscreteCDF, Poisson};
@@ -55,7 +57,8 @@ pub struct RatePower {
     pub expected_control_events: f64,
     /// What limits it.
     pub limited_by: PowerLimit,
-    /// Standardised final-look drift the plan needs for the target power.
+    /// Final-look drift a unit-variance statistic needs for the target power under the plan (the
+    /// rate test's own variance ratio is accounted for separately).
     pub required_drift: f64,
 }
 
@@ -112,11 +115,28 @@ pub fn required_drift(plan: &SequentialPlan, power: f64) -> f64 {
 /// Asymptotic relative efficiency of the Mann-Whitney test against the t-test for normal data.
 const MWU_EFFICIENCY: f64 = 3.0 / std::f64::consts::PI;
 
-/// Final-look drift of the conditional rate test at true ratio `ratio`.
-fn rate_drift(input: &RatePowerInput, ratio: f64) -> f64 {
+/// Final-look drift and alternative/null sd ratio of the conditional rate test at true ratio `ratio`.
+///
+/// Conditional on `n` events, the canary share is tested against `p0` (the share at the smallest
+/// effect) with the null variance `p0 (1 - p0) / n`; under the alternative its mean is `p1` and its
+/// variance `p1 (1 - p1) / n`. This is the score-test view of the exact test; `n` is the expected
+/// total count over the bake.
+fn rate_drift(input: &RatePowerInput, ratio: f64) -> (f64, f64) {
     let mu1 = ratio * input.baseline_rate * input.canary_exposure;
     let mu0 = input.baseline_rate * input.control_exposure;
-    (ratio.ln() - input.min_effect_ratio.ln()) / (1.0 / mu1 + 1.0 / mu0).sqrt()
+    let n = mu1 + mu0;
+    let p1 = mu1 / n;
+    let r0 = input.min_effect_ratio;
+    let p0 = r0 * input.canary_exposure / (r0 * input.canary_exposure + input.control_exposure);
+    let null_var = p0 * (1.0 - p0);
+    let theta = (p1 - p0) * n.sqrt() / null_var.sqrt();
+    let sd = (p1 * (1.0 - p1) / null_var).sqrt();
+    (theta, sd)
+}
+
+fn statistical_power(input: &RatePowerInput, plan: &SequentialPlan, ratio: f64) -> f64 {
+    let (theta, sd) = rate_drift(input, ratio);
+    plan.crossing_probability_scaled(theta, sd)
 }
 
 fn validate_rate(input: &RatePowerInput) -> Result<(), DetectError> {
@@ -161,7 +181,7 @@ fn poisson_at_least(m: u64, mean: f64) -> f64 {
 pub fn rate_power(input: &RatePowerInput, plan: &SequentialPlan, ratio: f64) -> Result<f64, DetectError> {
     validate_rate(input)?;
     check("ratio", ratio, ratio > 0.0, "finite and > 0")?;
-    let statistical = plan.crossing_probability(rate_drift(input, ratio));
+    let statistical = statistical_power(input, plan, ratio);
     let events = poisson_at_least(
         input.min_canary_events_for_fail,
         ratio * input.baseline_rate * input.canary_exposure,
@@ -174,17 +194,19 @@ pub fn rate_power(input: &RatePowerInput, plan: &SequentialPlan, ratio: f64) -> 
 pub fn rate_min_detectable_ratio(input: &RatePowerInput, plan: &SequentialPlan) -> Result<RatePower, DetectError> {
     validate_rate(input)?;
     let theta = required_drift(plan, TARGET_POWER);
-    const MAX_LOG_RATIO: f64 = 27.6; // ratio 1e12: beyond it nothing is "detectable" in practice.
+    // Ratio 1e12: beyond it nothing is "detectable" in practice.
+    const MAX_LOG_RATIO: f64 = 27.6;
     let (mut lo, mut hi) = (
         input.min_effect_ratio.ln(),
         MAX_LOG_RATIO.max(input.min_effect_ratio.ln() + 1.0),
     );
-    let statistical = if rate_drift(input, hi.exp()) < theta {
+    // Power rises with the ratio; 40 halvings of the log-ratio bracket leave ~3e-11.
+    let statistical = if statistical_power(input, plan, hi.exp()) < TARGET_POWER {
         None
     } else {
-        for _ in 0..100 {
+        for _ in 0..40 {
             let mid = 0.5 * (lo + hi);
-            if rate_drift(input, mid.exp()) >= theta {
+            if statistical_power(input, plan, mid.exp()) >= TARGET_POWER {
                 hi = mid;
             } else {
                 lo = mid;

@@ -178,12 +178,20 @@ impl SequentialPlan {
     /// (drift) crosses a boundary at some look: the power of the plan. `theta = 0` gives the plan's
     /// false-alarm rate (up to integration error).
     pub fn crossing_probability(&self, theta: f64) -> f64 {
+        self.crossing_probability_scaled(theta, 1.0)
+    }
+
+    /// Like [`Self::crossing_probability`] for a statistic standardised with its null variance whose
+    /// standard deviation under the alternative is `sd` times larger (score tests: the variance of the
+    /// canary share differs under H0 and H1). `Z_k >= c_k` is `Z_k / sd >= c_k / sd`, a unit-variance
+    /// process with drift `theta / sd` against boundaries `c_k / sd`.
+    pub fn crossing_probability_scaled(&self, theta: f64, sd: f64) -> f64 {
         let k = self.looks.len();
-        if k == 0 || !theta.is_finite() {
+        if k == 0 || !theta.is_finite() || !crate::stats::is_positive_finite(sd) {
             return 0.0;
         }
-        let boundaries: Vec<Option<f64>> = self.looks.iter().map(|l| l.z_boundary).collect();
-        let drift = theta / (k as f64).sqrt();
+        let boundaries: Vec<Option<f64>> = self.looks.iter().map(|l| l.z_boundary.map(|z| z / sd)).collect();
+        let drift = theta / sd / (k as f64).sqrt();
         recursion(&boundaries, drift).iter().sum::<f64>().clamp(0.0, 1.0)
     }
 }
