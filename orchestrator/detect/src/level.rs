@@ -142,7 +142,8 @@ pub fn evaluate_level(gate: &LevelGate, cohorts: &LevelCohorts<'_>, look: &Look)
         control: summary(cohorts.control),
         look: *look,
     };
-    if test.p_value <= look.nominal_alpha {
+    // A look that spends nothing (nominal level 0) can never fail.
+    if look.nominal_alpha > 0.0 && test.p_value <= look.nominal_alpha {
         return Verdict::Fail { evidence };
     }
     if !look.is_final {

@@ -30,7 +30,7 @@ pub struct RateGate {
     #[serde(default = "default_min_events")]
     pub min_canary_events_for_fail: u64,
     /// Exposure each cohort must have reached for a Pass at the end of the bake; less is Inconclusive.
-    #[serde(default)]
+    /// Deliberately without a default: "enough data" is a policy decision (use the power analysis).
     pub min_exposure: f64,
 }
 
@@ -144,7 +144,8 @@ pub fn evaluate_rate(gate: &RateGate, cohorts: &RateCohorts, look: &Look) -> Ver
         control: summary(k),
         look: *look,
     };
-    if p_value <= look.nominal_alpha && c.events >= gate.min_canary_events_for_fail {
+    // A look that spends nothing (nominal level 0) can never fail, even on an underflowed p-value of 0.
+    if look.nominal_alpha > 0.0 && p_value <= look.nominal_alpha && c.events >= gate.min_canary_events_for_fail {
         return Verdict::Fail { evidence };
     }
     if !look.is_final {

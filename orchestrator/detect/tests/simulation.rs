@@ -5,8 +5,9 @@
 //! assertion allows three of them on top of the stated rate.
 
 use orchestrator_detect::{
-    Direction, LevelCohorts, LevelGate, Outcome, RateCohorts, RateGate, RatePowerInput, RateSample, SequentialPlan,
-    SpendingFunction, evaluate_level, evaluate_rate, rate_min_detectable_ratio,
+    Direction, LevelCohorts, LevelGate, LevelPowerInput, Outcome, RateCohorts, RateGate, RatePowerInput, RateSample,
+    SequentialPlan, SpendingFunction, evaluate_level, evaluate_rate, level_min_detectable_shift,
+    rate_min_detectable_ratio,
 };
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -131,6 +132,73 @@ fn rate_gate_power_matches_the_power_analysis() {
     );
 }
 
+/// Runs a whole bake of a level gate: each unit's value is the mean of its readings so far (reading
+/// sd 1), the canary's readings shifted by `shift`. True if the gate ever fails.
+fn level_bake_fails(
+    rng: &mut impl Rng,
+    gate: &LevelGate,
+    plan: &SequentialPlan,
+    n1: usize,
+    n2: usize,
+    shift: f64,
+) -> bool {
+    let mut sum1 = vec![0.0; n1];
+    let mut sum2 = vec![0.0; n2];
+    for (k, look) in plan.looks.iter().enumerate() {
+        sum1.iter_mut().for_each(|s| *s += normal(rng));
+        sum2.iter_mut().for_each(|s| *s += normal(rng));
+        let reads = (k + 1) as f64;
+        let canary: Vec<f64> = sum1.iter().map(|s| 65.0 + shift + s / reads).collect();
+        let control: Vec<f64> = sum2.iter().map(|s| 65.0 + s / reads).collect();
+        if evaluate_level(
+            gate,
+            &LevelCohorts {
+                canary: &canary,
+                control: &control,
+            },
+            look,
+        )
+        .outcome()
+            == Outcome::Fail
+        {
+            return true;
+        }
+    }
+    false
+}
+
+#[test]
+fn level_gate_power_matches_the_power_analysis() {
+    // At the final look a unit's mean of K readings has sd 1/sqrt(K): that is the power analysis' sd.
+    let looks = 4;
+    let plan = SequentialPlan::new(0.05, looks, SpendingFunction::OBrienFleming).unwrap();
+    let gate = LevelGate {
+        name: "temp".into(),
+        direction: Direction::HigherIsWorse,
+        min_shift: 0.2,
+        min_samples: 1,
+    };
+    let (n1, n2) = (30, 100);
+    let input = LevelPowerInput {
+        canary_samples: n1 as u64,
+        control_samples: n2 as u64,
+        sd: 1.0 / f64::from(looks).sqrt(),
+        min_shift: gate.min_shift,
+    };
+    let shift = level_min_detectable_shift(&input, &plan).unwrap().min_detectable_shift;
+    let mut rng = ChaCha8Rng::seed_from_u64(0x5EED_0005);
+    let runs = 300;
+    let hits = (0..runs)
+        .filter(|_| level_bake_fails(&mut rng, &gate, &plan, n1, n2, shift))
+        .count();
+    let power = hits as f64 / runs as f64;
+    eprintln!("level gate: empirical power {power} at the computed 80%-power shift {shift}");
+    assert!(
+        (power - 0.8).abs() <= 0.10 + three_sigma(0.8, runs as f64),
+        "empirical power {power} at shift {shift}"
+    );
+}
+
 #[test]
 fn level_gate_false_alarm_rate_stays_within_alpha() {
     // Each unit's value is the mean of its readings so far, so information grows with the bake as the
@@ -147,30 +215,9 @@ fn level_gate_false_alarm_rate_stays_within_alpha() {
     let (n1, n2) = (30, 100);
     let mut rng = ChaCha8Rng::seed_from_u64(0x5EED_0003);
     let runs = 1000;
-    let mut alarms = 0;
-    for _ in 0..runs {
-        let mut sum1 = vec![0.0; n1];
-        let mut sum2 = vec![0.0; n2];
-        for (k, look) in plan.looks.iter().enumerate() {
-            sum1.iter_mut().for_each(|s| *s += normal(&mut rng));
-            sum2.iter_mut().for_each(|s| *s += normal(&mut rng));
-            let reads = (k + 1) as f64;
-            let canary: Vec<f64> = sum1.iter().map(|s| 65.0 + s / reads).collect();
-            let control: Vec<f64> = sum2.iter().map(|s| 65.0 + s / reads).collect();
-            let v = evaluate_level(
-                &gate,
-                &LevelCohorts {
-                    canary: &canary,
-                    control: &control,
-                },
-                look,
-            );
-            if v.outcome() == Outcome::Fail {
-                alarms += 1;
-                break;
-            }
-        }
-    }
+    let alarms = (0..runs)
+        .filter(|_| level_bake_fails(&mut rng, &gate, &plan, n1, n2, 0.0))
+        .count() as u32;
     let rate = f64::from(alarms) / f64::from(runs);
     eprintln!("level gate: false-alarm rate {rate} over {runs} null bakes (alpha {alpha})");
     assert!(
