@@ -115,6 +115,7 @@ pub fn evaluate_level(gate: &LevelGate, cohorts: &LevelCohorts<'_>, look: &Look)
     let shifted: Vec<f64> = canary.iter().map(|x| x - gate.min_shift).collect();
     let Some(test) = mann_whitney_greater(&shifted, &control) else {
         return Verdict::Inconclusive {
+            gate: gate.name.clone(),
             reason: InconclusiveReason::NoData,
             evidence: None,
         };
@@ -148,6 +149,7 @@ pub fn evaluate_level(gate: &LevelGate, cohorts: &LevelCohorts<'_>, look: &Look)
     }
     if !look.is_final {
         return Verdict::Inconclusive {
+            gate: gate.name.clone(),
             reason: InconclusiveReason::BakeInProgress,
             evidence: Some(Box::new(evidence)),
         };
@@ -155,6 +157,7 @@ pub fn evaluate_level(gate: &LevelGate, cohorts: &LevelCohorts<'_>, look: &Look)
     let (n1, n2) = (cohorts.canary.len() as u64, cohorts.control.len() as u64);
     if n1 < gate.min_samples || n2 < gate.min_samples {
         return Verdict::Inconclusive {
+            gate: gate.name.clone(),
             reason: InconclusiveReason::InsufficientData,
             evidence: Some(Box::new(evidence)),
         };

@@ -13,6 +13,38 @@
 //!   [`level_min_detectable_shift`] say what a wave can detect.
 //!
 //! The method, its assumptions and the reasons are in this crate's `README.md`.
+//!
+//! ```
+//! use std::time::Duration;
+//! use orchestrator_detect::*;
+//!
+//! // Two gates share a 5% family-wise false-alarm rate over a 6-hour bake looked at every 30 min.
+//! let plan = SequentialPlan::bonferroni(0.05, 2, 12, SpendingFunction::OBrienFleming)?;
+//! let xid = RateGate {
+//!     name: "xid_per_gpu_hour".into(),
+//!     min_effect_ratio: 1.5,
+//!     min_canary_events_for_fail: 3,
+//!     min_exposure: 100.0,
+//! };
+//! let temp = LevelGate { name: "gpu_temp_c".into(), direction: Direction::HigherIsWorse, min_shift: 1.0, min_samples: 8 };
+//!
+//! // The engine evaluates each planned look once, with cumulative data.
+//! let look = plan.look_at(Duration::from_secs(6 * 3600), Duration::from_secs(6 * 3600)).expect("bake over");
+//! let rates = RateCohorts {
+//!     canary: RateSample { events: 14, exposure: 192.0 },
+//!     control: RateSample { events: 41, exposure: 1920.0 },
+//! };
+//! let canary_temps = [71.0, 72.5, 70.8, 73.1, 71.9, 72.2, 70.5, 71.4];
+//! let control_temps: Vec<f64> = (0..80).map(|i| 66.0 + f64::from(i % 9) * 0.5).collect();
+//! let verdict = combine(vec![
+//!     evaluate_rate(&xid, &rates, &look),
+//!     evaluate_level(&temp, &LevelCohorts { canary: &canary_temps, control: &control_temps }, &look),
+//! ]);
+//! assert_eq!(verdict.outcome, Outcome::Fail);
+//! let failed: Vec<&str> = verdict.verdicts.iter().filter(|v| v.outcome() == Outcome::Fail).map(Verdict::gate).collect();
+//! assert_eq!(failed, ["xid_per_gpu_hour", "gpu_temp_c"]);
+//! # Ok::<(), DetectError>(())
+//! ```
 
 pub mod error;
 pub mod level;

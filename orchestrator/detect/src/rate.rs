@@ -118,6 +118,7 @@ pub fn evaluate_rate(gate: &RateGate, cohorts: &RateCohorts, look: &Look) -> Ver
     let (c, k) = (cohorts.canary, cohorts.control);
     if c.exposure <= 0.0 || k.exposure <= 0.0 {
         return Verdict::Inconclusive {
+            gate: gate.name.clone(),
             reason: InconclusiveReason::NoData,
             evidence: None,
         };
@@ -150,12 +151,14 @@ pub fn evaluate_rate(gate: &RateGate, cohorts: &RateCohorts, look: &Look) -> Ver
     }
     if !look.is_final {
         return Verdict::Inconclusive {
+            gate: gate.name.clone(),
             reason: InconclusiveReason::BakeInProgress,
             evidence: Some(Box::new(evidence)),
         };
     }
     if c.exposure < gate.min_exposure || k.exposure < gate.min_exposure {
         return Verdict::Inconclusive {
+            gate: gate.name.clone(),
             reason: InconclusiveReason::InsufficientData,
             evidence: Some(Box::new(evidence)),
         };

@@ -130,6 +130,8 @@ pub enum Verdict {
     },
     /// Not decided: keep baking or hold for a human.
     Inconclusive {
+        /// Gate name (also in the evidence, when there is any).
+        gate: String,
         /// Why.
         reason: InconclusiveReason,
         /// The statistics so far, when there was anything to compute.
@@ -152,6 +154,14 @@ impl Verdict {
             Verdict::Fail { .. } => Outcome::Fail,
             Verdict::Inconclusive { .. } => Outcome::Inconclusive,
             Verdict::Error { .. } => Outcome::Error,
+        }
+    }
+
+    /// The gate this verdict is about.
+    pub fn gate(&self) -> &str {
+        match self {
+            Verdict::Pass { evidence } | Verdict::Fail { evidence } => &evidence.gate,
+            Verdict::Inconclusive { gate, .. } | Verdict::Error { gate, .. } => gate,
         }
     }
 
