@@ -11,5 +11,7 @@
 mod source;
 mod sync;
 
-pub use source::{GitPolicySource, GitSourceError, MAX_POLICY_FILES, PolicyFile, RepoLocation, Snapshot, read_blob};
+pub use source::{
+    GitPolicySource, GitSourceError, MAX_POLICY_FILES, PolicyFile, RepoLocation, Snapshot, read_blob, redact_url,
+};
 pub use sync::{InForce, Rejection, SyncReport, plan_sync};

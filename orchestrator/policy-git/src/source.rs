@@ -1,7 +1,7 @@
 //! Opening (or cloning) a repository and reading the policy files at a ref.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use orchestrator_policy::MAX_POLICY_BYTES;
 
@@ -135,8 +135,9 @@ pub struct GitPolicySource {
 
 impl GitPolicySource {
     /// Reads the policy files at the configured ref. A remote repository is
-    /// cloned afresh (bare) on every call: policy repositories are small,
-    /// and a fresh clone has no local state to go stale or corrupt.
+    /// cloned afresh (bare) on every call, into a directory of its own that
+    /// is removed afterwards: policy repositories are small, and a fresh
+    /// clone has no local state to go stale or corrupt.
     pub fn read(&self) -> Result<Snapshot, GitSourceError> {
         match &self.location {
             RepoLocation::Local(path) => {
@@ -148,13 +149,26 @@ impl GitPolicySource {
             }
             RepoLocation::Remote(url) => {
                 let repo = self.clone_fresh(url)?;
-                read_snapshot(&repo, &self.git_ref, self.subdir.as_deref())
+                let snapshot = read_snapshot(&repo, &self.git_ref, self.subdir.as_deref());
+                // Everything needed was copied out; the clone is not reused.
+                let dir = repo.path().to_owned();
+                drop(repo);
+                if let Err(err) = std::fs::remove_dir_all(&dir) {
+                    // Harmless beyond disk space: the next read clones afresh.
+                    tracing::warn!(path = %dir.display(), error = %err, "cannot remove a policy clone");
+                }
+                snapshot
             }
         }
     }
 
     fn clone_fresh(&self, url: &str) -> Result<gix::Repository, GitSourceError> {
-        let target = self.cache_dir.join("policy-repo");
+        // A directory of its own per read: the CLI and a running server may
+        // sync at the same time from the same cache directory.
+        let serial = CLONE_SERIAL.fetch_add(1, Ordering::Relaxed);
+        let target = self
+            .cache_dir
+            .join(format!("policy-repo-{}-{serial}", std::process::id()));
         let cache_err = |source| GitSourceError::CacheDir {
             path: target.clone(),
             source,
@@ -167,7 +181,7 @@ impl GitPolicySource {
             source,
         })?;
         let clone_err = |e: gix::Error| GitSourceError::Clone {
-            url: url.to_owned(),
+            url: redact_url(url),
             path: target.clone(),
             source: Box::new(e),
         };
@@ -176,6 +190,28 @@ impl GitPolicySource {
             .fetch_only(gix::progress::Discard, &AtomicBool::new(false))
             .map_err(clone_err)?;
         Ok(repo)
+    }
+}
+
+/// Tells clones made by one process apart.
+static CLONE_SERIAL: AtomicU64 = AtomicU64::new(0);
+
+/// The repository URL with any password replaced, safe for logs, errors
+/// and the audit log (a token in an HTTPS URL is a password too).
+pub fn redact_url(url: &str) -> String {
+    let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
+        return url.to_owned();
+    };
+    let authority_end = url[scheme_end..].find('/').map_or(url.len(), |i| scheme_end + i);
+    match url[scheme_end..authority_end].rfind('@') {
+        Some(at) => {
+            let userinfo = &url[scheme_end..scheme_end + at];
+            match userinfo.split_once(':') {
+                Some((user, _secret)) => format!("{}{user}:***{}", &url[..scheme_end], &url[scheme_end + at..]),
+                None => url.to_owned(),
+            }
+        }
+        None => url.to_owned(),
     }
 }
 
@@ -260,5 +296,17 @@ mod tests {
             RepoLocation::Remote(_)
         ));
         assert_eq!(RepoLocation::parse("C:/x"), RepoLocation::Local("C:/x".into()));
+    }
+
+    #[test]
+    fn passwords_are_redacted_from_urls() {
+        assert_eq!(
+            redact_url("https://bot:ghp_secret@github.com/org/p.git"),
+            "https://bot:***@github.com/org/p.git"
+        );
+        assert_eq!(redact_url("ssh://git@host/p.git"), "ssh://git@host/p.git");
+        assert_eq!(redact_url("git@github.com:org/p.git"), "git@github.com:org/p.git");
+        assert_eq!(redact_url("file:///srv/a@b/p.git"), "file:///srv/a@b/p.git");
+        assert_eq!(redact_url("/srv/policies"), "/srv/policies");
     }
 }

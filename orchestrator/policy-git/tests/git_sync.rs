@@ -160,6 +160,10 @@ fn clones_a_url_and_resolves_refs() {
     assert_ne!(tagged.commit_id, head.commit_id);
     assert!(String::from_utf8_lossy(&tagged.files[0].content).contains("max_failed: 0"));
 
+    // Each read clones into its own directory and removes it afterwards.
+    let left: Vec<_> = std::fs::read_dir(cache.path()).unwrap().collect();
+    assert!(left.is_empty(), "clones left behind: {left:?}");
+
     source.git_ref = "no-such-branch".into();
     let err = source.read().unwrap_err();
     assert!(err.to_string().contains("no-such-branch"), "{err}");
