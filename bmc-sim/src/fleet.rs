@@ -301,6 +301,55 @@ fn bind_std(addr: SocketAddr, what: &str) -> Result<TcpListener, FleetError> {
     TcpListener::from_std(l).map_err(err)
 }
 
+/// Fleets up to this size bind port 0 (the kernel picks); bigger ones scan [`SCAN_PORTS`] themselves.
+const EPHEMERAL_MAX_NODES: usize = 256;
+/// Ports below the kernel's usual ephemeral range (32768-60999), so outgoing connections never compete.
+const SCAN_PORTS: std::ops::RangeInclusive<u16> = 10_000..=32_767;
+
+/// Chooses listening ports. The kernel's port-0 search gets slow (milliseconds per bind) and runs out near
+/// 14,000 listeners because it only hands out half the ephemeral range to `bind`; an explicit scan from a
+/// random start binds 10,000 ports in a fraction of a second, and `EADDRINUSE` just moves it to the next
+/// port, so parallel fleets still never collide.
+struct PortPicker {
+    scan: bool,
+    next: u16,
+    tried: usize,
+}
+
+impl PortPicker {
+    fn new(nodes: usize) -> Self {
+        let span = (SCAN_PORTS.end() - SCAN_PORTS.start()) as u32 + 1;
+        let offset = (rand::random::<u32>() % span) as u16;
+        Self {
+            scan: nodes > EPHEMERAL_MAX_NODES,
+            next: SCAN_PORTS.start() + offset,
+            tried: 0,
+        }
+    }
+
+    fn bind(&mut self, ip: IpAddr, what: &str) -> Result<TcpListener, FleetError> {
+        if !self.scan {
+            return bind_std(SocketAddr::new(ip, 0), what);
+        }
+        let span = (SCAN_PORTS.end() - SCAN_PORTS.start()) as usize + 1;
+        loop {
+            let port = self.next;
+            self.next = if port >= *SCAN_PORTS.end() {
+                *SCAN_PORTS.start()
+            } else {
+                port + 1
+            };
+            self.tried += 1;
+            match bind_std(SocketAddr::new(ip, port), what) {
+                Ok(l) => return Ok(l),
+                Err(FleetError::Bind { source, .. })
+                    if source.kind() == io::ErrorKind::AddrInUse && self.tried < span => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
 impl Fleet {
     /// Starts every BMC and the control server. Must be called inside a tokio runtime.
     pub async fn start(scenario: Scenario, options: FleetOptions) -> Result<RunningFleet, FleetError> {
@@ -328,9 +377,10 @@ impl Fleet {
         let mut listeners = Vec::with_capacity(nodes);
         let mut node_list = Vec::with_capacity(nodes);
         let epoch = options.clock.now();
+        let mut ports = PortPicker::new(nodes);
         for i in 0..nodes {
             let name = format!("{}-{i:05}", scenario.fleet.name_prefix);
-            let listener = bind_std(SocketAddr::new(options.bind, 0), &name)?;
+            let listener = ports.bind(options.bind, &name)?;
             let port = listener
                 .local_addr()
                 .map_err(|source| FleetError::Bind {

@@ -208,7 +208,7 @@ struct RawGauge {
     sd: f64,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawBaseline {
     #[serde(default)]
@@ -221,18 +221,6 @@ struct RawBaseline {
     pcie_aer_per_node_hour: Option<f64>,
     #[serde(default)]
     link_degraded_per_node_day: Option<f64>,
-}
-
-impl Default for RawBaseline {
-    fn default() -> Self {
-        Self {
-            gpu_temp_c: None,
-            gpu_power_w: None,
-            xid_errors_per_gpu_hour: None,
-            pcie_aer_per_node_hour: None,
-            link_degraded_per_node_day: None,
-        }
-    }
 }
 
 #[derive(Debug, Deserialize)]
