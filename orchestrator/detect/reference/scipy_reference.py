@@ -193,7 +193,8 @@ def _mvn_upper_cross(bounds, means, k_total):
     k = len(bounds)
     t = np.arange(1, k + 1) / k_total
     cov = np.sqrt(np.minimum.outer(t, t) / np.maximum.outer(t, t))
-    mvn = stats.multivariate_normal(mean=means[:k], cov=cov, allow_singular=False,
+    # Seeded: the Genz integration is randomised quasi-Monte Carlo; a seed makes the table reproducible.
+    mvn = stats.multivariate_normal(mean=means[:k], cov=cov, allow_singular=False, seed=20261202,
                                     maxpts=2_000_000, abseps=1e-8, releps=1e-8)
     return 1.0 - float(mvn.cdf(np.asarray(bounds)))
 
