@@ -8,6 +8,7 @@
 pub use sea_orm_migration::prelude::*;
 
 mod m0001_foundation;
+mod m0002_policies;
 
 /// Every migration, oldest first.
 #[derive(Debug)]
@@ -16,6 +17,6 @@ pub struct Migrator;
 #[async_trait::async_trait]
 impl MigratorTrait for Migrator {
     fn migrations() -> Vec<Box<dyn MigrationTrait>> {
-        vec![Box::new(m0001_foundation::Migration)]
+        vec![Box::new(m0001_foundation::Migration), Box::new(m0002_policies::Migration)]
     }
 }

@@ -10,6 +10,7 @@ mod entity;
 mod error;
 pub mod model;
 mod nodes;
+pub mod policies;
 mod releases;
 pub mod rollouts;
 #[cfg(feature = "testing")]

@@ -4,6 +4,9 @@
 pub mod audit_log;
 pub mod node_components;
 pub mod nodes;
+pub mod policy_in_force;
+pub mod policy_sync_state;
+pub mod policy_versions;
 pub mod qualification_results;
 pub mod releases;
 pub mod rollouts;
