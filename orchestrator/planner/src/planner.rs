@@ -1,0 +1,688 @@
+//! The planning algorithm (described in the crate documentation).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use chrono::{DateTime, Utc};
+use orchestrator_policy::{Approval, Policy, RollbackScope, WaveSize, format_duration};
+use orchestrator_types::{NodeState, QualificationState};
+use sha2::{Digest, Sha256};
+
+use crate::eligibility::{Eligible, assess, matching_components};
+use crate::error::PlanError;
+use crate::input::{FleetSnapshot, NodeSnapshot, ReleaseSpec};
+use crate::plan::{
+    ApprovalRule, CapDimension, CapRelaxation, ControlMember, ControlPlan, ControlShortfall, ControlSource,
+    ExclusionReason, NodeEligibility, NodePlan, Outcome, PLAN_FORMAT_VERSION, Plan, PlanSummary, ReleaseSummary,
+    RollbackAssessment, RollbackBlocker, SizeRule, WaveBlocker, WaveCaps, WavePlan,
+};
+use crate::rng::SplitMix64;
+use crate::strata::{choose_dims, stratified_order};
+
+/// Smallest control cohort worth naming: below about this many nodes the
+/// detector's rate tests have almost no power, so a small canary still gets
+/// a control cohort of this size when enough comparable nodes exist.
+pub const MIN_CONTROL_COHORT: usize = 16;
+
+/// Largest control cohort: every control node is polled as often as a
+/// baking node, so beyond this the cost of watching grows without buying
+/// detection power (the wave's own size dominates the variance by then).
+pub const MAX_CONTROL_COHORT: usize = 2048;
+
+/// Everything a plan depends on, passed explicitly.
+#[derive(Debug, Clone, Copy)]
+pub struct PlanInput<'a> {
+    /// The fleet.
+    pub snapshot: &'a FleetSnapshot,
+    /// The policy.
+    pub policy: &'a Policy,
+    /// The release.
+    pub release: &'a ReleaseSpec,
+    /// Seed of the stratified shuffles; stored with the rollout.
+    pub seed: u64,
+    /// The planning instant, recorded in the plan.
+    pub planned_at: DateTime<Utc>,
+}
+
+/// A node the planner works with, by index into the sorted snapshot.
+type Idx = usize;
+
+/// Comparability class of a control node: platform and the current
+/// versions of its target components.
+type ClassKey = (String, Vec<String>);
+
+/// A wave as chosen, before its control cohort.
+struct Assigned {
+    /// Index of the wave in the policy.
+    policy_index: usize,
+    nodes: Vec<Idx>,
+    caps: Option<WaveCaps>,
+    relaxations: Vec<CapRelaxation>,
+    /// Stratification labels used.
+    dims: Vec<String>,
+}
+
+/// Makes the plan. Pure: the same input gives the same plan.
+pub fn plan(input: &PlanInput<'_>) -> Result<Plan, PlanError> {
+    let PlanInput {
+        snapshot,
+        policy,
+        release,
+        seed,
+        planned_at,
+    } = *input;
+    let later_blocker = check_release(policy, release)?;
+    if policy.waves.is_empty() {
+        return Err(PlanError::NoWaves {
+            policy: policy.name.clone(),
+        });
+    }
+    let nodes = sorted_nodes(snapshot)?;
+
+    // Eligibility.
+    let verdicts: Vec<Result<Eligible, ExclusionReason>> =
+        nodes.iter().map(|node| assess(node, policy, release)).collect();
+    let eligible: Vec<Idx> = (0..nodes.len()).filter(|&i| verdicts[i].is_ok()).collect();
+
+    // Waves.
+    let mut notes = Vec::new();
+    let mut cluster_sizes: BTreeMap<&str, usize> = BTreeMap::new();
+    for node in &nodes {
+        *cluster_sizes.entry(node.cluster.as_str()).or_default() += 1;
+    }
+    let mut remaining: Vec<Idx> = eligible.clone();
+    let mut assigned: Vec<Assigned> = Vec::new();
+    for (k, wave) in policy.waves.iter().enumerate() {
+        if remaining.is_empty() {
+            notes.push(format!(
+                "wave {:?} is empty: earlier waves took every eligible node",
+                wave.name
+            ));
+            continue;
+        }
+        let size = match wave.size {
+            // The last wave takes the rest even if a policy ended otherwise
+            // (validation forbids it), so no eligible node is left unplanned.
+            _ if k + 1 == policy.waves.len() => remaining.len(),
+            WaveSize::Rest => remaining.len(),
+            size => size.nodes(eligible.len(), remaining.len()),
+        };
+        if size == 0 {
+            notes.push(format!("wave {:?} is empty: its size rounds to zero nodes", wave.name));
+            continue;
+        }
+        let pool: Vec<&NodeSnapshot> = remaining.iter().map(|&i| nodes[i]).collect();
+        let dims = choose_dims(&wave.stratify_by, &pool);
+        let mut rng = SplitMix64::derive(seed, "wave", k as u64);
+        let order = stratified_order(remaining.clone(), &nodes, &dims, &mut rng);
+        let (selected, caps, relaxations) = if size >= remaining.len() {
+            (order, None, Vec::new())
+        } else {
+            let caps = WaveCaps {
+                wave_size: size,
+                pool: remaining.len(),
+                per_rack: policy.concurrency.per_rack,
+                per_nvlink_domain: policy.concurrency.per_nvlink_domain,
+                per_cluster_percent: policy.concurrency.per_cluster_percent,
+            };
+            let (selected, relaxations) = select_with_caps(&order, size, &nodes, &caps, &cluster_sizes);
+            (selected, Some(caps), relaxations)
+        };
+        for r in &relaxations {
+            notes.push(format!(
+                "wave {:?} takes {} nodes from {:?} {}, above its cap of {}: the strata overlap and no spread \
+                 within the caps reached the wave's size",
+                wave.name, r.planned, r.dimension, r.stratum, r.limit
+            ));
+        }
+        let chosen: BTreeSet<Idx> = selected.iter().copied().collect();
+        remaining.retain(|i| !chosen.contains(i));
+        let dim_names = dims.iter().map(|d| d.name().to_owned()).collect();
+        assigned.push(Assigned {
+            policy_index: k,
+            nodes: selected,
+            caps,
+            relaxations,
+            dims: dim_names,
+        });
+    }
+
+    let mut wave_of: BTreeMap<Idx, usize> = BTreeMap::new();
+    for (w, a) in assigned.iter().enumerate() {
+        for &i in &a.nodes {
+            wave_of.insert(i, w);
+        }
+    }
+
+    // Comparability classes of every node that could be a control.
+    let classes: Vec<Option<ClassKey>> = nodes
+        .iter()
+        .enumerate()
+        .map(|(i, node)| {
+            let usable = wave_of.contains_key(&i) || (node.state == NodeState::Active && node.health.healthy);
+            usable.then(|| class_of(node, policy)).flatten()
+        })
+        .collect();
+
+    let mut waves = Vec::with_capacity(assigned.len());
+    let wave_count = assigned.len();
+    let wave_names: Vec<&str> = assigned
+        .iter()
+        .map(|a| policy.waves[a.policy_index].name.as_str())
+        .collect();
+    for (w, a) in assigned.iter().enumerate() {
+        let k = a.policy_index;
+        let selected = &a.nodes;
+        let spec = &policy.waves[k];
+        let control = control_cohort(
+            w,
+            wave_count,
+            selected,
+            &nodes,
+            &classes,
+            &wave_of,
+            &verdicts,
+            &wave_names,
+            seed,
+        );
+        if let ControlPlan::Cohort { shortfalls, .. } = &control {
+            for s in shortfalls {
+                notes.push(format!(
+                    "wave {:?}: only {} of {} wanted control nodes for platform {} at {}",
+                    spec.name,
+                    s.found,
+                    s.wanted,
+                    s.platform,
+                    s.versions.join("+")
+                ));
+            }
+        }
+        let blocked = if k > 0 { later_blocker.clone() } else { None };
+        waves.push(WavePlan {
+            index: k,
+            name: spec.name.clone(),
+            size_rule: match spec.size {
+                WaveSize::Count(count) => SizeRule::Count { count },
+                WaveSize::Percent(percent) => SizeRule::Percent { percent },
+                WaveSize::Rest => SizeRule::Rest,
+            },
+            blocked,
+            bake_seconds: spec.bake.num_seconds(),
+            bake: format_duration(spec.bake),
+            approval: match spec.approval {
+                Approval::Auto => ApprovalRule::Auto,
+                Approval::Manual { approvers } => ApprovalRule::Manual { approvers },
+            },
+            max_in_flight: spec.max_in_flight.min(policy.concurrency.max_in_flight),
+            gates: spec.gates.clone(),
+            stratified_by: a.dims.clone(),
+            caps: a.caps.clone(),
+            cap_relaxations: a.relaxations.clone(),
+            nodes: selected
+                .iter()
+                .filter_map(|&i| node_plan(nodes[i], &verdicts[i]))
+                .collect(),
+            control,
+        });
+    }
+    if let Some(WaveBlocker::AwaitingQualification { state, missing_gates }) = &later_blocker
+        && waves.len() > 1
+    {
+        notes.push(format!(
+            "release is {state}: only the canary may run until it is qualified (missing gates: {})",
+            if missing_gates.is_empty() {
+                "none".to_owned()
+            } else {
+                missing_gates.join(", ")
+            }
+        ));
+    }
+
+    let rollback = assess_rollback(policy, release, &nodes, &verdicts, &wave_of);
+    let eligibility: Vec<NodeEligibility> = nodes
+        .iter()
+        .enumerate()
+        .map(|(i, node)| NodeEligibility {
+            node: node.id,
+            name: node.name.clone(),
+            outcome: match (&verdicts[i], wave_of.get(&i)) {
+                (Err(reason), _) => Outcome::Excluded { reason: reason.clone() },
+                (Ok(_), Some(&w)) => Outcome::Planned {
+                    wave: waves[w].name.clone(),
+                },
+                // Every eligible node is in a wave: the last wave takes the rest.
+                (Ok(_), None) => Outcome::Planned { wave: String::new() },
+            },
+        })
+        .collect();
+    let mut excluded = BTreeMap::new();
+    for verdict in &verdicts {
+        if let Err(reason) = verdict {
+            *excluded.entry(reason.code().to_owned()).or_default() += 1;
+        }
+    }
+    let summary = PlanSummary {
+        nodes: nodes.len(),
+        planned: wave_of.len(),
+        steps: waves.iter().flat_map(|w| &w.nodes).map(|n| n.steps.len()).sum(),
+        excluded,
+    };
+    Ok(Plan {
+        format_version: PLAN_FORMAT_VERSION,
+        fingerprint: fingerprint(&nodes, policy, release, seed, planned_at),
+        policy: policy.name.clone(),
+        release: ReleaseSummary {
+            id: release.id,
+            kind: release.kind,
+            version: release.version.clone(),
+            image_uri: release.image_uri.clone(),
+            sha256: release.sha256.clone(),
+            qualification: release.qualification,
+        },
+        seed,
+        planned_at,
+        rollback,
+        summary,
+        waves,
+        eligibility,
+        notes,
+    })
+}
+
+/// Refuses releases no rollout may use; returns the blocker for waves after
+/// the canary when the release may run the canary only.
+fn check_release(policy: &Policy, release: &ReleaseSpec) -> Result<Option<WaveBlocker>, PlanError> {
+    if policy.target.component != release.kind {
+        return Err(PlanError::KindMismatch {
+            policy: policy.name.clone(),
+            policy_kind: policy.target.component,
+            release: release.id,
+            release_kind: release.kind,
+        });
+    }
+    if release.sha256.len() != 64 || !release.sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(PlanError::BadImageDigest {
+            release: release.id,
+            sha256: release.sha256.clone(),
+        });
+    }
+    match release.qualification {
+        QualificationState::Blocked => {
+            return Err(PlanError::ReleaseBlocked {
+                release: release.id,
+                version: release.version.as_str().to_owned(),
+            });
+        }
+        QualificationState::Deprecated => {
+            return Err(PlanError::ReleaseDeprecated {
+                release: release.id,
+                version: release.version.as_str().to_owned(),
+            });
+        }
+        _ => {}
+    }
+    let missing_gates: Vec<String> = policy
+        .qualification
+        .required_gates
+        .iter()
+        .filter(|g| !release.passed_gates.contains(*g))
+        .cloned()
+        .collect();
+    if release.qualification.may_roll_out_to_fleet() && missing_gates.is_empty() {
+        return Ok(None);
+    }
+    if policy.qualification.allow_unqualified_canary {
+        Ok(Some(WaveBlocker::AwaitingQualification {
+            state: release.qualification,
+            missing_gates,
+        }))
+    } else {
+        Err(PlanError::NotQualified {
+            release: release.id,
+            state: release.qualification,
+            policy: policy.name.clone(),
+            missing_gates,
+        })
+    }
+}
+
+/// The snapshot in node-id order, so the plan does not depend on the order
+/// the database returned rows in.
+fn sorted_nodes(snapshot: &FleetSnapshot) -> Result<Vec<&NodeSnapshot>, PlanError> {
+    let mut nodes: Vec<&NodeSnapshot> = snapshot.nodes.iter().collect();
+    nodes.sort_by_key(|n| n.id);
+    for pair in nodes.windows(2) {
+        if pair[0].id == pair[1].id {
+            return Err(PlanError::DuplicateNodeId { node: pair[0].id });
+        }
+    }
+    let mut names = BTreeSet::new();
+    for node in &nodes {
+        if !names.insert(node.name.as_str()) {
+            return Err(PlanError::DuplicateNodeName {
+                name: node.name.clone(),
+            });
+        }
+    }
+    Ok(nodes)
+}
+
+/// The cap strata a node belongs to. A node with no NVLink domain shares
+/// no fabric, so it counts against no domain cap.
+pub(crate) fn cap_strata(node: &NodeSnapshot) -> Vec<(CapDimension, String)> {
+    let mut strata = vec![
+        (CapDimension::Cluster, node.cluster.clone()),
+        (CapDimension::Rack, format!("{}/{}", node.cluster, node.rack)),
+    ];
+    if !node.nvlink_domain.is_empty() {
+        strata.push((
+            CapDimension::NvlinkDomain,
+            format!("{}/{}", node.cluster, node.nvlink_domain),
+        ));
+    }
+    strata
+}
+
+/// Takes `size` nodes from `order`, first within the caps; if the caps
+/// cannot be met (overlapping strata) fills up in order and reports every
+/// cap exceeded.
+fn select_with_caps(
+    order: &[Idx],
+    size: usize,
+    nodes: &[&NodeSnapshot],
+    caps: &WaveCaps,
+    cluster_sizes: &BTreeMap<&str, usize>,
+) -> (Vec<Idx>, Vec<CapRelaxation>) {
+    let mut pool: BTreeMap<(CapDimension, String), usize> = BTreeMap::new();
+    for &i in order {
+        for stratum in cap_strata(nodes[i]) {
+            *pool.entry(stratum).or_default() += 1;
+        }
+    }
+    let limit = |stratum: &(CapDimension, String), node: &NodeSnapshot| {
+        let cluster_nodes = cluster_sizes.get(node.cluster.as_str()).copied().unwrap_or(0);
+        caps.limit(stratum.0, pool.get(stratum).copied().unwrap_or(0), cluster_nodes)
+    };
+    let mut taken: BTreeMap<(CapDimension, String), usize> = BTreeMap::new();
+    let mut selected = Vec::with_capacity(size);
+    let mut used = vec![false; order.len()];
+    for (pos, &i) in order.iter().enumerate() {
+        if selected.len() == size {
+            break;
+        }
+        let strata = cap_strata(nodes[i]);
+        let fits = strata
+            .iter()
+            .all(|s| limit(s, nodes[i]).is_none_or(|cap| taken.get(s).copied().unwrap_or(0) < cap));
+        if fits {
+            for s in strata {
+                *taken.entry(s).or_default() += 1;
+            }
+            selected.push(i);
+            used[pos] = true;
+        }
+    }
+    let mut relaxations = Vec::new();
+    if selected.len() < size {
+        for (pos, &i) in order.iter().enumerate() {
+            if selected.len() == size {
+                break;
+            }
+            if !used[pos] {
+                for s in cap_strata(nodes[i]) {
+                    *taken.entry(s).or_default() += 1;
+                }
+                selected.push(i);
+            }
+        }
+        let mut seen = BTreeSet::new();
+        for &i in &selected {
+            for s in cap_strata(nodes[i]) {
+                let planned = taken.get(&s).copied().unwrap_or(0);
+                if let Some(cap) = limit(&s, nodes[i])
+                    && planned > cap
+                    && seen.insert(s.clone())
+                {
+                    relaxations.push(CapRelaxation {
+                        dimension: s.0,
+                        stratum: s.1,
+                        limit: cap,
+                        planned,
+                    });
+                }
+            }
+        }
+    }
+    (selected, relaxations)
+}
+
+/// A node's comparability class, if it has target components at all.
+fn class_of(node: &NodeSnapshot, policy: &Policy) -> Option<ClassKey> {
+    let versions: BTreeSet<String> = matching_components(node, policy)
+        .into_iter()
+        .map(|c| c.version.clone())
+        .collect();
+    (!versions.is_empty()).then(|| (node.platform.clone(), versions.into_iter().collect()))
+}
+
+/// Picks wave `w`'s control cohort (see the crate documentation).
+#[allow(clippy::too_many_arguments)]
+fn control_cohort(
+    w: usize,
+    wave_count: usize,
+    wave: &[Idx],
+    nodes: &[&NodeSnapshot],
+    classes: &[Option<ClassKey>],
+    wave_of: &BTreeMap<Idx, usize>,
+    verdicts: &[Result<Eligible, ExclusionReason>],
+    wave_names: &[&str],
+    seed: u64,
+) -> ControlPlan {
+    let total_wanted = wave.len().clamp(MIN_CONTROL_COHORT, MAX_CONTROL_COHORT);
+    let wave_clusters: BTreeSet<&str> = wave.iter().map(|&i| nodes[i].cluster.as_str()).collect();
+    let mut per_class: BTreeMap<&ClassKey, usize> = BTreeMap::new();
+    for &i in wave {
+        if let Some(class) = &classes[i] {
+            *per_class.entry(class).or_default() += 1;
+        }
+    }
+    let mut rng = SplitMix64::derive(seed, "control", w as u64);
+    let mut members = Vec::new();
+    let mut shortfalls = Vec::new();
+    let mut wanted_sum = 0;
+    for (class, in_wave) in per_class {
+        // Proportional to the class's share of the wave, rounded up, so
+        // every class of the wave has controls.
+        let wanted = (total_wanted * in_wave).div_ceil(wave.len());
+        wanted_sum += wanted;
+        // Preference tiers: later waves in the wave's clusters, later waves
+        // elsewhere, nodes outside the rollout in the wave's clusters, and
+        // outside the rollout elsewhere.
+        let mut tiers: [Vec<Idx>; 4] = Default::default();
+        for (i, node_class) in classes.iter().enumerate() {
+            if node_class.as_ref() != Some(class) {
+                continue;
+            }
+            let local = wave_clusters.contains(nodes[i].cluster.as_str());
+            let tier = match wave_of.get(&i) {
+                Some(&other) if other > w => usize::from(!local),
+                Some(_) => continue,
+                None if verdicts[i].is_err() => 2 + usize::from(!local),
+                // Eligible but unassigned cannot happen; never a control.
+                None => continue,
+            };
+            tiers[tier].push(i);
+        }
+        let mut found = 0;
+        for tier in tiers {
+            if found == wanted {
+                break;
+            }
+            let pool: Vec<&NodeSnapshot> = tier.iter().map(|&i| nodes[i]).collect();
+            let dims = choose_dims(&[], &pool);
+            for i in stratified_order(tier, nodes, &dims, &mut rng) {
+                if found == wanted {
+                    break;
+                }
+                let source = match (wave_of.get(&i), &verdicts[i]) {
+                    (Some(&other), _) => ControlSource::LaterWave {
+                        wave: wave_names[other].to_owned(),
+                    },
+                    (None, Err(reason)) => ControlSource::OutsideRollout {
+                        excluded: reason.code().to_owned(),
+                    },
+                    (None, Ok(_)) => continue,
+                };
+                members.push(ControlMember {
+                    node: nodes[i].id,
+                    name: nodes[i].name.clone(),
+                    cluster: nodes[i].cluster.clone(),
+                    source,
+                });
+                found += 1;
+            }
+        }
+        if found < wanted {
+            shortfalls.push(ControlShortfall {
+                platform: class.0.clone(),
+                versions: class.1.clone(),
+                wanted,
+                found,
+            });
+        }
+    }
+    if members.is_empty() {
+        let reason = if w + 1 == wave_count {
+            "last wave: every comparable node (same platform and current version) is in this wave or an \
+             earlier one, so none stays on the old version while it bakes"
+        } else {
+            "no comparable node (same platform and current version) stays on the old version while this wave bakes"
+        };
+        return ControlPlan::Unavailable {
+            reason: reason.to_owned(),
+        };
+    }
+    ControlPlan::Cohort {
+        wanted: wanted_sum,
+        members,
+        shortfalls,
+    }
+}
+
+fn node_plan(node: &NodeSnapshot, verdict: &Result<Eligible, ExclusionReason>) -> Option<NodePlan> {
+    let eligible = verdict.as_ref().ok()?;
+    Some(NodePlan {
+        node: node.id,
+        name: node.name.clone(),
+        platform: node.platform.clone(),
+        cluster: node.cluster.clone(),
+        rack: node.rack.clone(),
+        nvlink_domain: node.nvlink_domain.clone(),
+        steps: eligible.steps.clone(),
+        already_at_target: eligible.already_at_target.clone(),
+    })
+}
+
+/// Whether the planned steps can be undone by re-flashing each component's
+/// previous version. The policy's `versions.allow_downgrade: false` does not
+/// block rollback: it refuses *releases* older than what runs, while a
+/// rollback restores the exact version recorded before the flash, the one
+/// downgrade the engine performs. What blocks it is the release or the
+/// component refusing older images.
+fn assess_rollback(
+    policy: &Policy,
+    release: &ReleaseSpec,
+    nodes: &[&NodeSnapshot],
+    verdicts: &[Result<Eligible, ExclusionReason>],
+    wave_of: &BTreeMap<Idx, usize>,
+) -> RollbackAssessment {
+    let mut blockers = Vec::new();
+    if let Some(reason) = &release.downgrade_forbidden {
+        blockers.push(RollbackBlocker::ReleaseForbidsDowngrade { reason: reason.clone() });
+    }
+    let mut below_floor = Vec::new();
+    let mut refusing = Vec::new();
+    for &i in wave_of.keys() {
+        let Ok(eligible) = &verdicts[i] else { continue };
+        for (component, current) in &eligible.updated {
+            let step = format!("{}/{}", nodes[i].name, component.inventory_id);
+            if release.rollback_floor.as_ref().is_some_and(|floor| current < floor) {
+                below_floor.push(step.clone());
+            }
+            if component.downgrade_forbidden {
+                refusing.push(step);
+            }
+        }
+    }
+    if let Some(floor) = &release.rollback_floor
+        && !below_floor.is_empty()
+    {
+        blockers.push(RollbackBlocker::BelowRollbackFloor {
+            floor: floor.clone(),
+            steps: below_floor,
+        });
+    }
+    if !refusing.is_empty() {
+        blockers.push(RollbackBlocker::ComponentForbidsDowngrade { steps: refusing });
+    }
+    RollbackAssessment {
+        possible: blockers.is_empty(),
+        blockers,
+        automatic: policy.rollback.automatic,
+        scope: match policy.rollback.scope {
+            RollbackScope::Wave => "wave",
+            RollbackScope::Rollout => "rollout",
+        }
+        .to_owned(),
+    }
+}
+
+/// sha256 over a canonical rendering of every input. The policy enters as
+/// the debug rendering of the parts that shape a plan (target, versions,
+/// qualification, waves, concurrency, rollback); maintenance windows and
+/// health gates do not change which node goes where.
+fn fingerprint(
+    nodes: &[&NodeSnapshot],
+    policy: &Policy,
+    release: &ReleaseSpec,
+    seed: u64,
+    planned_at: DateTime<Utc>,
+) -> String {
+    #[derive(serde::Serialize)]
+    struct Canonical<'a> {
+        format_version: u32,
+        nodes: Vec<NodeSnapshot>,
+        release: &'a ReleaseSpec,
+        policy: String,
+        seed: u64,
+        planned_at: DateTime<Utc>,
+    }
+    let canonical_nodes = nodes
+        .iter()
+        .map(|n| {
+            let mut n = (*n).clone();
+            n.components.sort_by(|a, b| a.inventory_id.cmp(&b.inventory_id));
+            n
+        })
+        .collect();
+    let canonical = Canonical {
+        format_version: PLAN_FORMAT_VERSION,
+        nodes: canonical_nodes,
+        release,
+        policy: format!(
+            "{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}",
+            policy.name,
+            policy.target,
+            policy.versions,
+            policy.qualification,
+            policy.waves,
+            policy.concurrency,
+            policy.rollback
+        ),
+        seed,
+        planned_at,
+    };
+    // Serialising plain data with string keys cannot fail; an empty digest
+    // input would still give a well-formed (if useless) fingerprint.
+    let bytes = serde_json::to_vec(&canonical).unwrap_or_default();
+    hex::encode(Sha256::digest(&bytes))
+}

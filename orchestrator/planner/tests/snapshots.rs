@@ -1,0 +1,118 @@
+//! Snapshot tests of whole plans for the 60-node test fleet under the two
+//! example policies. The compact view lists, per wave, its nodes and control
+//! cohort by name; one small plan is snapshotted in full to pin the format
+//! the engine stores.
+
+mod common;
+
+use common::*;
+use orchestrator_planner::{ControlPlan, FleetSnapshot, Outcome, Plan, PlanInput, plan};
+use orchestrator_types::QualificationState;
+use serde_json::{Value, json};
+
+fn compact(plan: &Plan) -> Value {
+    let waves: Vec<Value> = plan
+        .waves
+        .iter()
+        .map(|w| {
+            let control = match &w.control {
+                ControlPlan::Cohort {
+                    wanted,
+                    members,
+                    shortfalls,
+                } => json!({
+                    "wanted": wanted,
+                    "members": members.iter().map(|m| format!("{} ({})", m.name, match &m.source {
+                        orchestrator_planner::ControlSource::LaterWave { wave } => wave.clone(),
+                        orchestrator_planner::ControlSource::OutsideRollout { excluded } => format!("outside: {excluded}"),
+                    })).collect::<Vec<_>>(),
+                    "shortfalls": shortfalls,
+                }),
+                ControlPlan::Unavailable { reason } => json!({ "unavailable": reason }),
+            };
+            json!({
+                "name": w.name,
+                "size_rule": w.size_rule,
+                "blocked": w.blocked,
+                "bake": w.bake,
+                "approval": w.approval,
+                "max_in_flight": w.max_in_flight,
+                "stratified_by": w.stratified_by,
+                "caps": w.caps,
+                "cap_relaxations": w.cap_relaxations,
+                "nodes": w.nodes.iter().map(|n| format!("{} {} {}/{}/{} steps={}", n.name, n.platform, n.cluster, n.rack, n.nvlink_domain, n.steps.len())).collect::<Vec<_>>(),
+                "control": control,
+            })
+        })
+        .collect();
+    let excluded: Vec<String> = plan
+        .eligibility
+        .iter()
+        .filter_map(|e| match &e.outcome {
+            Outcome::Excluded { reason } => Some(format!("{}: [{}] {reason}", e.name, reason.code())),
+            Outcome::Planned { .. } => None,
+        })
+        .collect();
+    json!({
+        "fingerprint": plan.fingerprint,
+        "policy": plan.policy,
+        "rollback": plan.rollback,
+        "summary": plan.summary,
+        "waves": waves,
+        "excluded": excluded,
+        "notes": plan.notes,
+    })
+}
+
+fn make(snapshot: &FleetSnapshot, policy_name: &str, release: &orchestrator_planner::ReleaseSpec, seed: u64) -> Plan {
+    let policy = policy_file(policy_name);
+    plan(&PlanInput {
+        snapshot,
+        policy: &policy,
+        release,
+        seed,
+        planned_at: instant(),
+    })
+    .expect("plan")
+}
+
+#[test]
+fn hgx_gpu_plan_for_the_60_node_fleet() {
+    let plan = make(
+        &fleet60(),
+        "hgx-gpu-firmware.yaml",
+        &gpu_release(QualificationState::Qualified),
+        42,
+    );
+    insta::assert_yaml_snapshot!(compact(&plan));
+}
+
+#[test]
+fn hgx_gpu_plan_for_an_unqualified_release_blocks_waves_after_the_canary() {
+    let mut release = gpu_release(QualificationState::Qualifying);
+    release.passed_gates.remove("thermal_soak");
+    let plan = make(&fleet60(), "hgx-gpu-firmware.yaml", &release, 42);
+    insta::assert_yaml_snapshot!(compact(&plan));
+}
+
+#[test]
+fn bmc_plan_for_the_60_node_fleet() {
+    let plan = make(&fleet60(), "bmc-firmware.yaml", &bmc_release(), 7);
+    insta::assert_yaml_snapshot!(compact(&plan));
+}
+
+#[test]
+fn full_plan_format_for_a_small_fleet() {
+    let mut nodes = Vec::new();
+    for (i, (cluster, rack)) in [("sjc1", "r1"), ("sjc1", "r2"), ("ams1", "r3"), ("ams1", "r4")]
+        .iter()
+        .enumerate()
+    {
+        let id = i as i64 + 1;
+        let mut n = node(id, &format!("gpu-{rack}-n01"), cluster, rack, "");
+        n.components.retain(|c| c.inventory_id == "BMC_Firmware");
+        nodes.push(n);
+    }
+    let plan = make(&FleetSnapshot { nodes }, "bmc-firmware.yaml", &bmc_release(), 1);
+    insta::assert_json_snapshot!(plan);
+}
