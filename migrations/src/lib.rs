@@ -9,6 +9,7 @@ pub use sea_orm_migration::prelude::*;
 
 mod m0001_foundation;
 mod m0002_policies;
+mod m0003_execution;
 
 /// Every migration, oldest first.
 #[derive(Debug)]
@@ -17,6 +18,10 @@ pub struct Migrator;
 #[async_trait::async_trait]
 impl MigratorTrait for Migrator {
     fn migrations() -> Vec<Box<dyn MigrationTrait>> {
-        vec![Box::new(m0001_foundation::Migration), Box::new(m0002_policies::Migration)]
+        vec![
+            Box::new(m0001_foundation::Migration),
+            Box::new(m0002_policies::Migration),
+            Box::new(m0003_execution::Migration),
+        ]
     }
 }

@@ -123,6 +123,18 @@ pub trait Bmc: Send + Sync + fmt::Debug {
     /// ([`BmcError::OutcomeUnknown`]); persist the handle before polling so a restart resumes.
     async fn start_update(&self, request: &UpdateRequest) -> Result<TaskHandle, BmcError>;
 
+    /// The `@odata.id` of every task in the BMC's TaskService, in the BMC's order.
+    ///
+    /// The engine lists tasks just before an update push and again after a crash that left the push's
+    /// outcome unknown: a task that was not there before is the push it made, so it adopts that task
+    /// instead of flashing a second time.
+    async fn list_tasks(&self) -> Result<Vec<String>, BmcError> {
+        Err(BmcError::Unsupported {
+            endpoint: self.endpoint().to_string(),
+            feature: "listing TaskService tasks".to_string(),
+        })
+    }
+
     /// Reads a task once. `Exception`/`Killed`/`Cancelled` come back as [`BmcError::TaskFailed`] with
     /// the task's messages; anything else as a [`TaskStatus`].
     async fn poll_task(&self, task: &TaskHandle) -> Result<TaskStatus, BmcError>;

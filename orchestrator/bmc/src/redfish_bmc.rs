@@ -29,6 +29,7 @@ const MAX_COLLECTION_PAGES: usize = 64;
 
 const UPDATE_SERVICE: &str = "/redfish/v1/UpdateService";
 const FIRMWARE_INVENTORY: &str = "/redfish/v1/UpdateService/FirmwareInventory";
+const TASKS: &str = "/redfish/v1/TaskService/Tasks";
 const SIMPLE_UPDATE: &str = "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate";
 
 /// The UpdateService facts an update needs, read once per BMC.
@@ -388,6 +389,11 @@ impl Bmc for RedfishBmc {
             }
         };
         self.task_handle_from(&resp)
+    }
+
+    async fn list_tasks(&self) -> Result<Vec<String>, BmcError> {
+        let members = self.collection_members(TASKS).await?;
+        Ok(members.iter().filter_map(odata_id).map(str::to_string).collect())
     }
 
     async fn poll_task(&self, task: &TaskHandle) -> Result<TaskStatus, BmcError> {

@@ -26,6 +26,18 @@ pub enum DbError {
     Corrupt { what: &'static str, reason: String },
     #[error("database query failed")]
     Query(#[from] sea_orm::DbErr),
+    /// An execution write carried a fencing token that is no longer the
+    /// lease's: another controller has taken over, so this one must stop.
+    #[error("lease {lease} is no longer held with token {token}")]
+    Fenced { lease: String, token: i64 },
+    /// A conditional write found the row no longer in the state it expected
+    /// (someone else moved it first).
+    #[error("{what} {key} is no longer {expected}")]
+    Stale {
+        what: &'static str,
+        key: String,
+        expected: String,
+    },
 }
 
 impl DbError {
@@ -41,7 +53,11 @@ impl DbError {
     pub fn is_caller_error(&self) -> bool {
         matches!(
             self,
-            DbError::NotFound { .. } | DbError::AlreadyExists { .. } | DbError::Invalid { .. } | DbError::Transition(_)
+            DbError::NotFound { .. }
+                | DbError::AlreadyExists { .. }
+                | DbError::Invalid { .. }
+                | DbError::Transition(_)
+                | DbError::Stale { .. }
         )
     }
 }

@@ -1,1 +1,73 @@
-//! placeholder
+//! The rollout engine: reconcilers with side effects. It executes stored
+//! plans over Redfish, crash-safely, with one executing replica at a time.
+//!
+//! # Shape
+//!
+//! - [`start_rollout`] snapshots the fleet, asks the planner, and stores the
+//!   plan (waves + per-node steps) in one transaction; a stored plan is never
+//!   edited.
+//! - [`Engine`] runs a loop: take or renew the executor lease, run one
+//!   executor pass, sleep until the next tick or a [`Nudge`]. Every write of
+//!   execution state carries the lease's fencing token and fails when
+//!   another replica took over (see `orchestrator_db::execution`).
+//! - A pass first moves every admitted step one state, then walks each
+//!   unfinished rollout's current wave one state (planned → running → baking →
+//!   awaiting approval → promoted, or halted / rolled back) and admits
+//!   pending steps under the caps (fleet, rollout, wave, rack, NVLink domain,
+//!   cluster percentage, one step per node) and inside maintenance windows.
+//!   What holds a wave back is stored as [`Blocker`]s for the UI.
+//!
+//! # The step machine and its replay table
+//!
+//! Intent is written before each side effect and the outcome after it. A
+//! step found in a state after a crash is continued by the same code that
+//! moves it normally; the table says why that never flashes twice nor skips
+//! a node.
+//!
+//! | State found | Durable facts | What the next move does |
+//! |---|---|---|
+//! | `pending` | nothing done | precheck (read-only): at target → `skipped` (no flash); unexpected version → `failed` naming both; else → `prechecked` |
+//! | `prechecked` | inventory was as expected | list BMC tasks, write `pushing` + that list (intent), push; accepted → `flashing` with the task URI; 503/unreachable (not accepted) → back to `prechecked` with backoff; ambiguous → stay `pushing` |
+//! | `pushing` | a push may or may not have landed | list tasks again: a task not in the stored list is ours → adopt it (`flashing`), no second push; none and inventory at target → `verifying`; none and not at target → the push never landed → `prechecked` (push again). A BMC that cannot list tasks is never pushed twice: the step fails for a human |
+//! | `flashing` | task URI stored | poll it: running → wait; completed → `activating`; exception → `failed`; task gone → inventory decides |
+//! | `activating` | image staged; `reset_issued_at` if a reset was requested | new version already active → `verifying` (no reset); no reset requested → write `reset_issued_at` (intent) then reset; reset requested less than `activation_timeout` ago → wait; older → reset again (at most `max_resets`) |
+//! | `verifying` | activation happened | inventory reads the target → `succeeded`; otherwise → `failed` with the versions read |
+//! | any in flight | `unreachable_since` | BMC silent longer than `brick_timeout` → node quarantined, step `failed`, rollout halted |
+//!
+//! Safety limit: a replica only acts while it holds the lease; lease TTL
+//! must exceed a BMC request's timeout so a deposed leader's last request
+//! has ended before a successor can look at the BMC.
+//!
+//! # Time
+//!
+//! One [`orchestrator_types::Clock`] (the database handle's) for every
+//! decision: bake ends, windows, backoff, brick and activation timeouts.
+
+mod config;
+mod connector;
+mod error;
+mod executor;
+mod health;
+mod runner;
+mod start;
+mod step;
+
+pub use config::{DEFAULT_FLEET_MAX_IN_FLIGHT, EXECUTOR_LEASE, EngineConfig};
+pub use connector::{BmcConnector, EndpointResolver, RedfishConnector};
+pub use error::EngineError;
+pub use health::{GatelessJudge, HealthJudge, Verdict, VerdictOutcome};
+pub use orchestrator_db::execution::{Blocker, ENGINE_ACTOR};
+pub use runner::{Engine, Nudge};
+pub use start::{StartRollout, fleet_snapshot, parse_policy, plan_to_rows, rollout, start_rollout};
+
+/// The error and its sources on one line, for logs.
+pub(crate) fn step_error_chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(inner) = source {
+        text.push_str(": ");
+        text.push_str(&inner.to_string());
+        source = inner.source();
+    }
+    text
+}

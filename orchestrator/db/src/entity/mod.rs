@@ -2,6 +2,7 @@
 //! the records in `crate::model` instead.
 
 pub mod audit_log;
+pub mod engine_leases;
 pub mod node_components;
 pub mod nodes;
 pub mod policy_in_force;
@@ -10,10 +11,7 @@ pub mod policy_versions;
 pub mod qualification_results;
 pub mod releases;
 pub mod rollouts;
-#[allow(dead_code)] // the rollout engine's tables; read and written from issue 5 on
 pub mod update_steps;
 pub mod users;
-#[allow(dead_code)] // the rollout engine's tables; read and written from issue 5 on
 pub mod wave_approvals;
-#[allow(dead_code)] // the rollout engine's tables; read and written from issue 5 on
 pub mod waves;

@@ -15,6 +15,9 @@ pub struct Model {
     pub created_by: String,
     pub created_at: DateTimeUtc,
     pub updated_at: DateTimeUtc,
+    pub policy_source: Option<String>,
+    pub rollback_assessment: Option<Json>,
+    pub blockers: Option<Json>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

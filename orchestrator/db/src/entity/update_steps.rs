@@ -21,6 +21,15 @@ pub struct Model {
     pub error: Option<String>,
     pub created_at: DateTimeUtc,
     pub updated_at: DateTimeUtc,
+    pub targets: Option<Json>,
+    pub known_tasks: Option<Json>,
+    pub previous_version: Option<String>,
+    pub push_started_at: Option<DateTimeUtc>,
+    pub reset_issued_at: Option<DateTimeUtc>,
+    pub unreachable_since: Option<DateTimeUtc>,
+    pub started_at: Option<DateTimeUtc>,
+    pub finished_at: Option<DateTimeUtc>,
+    pub rollback_of: Option<i64>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

@@ -16,6 +16,14 @@ pub struct Model {
     pub bake_started_at: Option<DateTimeUtc>,
     pub ended_at: Option<DateTimeUtc>,
     pub decision: Option<String>,
+    pub kind: String,
+    pub state_reason: Option<String>,
+    pub blockers: Option<Json>,
+    pub gates: Option<Json>,
+    pub control_nodes: Option<Json>,
+    pub verdict: Option<Json>,
+    pub scope: Option<Json>,
+    pub max_in_flight: i32,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

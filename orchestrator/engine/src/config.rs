@@ -1,0 +1,67 @@
+use chrono::Duration;
+
+/// The engine's knobs. Every duration is simulated time (read from the
+/// shared clock) except the pass interval and lease renewal cadence, which
+/// are how often the loop wakes in real time.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// Identity recorded as the lease holder (host:pid, replica name).
+    pub holder: String,
+    /// How long a lease lasts without renewal; a standby takes over after it.
+    pub lease_ttl: Duration,
+    /// Real time between passes when nothing nudges the engine.
+    pub pass_interval: std::time::Duration,
+    /// BMC operations running at once in one pass (across all rollouts).
+    pub bmc_concurrency: usize,
+    /// Flashes in flight across every rollout, whatever the policies say.
+    pub fleet_max_in_flight: u32,
+    /// Transient failures a step retries before it fails.
+    pub max_attempts: i32,
+    /// First retry delay; doubles per attempt up to `max_backoff`.
+    pub base_backoff: Duration,
+    /// Longest retry delay.
+    pub max_backoff: Duration,
+    /// A BMC silent this long during a flash or activation is bricked:
+    /// the node is quarantined and the rollout halts. Must exceed the
+    /// longest manager reset.
+    pub brick_timeout: Duration,
+    /// How long after a reset the new version may take to appear before the
+    /// reset is issued again (at most `max_resets` times).
+    pub activation_timeout: Duration,
+    /// Resets tried before a step that will not activate fails.
+    pub max_resets: u32,
+}
+
+/// Name of the lease the executor holds.
+pub const EXECUTOR_LEASE: &str = "executor";
+
+/// Default fleet-wide cap on flashes in flight: a controller bug must never
+/// be able to take more than this many nodes down at once.
+pub const DEFAULT_FLEET_MAX_IN_FLIGHT: u32 = 512;
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self {
+            holder: format!("waveguard-{}", std::process::id()),
+            lease_ttl: Duration::seconds(30),
+            pass_interval: std::time::Duration::from_secs(2),
+            bmc_concurrency: 64,
+            fleet_max_in_flight: DEFAULT_FLEET_MAX_IN_FLIGHT,
+            max_attempts: 5,
+            base_backoff: Duration::seconds(30),
+            max_backoff: Duration::minutes(10),
+            brick_timeout: Duration::minutes(30),
+            activation_timeout: Duration::minutes(20),
+            max_resets: 3,
+        }
+    }
+}
+
+impl EngineConfig {
+    /// Delay before retry number `attempt` (1-based).
+    pub fn backoff(&self, attempt: i32) -> Duration {
+        let shift = u32::try_from(attempt.saturating_sub(1)).unwrap_or(0).min(16);
+        let delay = self.base_backoff * (1i32 << shift);
+        delay.min(self.max_backoff)
+    }
+}

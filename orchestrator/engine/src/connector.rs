@@ -1,0 +1,54 @@
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use orchestrator_bmc::{Bmc, BmcEndpoint, HttpClients, RedfishBmc};
+use orchestrator_db::execution::PlacedStep;
+
+/// Where the engine gets a driver for a node's BMC.
+pub trait BmcConnector: Send + Sync + std::fmt::Debug {
+    /// A driver for the BMC of the step's node; an error says why the node
+    /// cannot be addressed (unknown credential profile, bad URL).
+    fn connect(&self, step: &PlacedStep) -> Result<Arc<dyn Bmc>, String>;
+}
+
+/// Turns a node's BMC URL and credential reference into an endpoint.
+pub type EndpointResolver = dyn Fn(&str, &str) -> Result<BmcEndpoint, String> + Send + Sync;
+
+/// Redfish drivers over one shared connection pool, one driver (and
+/// session) per BMC, kept between passes.
+pub struct RedfishConnector {
+    clients: HttpClients,
+    resolve: Arc<EndpointResolver>,
+    cache: Mutex<HashMap<(String, String), Arc<dyn Bmc>>>,
+}
+
+impl std::fmt::Debug for RedfishConnector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedfishConnector").finish_non_exhaustive()
+    }
+}
+
+impl RedfishConnector {
+    /// `resolve(bmc_url, credential_ref)` builds the endpoint (and reads the secret).
+    pub fn new(clients: HttpClients, resolve: Arc<EndpointResolver>) -> Self {
+        Self {
+            clients,
+            resolve,
+            cache: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+impl BmcConnector for RedfishConnector {
+    fn connect(&self, step: &PlacedStep) -> Result<Arc<dyn Bmc>, String> {
+        let key = (step.bmc_url.clone(), step.credential_ref.clone());
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(bmc) = cache.get(&key) {
+            return Ok(bmc.clone());
+        }
+        let endpoint = (self.resolve)(&step.bmc_url, &step.credential_ref)?;
+        let bmc: Arc<dyn Bmc> = Arc::new(RedfishBmc::new(&endpoint, &self.clients).map_err(|e| e.to_string())?);
+        cache.insert(key, bmc.clone());
+        Ok(bmc)
+    }
+}

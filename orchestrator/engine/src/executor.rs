@@ -1,0 +1,780 @@
+//! One executor pass: advance every admitted step one move, then walk each
+//! unfinished rollout's waves one move and admit pending steps under the
+//! caps. No input, idempotent: a crash at any line leaves a state the next
+//! pass (here or on another replica) continues from.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+use chrono::Duration;
+use futures::StreamExt;
+use orchestrator_db::execution::{
+    Blocker, ExecRollout, ExecStep, ExecWave, Fence, PlacedStep, RolloutState, StepFilter, StepPurpose, StepState,
+    WaveChange, WaveKind, WaveState,
+};
+use orchestrator_db::{Db, DbError};
+use orchestrator_policy::{Policy, RollbackScope, next_window_start, window_open_at};
+use orchestrator_types::{Clock, ComponentKind, RolloutId, WaveId};
+use serde_json::json;
+
+use crate::config::EngineConfig;
+use crate::connector::BmcConnector;
+use crate::health::{HealthJudge, VerdictOutcome};
+use crate::step::StepCtx;
+
+/// Long-lived state of the executor: caches that are safe to lose.
+#[derive(Debug)]
+pub(crate) struct Executor {
+    pub db: Db,
+    pub clock: Arc<dyn Clock>,
+    pub config: EngineConfig,
+    pub connector: Arc<dyn BmcConnector>,
+    pub judge: Arc<dyn HealthJudge>,
+    policies: Mutex<HashMap<RolloutId, Arc<Policy>>>,
+    kinds: Mutex<HashMap<RolloutId, ComponentKind>>,
+}
+
+/// In-flight counts across every rollout, for the caps.
+#[derive(Debug, Default)]
+struct Load {
+    fleet: u32,
+    rollout: HashMap<RolloutId, u32>,
+    wave: HashMap<WaveId, u32>,
+    rack: HashMap<String, u32>,
+    nvlink: HashMap<String, u32>,
+    cluster: HashMap<String, u32>,
+    nodes: HashSet<i64>,
+}
+
+impl Load {
+    fn add(&mut self, placed: &PlacedStep) {
+        self.fleet += 1;
+        *self.rollout.entry(placed.step.rollout_id).or_default() += 1;
+        *self.wave.entry(placed.step.wave_id).or_default() += 1;
+        *self
+            .rack
+            .entry(format!("{}/{}", placed.cluster, placed.rack))
+            .or_default() += 1;
+        if !placed.nvlink_domain.is_empty() {
+            *self
+                .nvlink
+                .entry(format!("{}/{}", placed.cluster, placed.nvlink_domain))
+                .or_default() += 1;
+        }
+        *self.cluster.entry(placed.cluster.clone()).or_default() += 1;
+        self.nodes.insert(placed.step.node_id.0);
+    }
+}
+
+fn is_fenced(err: &DbError) -> bool {
+    matches!(err, DbError::Fenced { .. })
+}
+
+/// Logs a step-level error; a lost lease is passed up to stop the pass.
+fn absorb(result: Result<(), DbError>, what: &str) -> Result<(), DbError> {
+    match result {
+        Ok(()) => Ok(()),
+        Err(err) if is_fenced(&err) => Err(err),
+        Err(DbError::Stale { .. }) => Ok(()),
+        Err(err) => {
+            tracing::warn!(error = %crate::step_error_chain(&err), "{what}");
+            Ok(())
+        }
+    }
+}
+
+impl Executor {
+    pub fn new(db: Db, config: EngineConfig, connector: Arc<dyn BmcConnector>, judge: Arc<dyn HealthJudge>) -> Self {
+        Self {
+            clock: db.clock().clone(),
+            db,
+            config,
+            connector,
+            judge,
+            policies: Mutex::new(HashMap::new()),
+            kinds: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn policy(&self, rollout: &ExecRollout) -> Result<Arc<Policy>, String> {
+        let mut cache = self.policies.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(policy) = cache.get(&rollout.id) {
+            return Ok(policy.clone());
+        }
+        let source = rollout
+            .policy_source
+            .as_deref()
+            .ok_or_else(|| format!("rollout {} has no stored policy", rollout.id))?;
+        let policy = Arc::new(orchestrator_policy::parse_policy(source).map_err(|e| e.to_string())?);
+        cache.insert(rollout.id, policy.clone());
+        Ok(policy)
+    }
+
+    async fn kind(&self, rollout: &ExecRollout) -> Result<ComponentKind, DbError> {
+        if let Some(kind) = self.kinds.lock().unwrap_or_else(|p| p.into_inner()).get(&rollout.id) {
+            return Ok(*kind);
+        }
+        let kind = self.db.release(rollout.release_id).await?.component_kind;
+        self.kinds
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(rollout.id, kind);
+        Ok(kind)
+    }
+
+    /// One pass under `fence`. Errors only when the lease is lost or the
+    /// database is unreachable; everything else is logged and retried next
+    /// pass.
+    pub async fn pass(&self, fence: &Fence) -> Result<(), DbError> {
+        let ctx = StepCtx {
+            db: self.db.clone(),
+            clock: self.clock.clone(),
+            config: self.config.clone(),
+            fence: fence.clone(),
+        };
+        let rollouts = self.db.unfinished_rollouts().await?;
+        let mut kinds = HashMap::new();
+        for rollout in &rollouts {
+            kinds.insert(rollout.id, self.kind(rollout).await?);
+        }
+
+        // 1. Every admitted step moves once, whatever its rollout's state:
+        // paused, aborted and halted rollouts let in-flight flashes finish.
+        let open = self.db.open_steps().await?;
+        let in_flight: Vec<&PlacedStep> = open.iter().filter(|p| p.step.state.is_in_flight()).collect();
+        let lost = Mutex::new(None);
+        futures::stream::iter(in_flight)
+            .for_each_concurrent(self.config.bmc_concurrency, |placed| {
+                let ctx = &ctx;
+                let lost = &lost;
+                let kind = kinds
+                    .get(&placed.step.rollout_id)
+                    .copied()
+                    .unwrap_or(ComponentKind::Other);
+                async move {
+                    let result = match self.connector.connect(placed) {
+                        Ok(bmc) => ctx.advance(placed, bmc.as_ref(), kind).await,
+                        Err(reason) => ctx.fail_unaddressable(&placed.step, reason).await,
+                    };
+                    if let Err(err) = absorb(result, "step move failed") {
+                        *lost.lock().unwrap_or_else(|p| p.into_inner()) = Some(err);
+                    }
+                }
+            })
+            .await;
+        if let Some(err) = lost.into_inner().unwrap_or_else(|p| p.into_inner()) {
+            return Err(err);
+        }
+
+        // 2. Waves and admissions, with caps computed after the moves.
+        let open = self.db.open_steps().await?;
+        let mut load = Load::default();
+        for placed in open.iter().filter(|p| p.step.state.is_in_flight()) {
+            load.add(placed);
+        }
+        let cluster_sizes = self.db.cluster_sizes().await?;
+        let mut admitted: Vec<PlacedStep> = Vec::new();
+        for rollout in &rollouts {
+            let rollout = match self.db.exec_rollout(rollout.id).await {
+                Ok(r) => r,
+                Err(err) => {
+                    absorb(Err(err), "reading rollout")?;
+                    continue;
+                }
+            };
+            let policy = match self.policy(&rollout) {
+                Ok(policy) => policy,
+                Err(reason) => {
+                    tracing::error!(rollout = %rollout.id, %reason, "cannot read the rollout's policy");
+                    continue;
+                }
+            };
+            let result = self
+                .reconcile_rollout(
+                    fence,
+                    &rollout,
+                    &policy,
+                    &open,
+                    &mut load,
+                    &cluster_sizes,
+                    &mut admitted,
+                )
+                .await;
+            absorb(result, "rollout pass failed")?;
+        }
+
+        // 3. Prechecks of the admitted steps (reads only), concurrently.
+        let lost = Mutex::new(None);
+        futures::stream::iter(admitted.iter())
+            .for_each_concurrent(self.config.bmc_concurrency, |placed| {
+                let ctx = &ctx;
+                let lost = &lost;
+                async move {
+                    let result = match self.connector.connect(placed) {
+                        Ok(bmc) => ctx.precheck(placed, bmc.as_ref()).await,
+                        Err(reason) => ctx.fail_unaddressable(&placed.step, reason).await,
+                    };
+                    if let Err(err) = absorb(result, "precheck failed") {
+                        *lost.lock().unwrap_or_else(|p| p.into_inner()) = Some(err);
+                    }
+                }
+            })
+            .await;
+        if let Some(err) = lost.into_inner().unwrap_or_else(|p| p.into_inner()) {
+            return Err(err);
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)] // the pass's shared working set
+    async fn reconcile_rollout(
+        &self,
+        fence: &Fence,
+        rollout: &ExecRollout,
+        policy: &Policy,
+        open: &[PlacedStep],
+        load: &mut Load,
+        cluster_sizes: &BTreeMap<String, u64>,
+        admitted: &mut Vec<PlacedStep>,
+    ) -> Result<(), DbError> {
+        let waves = self.db.rollout_waves(rollout.id).await?;
+        match rollout.state {
+            RolloutState::Running => {
+                let Some(wave) = waves
+                    .iter()
+                    .find(|w| w.kind == WaveKind::Update && w.state != WaveState::Promoted)
+                else {
+                    self.db
+                        .engine_set_rollout_state(
+                            fence,
+                            rollout.id,
+                            &[RolloutState::Running],
+                            RolloutState::Completed,
+                            None,
+                            json!({}),
+                        )
+                        .await?;
+                    return Ok(());
+                };
+                self.reconcile_wave(fence, rollout, policy, wave, open, load, cluster_sizes, admitted)
+                    .await
+            }
+            RolloutState::RollingBack => {
+                self.reconcile_rollback(fence, rollout, policy, &waves, open, load, cluster_sizes, admitted)
+                    .await
+            }
+            RolloutState::Paused => self.set_rollout_blockers(fence, rollout, vec![Blocker::Paused]).await,
+            // Halted and aborted rollouts only let in-flight steps finish (step 1).
+            _ => self.set_rollout_blockers(fence, rollout, Vec::new()).await,
+        }
+    }
+
+    async fn set_rollout_blockers(
+        &self,
+        fence: &Fence,
+        rollout: &ExecRollout,
+        blockers: Vec<Blocker>,
+    ) -> Result<(), DbError> {
+        if rollout.blockers != blockers {
+            self.db.set_rollout_blockers(fence, rollout.id, &blockers).await?;
+        }
+        Ok(())
+    }
+
+    async fn set_wave_blockers(&self, fence: &Fence, wave: &ExecWave, blockers: Vec<Blocker>) -> Result<(), DbError> {
+        if wave.blockers != blockers {
+            self.db.set_wave_blockers(fence, wave.id, &blockers).await?;
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)] // the pass's shared working set
+    async fn reconcile_wave(
+        &self,
+        fence: &Fence,
+        rollout: &ExecRollout,
+        policy: &Policy,
+        wave: &ExecWave,
+        open: &[PlacedStep],
+        load: &mut Load,
+        cluster_sizes: &BTreeMap<String, u64>,
+        admitted: &mut Vec<PlacedStep>,
+    ) -> Result<(), DbError> {
+        self.set_rollout_blockers(fence, rollout, Vec::new()).await?;
+        let now = self.clock.now();
+        match wave.state {
+            WaveState::Planned => {
+                self.db
+                    .transition_wave(
+                        fence,
+                        wave.id,
+                        WaveState::Planned,
+                        &WaveChange {
+                            state: Some(WaveState::Running),
+                            started_at: Some(now),
+                            ..Default::default()
+                        },
+                        json!({}),
+                    )
+                    .await?;
+                Ok(())
+            }
+            WaveState::Running => {
+                let counts = self.db.step_counts(rollout.id, Some(wave.id)).await?;
+                let failed = counts.get(&StepState::Failed).copied().unwrap_or(0);
+                let node_count = usize::try_from(wave.node_count).unwrap_or(0);
+                if policy
+                    .failure_budget
+                    .exceeded(usize::try_from(failed).unwrap_or(usize::MAX), node_count)
+                {
+                    let reason = format!("failure budget exceeded: {failed} of {node_count} updates failed");
+                    self.halt(fence, rollout, wave, &reason).await?;
+                    return Ok(());
+                }
+                let unfinished: u64 = counts.iter().filter(|(s, _)| !s.is_terminal()).map(|(_, n)| *n).sum();
+                if unfinished == 0 {
+                    self.db
+                        .transition_wave(
+                            fence,
+                            wave.id,
+                            WaveState::Running,
+                            &WaveChange {
+                                state: Some(WaveState::Baking),
+                                bake_started_at: Some(now),
+                                ..Default::default()
+                            },
+                            json!({ "counts": counts.iter().map(|(k, v)| (k.as_str(), *v)).collect::<BTreeMap<_, _>>() }),
+                        )
+                        .await?;
+                    return Ok(());
+                }
+                let blockers = self.admit(rollout, policy, wave, open, load, cluster_sizes, admitted, true);
+                self.set_wave_blockers(fence, wave, blockers).await
+            }
+            WaveState::Baking => {
+                let bake_end = wave.bake_started_at.unwrap_or(now) + Duration::seconds(wave.bake_seconds);
+                if now < bake_end {
+                    return self
+                        .set_wave_blockers(fence, wave, vec![Blocker::BakeEndsAt { at: bake_end }])
+                        .await;
+                }
+                let verdict = self.judge.judge(rollout, wave, policy).await;
+                let verdict_json = serde_json::to_value(&verdict).unwrap_or_default();
+                match verdict.outcome {
+                    VerdictOutcome::Pass if wave.approvals_required <= 0 => {
+                        self.db
+                            .transition_wave(
+                                fence,
+                                wave.id,
+                                WaveState::Baking,
+                                &WaveChange {
+                                    state: Some(WaveState::Promoted),
+                                    ended_at: Some(now),
+                                    decision: Some("promote".into()),
+                                    verdict: Some(verdict_json.clone()),
+                                    ..Default::default()
+                                },
+                                json!({ "verdict": verdict_json, "by": "engine" }),
+                            )
+                            .await?;
+                        self.set_wave_blockers(fence, wave, Vec::new()).await
+                    }
+                    VerdictOutcome::Pass | VerdictOutcome::Inconclusive | VerdictOutcome::Error => {
+                        let need = wave.approvals_required.max(1);
+                        self.db
+                            .transition_wave(
+                                fence,
+                                wave.id,
+                                WaveState::Baking,
+                                &WaveChange {
+                                    state: Some(WaveState::AwaitingApproval),
+                                    verdict: Some(verdict_json.clone()),
+                                    approvals_required: Some(need),
+                                    ..Default::default()
+                                },
+                                json!({ "verdict": verdict_json }),
+                            )
+                            .await?;
+                        Ok(())
+                    }
+                    VerdictOutcome::Fail => {
+                        let reason = format!("health verdict failed: {}", verdict.summary);
+                        self.db
+                            .transition_wave(
+                                fence,
+                                wave.id,
+                                WaveState::Baking,
+                                &WaveChange {
+                                    state: Some(WaveState::Halted),
+                                    state_reason: Some(Some(reason.clone())),
+                                    ended_at: Some(now),
+                                    decision: Some(if policy.rollback.automatic { "rollback" } else { "halt" }.into()),
+                                    verdict: Some(verdict_json.clone()),
+                                    ..Default::default()
+                                },
+                                json!({ "verdict": verdict_json }),
+                            )
+                            .await?;
+                        if policy.rollback.automatic {
+                            let scope = match policy.rollback.scope {
+                                RollbackScope::Wave => json!({ "scope": "wave", "waves": [wave.id] }),
+                                RollbackScope::Rollout => json!({ "scope": "rollout" }),
+                            };
+                            match self
+                                .db
+                                .begin_rollback(Some(fence), rollout.id, scope, &reason, crate::ENGINE_ACTOR)
+                                .await
+                            {
+                                Ok(_) => return Ok(()),
+                                Err(DbError::Invalid { reason: why, .. }) => {
+                                    tracing::error!(rollout = %rollout.id, %why, "automatic rollback impossible");
+                                }
+                                Err(err) => return Err(err),
+                            }
+                        }
+                        self.db
+                            .engine_set_rollout_state(
+                                fence,
+                                rollout.id,
+                                &[RolloutState::Running],
+                                RolloutState::Halted,
+                                Some(&reason),
+                                json!({ "wave": wave.name }),
+                            )
+                            .await?;
+                        Ok(())
+                    }
+                }
+            }
+            WaveState::AwaitingApproval => {
+                let approvals = self.db.wave_approvals(wave.id).await?;
+                let have = u32::try_from(approvals.len()).unwrap_or(u32::MAX);
+                let need = u32::try_from(wave.approvals_required.max(0)).unwrap_or(0);
+                if have >= need {
+                    self.db
+                        .transition_wave(
+                            fence,
+                            wave.id,
+                            WaveState::AwaitingApproval,
+                            &WaveChange {
+                                state: Some(WaveState::Promoted),
+                                ended_at: Some(now),
+                                decision: Some("promote".into()),
+                                ..Default::default()
+                            },
+                            json!({ "approvers": approvals.iter().map(|a| a.approver.clone()).collect::<Vec<_>>() }),
+                        )
+                        .await?;
+                    return self.set_wave_blockers(fence, wave, Vec::new()).await;
+                }
+                let mut blockers = vec![Blocker::Approvals { have, need }];
+                if let Some(outcome) = wave
+                    .verdict
+                    .as_ref()
+                    .and_then(|v| v.get("outcome"))
+                    .and_then(|o| o.as_str())
+                    .filter(|o| *o != "pass")
+                {
+                    let summary = wave
+                        .verdict
+                        .as_ref()
+                        .and_then(|v| v.get("summary"))
+                        .and_then(|s| s.as_str())
+                        .unwrap_or_default();
+                    blockers.push(Blocker::Verdict {
+                        verdict: outcome.to_owned(),
+                        summary: summary.to_owned(),
+                    });
+                }
+                self.set_wave_blockers(fence, wave, blockers).await
+            }
+            WaveState::Promoted | WaveState::Halted | WaveState::RolledBack => Ok(()),
+        }
+    }
+
+    async fn halt(&self, fence: &Fence, rollout: &ExecRollout, wave: &ExecWave, reason: &str) -> Result<(), DbError> {
+        tracing::warn!(rollout = %rollout.id, wave = %wave.name, reason, "halting");
+        self.db
+            .transition_wave(
+                fence,
+                wave.id,
+                wave.state,
+                &WaveChange {
+                    state: Some(WaveState::Halted),
+                    state_reason: Some(Some(reason.to_owned())),
+                    ended_at: Some(self.clock.now()),
+                    decision: Some("halt".into()),
+                    ..Default::default()
+                },
+                json!({ "reason": reason }),
+            )
+            .await?;
+        self.db
+            .engine_set_rollout_state(
+                fence,
+                rollout.id,
+                &[RolloutState::Running, RolloutState::RollingBack],
+                RolloutState::Halted,
+                Some(reason),
+                json!({ "wave": wave.name }),
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Picks pending steps of `wave` that the caps allow, counting them into
+    /// `load`; returns what holds the rest back.
+    #[allow(clippy::too_many_arguments)] // the pass's shared working set
+    fn admit(
+        &self,
+        rollout: &ExecRollout,
+        policy: &Policy,
+        wave: &ExecWave,
+        open: &[PlacedStep],
+        load: &mut Load,
+        cluster_sizes: &BTreeMap<String, u64>,
+        admitted: &mut Vec<PlacedStep>,
+        respect_windows: bool,
+    ) -> Vec<Blocker> {
+        let now = self.clock.now();
+        if respect_windows && !window_open_at(policy, now) {
+            return vec![Blocker::WindowOpensAt {
+                at: next_window_start(policy, now),
+            }];
+        }
+        let mut blockers: Vec<Blocker> = Vec::new();
+        let mut note = |b: Blocker| {
+            if !blockers.contains(&b) {
+                blockers.push(b);
+            }
+        };
+        let wave_cap = u32::try_from(wave.max_in_flight)
+            .ok()
+            .filter(|n| *n > 0)
+            .unwrap_or(policy.concurrency.max_in_flight);
+        let rollout_cap = policy.concurrency.max_in_flight;
+        for placed in open
+            .iter()
+            .filter(|p| p.step.wave_id == wave.id && p.step.state == StepState::Pending)
+        {
+            if let Some(at) = placed.step.next_attempt_at.filter(|at| *at > now) {
+                note(Blocker::Backoff { at });
+                continue;
+            }
+            let caps: [(&str, u32, u32); 3] = [
+                ("fleet", load.fleet, self.config.fleet_max_in_flight),
+                (
+                    "rollout",
+                    load.rollout.get(&rollout.id).copied().unwrap_or(0),
+                    rollout_cap,
+                ),
+                ("wave", load.wave.get(&wave.id).copied().unwrap_or(0), wave_cap),
+            ];
+            if let Some((scope, _, limit)) = caps.iter().find(|(_, used, limit)| used >= limit) {
+                note(Blocker::InFlightCap {
+                    scope: (*scope).to_owned(),
+                    limit: *limit,
+                });
+                // Global caps: nothing else of this wave can start either.
+                break;
+            }
+            if load.nodes.contains(&placed.step.node_id.0) {
+                note(Blocker::InFlightCap {
+                    scope: "node".into(),
+                    limit: 1,
+                });
+                continue;
+            }
+            let rack_key = format!("{}/{}", placed.cluster, placed.rack);
+            if let Some(limit) = policy.concurrency.per_rack
+                && load.rack.get(&rack_key).copied().unwrap_or(0) >= limit
+            {
+                note(Blocker::InFlightCap {
+                    scope: "rack".into(),
+                    limit,
+                });
+                continue;
+            }
+            let nvl_key = format!("{}/{}", placed.cluster, placed.nvlink_domain);
+            if let Some(limit) = policy.concurrency.per_nvlink_domain
+                && !placed.nvlink_domain.is_empty()
+                && load.nvlink.get(&nvl_key).copied().unwrap_or(0) >= limit
+            {
+                note(Blocker::InFlightCap {
+                    scope: "nvlink_domain".into(),
+                    limit,
+                });
+                continue;
+            }
+            if let Some(percent) = policy.concurrency.per_cluster_percent {
+                let size = cluster_sizes.get(&placed.cluster).copied().unwrap_or(0) as f64;
+                // At least one, so a small cluster is not frozen by rounding.
+                let limit = ((size * percent / 100.0).floor() as u32).max(1);
+                if load.cluster.get(&placed.cluster).copied().unwrap_or(0) >= limit {
+                    note(Blocker::InFlightCap {
+                        scope: "cluster".into(),
+                        limit,
+                    });
+                    continue;
+                }
+            }
+            load.add(placed);
+            admitted.push(placed.clone());
+        }
+        blockers
+    }
+
+    /// Rolling back: add a rollback step for every updated node in scope
+    /// (as in-flight updates finish, more appear), run them under the caps
+    /// without bake or windows, and finish when nothing is left.
+    #[allow(clippy::too_many_arguments)] // the pass's shared working set
+    async fn reconcile_rollback(
+        &self,
+        fence: &Fence,
+        rollout: &ExecRollout,
+        policy: &Policy,
+        waves: &[ExecWave],
+        open: &[PlacedStep],
+        load: &mut Load,
+        cluster_sizes: &BTreeMap<String, u64>,
+        admitted: &mut Vec<PlacedStep>,
+    ) -> Result<(), DbError> {
+        let Some(rollback_wave) = waves.iter().rev().find(|w| w.kind == WaveKind::Rollback) else {
+            tracing::error!(rollout = %rollout.id, "rolling back without a rollback wave");
+            return Ok(());
+        };
+        let scope_waves: Option<Vec<WaveId>> = rollback_wave
+            .scope
+            .as_ref()
+            .filter(|s| s.get("scope").and_then(|v| v.as_str()) == Some("wave"))
+            .and_then(|s| s.get("waves"))
+            .and_then(|w| serde_json::from_value(w.clone()).ok());
+        let in_scope = |step: &ExecStep| scope_waves.as_ref().is_none_or(|ws| ws.contains(&step.wave_id));
+        let all_steps = self
+            .db
+            .steps(&StepFilter {
+                rollout_id: Some(rollout.id),
+                ..Default::default()
+            })
+            .await?;
+        let covered: HashSet<i64> = all_steps.iter().filter_map(|s| s.rollback_of.map(|id| id.0)).collect();
+        let kind = self.kind(rollout).await?;
+        for step in all_steps.iter().filter(|s| {
+            s.purpose == StepPurpose::Update
+                && s.state == StepState::Succeeded
+                && in_scope(s)
+                && !covered.contains(&s.id.0)
+        }) {
+            let previous = step
+                .previous_version
+                .clone()
+                .unwrap_or_else(|| step.expected_from_version.clone());
+            let image = match orchestrator_types::FirmwareVersion::parse(&previous) {
+                Ok(version) => match self.db.release_by_version(kind, &version).await {
+                    Ok(release) => Some(release),
+                    Err(DbError::NotFound { .. }) => None,
+                    Err(err) => return Err(err),
+                },
+                Err(_) => None,
+            };
+            let (uri, sha) = image
+                .as_ref()
+                .map(|r| (r.image_uri.clone(), r.sha256.clone()))
+                .unwrap_or_default();
+            let added = self
+                .db
+                .add_rollback_step(fence, rollback_wave.id, step, &uri, &sha)
+                .await?;
+            if image.is_none() {
+                StepCtx {
+                    db: self.db.clone(),
+                    clock: self.clock.clone(),
+                    config: self.config.clone(),
+                    fence: fence.clone(),
+                }
+                .fail_unaddressable(
+                    &added,
+                    format!("no release is registered for the previous version {previous}: no image to roll back to"),
+                )
+                .await?;
+            }
+        }
+        let updates_in_flight = all_steps
+            .iter()
+            .any(|s| s.purpose == StepPurpose::Update && s.state.is_in_flight());
+        let rollback_open = all_steps
+            .iter()
+            .any(|s| s.purpose == StepPurpose::Rollback && !s.state.is_terminal());
+        // Steps just added are not in `all_steps`; the next pass sees them.
+        let just_added = all_steps.iter().any(|s| {
+            s.purpose == StepPurpose::Update
+                && s.state == StepState::Succeeded
+                && in_scope(s)
+                && !covered.contains(&s.id.0)
+        });
+        if !updates_in_flight && !rollback_open && !just_added {
+            let failed = all_steps
+                .iter()
+                .filter(|s| s.purpose == StepPurpose::Rollback && s.state == StepState::Failed)
+                .count();
+            let now = self.clock.now();
+            for wave in waves.iter().filter(|w| {
+                w.kind == WaveKind::Update
+                    && w.state != WaveState::Planned
+                    && w.state != WaveState::RolledBack
+                    && scope_waves.as_ref().is_none_or(|ws| ws.contains(&w.id))
+            }) {
+                self.db
+                    .transition_wave(
+                        fence,
+                        wave.id,
+                        wave.state,
+                        &WaveChange {
+                            state: Some(WaveState::RolledBack),
+                            ended_at: Some(now),
+                            ..Default::default()
+                        },
+                        json!({}),
+                    )
+                    .await?;
+            }
+            self.db
+                .transition_wave(
+                    fence,
+                    rollback_wave.id,
+                    rollback_wave.state,
+                    &WaveChange {
+                        state: Some(WaveState::Promoted),
+                        ended_at: Some(now),
+                        decision: Some("rollback complete".into()),
+                        ..Default::default()
+                    },
+                    json!({ "failed": failed }),
+                )
+                .await?;
+            let reason = (failed > 0).then(|| format!("{failed} node(s) could not be rolled back"));
+            self.db
+                .engine_set_rollout_state(
+                    fence,
+                    rollout.id,
+                    &[RolloutState::RollingBack],
+                    RolloutState::RolledBack,
+                    reason.as_deref(),
+                    json!({ "failed": failed }),
+                )
+                .await?;
+            return Ok(());
+        }
+        let blockers = self.admit(
+            rollout,
+            policy,
+            rollback_wave,
+            open,
+            load,
+            cluster_sizes,
+            admitted,
+            false,
+        );
+        self.set_wave_blockers(fence, rollback_wave, blockers).await
+    }
+}

@@ -1,0 +1,63 @@
+use async_trait::async_trait;
+use orchestrator_db::execution::{ExecRollout, ExecWave};
+use orchestrator_policy::Policy;
+use serde::{Deserialize, Serialize};
+
+/// A health verdict: a closed set, the worst wins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VerdictOutcome {
+    /// Healthy: the wave may be promoted.
+    Pass,
+    /// Not enough evidence either way: hold for a human.
+    Inconclusive,
+    /// The detector could not judge (missing data source): hold for a human.
+    Error,
+    /// Regression: halt, and roll back if the policy says so.
+    Fail,
+}
+
+/// A verdict with its evidence.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Verdict {
+    pub outcome: VerdictOutcome,
+    /// One line for the UI.
+    pub summary: String,
+    /// Whatever the judge measured (statistics, p-values, cohorts).
+    pub evidence: serde_json::Value,
+}
+
+/// What the engine asks at the end of a wave's bake. The detector
+/// (issue 6) implements it; the engine only acts on the outcome.
+#[async_trait]
+pub trait HealthJudge: Send + Sync + std::fmt::Debug {
+    /// Judges a baked wave against its control cohort.
+    async fn judge(&self, rollout: &ExecRollout, wave: &ExecWave, policy: &Policy) -> Verdict;
+}
+
+/// The judge until detection lands: a wave with health gates is
+/// Inconclusive (a human must look), a wave without gates passes.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct GatelessJudge;
+
+#[async_trait]
+impl HealthJudge for GatelessJudge {
+    async fn judge(&self, _rollout: &ExecRollout, wave: &ExecWave, _policy: &Policy) -> Verdict {
+        if wave.gates.is_empty() {
+            Verdict {
+                outcome: VerdictOutcome::Pass,
+                summary: "the wave has no health gates".into(),
+                evidence: serde_json::json!({ "gates": [] }),
+            }
+        } else {
+            Verdict {
+                outcome: VerdictOutcome::Inconclusive,
+                summary: format!(
+                    "no detector is configured for gates {}: a human must approve",
+                    wave.gates.join(", ")
+                ),
+                evidence: serde_json::json!({ "gates": wave.gates }),
+            }
+        }
+    }
+}

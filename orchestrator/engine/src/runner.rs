@@ -1,0 +1,119 @@
+//! The engine's loop: hold the executor lease, run a pass whenever woken
+//! (periodically or by a nudge), stop cleanly on shutdown.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use orchestrator_db::Db;
+use orchestrator_db::execution::Fence;
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+
+use crate::config::{EXECUTOR_LEASE, EngineConfig};
+use crate::connector::BmcConnector;
+use crate::executor::Executor;
+use crate::health::HealthJudge;
+
+/// Wakes the engine before its next periodic pass (after an API command).
+#[derive(Debug, Clone, Default)]
+pub struct Nudge(Arc<Notify>);
+
+impl Nudge {
+    /// Asks for a pass as soon as the current one ends.
+    pub fn nudge(&self) {
+        self.0.notify_one();
+    }
+}
+
+/// A running engine.
+#[derive(Debug)]
+pub struct Engine {
+    nudge: Nudge,
+    stop: Arc<Notify>,
+    task: JoinHandle<()>,
+}
+
+impl Engine {
+    /// Starts the loop. Every replica may start one; only the holder of the
+    /// executor lease executes, the others wait to take over.
+    pub fn start(
+        db: Db,
+        config: EngineConfig,
+        connector: Arc<dyn BmcConnector>,
+        judge: Arc<dyn HealthJudge>,
+    ) -> Engine {
+        let nudge = Nudge::default();
+        let stop = Arc::new(Notify::new());
+        let executor = Executor::new(db, config, connector, judge);
+        let task = tokio::spawn(run(executor, nudge.clone(), stop.clone()));
+        Engine { nudge, stop, task }
+    }
+
+    /// A handle to wake the engine.
+    pub fn nudge(&self) -> Nudge {
+        self.nudge.clone()
+    }
+
+    /// Stops after the current pass and gives the lease up so a standby
+    /// takes over at once.
+    pub async fn shutdown(self) {
+        self.stop.notify_one();
+        if let Err(err) = self.task.await {
+            tracing::error!(error = %err, "engine task ended abnormally");
+        }
+    }
+
+    /// Runs until `shutdown` resolves.
+    pub async fn run_until(self, shutdown: impl Future<Output = ()>) {
+        shutdown.await;
+        self.shutdown().await;
+    }
+}
+
+async fn run(executor: Executor, nudge: Nudge, stop: Arc<Notify>) {
+    let db = executor.db.clone();
+    let config = executor.config.clone();
+    let mut fence: Option<Fence> = None;
+    loop {
+        // Renew (or take) the lease before every pass; a pass never starts
+        // with less than half the lease left.
+        match db.acquire_lease(EXECUTOR_LEASE, &config.holder, config.lease_ttl).await {
+            Ok(Some(new)) => {
+                if fence.as_ref().map(|f| f.token) != Some(new.token) {
+                    tracing::info!(holder = %new.holder, token = new.token, "executor lease acquired");
+                }
+                fence = Some(new);
+            }
+            Ok(None) => {
+                if fence.take().is_some() {
+                    tracing::warn!("executor lease lost to another controller");
+                }
+            }
+            Err(err) => {
+                tracing::warn!(error = %crate::step_error_chain(&err), "cannot renew the executor lease");
+                // Keep the fence: every write checks it, so a stale one fails safely.
+            }
+        }
+        if let Some(current) = &fence
+            && let Err(err) = executor.pass(current).await
+        {
+            if matches!(err, orchestrator_db::DbError::Fenced { .. }) {
+                tracing::warn!("executor lease lost mid-pass; standing down");
+                fence = None;
+            } else {
+                tracing::warn!(error = %crate::step_error_chain(&err), "executor pass failed");
+            }
+        }
+        tokio::select! {
+            () = stop.notified() => break,
+            () = nudge.0.notified() => {}
+            () = tokio::time::sleep(config.pass_interval) => {}
+        }
+    }
+    if let Some(fence) = fence
+        && let Err(err) = db.release_lease(&fence).await
+    {
+        tracing::warn!(error = %crate::step_error_chain(&err), "could not release the executor lease");
+    }
+    tracing::info!("engine stopped");
+}

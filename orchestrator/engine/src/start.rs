@@ -1,0 +1,199 @@
+//! Starting a rollout: snapshot the fleet from the database, ask the planner,
+//! store the plan. The plan is never edited afterwards.
+
+use std::collections::BTreeMap;
+
+use orchestrator_db::Db;
+use orchestrator_db::execution::{ExecRollout, NewPlan, NewStep, NewWave};
+use orchestrator_db::model::{NewRollout, NodeFilter};
+use orchestrator_planner::{
+    ApprovalRule, ComponentSnapshot, FleetSnapshot, NodeHealth, NodeSnapshot, Plan, PlanInput, ReleaseSpec,
+};
+use orchestrator_policy::Policy;
+use orchestrator_types::RolloutId;
+use serde_json::json;
+use sha2::{Digest, Sha256};
+
+use crate::error::EngineError;
+
+/// What a rollout starts from.
+#[derive(Debug, Clone)]
+pub struct StartRollout {
+    pub release_id: orchestrator_types::ReleaseId,
+    /// The policy YAML.
+    pub policy_source: String,
+    /// Where it came from: a git commit and blob, or `None` for an inline
+    /// policy (recorded as `inline:<sha256>`).
+    pub policy_commit: Option<String>,
+    pub policy_blob: Option<String>,
+    pub seed: i64,
+}
+
+/// Parses and validates a policy, with the diagnostics as one message.
+pub fn parse_policy(source: &str) -> Result<Policy, EngineError> {
+    orchestrator_policy::parse_policy(source).map_err(|e| EngineError::Policy(e.to_string()))
+}
+
+/// Reads the fleet as the planner wants it.
+pub async fn fleet_snapshot(db: &Db) -> Result<FleetSnapshot, EngineError> {
+    let mut nodes = Vec::new();
+    let mut offset = 0;
+    loop {
+        let page = db
+            .list_nodes(&NodeFilter {
+                offset: Some(offset),
+                limit: Some(10_000),
+                ..Default::default()
+            })
+            .await?;
+        let len = page.len() as u64;
+        for node in page {
+            let components = db
+                .node_components(node.id)
+                .await?
+                .into_iter()
+                .map(|c| ComponentSnapshot {
+                    inventory_id: c.reading.inventory_id,
+                    kind: c.reading.kind,
+                    version: c.reading.version.as_str().to_owned(),
+                    updateable: c.reading.updateable,
+                    downgrade_forbidden: false,
+                })
+                .collect();
+            nodes.push(NodeSnapshot {
+                id: node.id,
+                name: node.name,
+                platform: node.platform_sku,
+                region: node.labels.region,
+                cluster: node.labels.cluster,
+                rack: node.labels.rack,
+                nvlink_domain: node.labels.nvlink_domain,
+                labels: BTreeMap::new(),
+                state: node.state,
+                health: match node.last_discovery_error {
+                    None => NodeHealth::ok(),
+                    Some(error) => NodeHealth {
+                        healthy: false,
+                        summary: Some(error),
+                    },
+                },
+                components,
+            });
+        }
+        if len < 10_000 {
+            break;
+        }
+        offset += len;
+    }
+    Ok(FleetSnapshot { nodes })
+}
+
+/// Turns the planner's plan into stored waves: one step per node and
+/// expected version (a node's eight GPUs are one push, so one flash), and
+/// each wave's approvals = the next policy wave's manual approvers.
+pub fn plan_to_rows(plan: &Plan) -> NewPlan {
+    let waves = plan
+        .waves
+        .iter()
+        .enumerate()
+        .map(|(i, wave)| {
+            let approvals_required = match plan.waves.get(i + 1).map(|next| next.approval) {
+                Some(ApprovalRule::Manual { approvers }) => approvers,
+                _ => 0,
+            };
+            let mut steps = Vec::new();
+            for node in &wave.nodes {
+                let mut by_version: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+                for step in &node.steps {
+                    by_version
+                        .entry(step.expected_current.as_str())
+                        .or_default()
+                        .push(step.inventory_id.as_str());
+                }
+                for (expected, ids) in by_version {
+                    steps.push(NewStep {
+                        node_id: node.node,
+                        inventory_id: ids.join(","),
+                        expected_from_version: expected.to_owned(),
+                    });
+                }
+            }
+            NewWave {
+                name: wave.name.clone(),
+                bake_seconds: wave.bake_seconds,
+                approvals_required,
+                max_in_flight: wave.max_in_flight,
+                gates: wave.gates.clone(),
+                control_nodes: wave.control.members().iter().map(|m| m.node).collect(),
+                steps,
+            }
+        })
+        .collect();
+    NewPlan {
+        waves,
+        rollback_assessment: json!({
+            "possible": plan.rollback.possible,
+            "reason": plan.rollback.blockers.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "),
+            "assessment": plan.rollback,
+            "fingerprint": plan.fingerprint,
+            "notes": plan.notes,
+        }),
+    }
+}
+
+/// Plans and stores a rollout; it starts executing on the next pass.
+pub async fn start_rollout(db: &Db, request: &StartRollout, actor: &str) -> Result<ExecRollout, EngineError> {
+    let policy = parse_policy(&request.policy_source)?;
+    if let Some(first) = policy.waves.first()
+        && matches!(first.approval, orchestrator_policy::Approval::Manual { .. })
+    {
+        return Err(EngineError::Unsupported(format!(
+            "wave {:?} is the first wave and asks for manual approval: approvals gate promotion to the next wave, \
+             so the first wave must be automatic",
+            first.name
+        )));
+    }
+    let release = db.release(request.release_id).await?;
+    let gates = db.gate_results(release.id).await?;
+    let spec = ReleaseSpec {
+        id: release.id,
+        kind: release.component_kind,
+        version: release.version.clone(),
+        platforms: release.platforms.clone(),
+        image_uri: release.image_uri.clone(),
+        sha256: release.sha256.clone(),
+        qualification: release.qualification_state,
+        passed_gates: gates.iter().filter(|g| g.passed).map(|g| g.gate.clone()).collect(),
+        downgrade_forbidden: None,
+        rollback_floor: None,
+    };
+    let snapshot = fleet_snapshot(db).await?;
+    let plan = orchestrator_planner::plan(&PlanInput {
+        snapshot: &snapshot,
+        policy: &policy,
+        release: &spec,
+        seed: u64::from_ne_bytes(request.seed.to_ne_bytes()),
+        planned_at: db.clock().now(),
+    })
+    .map_err(EngineError::Plan)?;
+    let rows = plan_to_rows(&plan);
+    let inline = || {
+        format!(
+            "inline:{}",
+            hex::encode(Sha256::digest(request.policy_source.as_bytes()))
+        )
+    };
+    let new = NewRollout {
+        release_id: release.id,
+        policy_name: policy.name.clone(),
+        policy_commit: request.policy_commit.clone().unwrap_or_else(inline),
+        policy_blob: request.policy_blob.clone().unwrap_or_else(inline),
+        seed: request.seed,
+    };
+    Ok(db.start_rollout(&new, &request.policy_source, &rows, actor).await?)
+}
+
+/// Convenience for callers holding only an id.
+pub async fn rollout(db: &Db, id: RolloutId) -> Result<ExecRollout, EngineError> {
+    Ok(db.exec_rollout(id).await?)
+}
