@@ -81,6 +81,11 @@ pub struct PolicySourceConfig {
     /// How often `serve` syncs, e.g. `60s`.
     #[serde(default = "default_sync_interval")]
     pub sync_interval: String,
+    /// Where URL repositories are cloned for a sync (a fresh directory per
+    /// sync, removed afterwards); default a directory under the system
+    /// temporary directory.
+    #[serde(default)]
+    pub cache_dir: Option<PathBuf>,
 }
 
 fn default_ref() -> String {

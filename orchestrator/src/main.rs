@@ -64,7 +64,7 @@ enum Command {
     /// Manage firmware releases and their qualification.
     #[command(subcommand)]
     Release(cmd::release::ReleaseCommand),
-    /// Check rollout policy files.
+    /// Rollout policies: lint files, sync them from git, show what is in force.
     #[command(subcommand)]
     Policy(cmd::policy::PolicyCommand),
 }

@@ -1,16 +1,35 @@
-//! `waveguard policy ...`.
+//! `waveguard policy ...`: lint policy files, sync them from git into the
+//! database, and show what is in force.
 
+use std::collections::BTreeMap;
+use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::Context as _;
-use orchestrator_policy::{FileReport, Severity, lint_files};
+use orchestrator_db::policies::{PolicyInForce, PolicySync, RecordedSync, RejectedPolicyFile, SyncedPolicy};
+use orchestrator_db::{Db, DbError};
+use orchestrator_policy::{FileReport, Severity, lint_files, parse_duration};
+use orchestrator_policy_git::{
+    GitPolicySource, GitSourceError, InForce, RepoLocation, SyncReport, plan_sync, redact_url,
+};
+use tokio::task::JoinHandle;
 
+use super::BadInput;
 use crate::Context;
+use crate::config::PolicySourceConfig;
 
 /// Deepest directory nesting `lint` descends into; policy repositories are
 /// flat, and a bound stops symlink loops.
 const MAX_LINT_DEPTH: usize = 16;
+
+/// Shortest period between two syncs in `serve`: each one reads (or, for a
+/// URL, clones) the whole repository.
+const MIN_SYNC_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Who the periodic sync acts as in the audit log.
+const SERVE_SYNC_ACTOR: &str = "serve:policy-sync";
 
 /// Policy commands.
 #[derive(Debug, clap::Subcommand)]
@@ -24,10 +43,51 @@ pub enum PolicyCommand {
         /// Files or directories (default: the current directory).
         paths: Vec<PathBuf>,
     },
+    /// Read the policies at a git ref, validate them and store the valid
+    /// ones as the policies in force.
+    ///
+    /// A refused file is reported with every `file:line:col` finding and the
+    /// last good version of that policy stays in force. Exit status 0 when
+    /// the sync ran (even with refused files), 1 when the repository could
+    /// not be read, 2 when no repository is configured.
+    Sync(SyncArgs),
+    /// Show the policy in force: its commit, blob, when it was synced, the
+    /// last refused newer version, and its text.
+    Show {
+        /// The policy's name.
+        name: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List the policies in force with their commits.
+    List {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Options of `policy sync`; each overrides the `[policy]` section of the
+/// configuration file.
+#[derive(Debug, clap::Args)]
+pub struct SyncArgs {
+    /// Repository: a local path or a URL (file://, ssh://, git@host:path).
+    #[arg(long, value_name = "PATH_OR_URL")]
+    repo: Option<String>,
+    /// Branch, tag or commit id (default `main`).
+    #[arg(long = "ref", value_name = "REF")]
+    git_ref: Option<String>,
+    /// Directory inside the repository holding the policies (default: all of it).
+    #[arg(long, value_name = "DIR")]
+    path: Option<String>,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 /// Runs a policy command.
-pub async fn run(command: PolicyCommand, _context: &Context) -> anyhow::Result<ExitCode> {
+pub async fn run(command: PolicyCommand, context: &Context) -> anyhow::Result<ExitCode> {
     match command {
         PolicyCommand::Lint { paths } => {
             let paths = if paths.is_empty() {
@@ -39,7 +99,411 @@ pub async fn run(command: PolicyCommand, _context: &Context) -> anyhow::Result<E
             print!("{output}");
             Ok(code)
         }
+        PolicyCommand::Sync(args) => {
+            let settings = SyncSettings::resolve(
+                context.config.policy.as_ref(),
+                args.repo.as_deref(),
+                args.git_ref.as_deref(),
+                args.path.as_deref(),
+            )?;
+            let db = context.db().await?;
+            let outcome = sync_once(&db, &settings, &context.cli_actor()).await?;
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&outcome.record)?);
+            } else {
+                print!("{}", render_sync(&settings.label, &outcome));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        PolicyCommand::Show { name, json } => {
+            let db = context.db().await?;
+            let policy = db.policy_in_force(&name).await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&policy)?);
+            } else {
+                print!("{}", render_show(&policy));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        PolicyCommand::List { json } => {
+            let db = context.db().await?;
+            let policies = db.policies_in_force().await?;
+            let state = db.policy_sync_state().await?;
+            if json {
+                let value = serde_json::json!({ "last_sync": state, "policies": policies });
+                println!("{}", serde_json::to_string_pretty(&value)?);
+            } else {
+                let mut out = String::new();
+                match &state {
+                    Some(s) => out.push_str(&format!(
+                        "last sync: {} at commit {} ({})\n",
+                        s.source,
+                        s.commit_id,
+                        s.synced_at.to_rfc3339()
+                    )),
+                    None => out.push_str("never synced: run `waveguard policy sync`\n"),
+                }
+                out.push_str(&format!(
+                    "{:<32} {:<12} {:<12} {:<25} STATUS\n",
+                    "NAME", "COMMIT", "BLOB", "SYNCED"
+                ));
+                for p in &policies {
+                    let status = match &p.last_error {
+                        Some(e) => format!("newer version refused at {}", short(&e.commit_id)),
+                        None => "ok".to_owned(),
+                    };
+                    out.push_str(&format!(
+                        "{:<32} {:<12} {:<12} {:<25} {status}\n",
+                        p.version.name,
+                        short(&p.version.commit_id),
+                        short(&p.version.blob_id),
+                        p.version.synced_at.to_rfc3339(),
+                    ));
+                }
+                print!("{out}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
     }
+}
+
+/// Where a sync reads from, resolved from the configuration and flags.
+#[derive(Debug, Clone)]
+pub struct SyncSettings {
+    /// The repository to read.
+    pub source: GitPolicySource,
+    /// Repository (password redacted), ref and directory, for messages and
+    /// the audit log.
+    pub label: String,
+}
+
+impl SyncSettings {
+    /// Flags override the `[policy]` configuration; a repository must come
+    /// from one of them.
+    fn resolve(
+        config: Option<&PolicySourceConfig>,
+        repo: Option<&str>,
+        git_ref: Option<&str>,
+        path: Option<&str>,
+    ) -> Result<SyncSettings, BadInput> {
+        let repo = repo
+            .or(config.map(|c| c.repo.as_str()))
+            .filter(|r| !r.trim().is_empty())
+            .ok_or_else(|| {
+                BadInput("no policy repository: pass --repo or set [policy] repo in the configuration file".into())
+            })?;
+        let git_ref = git_ref
+            .or(config.map(|c| c.git_ref.as_str()))
+            .unwrap_or("main")
+            .to_owned();
+        if git_ref.trim().is_empty() {
+            return Err(BadInput("--ref must not be empty".into()));
+        }
+        let subdir = path
+            .or(config.and_then(|c| c.path.as_deref()))
+            .map(str::to_owned)
+            .filter(|p| !p.trim_matches('/').is_empty());
+        let cache_dir = config
+            .and_then(|c| c.cache_dir.clone())
+            .unwrap_or_else(|| std::env::temp_dir().join("waveguard-policy-clones"));
+        let mut label = format!("{}@{git_ref}", redact_url(repo));
+        if let Some(dir) = &subdir {
+            label.push_str(&format!(":{dir}"));
+        }
+        Ok(SyncSettings {
+            source: GitPolicySource {
+                location: RepoLocation::parse(repo),
+                git_ref,
+                subdir,
+                cache_dir,
+            },
+            label,
+        })
+    }
+}
+
+/// Why a sync did not run to the end.
+#[derive(Debug, thiserror::Error)]
+pub enum SyncError {
+    /// The repository could not be read; nothing was stored.
+    #[error("cannot read policies from {label}")]
+    Read {
+        /// Repository, ref and directory.
+        label: String,
+        /// What git said.
+        #[source]
+        source: GitSourceError,
+    },
+    /// The blocking git reader panicked or was cancelled.
+    #[error("the git reader for {label} stopped before finishing")]
+    Reader {
+        /// Repository, ref and directory.
+        label: String,
+        /// Why it stopped.
+        #[source]
+        source: tokio::task::JoinError,
+    },
+    /// The database refused the outcome or could not be reached.
+    #[error("cannot store the policy sync of {label}")]
+    Store {
+        /// Repository, ref and directory.
+        label: String,
+        /// The datastore error.
+        #[source]
+        source: DbError,
+    },
+}
+
+/// What one sync decided and stored.
+#[derive(Debug, Clone)]
+pub struct SyncOutcome {
+    /// The decision, with the full diagnostics.
+    pub report: SyncReport,
+    /// What was handed to the database.
+    pub record: PolicySync,
+    /// Whether the database audited it (an idle sync is not).
+    pub recorded: RecordedSync,
+}
+
+/// Reads the policies at the configured ref, decides against what is in
+/// force now, and stores the outcome. A refused file is part of a
+/// successful sync; only an unreadable repository or a database failure is
+/// an error.
+pub async fn sync_once(db: &Db, settings: &SyncSettings, actor: &str) -> Result<SyncOutcome, SyncError> {
+    let store_err = |source| SyncError::Store {
+        label: settings.label.clone(),
+        source,
+    };
+    let previous: BTreeMap<String, InForce> = db
+        .policies_in_force()
+        .await
+        .map_err(store_err)?
+        .into_iter()
+        .map(|p| {
+            let v = p.version;
+            let entry = InForce {
+                name: v.name.clone(),
+                path: v.path,
+                commit_id: v.commit_id,
+                blob_id: v.blob_id,
+                source: v.content,
+            };
+            (v.name, entry)
+        })
+        .collect();
+    // gix is blocking; keep it off the async workers.
+    let source = settings.source.clone();
+    let snapshot = tokio::task::spawn_blocking(move || source.read())
+        .await
+        .map_err(|source| SyncError::Reader {
+            label: settings.label.clone(),
+            source,
+        })?
+        .map_err(|source| SyncError::Read {
+            label: settings.label.clone(),
+            source,
+        })?;
+    let report = plan_sync(&previous, &snapshot);
+    let record = to_record(&settings.label, &report);
+    let recorded = db.record_policy_sync(&record, actor).await.map_err(store_err)?;
+    Ok(SyncOutcome {
+        report,
+        record,
+        recorded,
+    })
+}
+
+fn to_record(label: &str, report: &SyncReport) -> PolicySync {
+    PolicySync {
+        source: label.to_owned(),
+        commit_id: report.commit_id.clone(),
+        in_force: report
+            .in_force
+            .values()
+            .map(|p| SyncedPolicy {
+                name: p.name.clone(),
+                path: p.path.clone(),
+                commit_id: p.commit_id.clone(),
+                blob_id: p.blob_id.clone(),
+                content: p.source.clone(),
+            })
+            .collect(),
+        changed: report.changed.clone(),
+        removed: report.removed.clone(),
+        rejected: report
+            .rejected
+            .iter()
+            .map(|r| RejectedPolicyFile {
+                path: r.path.clone(),
+                blob_id: r.blob_id.clone(),
+                diagnostics: r.diagnostics.clone(),
+                kept: r.kept.as_ref().map(|k| k.name.clone()),
+            })
+            .collect(),
+        warnings: report.warnings.clone(),
+    }
+}
+
+/// The first 12 hex digits of an object id, as `git log --oneline` would.
+fn short(id: &str) -> &str {
+    id.get(..12).unwrap_or(id)
+}
+
+fn render_sync(label: &str, outcome: &SyncOutcome) -> String {
+    let report = &outcome.report;
+    let mut out = format!("synced {label} at commit {}\n", report.commit_id);
+    for name in &report.changed {
+        if let Some(p) = report.in_force.get(name) {
+            out.push_str(&format!("updated {name}: {} (blob {})\n", p.path, p.blob_id));
+        }
+    }
+    for name in &report.removed {
+        out.push_str(&format!(
+            "removed {name}: its file is gone; running rollouts keep their version\n"
+        ));
+    }
+    for r in &report.rejected {
+        match &r.kept {
+            Some(kept) => out.push_str(&format!(
+                "rejected {} (blob {}): {} stays in force at commit {}\n",
+                r.path, r.blob_id, kept.name, kept.commit_id
+            )),
+            None => out.push_str(&format!("rejected {} (blob {}): not in force\n", r.path, r.blob_id)),
+        }
+        for line in &r.diagnostics {
+            out.push_str(&format!("  {line}\n"));
+        }
+    }
+    for line in &report.warnings {
+        out.push_str(&format!("{line}\n"));
+    }
+    let unchanged = report.in_force.len().saturating_sub(report.changed.len());
+    out.push_str(&format!(
+        "{} in force ({} updated, {unchanged} unchanged), {} removed, {} file(s) rejected\n",
+        report.in_force.len(),
+        report.changed.len(),
+        report.removed.len(),
+        report.rejected.len()
+    ));
+    out
+}
+
+fn render_show(p: &PolicyInForce) -> String {
+    let v = &p.version;
+    let mut out = format!("policy {}\n", v.name);
+    out.push_str(&format!("path:      {}\n", v.path));
+    out.push_str(&format!("commit:    {}\n", v.commit_id));
+    out.push_str(&format!("blob:      {}\n", v.blob_id));
+    out.push_str(&format!("synced at: {}\n", v.synced_at.to_rfc3339()));
+    out.push_str(&format!("last sync: commit {}\n", p.last_sync_commit));
+    match &p.last_error {
+        Some(e) => {
+            out.push_str(&format!(
+                "last sync error: {} (blob {}) at commit {} was rejected; this version stays in force\n",
+                e.path, e.blob_id, e.commit_id
+            ));
+            for line in &e.diagnostics {
+                out.push_str(&format!("  {line}\n"));
+            }
+        }
+        None => out.push_str("last sync error: none\n"),
+    }
+    out.push_str("---\n");
+    out.push_str(&v.content);
+    if !v.content.ends_with('\n') {
+        out.push('\n');
+    }
+    out
+}
+
+/// Starts the periodic sync of `serve` when a policy repository is
+/// configured: one sync at once, then one per `sync_interval`, until
+/// `shutdown` resolves. A failed sync is logged and retried at the next
+/// interval; it never stops the server. Errors only for a bad
+/// `sync_interval`, before anything starts.
+pub fn spawn_periodic_sync(
+    context: &Context,
+    db: Db,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<Option<JoinHandle<()>>> {
+    let Some(config) = context.config.policy.as_ref() else {
+        tracing::info!("no [policy] repository configured: policies are not synced");
+        return Ok(None);
+    };
+    let interval = sync_interval(&config.sync_interval)?;
+    let settings = SyncSettings::resolve(Some(config), None, None, None)?;
+    tracing::info!(source = %settings.label, interval = ?interval, "syncing policies periodically");
+    Ok(Some(tokio::spawn(periodic_sync(db, settings, interval, shutdown))))
+}
+
+fn sync_interval(text: &str) -> Result<Duration, BadInput> {
+    let bad = |why: String| BadInput(format!("[policy] sync_interval {text:?}: {why}"));
+    let delta = parse_duration(text).map_err(|e| bad(e.to_string()))?;
+    let interval = delta.to_std().map_err(|e| bad(e.to_string()))?;
+    if interval < MIN_SYNC_INTERVAL {
+        return Err(bad(format!("must be at least {}s", MIN_SYNC_INTERVAL.as_secs())));
+    }
+    Ok(interval)
+}
+
+async fn periodic_sync(
+    db: Db,
+    settings: SyncSettings,
+    interval: Duration,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) {
+    tokio::pin!(shutdown);
+    let mut ticker = tokio::time::interval(interval);
+    // A slow clone must not be followed by a burst of catch-up syncs.
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = &mut shutdown => break,
+            _ = ticker.tick() => {}
+        }
+        // Dropping a sync half-way on shutdown is safe: its transaction
+        // rolls back and the next start syncs again.
+        let outcome = tokio::select! {
+            () = &mut shutdown => break,
+            outcome = sync_once(&db, &settings, SERVE_SYNC_ACTOR) => outcome,
+        };
+        match outcome {
+            Ok(outcome) => log_outcome(&outcome),
+            Err(err) => {
+                let err = anyhow::Error::from(err);
+                tracing::error!(
+                    error = format!("{err:#}"),
+                    "policy sync failed; retrying at the next interval"
+                );
+            }
+        }
+    }
+    tracing::info!("policy sync stopped");
+}
+
+fn log_outcome(outcome: &SyncOutcome) {
+    let report = &outcome.report;
+    if !outcome.recorded.audited {
+        // Same commit as last time: its refusals were logged then.
+        tracing::debug!(commit = %report.commit_id, "policies unchanged");
+        return;
+    }
+    for r in &report.rejected {
+        tracing::warn!(
+            commit = %report.commit_id,
+            path = %r.path,
+            kept = r.kept.as_ref().map(|k| k.commit_id.as_str()),
+            diagnostics = %r.diagnostics.join("\n"),
+            "policy file rejected; the last good version stays in force"
+        );
+    }
+    tracing::info!(
+        commit = %report.commit_id,
+        changed = ?report.changed,
+        removed = ?report.removed,
+        rejected = report.rejected.len(),
+        "policies synced"
+    );
 }
 
 /// Lints the given paths; returns the exit code and the text to print.
@@ -138,7 +602,7 @@ mod tests {
             .replace("bake: 6h", "bake: soon");
         let file = dir.path().join("bmc-firmware.yaml");
         std::fs::write(&file, text).unwrap();
-        let (code, out) = lint(&[file.clone()]).unwrap();
+        let (code, out) = lint(std::slice::from_ref(&file)).unwrap();
         assert_eq!(code, ExitCode::FAILURE);
         let first = out.lines().next().unwrap();
         assert!(

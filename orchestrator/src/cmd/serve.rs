@@ -21,6 +21,7 @@ pub struct ServeArgs {
 pub async fn run(args: ServeArgs, context: Context) -> anyhow::Result<ExitCode> {
     let listen = args.listen.unwrap_or(context.config.listen);
     let db = context.db().await?;
+    let _policy_sync = super::policy::spawn_periodic_sync(&context, db.clone(), shutdown_signal())?;
     let listener = TcpListener::bind(listen)
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;
