@@ -14,7 +14,7 @@ pub const MAX_POLICY_FILES: usize = 1_000;
 pub enum RepoLocation {
     /// A repository on this machine, opened in place (bare or not).
     Local(PathBuf),
-    /// A URL (`file://`, `ssh://`, `git://`, scp-like `git@host:path`),
+    /// A URL (`https://`, `http://`, `file://`, `ssh://`, `git://`, scp-like `git@host:path`),
     /// cloned into the cache directory.
     Remote(String),
 }
