@@ -301,6 +301,16 @@ fn sync_and_show_exit_codes() {
         text(&out.stderr)
     );
 
+    // A password in the URL would end up in errors and the audit log.
+    let out = waveguard(
+        work.path(),
+        &url,
+        &["policy", "sync", "--repo", "https://bot:hunter2@git.example/p.git"],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("must not contain a password"));
+    assert!(!text(&out.stderr).contains("hunter2") && !text(&out.stdout).contains("hunter2"));
+
     let repo = policy_repo();
     let out = waveguard(
         work.path(),

@@ -72,7 +72,7 @@ pub enum PolicyCommand {
 /// configuration file.
 #[derive(Debug, clap::Args)]
 pub struct SyncArgs {
-    /// Repository: a local path or a URL (file://, ssh://, git@host:path).
+    /// Repository: a local path or a URL (https://, ssh://, git@host:path, file://).
     #[arg(long, value_name = "PATH_OR_URL")]
     repo: Option<String>,
     /// Branch, tag or commit id (default `main`).
@@ -192,6 +192,15 @@ impl SyncSettings {
             .ok_or_else(|| {
                 BadInput("no policy repository: pass --repo or set [policy] repo in the configuration file".into())
             })?;
+        if redact_url(repo) != repo {
+            // gix may repeat the URL in its errors, and the label goes to the
+            // audit log: a password in it would leak. Git's credential
+            // helpers (or an SSH key) keep it out of both.
+            return Err(BadInput(
+                "the policy repository URL must not contain a password: use a git credential helper or an SSH key"
+                    .into(),
+            ));
+        }
         let git_ref = git_ref
             .or(config.map(|c| c.git_ref.as_str()))
             .unwrap_or("main")
