@@ -45,9 +45,13 @@
 //! 5. **Caps.** Every wave but the last is filled greedily in that order
 //!    under membership caps per rack, NVLink domain and cluster, see
 //!    [`WaveCaps`] for the interpretation of the policy's `concurrency`
-//!    block. With nested strata the caps can always be met; otherwise the
-//!    wave records each [`CapRelaxation`]. The order of a wave's nodes is the
-//!    order the engine should start them in.
+//!    block. When racks and NVLink domains cross, the greedy pass can get
+//!    stuck short of the wave's size; the choice is then completed as a
+//!    maximum flow (source → cluster → rack → node → domain → sink, caps as
+//!    capacities) starting from the greedy choice. A choice within every cap
+//!    always exists because each cap is at least its stratum's fair share;
+//!    a wave would record a [`CapRelaxation`] if that ever failed. The
+//!    order of a wave's nodes is the order the engine should start them in.
 //! 6. **Control cohorts.** For each wave, comparable nodes (same platform and
 //!    same current versions of the target components) that are not in this
 //!    wave or an earlier one: first nodes of later waves in the wave's
@@ -74,6 +78,7 @@ mod input;
 mod plan;
 mod planner;
 mod rng;
+mod select;
 mod strata;
 
 pub use error::PlanError;

@@ -220,10 +220,12 @@ pub enum CapDimension {
 /// `per_nvlink_domain`, or `ceil(per_cluster_percent% of the cluster's
 /// nodes in the snapshot)`. A dimension the policy does not cap is not
 /// capped here either. The last wave takes every remaining node and has no
-/// caps. Because the fair shares of a stratum's parts add up to at least
-/// the stratum's fair share, caps over nested strata (domains within racks
-/// within clusters) can always be met by the greedy pass; only
-/// non-nested labels can force a relaxation, which the wave records.
+/// caps. Every cap is at least the stratum's fair share, so a choice of
+/// exactly `wave_size` nodes within all caps always exists (racks and
+/// domains are keyed within their cluster; see the `select` module for the
+/// argument), and the planner finds one: greedily in stratified order,
+/// completed by maximum flow when racks and domains cross. A
+/// [`CapRelaxation`] is recorded only if that ever failed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WaveCaps {
     /// Nodes the wave takes.

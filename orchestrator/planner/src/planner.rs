@@ -16,6 +16,7 @@ use crate::plan::{
     RollbackAssessment, RollbackBlocker, SizeRule, WaveBlocker, WaveCaps, WavePlan,
 };
 use crate::rng::SplitMix64;
+use crate::select::select_with_caps;
 use crate::strata::{choose_dims, stratified_order};
 
 /// Smallest control cohort worth naming: below about this many nodes the
@@ -380,79 +381,6 @@ pub(crate) fn cap_strata(node: &NodeSnapshot) -> Vec<(CapDimension, String)> {
         ));
     }
     strata
-}
-
-/// Takes `size` nodes from `order`, first within the caps; if the caps
-/// cannot be met (overlapping strata) fills up in order and reports every
-/// cap exceeded.
-fn select_with_caps(
-    order: &[Idx],
-    size: usize,
-    nodes: &[&NodeSnapshot],
-    caps: &WaveCaps,
-    cluster_sizes: &BTreeMap<&str, usize>,
-) -> (Vec<Idx>, Vec<CapRelaxation>) {
-    let mut pool: BTreeMap<(CapDimension, String), usize> = BTreeMap::new();
-    for &i in order {
-        for stratum in cap_strata(nodes[i]) {
-            *pool.entry(stratum).or_default() += 1;
-        }
-    }
-    let limit = |stratum: &(CapDimension, String), node: &NodeSnapshot| {
-        let cluster_nodes = cluster_sizes.get(node.cluster.as_str()).copied().unwrap_or(0);
-        caps.limit(stratum.0, pool.get(stratum).copied().unwrap_or(0), cluster_nodes)
-    };
-    let mut taken: BTreeMap<(CapDimension, String), usize> = BTreeMap::new();
-    let mut selected = Vec::with_capacity(size);
-    let mut used = vec![false; order.len()];
-    for (pos, &i) in order.iter().enumerate() {
-        if selected.len() == size {
-            break;
-        }
-        let strata = cap_strata(nodes[i]);
-        let fits = strata
-            .iter()
-            .all(|s| limit(s, nodes[i]).is_none_or(|cap| taken.get(s).copied().unwrap_or(0) < cap));
-        if fits {
-            for s in strata {
-                *taken.entry(s).or_default() += 1;
-            }
-            selected.push(i);
-            used[pos] = true;
-        }
-    }
-    let mut relaxations = Vec::new();
-    if selected.len() < size {
-        for (pos, &i) in order.iter().enumerate() {
-            if selected.len() == size {
-                break;
-            }
-            if !used[pos] {
-                for s in cap_strata(nodes[i]) {
-                    *taken.entry(s).or_default() += 1;
-                }
-                selected.push(i);
-            }
-        }
-        let mut seen = BTreeSet::new();
-        for &i in &selected {
-            for s in cap_strata(nodes[i]) {
-                let planned = taken.get(&s).copied().unwrap_or(0);
-                if let Some(cap) = limit(&s, nodes[i])
-                    && planned > cap
-                    && seen.insert(s.clone())
-                {
-                    relaxations.push(CapRelaxation {
-                        dimension: s.0,
-                        stratum: s.1,
-                        limit: cap,
-                        planned,
-                    });
-                }
-            }
-        }
-    }
-    (selected, relaxations)
 }
 
 /// A node's comparability class, if it has target components at all.
