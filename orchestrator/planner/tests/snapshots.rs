@@ -103,16 +103,20 @@ fn bmc_plan_for_the_60_node_fleet() {
 
 #[test]
 fn full_plan_format_for_a_small_fleet() {
+    // Eight BMCs: six to update over two waves, one unhealthy, one done.
     let mut nodes = Vec::new();
-    for (i, (cluster, rack)) in [("sjc1", "r1"), ("sjc1", "r2"), ("ams1", "r3"), ("ams1", "r4")]
-        .iter()
-        .enumerate()
-    {
-        let id = i as i64 + 1;
-        let mut n = node(id, &format!("gpu-{rack}-n01"), cluster, rack, "");
+    for i in 0..8i64 {
+        let (cluster, rack) = [("sjc1", "r1"), ("sjc1", "r2"), ("ams1", "r3"), ("ams1", "r4")][(i % 4) as usize];
+        let mut n = node(i + 1, &format!("bmc-{rack}-n{}", i / 4 + 1), cluster, rack, "");
         n.components.retain(|c| c.inventory_id == "BMC_Firmware");
         nodes.push(n);
     }
+    nodes[6].health.healthy = false;
+    nodes[6].health.summary = Some("BMC event log: PSU 1 failed".into());
+    nodes[7].components[0].version = BMC_TARGET.into();
     let plan = make(&FleetSnapshot { nodes }, "bmc-firmware.yaml", &bmc_release(), 1);
+    let stored = serde_json::to_string(&plan).expect("serialise");
+    let loaded: Plan = serde_json::from_str(&stored).expect("a stored plan reads back");
+    assert_eq!(loaded, plan, "the stored form is lossless");
     insta::assert_json_snapshot!(plan);
 }
