@@ -980,7 +980,11 @@ impl Db {
                 what: "step",
                 key: step.to_string(),
             })?;
-        if let Some(to) = change.state.filter(|to| *to != from) {
+        let moved = change.state.filter(|to| *to != from);
+        // A retry is a decision too (and the evidence of a flaky BMC).
+        let retried = matches!(change.next_attempt_at, Some(Some(_)));
+        if moved.is_some() || retried {
+            let to = moved.unwrap_or(from);
             let mut details = details;
             if let Some(obj) = details.as_object_mut() {
                 obj.insert("from".into(), from.as_str().into());
@@ -993,7 +997,11 @@ impl Db {
                 &txn,
                 now,
                 ENGINE_ACTOR,
-                "step.transition",
+                if moved.is_some() {
+                    "step.transition"
+                } else {
+                    "step.retry"
+                },
                 "step",
                 &step.to_string(),
                 details,

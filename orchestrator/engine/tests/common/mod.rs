@@ -52,7 +52,7 @@ bmc_faults:
   reset_time: {{min: 30s, max: 60s}}
   reboot_time: {{min: 1m, max: 2m}}
 "#,
-        racks = nodes.div_ceil(10).max(1),
+        racks = nodes.div_ceil(10).max(3),
     );
     Scenario::from_yaml_str(&yaml).unwrap_or_else(|e| panic!("scenario: {e}"))
 }
