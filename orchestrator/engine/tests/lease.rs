@@ -1,0 +1,186 @@
+//! The executor lease and its fencing token, on SQLite and PostgreSQL: a
+//! controller whose lease was taken over can never write execution state
+//! again.
+
+use std::sync::Arc;
+
+use chrono::{Duration, Utc};
+use orchestrator_db::DbError;
+use orchestrator_db::execution::{NewPlan, NewStep, NewWave, StepChange, StepFilter, StepState};
+use orchestrator_db::model::{NewNode, NewRelease, NewRollout, NodeLabels};
+use orchestrator_db::testing::TestDb;
+use orchestrator_types::{ComponentKind, FirmwareVersion, ManualClock};
+
+#[tokio::test]
+async fn a_stale_token_cannot_write() {
+    let clock = Arc::new(ManualClock::new(Utc::now()));
+    for test_db in TestDb::all_backends_with_clock(clock.clone()).await {
+        let db = &test_db.db;
+        let backend = test_db.backend();
+        let a = db
+            .acquire_lease("executor", "a", Duration::seconds(30))
+            .await
+            .unwrap()
+            .expect("a takes it");
+        assert_eq!(a.token, 1);
+        assert!(
+            db.acquire_lease("executor", "b", Duration::seconds(30))
+                .await
+                .unwrap()
+                .is_none(),
+            "{backend:?}"
+        );
+        let renewed = db
+            .acquire_lease("executor", "a", Duration::seconds(30))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(renewed.token, 1, "renewal keeps the token");
+
+        db.import_nodes(
+            &[NewNode {
+                name: "n1".into(),
+                bmc_url: "http://127.0.0.1:1".into(),
+                credential_ref: "x".into(),
+                platform_sku: "sku".into(),
+                labels: NodeLabels {
+                    region: "r".into(),
+                    cluster: "c".into(),
+                    rack: "k".into(),
+                    nvlink_domain: "n".into(),
+                },
+            }],
+            "test",
+        )
+        .await
+        .unwrap();
+        let node = db.node_by_name("n1").await.unwrap();
+        let release = db
+            .add_release(
+                &NewRelease {
+                    component_kind: ComponentKind::Gpu,
+                    version: FirmwareVersion::parse("2.0").unwrap(),
+                    image_uri: "http://images/2.0".into(),
+                    sha256: "a".repeat(64),
+                    size_bytes: 1,
+                    platforms: vec!["sku".into()],
+                    release_notes: String::new(),
+                },
+                "alice",
+            )
+            .await
+            .unwrap();
+        let rollout = db
+            .start_rollout(
+                &NewRollout {
+                    release_id: release.id,
+                    policy_name: "p".into(),
+                    policy_commit: "c".into(),
+                    policy_blob: "b".into(),
+                    seed: 1,
+                },
+                "name: p",
+                &NewPlan {
+                    waves: vec![NewWave {
+                        name: "w".into(),
+                        bake_seconds: 0,
+                        approvals_required: 0,
+                        max_in_flight: 1,
+                        gates: vec![],
+                        control_nodes: vec![],
+                        steps: vec![NewStep {
+                            node_id: node.id,
+                            inventory_id: "GPU_0".into(),
+                            expected_from_version: "1.0".into(),
+                        }],
+                    }],
+                    rollback_assessment: serde_json::json!({"possible": true}),
+                },
+                "alice",
+            )
+            .await
+            .unwrap();
+        let step = db
+            .steps(&StepFilter {
+                rollout_id: Some(rollout.id),
+                ..Default::default()
+            })
+            .await
+            .unwrap()[0]
+            .clone();
+        let to = |state| StepChange {
+            state: Some(state),
+            ..Default::default()
+        };
+        db.transition_step(
+            &a,
+            step.id,
+            StepState::Pending,
+            &to(StepState::Prechecked),
+            serde_json::json!({}),
+        )
+        .await
+        .unwrap();
+        // A conditional write from a stale read loses.
+        let stale = db
+            .transition_step(
+                &a,
+                step.id,
+                StepState::Pending,
+                &to(StepState::Skipped),
+                serde_json::json!({}),
+            )
+            .await;
+        assert!(matches!(stale, Err(DbError::Stale { .. })), "{backend:?}: {stale:?}");
+
+        // A stops renewing; B takes over after expiry with a higher token.
+        clock.advance(Duration::seconds(31));
+        let b = db
+            .acquire_lease("executor", "b", Duration::seconds(30))
+            .await
+            .unwrap()
+            .expect("b takes over");
+        assert_eq!(b.token, 2);
+        let fenced = db
+            .transition_step(
+                &a,
+                step.id,
+                StepState::Prechecked,
+                &to(StepState::Pushing),
+                serde_json::json!({}),
+            )
+            .await;
+        assert!(
+            matches!(fenced, Err(DbError::Fenced { token: 1, .. })),
+            "{backend:?}: {fenced:?}"
+        );
+        assert_eq!(
+            db.step(step.id).await.unwrap().state,
+            StepState::Prechecked,
+            "the fenced write changed nothing"
+        );
+        db.transition_step(
+            &b,
+            step.id,
+            StepState::Prechecked,
+            &to(StepState::Pushing),
+            serde_json::json!({}),
+        )
+        .await
+        .unwrap();
+        // A comes back: it cannot take the lease while B holds it.
+        assert!(
+            db.acquire_lease("executor", "a", Duration::seconds(30))
+                .await
+                .unwrap()
+                .is_none()
+        );
+        db.release_lease(&b).await.unwrap();
+        let again = db
+            .acquire_lease("executor", "a", Duration::seconds(30))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(again.token, 3, "a released lease is taken over with a new token");
+    }
+}
