@@ -53,6 +53,31 @@ impl<'a> EndpointResolver<'a> {
     }
 }
 
+/// A node record carrying only what endpoint resolution reads, for callers
+/// (the engine) that know a node by its BMC URL and credential reference.
+pub fn node_for_access(bmc_url: &str, credential_ref: &str) -> Node {
+    let epoch = chrono::DateTime::<chrono::Utc>::UNIX_EPOCH;
+    Node {
+        id: orchestrator_types::NodeId(0),
+        name: String::new(),
+        bmc_url: bmc_url.to_owned(),
+        credential_ref: credential_ref.to_owned(),
+        platform_sku: String::new(),
+        labels: orchestrator_db::model::NodeLabels {
+            region: String::new(),
+            cluster: String::new(),
+            rack: String::new(),
+            nvlink_domain: String::new(),
+        },
+        state: orchestrator_types::NodeState::Active,
+        state_reason: None,
+        last_discovered_at: None,
+        last_discovery_error: None,
+        created_at: epoch,
+        updated_at: epoch,
+    }
+}
+
 fn resolve_profile(
     name: &str,
     source: Option<&CredentialSource>,

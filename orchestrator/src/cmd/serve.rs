@@ -28,12 +28,46 @@ pub async fn run(args: ServeArgs, context: Context) -> anyhow::Result<ExitCode> 
     let local = listener.local_addr().context("listener address")?;
     tracing::info!(address = %local, database = ?db.backend(), "waveguard serving");
     println!("waveguard listening on http://{local}");
+    let engine = start_engine(&db, &context);
     web::serve(listener, AppState::new(db.clone()), shutdown_signal())
         .await
         .context("HTTP server failed")?;
     tracing::info!("shutting down");
+    // Finishes the current pass and gives the executor lease up, so a
+    // standby replica takes over at once instead of after the lease TTL.
+    engine.shutdown().await;
     db.close().await.context("closing the database")?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Starts the rollout engine. Every replica runs one; only the holder of
+/// the executor lease executes.
+fn start_engine(db: &orchestrator_db::Db, context: &Context) -> orchestrator_engine::Engine {
+    let profiles = std::sync::Arc::new(context.config.credentials.clone());
+    let resolve = std::sync::Arc::new(move |bmc_url: &str, credential_ref: &str| {
+        let node = crate::bmc_access::node_for_access(bmc_url, credential_ref);
+        crate::bmc_access::EndpointResolver::new(&profiles)
+            .endpoint(&node)
+            .map_err(|e| e.to_string())
+    });
+    let connector = std::sync::Arc::new(orchestrator_engine::RedfishConnector::new(
+        orchestrator_bmc::HttpClients::new(),
+        resolve,
+    ));
+    let config = orchestrator_engine::EngineConfig {
+        holder: format!(
+            "{}:{}",
+            std::env::var("HOSTNAME").unwrap_or_else(|_| "waveguard".into()),
+            std::process::id()
+        ),
+        ..Default::default()
+    };
+    orchestrator_engine::Engine::start(
+        db.clone(),
+        config,
+        connector,
+        std::sync::Arc::new(orchestrator_engine::GatelessJudge),
+    )
 }
 
 /// Resolves on the first SIGINT (Ctrl-C) or SIGTERM.
