@@ -227,7 +227,7 @@ pub fn parse_yaml(text: &str) -> Result<Vec<NewNode>, Vec<RowError>> {
     let mut nodes = Vec::new();
     let mut errors = Vec::new();
     for entry in entries {
-        let line = u64::from(entry.referenced.line());
+        let line = entry.referenced.line();
         let raw = entry.value;
         let node = NewNode {
             name: raw.name,
@@ -253,8 +253,8 @@ fn yaml_error(err: &serde_saphyr::Error) -> RowError {
     let message = message.lines().next().unwrap_or_default().to_owned();
     match err.location() {
         Some(location) => RowError {
-            line: u64::from(location.line()),
-            column: u64::from(location.column()),
+            line: location.line(),
+            column: location.column(),
             message,
         },
         None => RowError {
@@ -348,7 +348,7 @@ mod tests {
                 ],
             ),
             (
-                &"n1,http://a,c,s,r,c,r,d\nn2,not-a-url,c,s,r,c,r,d\nn3,http://c,c,s,r,c,r\n,http://d,c,s,r,c,r,d\nn1,http://e,c,s,r,c,r,d\n",
+                "n1,http://a,c,s,r,c,r,d\nn2,not-a-url,c,s,r,c,r,d\nn3,http://c,c,s,r,c,r\n,http://d,c,s,r,c,r,d\nn1,http://e,c,s,r,c,r,d\n",
                 &[
                     "3: bmc_url: not a URL: relative URL without a base",
                     "4: has 7 fields, the header has 8",

@@ -142,6 +142,13 @@ fn replace_database(url: &str, database: &str) -> String {
     }
 }
 
+impl TestDb {
+    /// Runs raw SQL, to prove what the schema itself refuses.
+    pub async fn execute_raw(&self, sql: &str) -> Result<(), sea_orm::DbErr> {
+        self.db.conn.execute_unprepared(sql).await.map(|_| ())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::replace_database;
@@ -157,12 +164,5 @@ mod tests {
             replace_database("postgres://u@h/test?sslmode=disable", "x"),
             "postgres://u@h/x?sslmode=disable"
         );
-    }
-}
-
-impl TestDb {
-    /// Runs raw SQL, to prove what the schema itself refuses.
-    pub async fn execute_raw(&self, sql: &str) -> Result<(), sea_orm::DbErr> {
-        self.db.conn.execute_unprepared(sql).await.map(|_| ())
     }
 }

@@ -365,6 +365,9 @@ async fn users_are_unique_and_never_expose_their_hash() {
 async fn migrations_are_idempotent() {
     for t in TestDb::all_backends().await {
         t.db.migrate().await.unwrap();
-        assert_eq!(t.db.applied_migrations().await.unwrap(), ["m0001_foundation", "m0002_policies"]);
+        assert_eq!(
+            t.db.applied_migrations().await.unwrap(),
+            ["m0001_foundation", "m0002_policies", "m0003_execution"]
+        );
     }
 }

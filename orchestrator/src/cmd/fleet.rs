@@ -85,8 +85,8 @@ pub async fn run(command: FleetCommand, context: &Context) -> anyhow::Result<Exi
                 println!("{}", serde_json::to_string_pretty(&nodes)?);
             } else {
                 println!(
-                    "{:<24} {:<12} {:<16} {:<10} {:<10} {}",
-                    "NAME", "STATE", "SKU", "CLUSTER", "RACK", "BMC"
+                    "{:<24} {:<12} {:<16} {:<10} {:<10} BMC",
+                    "NAME", "STATE", "SKU", "CLUSTER", "RACK"
                 );
                 for node in nodes {
                     println!(

@@ -126,10 +126,7 @@ pub async fn run(command: ReleaseCommand, context: &Context) -> anyhow::Result<E
             if json {
                 println!("{}", serde_json::to_string_pretty(&releases)?);
             } else {
-                println!(
-                    "{:<6} {:<6} {:<20} {:<12} {}",
-                    "ID", "KIND", "VERSION", "STATE", "PLATFORMS"
-                );
+                println!("{:<6} {:<6} {:<20} {:<12} PLATFORMS", "ID", "KIND", "VERSION", "STATE");
                 for r in releases {
                     println!(
                         "{:<6} {:<6} {:<20} {:<12} {}",
