@@ -41,6 +41,10 @@ pub struct AppState {
     pub db: Db,
     /// The controller's own metrics.
     pub metrics: Arc<Metrics>,
+    /// Wakes the rollout engine after a rollout command, so an approval or
+    /// a pause takes effect now rather than at the next periodic pass.
+    /// `None` when this process runs no engine (tests, API-only replicas).
+    pub engine_nudge: Option<orchestrator_engine::Nudge>,
 }
 
 impl AppState {
@@ -49,6 +53,20 @@ impl AppState {
         Self {
             db,
             metrics: Arc::new(Metrics::new()),
+            engine_nudge: None,
+        }
+    }
+
+    /// The same state, nudging `nudge` after every rollout command.
+    pub fn with_engine_nudge(mut self, nudge: orchestrator_engine::Nudge) -> Self {
+        self.engine_nudge = Some(nudge);
+        self
+    }
+
+    /// Wakes the engine if this process runs one.
+    pub(crate) fn nudge_engine(&self) {
+        if let Some(nudge) = &self.engine_nudge {
+            nudge.nudge();
         }
     }
 }

@@ -58,6 +58,7 @@ pub use error::EngineError;
 pub use health::{GatelessJudge, HealthJudge, Verdict, VerdictOutcome};
 pub use orchestrator_db::execution::{Blocker, ENGINE_ACTOR};
 pub use runner::{Engine, Nudge};
+pub use start::start_rollout_planned;
 pub use start::{StartRollout, fleet_snapshot, parse_policy, plan_to_rows, rollout, start_rollout};
 
 /// The error and its sources on one line, for logs.

@@ -143,6 +143,17 @@ pub fn plan_to_rows(plan: &Plan) -> NewPlan {
 
 /// Plans and stores a rollout; it starts executing on the next pass.
 pub async fn start_rollout(db: &Db, request: &StartRollout, actor: &str) -> Result<ExecRollout, EngineError> {
+    Ok(start_rollout_planned(db, request, actor).await?.0)
+}
+
+/// [`start_rollout`], also returning the plan it stored, for callers that
+/// show a summary (exclusions by reason, control cohorts) the stored rows
+/// do not keep.
+pub async fn start_rollout_planned(
+    db: &Db,
+    request: &StartRollout,
+    actor: &str,
+) -> Result<(ExecRollout, Plan), EngineError> {
     let policy = parse_policy(&request.policy_source)?;
     if let Some(first) = policy.waves.first()
         && matches!(first.approval, orchestrator_policy::Approval::Manual { .. })
@@ -190,7 +201,8 @@ pub async fn start_rollout(db: &Db, request: &StartRollout, actor: &str) -> Resu
         policy_blob: request.policy_blob.clone().unwrap_or_else(inline),
         seed: request.seed,
     };
-    Ok(db.start_rollout(&new, &request.policy_source, &rows, actor).await?)
+    let stored = db.start_rollout(&new, &request.policy_source, &rows, actor).await?;
+    Ok((stored, plan))
 }
 
 /// Convenience for callers holding only an id.

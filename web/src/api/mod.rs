@@ -3,6 +3,7 @@
 mod audit;
 mod nodes;
 mod releases;
+mod rollouts;
 
 use axum::extract::{FromRequest, FromRequestParts};
 use axum::http::request::Parts;
@@ -66,12 +67,22 @@ impl<S: Send + Sync> FromRequestParts<S> for Actor {
         releases::list_gate_results,
         releases::record_gate_result,
         audit::list_audit,
+        rollouts::start,
+        rollouts::list,
+        rollouts::get,
+        rollouts::steps,
+        rollouts::approve,
+        rollouts::pause,
+        rollouts::resume,
+        rollouts::abort,
+        rollouts::rollback,
     ),
     components(schemas(ErrorBody, ErrorDetail)),
     tags(
         (name = "nodes", description = "The fleet: servers and their BMCs"),
         (name = "releases", description = "Firmware releases and their qualification"),
         (name = "audit", description = "The append-only audit log"),
+        (name = "rollouts", description = "Staged rollouts: plans, waves, approvals and commands"),
     )
 )]
 pub struct ApiDoc;
@@ -89,6 +100,14 @@ pub(crate) fn router() -> Router<AppState> {
             get(releases::list_gate_results).post(releases::record_gate_result),
         )
         .route("/audit", get(audit::list_audit))
+        .route("/rollouts", get(rollouts::list).post(rollouts::start))
+        .route("/rollouts/{id}", get(rollouts::get))
+        .route("/rollouts/{id}/steps", get(rollouts::steps))
+        .route("/rollouts/{id}/waves/{wave}/approve", post(rollouts::approve))
+        .route("/rollouts/{id}/pause", post(rollouts::pause))
+        .route("/rollouts/{id}/resume", post(rollouts::resume))
+        .route("/rollouts/{id}/abort", post(rollouts::abort))
+        .route("/rollouts/{id}/rollback", post(rollouts::rollback))
 }
 
 async fn openapi() -> Json<utoipa::openapi::OpenApi> {

@@ -1,0 +1,522 @@
+//! The rollout API in-process (`oneshot`), on every database backend: no
+//! engine runs, so every state seen is what the API itself recorded.
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::{Method, Request, StatusCode, header};
+use http_body_util::BodyExt;
+use orchestrator_db::Db;
+use orchestrator_db::model::{ComponentReading, NewNode, NewRelease, NodeLabels};
+use orchestrator_db::testing::TestDb;
+use orchestrator_engine::{StartRollout, start_rollout};
+use orchestrator_types::{ComponentKind, FirmwareVersion, QualificationState, ReleaseId, TransitionRequest};
+use serde_json::{Value, json};
+use tower::ServiceExt;
+use web::{AppState, app};
+
+const SKU: &str = "hgx-h100-8gpu";
+const FROM: &str = "96.00.5E.00.01";
+const TO: &str = "96.00.61.00.01";
+
+async fn call(app: &Router, method: Method, uri: &str, body: Option<&str>) -> (StatusCode, Value) {
+    let mut request = Request::builder().method(method).uri(uri);
+    if body.is_some() {
+        request = request.header(header::CONTENT_TYPE, "application/json");
+    }
+    let request = request
+        .body(body.map_or_else(Body::empty, |b| Body::from(b.to_owned())))
+        .unwrap();
+    let response = app.clone().oneshot(request).await.unwrap();
+    let status = response.status();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    let value =
+        serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into()));
+    (status, value)
+}
+
+fn policy_yaml() -> String {
+    format!(
+        r#"name: api-gpu
+target:
+  component: gpu
+  inventory_id: "HGX_FW_GPU_*"
+  platforms: [{SKU}]
+versions:
+  allow_downgrade: false
+qualification:
+  required_gates: []
+waves:
+  - name: canary
+    count: 2
+    bake: 10m
+    max_in_flight: 2
+  - name: rest
+    rest: true
+    bake: 10m
+    approval: manual
+    approvers: 1
+    max_in_flight: 10
+concurrency:
+  max_in_flight: 10
+failure_budget:
+  max_failed: 1
+rollback:
+  automatic: true
+  scope: rollout
+"#
+    )
+}
+
+/// Eight GPU nodes on `FROM` (one of them quarantined-worthy: unhealthy
+/// discovery is not modelled here, so one is left without inventory and is
+/// excluded) and a qualified release `TO`.
+async fn seed(db: &Db) -> ReleaseId {
+    let nodes: Vec<NewNode> = (0..8)
+        .map(|i| NewNode {
+            name: format!("node-{i}"),
+            bmc_url: format!("https://bmc-{i}.example"),
+            credential_ref: "lab".into(),
+            platform_sku: SKU.into(),
+            labels: NodeLabels {
+                region: "r1".into(),
+                cluster: format!("c{}", i % 2),
+                rack: format!("rack-{}", i % 4),
+                nvlink_domain: format!("nvl-{}", i % 4),
+            },
+        })
+        .collect();
+    db.import_nodes(&nodes, "test").await.unwrap();
+    for node in db.list_nodes(&Default::default()).await.unwrap() {
+        if node.name == "node-7" {
+            continue;
+        }
+        let readings: Vec<ComponentReading> = (0..8)
+            .map(|g| ComponentReading {
+                inventory_id: format!("HGX_FW_GPU_{g}"),
+                kind: ComponentKind::Gpu,
+                version: FirmwareVersion::parse(FROM).unwrap(),
+                updateable: true,
+                software_id: None,
+                health: Some("OK".into()),
+            })
+            .collect();
+        db.record_inventory(node.id, &readings).await.unwrap();
+    }
+    let release = db
+        .add_release(
+            &NewRelease {
+                component_kind: ComponentKind::Gpu,
+                version: FirmwareVersion::parse(TO).unwrap(),
+                image_uri: "https://images.example/gpu.fw".into(),
+                sha256: "0123456789abcdef".repeat(4),
+                size_bytes: 1024,
+                platforms: vec![SKU.into()],
+                release_notes: String::new(),
+            },
+            "alice",
+        )
+        .await
+        .unwrap();
+    for to in [QualificationState::Qualifying, QualificationState::Qualified] {
+        db.transition_release(release.id, &TransitionRequest { to, reason: None }, "alice")
+            .await
+            .unwrap();
+    }
+    release.id
+}
+
+fn start_body(release: ReleaseId) -> String {
+    json!({ "release_id": release.0, "policy_yaml": policy_yaml(), "seed": 7 }).to_string()
+}
+
+async fn audit_actions(app: &Router, subject_type: &str, subject_id: i64) -> Vec<(String, String)> {
+    let (status, audit) = call(
+        app,
+        Method::GET,
+        &format!("/api/v1/audit?subject_type={subject_type}&subject_id={subject_id}"),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{audit}");
+    audit
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["action"].as_str().unwrap().to_owned(),
+                e["actor"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_rollout_from_an_inline_policy_shows_its_plan_waves_and_steps() {
+    for t in TestDb::all_backends().await {
+        let release = seed(&t.db).await;
+        let app = app(AppState::new(t.db.clone()));
+        let (status, plan) = call(&app, Method::POST, "/api/v1/rollouts", Some(&start_body(release))).await;
+        assert_eq!(status, StatusCode::CREATED, "{plan}");
+        assert_eq!(plan["fleet_nodes"], 8);
+        assert_eq!(plan["planned_nodes"], 7);
+        assert_eq!(plan["planned_components"], 56);
+        let excluded: u64 = plan["excluded"]
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|v| v.as_u64().unwrap())
+            .sum();
+        assert_eq!(excluded, 1, "{plan}");
+        assert_eq!(plan["waves"][0]["name"], "canary");
+        assert_eq!(plan["waves"][0]["nodes"], 2);
+        assert_eq!(plan["waves"][1]["nodes"], 5);
+        assert_eq!(plan["waves"][1]["approvals_required"], 1);
+        assert!(plan["waves"][0]["control_cohort"].as_u64().unwrap() > 0, "{plan}");
+        assert_eq!(plan["rollback"]["possible"], true);
+        assert_eq!(plan["rollback"]["automatic"], true);
+        assert_eq!(plan["rollout"]["state"], "running");
+        assert!(
+            plan["rollout"]["policy_commit"]
+                .as_str()
+                .unwrap()
+                .starts_with("inline:")
+        );
+        assert!(plan["rollout"].get("policy_source").is_none());
+        let id = plan["rollout"]["id"].as_i64().unwrap();
+
+        let (status, list) = call(&app, Method::GET, "/api/v1/rollouts", None).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(list.as_array().unwrap().len(), 1);
+        assert_eq!(list[0]["id"], id);
+
+        let (status, detail) = call(&app, Method::GET, &format!("/api/v1/rollouts/{id}"), None).await;
+        assert_eq!(status, StatusCode::OK, "{detail}");
+        assert_eq!(detail["release"]["version"], TO);
+        assert_eq!(detail["policy_name"], "api-gpu");
+        assert_eq!(detail["progress"]["pending"], 7);
+        assert_eq!(detail["waves"][0]["name"], "canary");
+        assert_eq!(detail["waves"][0]["state"], "planned");
+        assert_eq!(detail["waves"][0]["progress"]["pending"], 2);
+        // Approvals gate promotion out of a wave: the canary needs the
+        // approvals the next (manual) wave asks for.
+        assert_eq!(detail["waves"][0]["approvals"]["need"], 1);
+        assert_eq!(detail["waves"][0]["approvals"]["have"], 0);
+        assert_eq!(detail["waves"][0]["bake_ends_at"], Value::Null);
+
+        let steps_uri = format!("/api/v1/rollouts/{id}/steps");
+        let (status, page) = call(&app, Method::GET, &format!("{steps_uri}?limit=3"), None).await;
+        assert_eq!(status, StatusCode::OK, "{page}");
+        assert_eq!(page["total"], 7);
+        assert_eq!(page["steps"].as_array().unwrap().len(), 3);
+        let (_, page2) = call(&app, Method::GET, &format!("{steps_uri}?limit=3&offset=6"), None).await;
+        assert_eq!(page2["steps"].as_array().unwrap().len(), 1);
+        let (_, canary) = call(&app, Method::GET, &format!("{steps_uri}?wave=canary"), None).await;
+        assert_eq!(canary["total"], 2);
+        let (_, by_position) = call(&app, Method::GET, &format!("{steps_uri}?wave=1"), None).await;
+        assert_eq!(by_position["total"], 5);
+        let node = canary["steps"][0]["node_id"].as_i64().unwrap();
+        let (_, one) = call(
+            &app,
+            Method::GET,
+            &format!("{steps_uri}?node={node}&state=pending"),
+            None,
+        )
+        .await;
+        assert_eq!(one["total"], 1);
+        let (_, none) = call(&app, Method::GET, &format!("{steps_uri}?state=flashing"), None).await;
+        assert_eq!(none["total"], 0);
+        let (_, by_name) = call(&app, Method::GET, &format!("{steps_uri}?node=node-7"), None).await;
+        assert_eq!(by_name["total"], 0, "node-7 was excluded");
+
+        for (uri, want) in [
+            (format!("{steps_uri}?state=sideways"), StatusCode::BAD_REQUEST),
+            (format!("{steps_uri}?limit=0"), StatusCode::BAD_REQUEST),
+            (format!("{steps_uri}?wave=nope"), StatusCode::NOT_FOUND),
+            (format!("{steps_uri}?node=no-such-node"), StatusCode::NOT_FOUND),
+            (format!("{steps_uri}?colour=red"), StatusCode::BAD_REQUEST),
+            ("/api/v1/rollouts/999/steps".to_owned(), StatusCode::NOT_FOUND),
+            ("/api/v1/rollouts/999".to_owned(), StatusCode::NOT_FOUND),
+            ("/api/v1/rollouts/abc".to_owned(), StatusCode::BAD_REQUEST),
+        ] {
+            let (status, body) = call(&app, Method::GET, &uri, None).await;
+            assert_eq!(status, want, "{uri}: {body}");
+            assert!(body["error"]["code"].is_string(), "{uri}: {body}");
+        }
+
+        let actions = audit_actions(&app, "rollout", id).await;
+        assert!(
+            actions.contains(&("rollout.start".to_owned(), "api".to_owned())),
+            "{actions:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn bad_start_requests_get_clear_4xx_errors_and_create_nothing() {
+    for t in TestDb::all_backends().await {
+        let release = seed(&t.db).await;
+        let app = app(AppState::new(t.db.clone()));
+        let broken_yaml = "name: x\nwaves:\n  - name: [unclosed\n";
+        let cases: Vec<(String, StatusCode, &str)> = vec![
+            ("{not json".into(), StatusCode::BAD_REQUEST, "line 1 column 2"),
+            (
+                "{}".into(),
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "missing field `release_id`",
+            ),
+            (
+                json!({"release_id": release.0, "policy_yaml": broken_yaml}).to_string(),
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "3:",
+            ),
+            (
+                json!({"release_id": release.0, "policy_yaml": policy_yaml().replace("count: 2", "count: -2")})
+                    .to_string(),
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "policy_yaml: 12:12: wave \"canary\" count must be between 1",
+            ),
+            (
+                json!({"release_id": release.0}).to_string(),
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "exactly one of",
+            ),
+            (
+                json!({"release_id": release.0, "policy": "api-gpu", "policy_yaml": policy_yaml()}).to_string(),
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "exactly one of",
+            ),
+            (
+                json!({"release_id": release.0, "policy": "not-synced"}).to_string(),
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "no policy named \"not-synced\" is in force",
+            ),
+            (
+                json!({"release_id": 999, "policy_yaml": policy_yaml()}).to_string(),
+                StatusCode::NOT_FOUND,
+                "release 999 not found",
+            ),
+            (
+                json!({"release_id": release.0, "policy_yaml": policy_yaml(), "colour": 1}).to_string(),
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "unknown field `colour`",
+            ),
+        ];
+        for (body, want_status, want_message) in &cases {
+            let (status, response) = call(&app, Method::POST, "/api/v1/rollouts", Some(body)).await;
+            assert_eq!(status, *want_status, "{body}: {response}");
+            let message = response["error"]["message"].as_str().unwrap_or_default();
+            assert!(
+                message.contains(want_message),
+                "{body}: {message:?} should mention {want_message:?}"
+            );
+        }
+        // A blocked release cannot be planned: a conflict with its state.
+        t.db.transition_release(
+            release,
+            &TransitionRequest {
+                to: QualificationState::Blocked,
+                reason: Some("XID storm".into()),
+            },
+            "alice",
+        )
+        .await
+        .unwrap();
+        let (status, response) = call(&app, Method::POST, "/api/v1/rollouts", Some(&start_body(release))).await;
+        assert_eq!(status, StatusCode::CONFLICT, "{response}");
+        let (_, list) = call(&app, Method::GET, "/api/v1/rollouts", None).await;
+        assert_eq!(list, json!([]));
+    }
+}
+
+#[tokio::test]
+async fn approvals_follow_the_two_person_rule_and_are_audited() {
+    for t in TestDb::all_backends().await {
+        let release = seed(&t.db).await;
+        let app = app(AppState::new(t.db.clone()));
+        // Started through the API, so its author is the API's actor.
+        let (status, plan) = call(&app, Method::POST, "/api/v1/rollouts", Some(&start_body(release))).await;
+        assert_eq!(status, StatusCode::CREATED, "{plan}");
+        let own = plan["rollout"]["id"].as_i64().unwrap();
+        let (status, refused) = call(
+            &app,
+            Method::POST,
+            &format!("/api/v1/rollouts/{own}/waves/canary/approve"),
+            None,
+        )
+        .await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{refused}");
+        assert!(
+            refused["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("two-person rule"),
+            "{refused}"
+        );
+        assert_eq!(refused["error"]["fields"][0]["field"], "approver");
+        t.db.user_set_rollout_state(
+            orchestrator_types::RolloutId(own),
+            &[orchestrator_db::execution::RolloutState::Running],
+            orchestrator_db::execution::RolloutState::Aborted,
+            None,
+            "test",
+        )
+        .await
+        .unwrap();
+
+        // Started by alice: the API's actor may approve, once.
+        let theirs = start_rollout(
+            &t.db,
+            &StartRollout {
+                release_id: release,
+                policy_source: policy_yaml(),
+                policy_commit: None,
+                policy_blob: None,
+                seed: 1,
+            },
+            "alice",
+        )
+        .await
+        .unwrap()
+        .id
+        .0;
+        let approve = format!("/api/v1/rollouts/{theirs}/waves/canary/approve");
+        let (status, approved) = call(
+            &app,
+            Method::POST,
+            &approve,
+            Some(r#"{"comment":"canary looks clean"}"#),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{approved}");
+        assert_eq!(approved["have"], 1);
+        assert_eq!(approved["need"], 1);
+        assert_eq!(approved["given"][0]["approver"], "api");
+        assert_eq!(approved["given"][0]["comment"], "canary looks clean");
+        let (status, again) = call(&app, Method::POST, &approve, None).await;
+        assert_eq!(status, StatusCode::CONFLICT, "{again}");
+
+        let (_, detail) = call(&app, Method::GET, &format!("/api/v1/rollouts/{theirs}"), None).await;
+        assert_eq!(detail["waves"][0]["approvals"]["have"], 1);
+        let wave_id = detail["waves"][0]["id"].as_i64().unwrap();
+        let actions = audit_actions(&app, "wave", wave_id).await;
+        assert_eq!(actions, [("wave.approve".to_owned(), "api".to_owned())]);
+
+        for (uri, body, want) in [
+            (
+                format!("/api/v1/rollouts/{theirs}/waves/nope/approve"),
+                None,
+                StatusCode::NOT_FOUND,
+            ),
+            (
+                "/api/v1/rollouts/999/waves/canary/approve".to_owned(),
+                None,
+                StatusCode::NOT_FOUND,
+            ),
+            (
+                format!("/api/v1/rollouts/{theirs}/waves/rest/approve"),
+                Some("{oops"),
+                StatusCode::BAD_REQUEST,
+            ),
+            (
+                format!("/api/v1/rollouts/{theirs}/waves/rest/approve"),
+                Some(r#"{"comment": 5}"#),
+                StatusCode::UNPROCESSABLE_ENTITY,
+            ),
+        ] {
+            let (status, response) = call(&app, Method::POST, &uri, body).await;
+            assert_eq!(status, want, "{uri}: {response}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn pause_resume_abort_and_rollback_change_state_and_are_audited() {
+    for t in TestDb::all_backends().await {
+        let release = seed(&t.db).await;
+        let app = app(AppState::new(t.db.clone()));
+        let (_, plan) = call(&app, Method::POST, "/api/v1/rollouts", Some(&start_body(release))).await;
+        let id = plan["rollout"]["id"].as_i64().unwrap();
+        let uri = |command: &str| format!("/api/v1/rollouts/{id}/{command}");
+
+        let (status, paused) = call(&app, Method::POST, &uri("pause"), Some(r#"{"reason":"vendor call"}"#)).await;
+        assert_eq!(status, StatusCode::OK, "{paused}");
+        assert_eq!(paused["state"], "paused");
+        assert_eq!(paused["state_reason"], "vendor call");
+        let (status, again) = call(&app, Method::POST, &uri("pause"), None).await;
+        assert_eq!(status, StatusCode::CONFLICT, "{again}");
+        let (status, resumed) = call(&app, Method::POST, &uri("resume"), None).await;
+        assert_eq!(status, StatusCode::OK, "{resumed}");
+        assert_eq!(resumed["state"], "running");
+        let (status, aborted) = call(&app, Method::POST, &uri("abort"), Some(r#"{"reason":"wrong image"}"#)).await;
+        assert_eq!(status, StatusCode::OK, "{aborted}");
+        assert_eq!(aborted["state"], "aborted");
+        let (status, body) = call(&app, Method::POST, &uri("resume"), None).await;
+        assert_eq!(status, StatusCode::CONFLICT, "{body}");
+
+        let (status, body) = call(&app, Method::POST, &uri("rollback"), Some(r#"{"reason":"  "}"#)).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+        let (status, body) = call(&app, Method::POST, &uri("rollback"), Some("{}")).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+        let (status, rolling) = call(&app, Method::POST, &uri("rollback"), Some(r#"{"reason":"XIDs"}"#)).await;
+        assert_eq!(status, StatusCode::OK, "{rolling}");
+        assert_eq!(rolling["state"], "rolling_back");
+        let last = rolling["waves"].as_array().unwrap().last().unwrap().clone();
+        assert_eq!(last["kind"], "rollback");
+        let (status, body) = call(&app, Method::POST, &uri("rollback"), Some(r#"{"reason":"again"}"#)).await;
+        assert_eq!(status, StatusCode::CONFLICT, "{body}");
+
+        let actions = audit_actions(&app, "rollout", id).await;
+        let api_actions: Vec<&str> = actions
+            .iter()
+            .filter(|(_, actor)| actor == "api")
+            .map(|(action, _)| action.as_str())
+            .collect();
+        assert_eq!(
+            api_actions,
+            [
+                "rollout.rolling_back",
+                "rollout.aborted",
+                "rollout.running",
+                "rollout.paused",
+                "rollout.start"
+            ]
+        );
+
+        for (uri, body, want) in [
+            ("/api/v1/rollouts/999/pause".to_owned(), None, StatusCode::NOT_FOUND),
+            (
+                "/api/v1/rollouts/999/rollback".to_owned(),
+                Some(r#"{"reason":"x"}"#),
+                StatusCode::NOT_FOUND,
+            ),
+            (uri("pause"), Some("{not json"), StatusCode::BAD_REQUEST),
+            (uri("abort"), Some(r#"{"why":"x"}"#), StatusCode::UNPROCESSABLE_ENTITY),
+            ("/api/v1/rollouts/x/abort".to_owned(), None, StatusCode::BAD_REQUEST),
+        ] {
+            let (status, response) = call(&app, Method::POST, &uri, body).await;
+            assert_eq!(status, want, "{uri}: {response}");
+            assert!(response["error"]["message"].is_string(), "{uri}: {response}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_openapi_document_lists_the_rollout_paths() {
+    let t = TestDb::sqlite(std::sync::Arc::new(orchestrator_types::SystemClock)).await;
+    let app = app(AppState::new(t.db.clone()));
+    let (status, doc) = call(&app, Method::GET, "/api/v1/openapi.json", None).await;
+    assert_eq!(status, StatusCode::OK);
+    for path in [
+        "/api/v1/rollouts",
+        "/api/v1/rollouts/{id}",
+        "/api/v1/rollouts/{id}/steps",
+        "/api/v1/rollouts/{id}/waves/{wave}/approve",
+        "/api/v1/rollouts/{id}/pause",
+        "/api/v1/rollouts/{id}/resume",
+        "/api/v1/rollouts/{id}/abort",
+        "/api/v1/rollouts/{id}/rollback",
+    ] {
+        assert!(doc["paths"].get(path).is_some(), "{path} missing");
+    }
+}
