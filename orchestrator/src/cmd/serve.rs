@@ -15,12 +15,60 @@ pub struct ServeArgs {
     /// Address to listen on for the API, metrics and UI (default 127.0.0.1:8080).
     #[arg(long, env = "WAVEGUARD_LISTEN", value_name = "ADDR")]
     listen: Option<SocketAddr>,
+    /// How long the executor lease lasts without renewal, in seconds of the
+    /// controller's clock; a standby replica takes over this long after the
+    /// leader dies. Must exceed a BMC request's timeout.
+    #[arg(long, env = "WAVEGUARD_LEASE_TTL", value_name = "SECONDS", default_value_t = 30)]
+    lease_ttl: u32,
+    /// Real milliseconds between engine passes when nothing wakes it.
+    #[arg(long, env = "WAVEGUARD_ENGINE_INTERVAL_MS", value_name = "MS", default_value_t = 2000)]
+    engine_interval_ms: u64,
+    /// Simulations and tests only: run the controller's clock this many
+    /// times faster than real time, counted from --clock-epoch, to share
+    /// simulated time with a bmc-sim fleet started at that instant with the
+    /// same --speedup. Bake times, windows, backoff, timeouts and the lease
+    /// TTL are all read on this clock.
+    #[arg(long, value_name = "FACTOR", requires = "clock_epoch")]
+    clock_speedup: Option<f64>,
+    /// The wall-clock instant (RFC 3339) at which simulated time equals real
+    /// time; see --clock-speedup.
+    #[arg(long, value_name = "RFC3339", requires = "clock_speedup")]
+    clock_epoch: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+/// A clock running `speedup` times faster than the wall clock from
+/// `epoch`. Anchored to the wall clock rather than to process start, so a
+/// restarted controller (and a simulator started at `epoch`) agree on now.
+#[derive(Debug)]
+struct ScaledClock {
+    epoch: chrono::DateTime<chrono::Utc>,
+    speedup: f64,
+}
+
+impl orchestrator_types::Clock for ScaledClock {
+    fn now(&self) -> chrono::DateTime<chrono::Utc> {
+        let real = chrono::Utc::now() - self.epoch;
+        let nanos = real.num_nanoseconds().unwrap_or(i64::MAX) as f64 * self.speedup;
+        self.epoch + chrono::Duration::nanoseconds(nanos.clamp(i64::MIN as f64, i64::MAX as f64) as i64)
+    }
 }
 
 /// Runs until SIGINT or SIGTERM, then finishes in-flight requests.
 pub async fn run(args: ServeArgs, context: Context) -> anyhow::Result<ExitCode> {
     let listen = args.listen.unwrap_or(context.config.listen);
-    let db = context.db().await?;
+    let db = match (args.clock_speedup, args.clock_epoch) {
+        (Some(speedup), Some(epoch)) => {
+            if !(speedup.is_finite() && speedup > 0.0) {
+                return Err(super::BadInput("--clock-speedup must be a positive number".into()).into());
+            }
+            tracing::warn!(speedup, %epoch, "running on an accelerated clock (simulation only)");
+            let clock = std::sync::Arc::new(ScaledClock { epoch, speedup });
+            orchestrator_db::Db::connect_and_migrate(&context.config.database_url, clock)
+                .await
+                .context("cannot open the database")?
+        }
+        _ => context.db().await?,
+    };
     let _policy_sync = super::policy::spawn_periodic_sync(&context, db.clone(), shutdown_signal())?;
     let listener = TcpListener::bind(listen)
         .await
@@ -28,8 +76,10 @@ pub async fn run(args: ServeArgs, context: Context) -> anyhow::Result<ExitCode> 
     let local = listener.local_addr().context("listener address")?;
     tracing::info!(address = %local, database = ?db.backend(), "waveguard serving");
     println!("waveguard listening on http://{local}");
-    let engine = start_engine(&db, &context);
-    web::serve(listener, AppState::new(db.clone()), shutdown_signal())
+    let engine = start_engine(&db, &context, &args);
+    // API commands (approve, pause, ...) wake the engine at once.
+    let state = AppState::new(db.clone()).with_engine_nudge(engine.nudge());
+    web::serve(listener, state, shutdown_signal())
         .await
         .context("HTTP server failed")?;
     tracing::info!("shutting down");
@@ -42,7 +92,7 @@ pub async fn run(args: ServeArgs, context: Context) -> anyhow::Result<ExitCode> 
 
 /// Starts the rollout engine. Every replica runs one; only the holder of
 /// the executor lease executes.
-fn start_engine(db: &orchestrator_db::Db, context: &Context) -> orchestrator_engine::Engine {
+fn start_engine(db: &orchestrator_db::Db, context: &Context, args: &ServeArgs) -> orchestrator_engine::Engine {
     let profiles = std::sync::Arc::new(context.config.credentials.clone());
     let resolve = std::sync::Arc::new(move |bmc_url: &str, credential_ref: &str| {
         let node = crate::bmc_access::node_for_access(bmc_url, credential_ref);
@@ -60,6 +110,8 @@ fn start_engine(db: &orchestrator_db::Db, context: &Context) -> orchestrator_eng
             std::env::var("HOSTNAME").unwrap_or_else(|_| "waveguard".into()),
             std::process::id()
         ),
+        lease_ttl: chrono::Duration::seconds(i64::from(args.lease_ttl.max(1))),
+        pass_interval: std::time::Duration::from_millis(args.engine_interval_ms.max(10)),
         ..Default::default()
     };
     orchestrator_engine::Engine::start(
