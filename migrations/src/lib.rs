@@ -10,6 +10,7 @@ pub use sea_orm_migration::prelude::*;
 mod m0001_foundation;
 mod m0002_policies;
 mod m0003_execution;
+mod m0004_health;
 
 /// Every migration, oldest first.
 #[derive(Debug)]
@@ -22,6 +23,7 @@ impl MigratorTrait for Migrator {
             Box::new(m0001_foundation::Migration),
             Box::new(m0002_policies::Migration),
             Box::new(m0003_execution::Migration),
+            Box::new(m0004_health::Migration),
         ]
     }
 }

@@ -8,6 +8,7 @@ mod audit;
 mod connect;
 mod entity;
 mod error;
+pub mod health;
 pub mod execution;
 pub mod model;
 mod nodes;

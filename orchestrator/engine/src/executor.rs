@@ -353,12 +353,19 @@ impl Executor {
             }
             WaveState::Baking => {
                 let bake_end = wave.bake_started_at.unwrap_or(now) + Duration::seconds(wave.bake_seconds);
-                if now < bake_end {
-                    return self
-                        .set_wave_blockers(fence, wave, vec![Blocker::BakeEndsAt { at: bake_end }])
-                        .await;
-                }
-                let verdict = self.judge.judge(rollout, wave, policy).await;
+                let verdict = if now < bake_end {
+                    match self.judge.check(rollout, wave, policy).await {
+                        // A regression is acted on at once, not at the bake's end.
+                        Some(verdict) if verdict.outcome == VerdictOutcome::Fail => verdict,
+                        _ => {
+                            return self
+                                .set_wave_blockers(fence, wave, vec![Blocker::BakeEndsAt { at: bake_end }])
+                                .await;
+                        }
+                    }
+                } else {
+                    self.judge.judge(rollout, wave, policy).await
+                };
                 let verdict_json = serde_json::to_value(&verdict).unwrap_or_default();
                 match verdict.outcome {
                     VerdictOutcome::Pass if wave.approvals_required <= 0 => {

@@ -33,6 +33,13 @@ pub struct Verdict {
 pub trait HealthJudge: Send + Sync + std::fmt::Debug {
     /// Judges a baked wave against its control cohort.
     async fn judge(&self, rollout: &ExecRollout, wave: &ExecWave, policy: &Policy) -> Verdict;
+
+    /// Asked on every pass while a wave bakes: a verdict reached before the
+    /// bake's end (only a Fail is acted on: a regression must not wait for
+    /// the bake to finish). `None` while nothing is decided.
+    async fn check(&self, _rollout: &ExecRollout, _wave: &ExecWave, _policy: &Policy) -> Option<Verdict> {
+        None
+    }
 }
 
 /// The judge until detection lands: a wave with health gates is

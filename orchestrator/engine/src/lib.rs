@@ -51,6 +51,7 @@ mod health;
 mod runner;
 mod start;
 mod step;
+pub mod watch;
 
 pub use config::{DEFAULT_FLEET_MAX_IN_FLIGHT, EXECUTOR_LEASE, EngineConfig};
 pub use connector::{BmcConnector, EndpointResolver, RedfishConnector};

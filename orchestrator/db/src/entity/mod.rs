@@ -3,6 +3,9 @@
 
 pub mod audit_log;
 pub mod engine_leases;
+pub mod health_cursors;
+pub mod health_looks;
+pub mod health_samples;
 pub mod node_components;
 pub mod nodes;
 pub mod policy_in_force;

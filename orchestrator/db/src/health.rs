@@ -1,0 +1,526 @@
+//! Health watch storage: aggregated samples, per-node collection state and
+//! the detector's evaluated looks (the decision trace).
+//!
+//! # Sizing
+//!
+//! Raw readings are never stored. A poll adds into one row per
+//! (wave, node, metric, window) with [`SAMPLE_WINDOW`] = one hour: rate
+//! metrics keep `events` + `exposure`, level metrics keep `readings`,
+//! `sum`, `min`, `max` for the node plus the same four numbers per unit
+//! (GPU sensor) in `units`, because the detector needs one value per GPU.
+//!
+//! Worst case, the whole fleet baking at once: 100,000 nodes × 5 Redfish
+//! metrics (3 rates, 2 levels) × 24 windows a day = 12 M rows a day. A rate
+//! row is about 100 bytes, a level row about 100 + 8 GPUs × ~60 bytes of
+//! unit aggregates ≈ 600 bytes, so (3 × 100 + 2 × 600) × 100,000 × 24 ≈
+//! 3.6 GB a day, and realistically far less: only baking waves and their
+//! control cohorts (at most 2,048 nodes) are watched, and big waves bake for
+//! hours, not days. Raw samples at a 15-minute poll would be 100,000 × 8
+//! GPUs × 2 sensors × 96 polls ≈ 154 M readings a day plus every event-log
+//! entry, which is why they are folded into windows as they arrive.
+//! Windows (rather than one running total per node) keep the time profile
+//! for the evidence package and let a window be recomputed or pruned.
+//!
+//! Invariant: a poll's deltas and the cursor that produced them are written
+//! in one transaction, and the cursor update is conditional on the poll
+//! count read before the poll, so events are never counted twice, even
+//! when two controllers poll the same node at once.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Duration, DurationRound, Utc};
+use orchestrator_types::{NodeId, RolloutId, WaveId};
+use sea_orm::sea_query::Expr;
+use sea_orm::{ActiveModelTrait, ColumnTrait, EntityTrait, QueryFilter, QueryOrder, Set, TransactionTrait};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::audit;
+use crate::entity::{health_cursors, health_looks, health_samples};
+use crate::error::is_unique_violation;
+use crate::{Db, DbError};
+
+/// Length of one sample window (see the module documentation for why an hour).
+pub const SAMPLE_WINDOW: Duration = Duration::hours(1);
+
+/// The window a time falls in.
+pub fn window_start(at: DateTime<Utc>) -> DateTime<Utc> {
+    at.duration_trunc(SAMPLE_WINDOW).unwrap_or(at)
+}
+
+/// Which side of the comparison a node is on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Cohort {
+    /// Took the new firmware in this wave.
+    Canary,
+    /// Did not: the concurrent comparison.
+    Control,
+}
+
+impl Cohort {
+    /// Stored spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Cohort::Canary => "canary",
+            Cohort::Control => "control",
+        }
+    }
+
+    fn parse(raw: &str) -> Result<Self, DbError> {
+        match raw {
+            "canary" => Ok(Cohort::Canary),
+            "control" => Ok(Cohort::Control),
+            other => Err(DbError::corrupt("health cohort", format!("unknown cohort {other:?}"))),
+        }
+    }
+}
+
+/// Running summary of level readings (one unit, or a whole node).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct LevelAgg {
+    /// Readings folded in.
+    pub n: u64,
+    /// Their sum.
+    pub sum: f64,
+    /// Smallest reading.
+    pub min: f64,
+    /// Largest reading.
+    pub max: f64,
+}
+
+impl LevelAgg {
+    /// A summary of one reading.
+    pub fn of(value: f64) -> Self {
+        Self {
+            n: 1,
+            sum: value,
+            min: value,
+            max: value,
+        }
+    }
+
+    /// Folds another summary in.
+    pub fn merge(&mut self, other: &LevelAgg) {
+        if other.n == 0 {
+            return;
+        }
+        if self.n == 0 {
+            *self = *other;
+            return;
+        }
+        self.n += other.n;
+        self.sum += other.sum;
+        self.min = self.min.min(other.min);
+        self.max = self.max.max(other.max);
+    }
+
+    /// Mean reading, `None` without readings.
+    pub fn mean(&self) -> Option<f64> {
+        (self.n > 0).then(|| self.sum / self.n as f64)
+    }
+}
+
+/// What one poll of one node adds to one (metric, window) row.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct WindowDelta {
+    /// Policy metric name (`xid_errors_per_gpu_hour`, `gpu_temp_c`, ...).
+    pub metric: String,
+    /// Start of the window ([`window_start`]).
+    pub window_start: DateTime<Utc>,
+    /// Events counted (rate metrics).
+    pub events: u64,
+    /// Exposure added, in the metric's unit (GPU-hours, node-hours, node-days).
+    pub exposure: f64,
+    /// Level readings per unit (sensor id), for level metrics.
+    pub units: BTreeMap<String, LevelAgg>,
+}
+
+/// Where collection of one node for one wave stands.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HealthCursor {
+    pub rollout_id: RolloutId,
+    pub wave_id: WaveId,
+    pub node_id: NodeId,
+    pub cohort: Cohort,
+    /// When exposure starts counting: the update's activation for canary
+    /// nodes, the bake start for control nodes. Events before it are ignored.
+    pub exposure_start: DateTime<Utc>,
+    /// Exposure has been added up to this instant.
+    pub accounted_until: DateTime<Utc>,
+    /// The BMC event-log cursor (opaque here: the driver's `EventCursor`).
+    pub event_cursor: Option<serde_json::Value>,
+    /// GPUs seen on the node (for GPU-hour exposure).
+    pub gpus: u32,
+    /// Polls recorded so far; the optimistic-concurrency version of the row.
+    pub polls: i64,
+    /// The last poll's error, if it failed (cleared by a good poll).
+    pub last_error: Option<String>,
+}
+
+/// A poll to record: the cursor as it is after the poll (with `polls` as it
+/// was read before it) and what the poll adds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodePoll {
+    pub cursor: HealthCursor,
+    /// True when no cursor row existed before this poll.
+    pub first: bool,
+    pub deltas: Vec<WindowDelta>,
+}
+
+/// One stored aggregate row.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HealthSample {
+    pub rollout_id: RolloutId,
+    pub wave_id: WaveId,
+    pub node_id: NodeId,
+    pub cohort: Cohort,
+    pub metric: String,
+    pub window_start: DateTime<Utc>,
+    pub events: u64,
+    pub exposure: f64,
+    /// Level readings over every unit of the node.
+    pub readings: u64,
+    pub sum: f64,
+    pub min: Option<f64>,
+    pub max: Option<f64>,
+    /// Level readings per unit.
+    pub units: BTreeMap<String, LevelAgg>,
+}
+
+/// Which samples to read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SampleScope {
+    /// One wave's samples.
+    Wave(WaveId),
+    /// Every wave of a rollout.
+    Rollout(RolloutId),
+}
+
+/// One gate's evaluation at one planned look, to record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NewHealthLook {
+    pub rollout_id: RolloutId,
+    pub wave_id: WaveId,
+    pub gate: String,
+    pub look_number: u32,
+    pub planned_looks: u32,
+    /// `pass`, `fail`, `inconclusive` or `error`.
+    pub outcome: String,
+    /// The detector's verdict with its evidence.
+    pub verdict: serde_json::Value,
+}
+
+/// A recorded look: one line of the decision trace.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HealthLook {
+    pub id: i64,
+    #[serde(flatten)]
+    pub look: NewHealthLook,
+    pub evaluated_at: DateTime<Utc>,
+}
+
+fn to_cursor(row: health_cursors::Model) -> Result<HealthCursor, DbError> {
+    Ok(HealthCursor {
+        rollout_id: RolloutId(row.rollout_id),
+        wave_id: WaveId(row.wave_id),
+        node_id: NodeId(row.node_id),
+        cohort: Cohort::parse(&row.cohort)?,
+        exposure_start: row.exposure_start,
+        accounted_until: row.accounted_until,
+        event_cursor: row.event_cursor.filter(|v| !v.is_null()),
+        gpus: u32::try_from(row.gpus).unwrap_or(0),
+        polls: row.polls,
+        last_error: row.last_error,
+    })
+}
+
+fn to_sample(row: health_samples::Model) -> Result<HealthSample, DbError> {
+    let units = match row.units {
+        None | Some(serde_json::Value::Null) => BTreeMap::new(),
+        Some(v) => serde_json::from_value(v).map_err(|e| DbError::corrupt("health sample units", e))?,
+    };
+    Ok(HealthSample {
+        rollout_id: RolloutId(row.rollout_id),
+        wave_id: WaveId(row.wave_id),
+        node_id: NodeId(row.node_id),
+        cohort: Cohort::parse(&row.cohort)?,
+        metric: row.metric,
+        window_start: row.window_start,
+        events: u64::try_from(row.events).unwrap_or(0),
+        exposure: row.exposure,
+        readings: u64::try_from(row.readings).unwrap_or(0),
+        sum: row.sum,
+        min: row.min,
+        max: row.max,
+        units,
+    })
+}
+
+fn to_look(row: health_looks::Model) -> HealthLook {
+    HealthLook {
+        id: row.id,
+        look: NewHealthLook {
+            rollout_id: RolloutId(row.rollout_id),
+            wave_id: WaveId(row.wave_id),
+            gate: row.gate,
+            look_number: u32::try_from(row.look_number).unwrap_or(0),
+            planned_looks: u32::try_from(row.planned_looks).unwrap_or(0),
+            outcome: row.outcome,
+            verdict: row.verdict,
+        },
+        evaluated_at: row.evaluated_at,
+    }
+}
+
+fn units_json(units: &BTreeMap<String, LevelAgg>) -> Option<serde_json::Value> {
+    if units.is_empty() {
+        None
+    } else {
+        // Plain numbers and strings always serialize.
+        serde_json::to_value(units).ok()
+    }
+}
+
+fn saturating_i64(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+impl Db {
+    /// Collection state of every node watched for a wave.
+    pub async fn health_cursors(&self, wave: WaveId) -> Result<Vec<HealthCursor>, DbError> {
+        health_cursors::Entity::find()
+            .filter(health_cursors::Column::WaveId.eq(wave.0))
+            .order_by_asc(health_cursors::Column::NodeId)
+            .all(&self.conn)
+            .await?
+            .into_iter()
+            .map(to_cursor)
+            .collect()
+    }
+
+    /// Records one poll: the new cursor and the window deltas, in one
+    /// transaction. [`DbError::Stale`] when another writer recorded a poll
+    /// of the node first (nothing is written then).
+    pub async fn record_health_poll(&self, poll: &NodePoll) -> Result<(), DbError> {
+        let now = self.clock.now();
+        let c = &poll.cursor;
+        let stale = || DbError::Stale {
+            what: "health cursor",
+            key: format!("wave {} node {}", c.wave_id, c.node_id),
+            expected: format!("at poll {}", c.polls),
+        };
+        let txn = self.conn.begin().await?;
+        let gpus = i32::try_from(c.gpus).unwrap_or(i32::MAX);
+        if poll.first {
+            let inserted = health_cursors::ActiveModel {
+                rollout_id: Set(c.rollout_id.0),
+                wave_id: Set(c.wave_id.0),
+                node_id: Set(c.node_id.0),
+                cohort: Set(c.cohort.as_str().to_owned()),
+                exposure_start: Set(c.exposure_start),
+                accounted_until: Set(c.accounted_until),
+                event_cursor: Set(c.event_cursor.clone()),
+                gpus: Set(gpus),
+                polls: Set(1),
+                last_error: Set(c.last_error.clone()),
+                updated_at: Set(now),
+                ..Default::default()
+            }
+            .insert(&txn)
+            .await;
+            match inserted {
+                Ok(_) => {}
+                Err(err) if is_unique_violation(&err) => return Err(stale()),
+                Err(err) => return Err(err.into()),
+            }
+        } else {
+            let updated = health_cursors::Entity::update_many()
+                .col_expr(health_cursors::Column::AccountedUntil, Expr::value(c.accounted_until))
+                .col_expr(health_cursors::Column::EventCursor, Expr::value(c.event_cursor.clone()))
+                .col_expr(health_cursors::Column::Gpus, Expr::value(gpus))
+                .col_expr(health_cursors::Column::Polls, Expr::value(c.polls + 1))
+                .col_expr(health_cursors::Column::LastError, Expr::value(c.last_error.clone()))
+                .col_expr(health_cursors::Column::UpdatedAt, Expr::value(now))
+                .filter(health_cursors::Column::WaveId.eq(c.wave_id.0))
+                .filter(health_cursors::Column::NodeId.eq(c.node_id.0))
+                .filter(health_cursors::Column::Polls.eq(c.polls))
+                .exec(&txn)
+                .await?;
+            if updated.rows_affected != 1 {
+                return Err(stale());
+            }
+        }
+        for delta in &poll.deltas {
+            let existing = health_samples::Entity::find()
+                .filter(health_samples::Column::WaveId.eq(c.wave_id.0))
+                .filter(health_samples::Column::NodeId.eq(c.node_id.0))
+                .filter(health_samples::Column::Metric.eq(delta.metric.as_str()))
+                .filter(health_samples::Column::WindowStart.eq(delta.window_start))
+                .one(&txn)
+                .await?;
+            let mut node = LevelAgg {
+                n: 0,
+                sum: 0.0,
+                min: 0.0,
+                max: 0.0,
+            };
+            for agg in delta.units.values() {
+                node.merge(agg);
+            }
+            match existing {
+                Some(row) => {
+                    let mut sample = to_sample(row.clone())?;
+                    for (unit, agg) in &delta.units {
+                        sample
+                            .units
+                            .entry(unit.clone())
+                            .and_modify(|a| a.merge(agg))
+                            .or_insert(*agg);
+                    }
+                    let mut total = LevelAgg {
+                        n: sample.readings,
+                        sum: sample.sum,
+                        min: sample.min.unwrap_or(0.0),
+                        max: sample.max.unwrap_or(0.0),
+                    };
+                    total.merge(&node);
+                    let mut active: health_samples::ActiveModel = row.into();
+                    active.events = Set(saturating_i64(sample.events.saturating_add(delta.events)));
+                    active.exposure = Set(sample.exposure + delta.exposure);
+                    active.readings = Set(saturating_i64(total.n));
+                    active.sum = Set(total.sum);
+                    active.min = Set((total.n > 0).then_some(total.min));
+                    active.max = Set((total.n > 0).then_some(total.max));
+                    active.units = Set(units_json(&sample.units));
+                    active.updated_at = Set(now);
+                    active.update(&txn).await?;
+                }
+                None => {
+                    health_samples::ActiveModel {
+                        rollout_id: Set(c.rollout_id.0),
+                        wave_id: Set(c.wave_id.0),
+                        node_id: Set(c.node_id.0),
+                        cohort: Set(c.cohort.as_str().to_owned()),
+                        metric: Set(delta.metric.clone()),
+                        window_start: Set(delta.window_start),
+                        events: Set(saturating_i64(delta.events)),
+                        exposure: Set(delta.exposure),
+                        readings: Set(saturating_i64(node.n)),
+                        sum: Set(node.sum),
+                        min: Set((node.n > 0).then_some(node.min)),
+                        max: Set((node.n > 0).then_some(node.max)),
+                        units: Set(units_json(&delta.units)),
+                        updated_at: Set(now),
+                        ..Default::default()
+                    }
+                    .insert(&txn)
+                    .await?;
+                }
+            }
+        }
+        txn.commit().await?;
+        Ok(())
+    }
+
+    /// Notes a failed poll on an existing cursor without moving it (the next
+    /// poll reads the same events again).
+    pub async fn record_health_poll_error(&self, wave: WaveId, node: NodeId, error: &str) -> Result<(), DbError> {
+        health_cursors::Entity::update_many()
+            .col_expr(health_cursors::Column::LastError, Expr::value(Some(error.to_owned())))
+            .col_expr(health_cursors::Column::UpdatedAt, Expr::value(self.clock.now()))
+            .filter(health_cursors::Column::WaveId.eq(wave.0))
+            .filter(health_cursors::Column::NodeId.eq(node.0))
+            .exec(&self.conn)
+            .await?;
+        Ok(())
+    }
+
+    /// Stored samples, ordered by wave, node, metric and window.
+    pub async fn health_samples(&self, scope: SampleScope) -> Result<Vec<HealthSample>, DbError> {
+        let query = match scope {
+            SampleScope::Wave(wave) => health_samples::Entity::find().filter(health_samples::Column::WaveId.eq(wave.0)),
+            SampleScope::Rollout(rollout) => {
+                health_samples::Entity::find().filter(health_samples::Column::RolloutId.eq(rollout.0))
+            }
+        };
+        query
+            .order_by_asc(health_samples::Column::WaveId)
+            .order_by_asc(health_samples::Column::NodeId)
+            .order_by_asc(health_samples::Column::Metric)
+            .order_by_asc(health_samples::Column::WindowStart)
+            .all(&self.conn)
+            .await?
+            .into_iter()
+            .map(to_sample)
+            .collect()
+    }
+
+    /// Records one gate's evaluation at one look, with its audit entry, in
+    /// one transaction. [`DbError::AlreadyExists`] when that look of that
+    /// gate was already evaluated: each look is evaluated once, so a
+    /// restarted controller never spends a boundary twice.
+    pub async fn record_health_look(&self, look: &NewHealthLook, actor: &str) -> Result<HealthLook, DbError> {
+        let now = self.clock.now();
+        let txn = self.conn.begin().await?;
+        let inserted = health_looks::ActiveModel {
+            rollout_id: Set(look.rollout_id.0),
+            wave_id: Set(look.wave_id.0),
+            gate: Set(look.gate.clone()),
+            look_number: Set(i32::try_from(look.look_number).unwrap_or(i32::MAX)),
+            planned_looks: Set(i32::try_from(look.planned_looks).unwrap_or(i32::MAX)),
+            outcome: Set(look.outcome.clone()),
+            verdict: Set(look.verdict.clone()),
+            evaluated_at: Set(now),
+            ..Default::default()
+        }
+        .insert(&txn)
+        .await;
+        let row = match inserted {
+            Ok(row) => row,
+            Err(err) if is_unique_violation(&err) => {
+                return Err(DbError::AlreadyExists {
+                    what: "health look",
+                    key: format!("wave {} gate {} look {}", look.wave_id, look.gate, look.look_number),
+                });
+            }
+            Err(err) => return Err(err.into()),
+        };
+        audit::append(
+            &txn,
+            now,
+            actor,
+            "health.look",
+            "wave",
+            &look.wave_id.to_string(),
+            json!({
+                "rollout": look.rollout_id,
+                "gate": look.gate,
+                "look": look.look_number,
+                "planned": look.planned_looks,
+                "outcome": look.outcome,
+                "verdict": look.verdict,
+            }),
+        )
+        .await?;
+        txn.commit().await?;
+        Ok(to_look(row))
+    }
+
+    /// Evaluated looks, oldest first: of one wave, or of every wave of a rollout.
+    pub async fn health_looks(&self, scope: SampleScope) -> Result<Vec<HealthLook>, DbError> {
+        let query = match scope {
+            SampleScope::Wave(wave) => health_looks::Entity::find().filter(health_looks::Column::WaveId.eq(wave.0)),
+            SampleScope::Rollout(rollout) => {
+                health_looks::Entity::find().filter(health_looks::Column::RolloutId.eq(rollout.0))
+            }
+        };
+        Ok(query
+            .order_by_asc(health_looks::Column::Id)
+            .all(&self.conn)
+            .await?
+            .into_iter()
+            .map(to_look)
+            .collect())
+    }
+}

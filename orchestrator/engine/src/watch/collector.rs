@@ -1,0 +1,286 @@
+//! The Redfish health collector: polls every node of a baking wave and of
+//! its control cohort, with bounded concurrency, and folds what it reads
+//! into the stored window aggregates.
+//!
+//! A poll reads the node's GPU sensors and the event-log entries after the
+//! stored cursor. Exposure accrues from the last accounted instant to now,
+//! so a BMC that was unreachable for a while loses nothing: its events are
+//! still in its log and its exposure is added when it answers again.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use chrono::{DateTime, Utc};
+use futures::StreamExt;
+use orchestrator_bmc::{Bmc, BmcEndpoint, EventCursor, HttpClients, RedfishBmc};
+use orchestrator_db::execution::{ExecRollout, ExecWave, StepFilter, StepPurpose, StepState};
+use orchestrator_db::health::{Cohort, HealthCursor, NodePoll};
+use orchestrator_db::{Db, DbError};
+use orchestrator_policy::RedfishMetric;
+use orchestrator_types::NodeId;
+
+use super::classify::{classify_event, gpu_count, gpu_levels, poll_deltas};
+use crate::connector::EndpointResolver;
+
+/// GPUs assumed on a node whose GPU sensors cannot be read: the HGX
+/// baseboards this product targets carry eight. Used only for exposure,
+/// and only until a sensor read succeeds.
+pub const DEFAULT_GPUS_PER_NODE: u32 = 8;
+
+/// Where the collector gets a BMC driver for a node.
+pub trait HealthBmcs: Send + Sync + std::fmt::Debug {
+    /// A driver for the BMC at `bmc_url` with credential profile `credential_ref`.
+    fn bmc(&self, bmc_url: &str, credential_ref: &str) -> Result<Arc<dyn Bmc>, String>;
+}
+
+/// Redfish drivers over a shared connection pool, one per BMC, kept.
+pub struct RedfishHealthBmcs {
+    clients: HttpClients,
+    resolve: Arc<EndpointResolver>,
+    cache: Mutex<HashMap<(String, String), Arc<dyn Bmc>>>,
+}
+
+impl std::fmt::Debug for RedfishHealthBmcs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedfishHealthBmcs").finish_non_exhaustive()
+    }
+}
+
+impl RedfishHealthBmcs {
+    /// `resolve(bmc_url, credential_ref)` builds the endpoint (and reads the secret).
+    pub fn new(clients: HttpClients, resolve: Arc<EndpointResolver>) -> Self {
+        Self {
+            clients,
+            resolve,
+            cache: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+impl HealthBmcs for RedfishHealthBmcs {
+    fn bmc(&self, bmc_url: &str, credential_ref: &str) -> Result<Arc<dyn Bmc>, String> {
+        let key = (bmc_url.to_owned(), credential_ref.to_owned());
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(bmc) = cache.get(&key) {
+            return Ok(bmc.clone());
+        }
+        let endpoint: BmcEndpoint = (self.resolve)(bmc_url, credential_ref)?;
+        let bmc: Arc<dyn Bmc> = Arc::new(RedfishBmc::new(&endpoint, &self.clients).map_err(|e| e.to_string())?);
+        cache.insert(key, bmc.clone());
+        Ok(bmc)
+    }
+}
+
+/// One node to watch for a wave.
+#[derive(Debug, Clone)]
+struct Member {
+    node_id: NodeId,
+    cohort: Cohort,
+    exposure_start: DateTime<Utc>,
+    bmc_url: String,
+    credential_ref: String,
+}
+
+/// What one collection round did, for logs and tests.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CollectReport {
+    /// Nodes polled successfully.
+    pub polled: usize,
+    /// Nodes whose BMC could not be read (retried next round).
+    pub failed: usize,
+    /// Event-log entries counted into a metric.
+    pub events: u64,
+}
+
+/// Polls a wave's nodes and control cohort.
+#[derive(Debug, Clone)]
+pub struct Collector {
+    db: Db,
+    bmcs: Arc<dyn HealthBmcs>,
+    concurrency: usize,
+}
+
+impl Collector {
+    /// `concurrency`: BMCs polled at once (at least one).
+    pub fn new(db: Db, bmcs: Arc<dyn HealthBmcs>, concurrency: usize) -> Self {
+        Self {
+            db,
+            bmcs,
+            concurrency: concurrency.max(1),
+        }
+    }
+
+    /// The wave's canary nodes (updates that succeeded, from their
+    /// activation) and its control cohort (from the bake start).
+    async fn members(&self, wave: &ExecWave, bake_start: DateTime<Utc>) -> Result<Vec<Member>, DbError> {
+        let steps = self
+            .db
+            .steps(&StepFilter {
+                wave_id: Some(wave.id),
+                purpose: Some(StepPurpose::Update),
+                state: Some(StepState::Succeeded),
+                ..Default::default()
+            })
+            .await?;
+        let mut members = Vec::new();
+        let mut add = |node: orchestrator_db::model::Node, cohort: Cohort, start: DateTime<Utc>| {
+            members.push(Member {
+                node_id: node.id,
+                cohort,
+                exposure_start: start,
+                bmc_url: node.bmc_url,
+                credential_ref: node.credential_ref,
+            });
+        };
+        for step in &steps {
+            let node = self.db.node(step.node_id).await?;
+            // Verification follows activation closely; a step without a
+            // finish time (older rows) counts from the bake start.
+            add(
+                node,
+                Cohort::Canary,
+                step.finished_at.unwrap_or(bake_start).min(bake_start),
+            );
+        }
+        for node_id in &wave.control_nodes {
+            match self.db.node(*node_id).await {
+                Ok(node) => add(node, Cohort::Control, bake_start),
+                Err(DbError::NotFound { .. }) => {
+                    tracing::warn!(node = %node_id, wave = %wave.name, "control node no longer exists");
+                }
+                Err(err) => return Err(err),
+            }
+        }
+        Ok(members)
+    }
+
+    /// Polls every member of `wave` once, concurrently, for `metrics`.
+    pub async fn collect(
+        &self,
+        rollout: &ExecRollout,
+        wave: &ExecWave,
+        metrics: &[RedfishMetric],
+        bake_start: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<CollectReport, DbError> {
+        let members = self.members(wave, bake_start).await?;
+        let cursors: HashMap<NodeId, HealthCursor> = self
+            .db
+            .health_cursors(wave.id)
+            .await?
+            .into_iter()
+            .map(|c| (c.node_id, c))
+            .collect();
+        let report = Mutex::new(CollectReport::default());
+        let fatal: Mutex<Option<DbError>> = Mutex::new(None);
+        futures::stream::iter(members)
+            .for_each_concurrent(self.concurrency, |member| {
+                let cursor = cursors.get(&member.node_id).cloned();
+                let report = &report;
+                let fatal = &fatal;
+                async move {
+                    match self.poll(rollout, wave, &member, cursor, metrics, now).await {
+                        Ok(Some(events)) => {
+                            let mut r = report.lock().unwrap_or_else(|p| p.into_inner());
+                            r.polled += 1;
+                            r.events += events;
+                        }
+                        Ok(None) => report.lock().unwrap_or_else(|p| p.into_inner()).failed += 1,
+                        Err(DbError::Stale { .. }) => {}
+                        Err(err) => *fatal.lock().unwrap_or_else(|p| p.into_inner()) = Some(err),
+                    }
+                }
+            })
+            .await;
+        if let Some(err) = fatal.into_inner().unwrap_or_else(|p| p.into_inner()) {
+            return Err(err);
+        }
+        Ok(report.into_inner().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Polls one node; `Ok(None)` when its BMC could not be read.
+    async fn poll(
+        &self,
+        rollout: &ExecRollout,
+        wave: &ExecWave,
+        member: &Member,
+        cursor: Option<HealthCursor>,
+        metrics: &[RedfishMetric],
+        now: DateTime<Utc>,
+    ) -> Result<Option<u64>, DbError> {
+        let first = cursor.is_none();
+        let mut cursor = cursor.unwrap_or(HealthCursor {
+            rollout_id: rollout.id,
+            wave_id: wave.id,
+            node_id: member.node_id,
+            cohort: member.cohort,
+            exposure_start: member.exposure_start,
+            accounted_until: member.exposure_start,
+            event_cursor: None,
+            gpus: 0,
+            polls: 0,
+            last_error: None,
+        });
+        let failed = |reason: String| async move {
+            tracing::debug!(node = %member.node_id, wave = %wave.name, %reason, "health poll failed");
+            if !first {
+                self.db
+                    .record_health_poll_error(wave.id, member.node_id, &reason)
+                    .await?;
+            }
+            Ok(None)
+        };
+        let bmc = match self.bmcs.bmc(&member.bmc_url, &member.credential_ref) {
+            Ok(bmc) => bmc,
+            Err(reason) => return failed(reason).await,
+        };
+        let wants_rates = metrics.iter().any(|m| {
+            matches!(
+                m,
+                RedfishMetric::XidErrorsPerGpuHour
+                    | RedfishMetric::PcieAerPerNodeHour
+                    | RedfishMetric::LinkDegradedPerNodeDay
+            )
+        });
+        let sensors = match bmc.read_sensors().await {
+            Ok(sensors) => sensors,
+            Err(err) => return failed(crate::step_error_chain(&err)).await,
+        };
+        let gpus = match gpu_count(&sensors) {
+            0 if cursor.gpus > 0 => cursor.gpus,
+            0 => DEFAULT_GPUS_PER_NODE,
+            n => n,
+        };
+        let mut events = Vec::new();
+        if wants_rates {
+            let since: EventCursor = cursor
+                .event_cursor
+                .as_ref()
+                .and_then(|v| serde_json::from_value(v.clone()).ok())
+                .unwrap_or_default();
+            let batch = match bmc.read_events(&since).await {
+                Ok(batch) => batch,
+                Err(err) => return failed(crate::step_error_chain(&err)).await,
+            };
+            for entry in &batch.entries {
+                // Before the exposure period: the old firmware's (or the
+                // control's pre-bake) history, not evidence about this wave.
+                if entry.created < cursor.exposure_start {
+                    continue;
+                }
+                if let Some(metric) = classify_event(entry).filter(|m| metrics.contains(m)) {
+                    events.push((metric, entry.created));
+                }
+            }
+            cursor.event_cursor = serde_json::to_value(&batch.cursor).ok();
+        }
+        let from = cursor.accounted_until.max(cursor.exposure_start);
+        let to = now.max(from);
+        let deltas = poll_deltas(metrics, &events, gpus, from, to, &gpu_levels(&sensors));
+        cursor.accounted_until = to;
+        cursor.gpus = gpus;
+        cursor.last_error = None;
+        self.db.record_health_poll(&NodePoll { cursor, first, deltas }).await?;
+        Ok(Some(events.len() as u64))
+    }
+}

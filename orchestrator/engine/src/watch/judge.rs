@@ -1,0 +1,681 @@
+//! The detector judge: stored samples → cohorts → `orchestrator_detect`
+//! verdicts at planned looks, each look evaluated once and recorded.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use chrono::{DateTime, Duration, Utc};
+use orchestrator_db::execution::{ExecRollout, ExecWave};
+use orchestrator_db::health::{Cohort, HealthLook, HealthSample, LevelAgg, NewHealthLook, SampleScope};
+use orchestrator_db::{Db, DbError};
+use orchestrator_detect::{
+    Evidence, LevelCohorts, LevelGate, Outcome, RateCohorts, RateGate, RateSample, SequentialPlan, SpendingFunction,
+    evaluate_level, evaluate_rate,
+};
+use orchestrator_policy::{Direction, GateKind, GateSource, HealthGate, Policy, RedfishMetric};
+use orchestrator_types::{Clock, NodeId, QualificationState, TransitionRequest, WaveId};
+use serde_json::json;
+
+use super::collector::{Collector, HealthBmcs};
+use crate::health::{HealthJudge, Verdict, VerdictOutcome};
+
+/// The actor the audit log records for the detector's looks and blocks.
+pub const DETECTOR_ACTOR: &str = "detector";
+
+/// Most looks per bake: the detect crate's boundary recursion supports 50,
+/// and looks closer than a fiftieth of the bake add cost without power.
+pub const MAX_LOOKS: u32 = 50;
+
+/// Exposure (GPU-hours, node-hours or node-days, per the metric) each cohort
+/// needs before a rate gate may pass: less than one unit of exposure cannot
+/// say anything about a rate, so the gate stays inconclusive.
+pub const MIN_EXPOSURE: f64 = 1.0;
+
+/// Units (GPUs) each cohort needs before a level gate may pass: below about
+/// eight the rank test cannot reject anything at the usual alphas.
+pub const MIN_LEVEL_UNITS: u64 = 8;
+
+/// Canary events a rate gate needs before it may fail: one or two events
+/// cannot establish a rate regression (see the detect README).
+pub const MIN_CANARY_EVENTS_FOR_FAIL: u64 = 3;
+
+/// BMCs polled at once by the collector, per wave.
+pub const DEFAULT_POLL_CONCURRENCY: usize = 32;
+
+/// What a gate of the policy becomes for the detector.
+#[derive(Debug, Clone)]
+enum Gate {
+    Rate {
+        gate: HealthGate,
+        metric: RedfishMetric,
+    },
+    Level {
+        gate: HealthGate,
+        metric: RedfishMetric,
+    },
+    /// A gate this judge cannot evaluate; holds the wave for a human.
+    Unsupported {
+        name: String,
+        reason: String,
+    },
+}
+
+impl Gate {
+    fn name(&self) -> &str {
+        match self {
+            Gate::Rate { gate, .. } | Gate::Level { gate, .. } => &gate.name,
+            Gate::Unsupported { name, .. } => name,
+        }
+    }
+
+    fn watched(&self) -> Option<(&HealthGate, RedfishMetric)> {
+        match self {
+            Gate::Rate { gate, metric } | Gate::Level { gate, metric } => Some((gate, *metric)),
+            Gate::Unsupported { .. } => None,
+        }
+    }
+}
+
+fn resolve_gate(policy: &Policy, name: &str) -> Gate {
+    let unsupported = |reason: &str| Gate::Unsupported {
+        name: name.to_owned(),
+        reason: reason.to_owned(),
+    };
+    let Some(gate) = policy.health.gate(name) else {
+        return unsupported("the policy has no gate of this name");
+    };
+    match &gate.source {
+        GateSource::Prometheus { .. } => unsupported("no Prometheus collector is configured for this judge"),
+        GateSource::Redfish {
+            metric: RedfishMetric::FlashFailures,
+        } => unsupported("flash failures have no control cohort to compare with; the failure budget covers them"),
+        GateSource::Redfish { metric } => match (gate.kind, metric.kind()) {
+            (GateKind::Rate, GateKind::Rate) => Gate::Rate {
+                gate: gate.clone(),
+                metric: *metric,
+            },
+            (GateKind::Level, GateKind::Level) => Gate::Level {
+                gate: gate.clone(),
+                metric: *metric,
+            },
+            _ => unsupported("the gate's kind does not match its metric's"),
+        },
+    }
+}
+
+/// Planned looks for a gate: one per interval across the bake, at least one.
+fn planned_looks(bake: Duration, interval: Duration) -> u32 {
+    let interval = interval.num_seconds().max(1);
+    let looks = bake.num_seconds().max(0) / interval;
+    u32::try_from(looks).unwrap_or(MAX_LOOKS).clamp(1, MAX_LOOKS)
+}
+
+/// Events and exposure of each cohort for a rate metric.
+fn rate_cohorts(samples: &[HealthSample], metric: RedfishMetric) -> RateCohorts {
+    let mut canary = RateSample {
+        events: 0,
+        exposure: 0.0,
+    };
+    let mut control = canary;
+    for s in samples.iter().filter(|s| s.metric == metric.as_str()) {
+        let side = match s.cohort {
+            Cohort::Canary => &mut canary,
+            Cohort::Control => &mut control,
+        };
+        side.events = side.events.saturating_add(s.events);
+        side.exposure += s.exposure;
+    }
+    RateCohorts { canary, control }
+}
+
+/// One value per unit (GPU) and cohort: the unit's mean over the bake so far.
+fn level_cohorts(samples: &[HealthSample], metric: RedfishMetric) -> (Vec<f64>, Vec<f64>) {
+    let mut units: BTreeMap<(Cohort, NodeId, &str), LevelAgg> = BTreeMap::new();
+    for s in samples.iter().filter(|s| s.metric == metric.as_str()) {
+        for (unit, agg) in &s.units {
+            units
+                .entry((s.cohort, s.node_id, unit.as_str()))
+                .and_modify(|a| a.merge(agg))
+                .or_insert(*agg);
+        }
+    }
+    let mut canary = Vec::new();
+    let mut control = Vec::new();
+    for ((cohort, _, _), agg) in units {
+        if let Some(mean) = agg.mean() {
+            match cohort {
+                Cohort::Canary => canary.push(mean),
+                Cohort::Control => control.push(mean),
+            }
+        }
+    }
+    (canary, control)
+}
+
+fn fmt_opt(value: Option<f64>) -> String {
+    value.map_or_else(|| "unbounded".to_owned(), |v| format!("{v:.3}"))
+}
+
+/// One line for the UI and the release's block reason.
+fn describe(evidence: &Evidence) -> String {
+    let look = format!("look {}/{}", evidence.look.number, evidence.look.planned);
+    match (evidence.canary.rate, evidence.control.rate) {
+        (Some(canary), control) => format!(
+            "{gate}: canary {canary:.4} vs control {control} per unit exposure ({ce} vs {xe} events), rate ratio {est} \
+             (95% CI {lo}-{hi}) above {min} with p={p:.2e} at {look}",
+            gate = evidence.gate,
+            control = control.map_or_else(|| "n/a".to_owned(), |c| format!("{c:.4}")),
+            ce = evidence.canary.events.unwrap_or(0),
+            xe = evidence.control.events.unwrap_or(0),
+            est = fmt_opt(evidence.effect.estimate),
+            lo = fmt_opt(evidence.effect.ci95_lower),
+            hi = fmt_opt(evidence.effect.ci95_upper),
+            min = evidence.effect.min_effect,
+            p = evidence.p_value,
+        ),
+        _ => format!(
+            "{gate}: canary median {cm} vs control median {xm}, shift {est} (95% CI {lo}-{hi}) beyond {min} with \
+             p={p:.2e} at {look}",
+            gate = evidence.gate,
+            cm = fmt_opt(evidence.canary.median),
+            xm = fmt_opt(evidence.control.median),
+            est = fmt_opt(evidence.effect.estimate),
+            lo = fmt_opt(evidence.effect.ci95_lower),
+            hi = fmt_opt(evidence.effect.ci95_upper),
+            min = evidence.effect.min_effect,
+            p = evidence.p_value,
+        ),
+    }
+}
+
+/// A gate's state after this round: its latest look's verdict.
+#[derive(Debug, Clone)]
+struct GateState {
+    gate: String,
+    outcome: Outcome,
+    look: Option<u32>,
+    planned: Option<u32>,
+    summary: String,
+    verdict: serde_json::Value,
+}
+
+fn outcome_of(text: &str) -> Outcome {
+    match text {
+        "pass" => Outcome::Pass,
+        "fail" => Outcome::Fail,
+        "inconclusive" => Outcome::Inconclusive,
+        _ => Outcome::Error,
+    }
+}
+
+fn outcome_str(outcome: Outcome) -> &'static str {
+    match outcome {
+        Outcome::Pass => "pass",
+        Outcome::Fail => "fail",
+        Outcome::Inconclusive => "inconclusive",
+        Outcome::Error => "error",
+    }
+}
+
+fn state_from_look(look: &HealthLook) -> GateState {
+    let verdict: Option<orchestrator_detect::Verdict> = serde_json::from_value(look.look.verdict.clone()).ok();
+    let summary = verdict
+        .as_ref()
+        .and_then(|v| v.evidence().map(describe))
+        .unwrap_or_else(|| format!("{}: {}", look.look.gate, look.look.outcome));
+    GateState {
+        gate: look.look.gate.clone(),
+        outcome: outcome_of(&look.look.outcome),
+        look: Some(look.look.look_number),
+        planned: Some(look.look.planned_looks),
+        summary,
+        verdict: look.look.verdict.clone(),
+    }
+}
+
+/// Judges waves by comparing them with their control cohorts, from samples
+/// the Redfish [`Collector`] stores.
+///
+/// Every engine pass of a baking wave calls [`HealthJudge::check`]: it polls
+/// when the gates' interval has passed and evaluates a gate's look when its
+/// time has come, once (the look is recorded; a restart reads it back and
+/// never spends the same boundary twice). A crossed boundary fails the wave
+/// at once; the release is blocked with the evidence as the reason. At the
+/// bake's end [`HealthJudge::judge`] evaluates the final looks: all pass →
+/// Pass; anything short of proof either way → Inconclusive (a human holds).
+#[derive(Debug)]
+pub struct DetectorJudge {
+    db: Db,
+    clock: Arc<dyn Clock>,
+    collector: Collector,
+    spending: SpendingFunction,
+    last_poll: Mutex<HashMap<WaveId, DateTime<Utc>>>,
+}
+
+impl DetectorJudge {
+    /// A judge polling BMCs through `bmcs`, O'Brien-Fleming spending (see
+    /// the detect README for why).
+    pub fn new(db: Db, bmcs: Arc<dyn HealthBmcs>) -> Self {
+        Self {
+            clock: db.clock().clone(),
+            collector: Collector::new(db.clone(), bmcs, DEFAULT_POLL_CONCURRENCY),
+            db,
+            spending: SpendingFunction::OBrienFleming,
+            last_poll: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Uses another alpha-spending function.
+    pub fn with_spending(mut self, spending: SpendingFunction) -> Self {
+        self.spending = spending;
+        self
+    }
+
+    /// Polls the wave when its interval has passed (always when `force`).
+    async fn poll_if_due(
+        &self,
+        rollout: &ExecRollout,
+        wave: &ExecWave,
+        gates: &[Gate],
+        bake_start: DateTime<Utc>,
+        now: DateTime<Utc>,
+        force: bool,
+    ) -> Result<(), DbError> {
+        let watched: Vec<(&HealthGate, RedfishMetric)> = gates.iter().filter_map(Gate::watched).collect();
+        let Some(interval) = watched.iter().map(|(g, _)| g.interval).min() else {
+            return Ok(());
+        };
+        let due = {
+            let polls = self.last_poll.lock().unwrap_or_else(|p| p.into_inner());
+            force || polls.get(&wave.id).is_none_or(|last| now - *last >= interval)
+        };
+        if !due {
+            return Ok(());
+        }
+        let mut metrics: Vec<RedfishMetric> = Vec::new();
+        for (_, metric) in &watched {
+            if !metrics.contains(metric) {
+                metrics.push(*metric);
+            }
+        }
+        let report = self.collector.collect(rollout, wave, &metrics, bake_start, now).await?;
+        tracing::debug!(wave = %wave.name, ?report, "health poll");
+        self.last_poll
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(wave.id, now);
+        Ok(())
+    }
+
+    /// Evaluates `gate` at `look` (cumulative data) and records it; a look
+    /// already recorded (by a previous run) is read back instead.
+    async fn evaluate(
+        &self,
+        rollout: &ExecRollout,
+        wave: &ExecWave,
+        gate: &Gate,
+        plan: &SequentialPlan,
+        look_number: u32,
+        samples: &[HealthSample],
+    ) -> Result<GateState, DbError> {
+        let look = match plan.look(look_number) {
+            Ok(look) => look,
+            Err(err) => {
+                return Ok(GateState {
+                    gate: gate.name().to_owned(),
+                    outcome: Outcome::Error,
+                    look: None,
+                    planned: None,
+                    summary: format!("{}: {err}", gate.name()),
+                    verdict: json!({ "error": err.to_string() }),
+                });
+            }
+        };
+        let verdict = match gate {
+            Gate::Rate { gate, metric } => evaluate_rate(
+                &RateGate {
+                    name: gate.name.clone(),
+                    min_effect_ratio: gate.min_effect,
+                    min_canary_events_for_fail: MIN_CANARY_EVENTS_FOR_FAIL,
+                    min_exposure: MIN_EXPOSURE,
+                },
+                &rate_cohorts(samples, *metric),
+                &look,
+            ),
+            Gate::Level { gate, metric } => {
+                let (canary, control) = level_cohorts(samples, *metric);
+                evaluate_level(
+                    &LevelGate {
+                        name: gate.name.clone(),
+                        direction: match gate.direction {
+                            Direction::IncreaseIsBad => orchestrator_detect::Direction::HigherIsWorse,
+                            Direction::DecreaseIsBad => orchestrator_detect::Direction::LowerIsWorse,
+                        },
+                        min_shift: gate.min_effect,
+                        min_samples: MIN_LEVEL_UNITS,
+                    },
+                    &LevelCohorts {
+                        canary: &canary,
+                        control: &control,
+                    },
+                    &look,
+                )
+            }
+            Gate::Unsupported { .. } => unreachable_gate(),
+        };
+        let new = NewHealthLook {
+            rollout_id: rollout.id,
+            wave_id: wave.id,
+            gate: gate.name().to_owned(),
+            look_number,
+            planned_looks: look.planned,
+            outcome: outcome_str(verdict.outcome()).to_owned(),
+            verdict: serde_json::to_value(&verdict).unwrap_or_default(),
+        };
+        match self.db.record_health_look(&new, DETECTOR_ACTOR).await {
+            Ok(recorded) => Ok(state_from_look(&recorded)),
+            Err(DbError::AlreadyExists { .. }) => {
+                let looks = self.db.health_looks(SampleScope::Wave(wave.id)).await?;
+                looks
+                    .iter()
+                    .find(|l| l.look.gate == new.gate && l.look.look_number == look_number)
+                    .map(state_from_look)
+                    .ok_or(DbError::NotFound {
+                        what: "health look",
+                        key: format!("wave {} gate {} look {look_number}", wave.id, new.gate),
+                    })
+            }
+            Err(err) => Err(err),
+        }
+    }
+
+    /// Blocks the release after a regression; idempotent.
+    async fn block_release(&self, rollout: &ExecRollout, wave: &ExecWave, summary: &str) {
+        let reason = format!("regression in rollout {} wave {}: {summary}", rollout.id, wave.name);
+        match self.db.release(rollout.release_id).await {
+            Ok(release) if release.qualification_state == QualificationState::Blocked => {}
+            Ok(_) => {
+                let request = TransitionRequest {
+                    to: QualificationState::Blocked,
+                    reason: Some(reason),
+                };
+                match self
+                    .db
+                    .transition_release(rollout.release_id, &request, DETECTOR_ACTOR)
+                    .await
+                {
+                    Ok(_) => tracing::warn!(release = %rollout.release_id, "release blocked after a regression"),
+                    Err(err) => {
+                        tracing::error!(error = %crate::step_error_chain(&err), "could not block the release")
+                    }
+                }
+            }
+            Err(err) => tracing::error!(error = %crate::step_error_chain(&err), "could not read the release"),
+        }
+    }
+
+    /// One round: poll if due, evaluate due looks, decide. `None` while
+    /// nothing is decided before the bake's end.
+    async fn round(&self, rollout: &ExecRollout, wave: &ExecWave, policy: &Policy, last: bool) -> Option<Verdict> {
+        if wave.gates.is_empty() {
+            return last.then(|| Verdict {
+                outcome: VerdictOutcome::Pass,
+                summary: "the wave has no health gates".into(),
+                evidence: json!({ "gates": [] }),
+            });
+        }
+        let error = |summary: String| {
+            last.then(|| Verdict {
+                outcome: VerdictOutcome::Error,
+                evidence: json!({ "error": summary }),
+                summary,
+            })
+        };
+        let Some(bake_start) = wave.bake_started_at else {
+            return error(format!("wave {} has no bake start", wave.name));
+        };
+        let now = self.clock.now();
+        let bake = Duration::seconds(wave.bake_seconds.max(0));
+        let gates: Vec<Gate> = wave.gates.iter().map(|name| resolve_gate(policy, name)).collect();
+        if let Err(err) = self.poll_if_due(rollout, wave, &gates, bake_start, now, last).await {
+            tracing::warn!(error = %crate::step_error_chain(&err), wave = %wave.name, "health collection failed");
+            return error(format!("health collection failed: {}", crate::step_error_chain(&err)));
+        }
+        let stored = match self.db.health_looks(SampleScope::Wave(wave.id)).await {
+            Ok(looks) => looks,
+            Err(err) => {
+                return error(format!(
+                    "cannot read evaluated looks: {}",
+                    crate::step_error_chain(&err)
+                ));
+            }
+        };
+        let elapsed = (now - bake_start).to_std().unwrap_or_default();
+        let bake_std = bake.to_std().unwrap_or_default();
+        let mut samples: Option<Vec<HealthSample>> = None;
+        let mut states = Vec::new();
+        for gate in &gates {
+            let Some((health_gate, _)) = gate.watched() else {
+                if let Gate::Unsupported { name, reason } = gate {
+                    states.push(GateState {
+                        gate: name.clone(),
+                        outcome: Outcome::Error,
+                        look: None,
+                        planned: None,
+                        summary: format!("{name}: {reason}"),
+                        verdict: json!({ "error": reason }),
+                    });
+                }
+                continue;
+            };
+            let planned = planned_looks(bake, health_gate.interval);
+            let plan = match SequentialPlan::bonferroni(policy.health.alpha, gates.len(), planned, self.spending) {
+                Ok(plan) => plan,
+                Err(err) => {
+                    states.push(GateState {
+                        gate: gate.name().to_owned(),
+                        outcome: Outcome::Error,
+                        look: None,
+                        planned: Some(planned),
+                        summary: format!("{}: {err}", gate.name()),
+                        verdict: json!({ "error": err.to_string() }),
+                    });
+                    continue;
+                }
+            };
+            let due = if last {
+                Some(planned)
+            } else {
+                plan.look_at(elapsed, bake_std).map(|l| l.number).filter(|n| *n >= 1)
+            };
+            let done: Vec<&HealthLook> = stored.iter().filter(|l| l.look.gate == gate.name()).collect();
+            // A failed look stands: the wave failed then, whatever came later.
+            if let Some(failed) = done.iter().find(|l| l.look.outcome == "fail") {
+                states.push(state_from_look(failed));
+                continue;
+            }
+            let latest = done.iter().max_by_key(|l| l.look.look_number);
+            let state = match (due, latest) {
+                (Some(n), Some(prev)) if prev.look.look_number >= n => state_from_look(prev),
+                (Some(n), _) => {
+                    if samples.is_none() {
+                        match self.db.health_samples(SampleScope::Wave(wave.id)).await {
+                            Ok(s) => samples = Some(s),
+                            Err(err) => {
+                                return error(format!("cannot read samples: {}", crate::step_error_chain(&err)));
+                            }
+                        }
+                    }
+                    match self
+                        .evaluate(rollout, wave, gate, &plan, n, samples.as_deref().unwrap_or_default())
+                        .await
+                    {
+                        Ok(state) => state,
+                        Err(err) => {
+                            return error(format!("cannot record a look: {}", crate::step_error_chain(&err)));
+                        }
+                    }
+                }
+                (None, Some(prev)) => state_from_look(prev),
+                (None, None) => GateState {
+                    gate: gate.name().to_owned(),
+                    outcome: Outcome::Inconclusive,
+                    look: None,
+                    planned: Some(planned),
+                    summary: format!("{}: first look not due yet", gate.name()),
+                    verdict: json!({ "outcome": "inconclusive", "reason": "bake_in_progress" }),
+                },
+            };
+            states.push(state);
+        }
+        let worst = states.iter().map(|s| s.outcome).max().unwrap_or(Outcome::Inconclusive);
+        let evidence = json!({
+            "alpha": policy.health.alpha,
+            "correction": "bonferroni",
+            "spending": format!("{:?}", self.spending),
+            "bake_seconds": wave.bake_seconds,
+            "bake_started_at": bake_start,
+            "control_nodes": wave.control_nodes.len(),
+            "gates": states.iter().map(|s| json!({
+                "gate": s.gate,
+                "outcome": outcome_str(s.outcome),
+                "look": s.look,
+                "planned_looks": s.planned,
+                "summary": s.summary,
+                "verdict": s.verdict,
+            })).collect::<Vec<_>>(),
+        });
+        if worst == Outcome::Fail {
+            let summary = states
+                .iter()
+                .filter(|s| s.outcome == Outcome::Fail)
+                .map(|s| s.summary.clone())
+                .collect::<Vec<_>>()
+                .join("; ");
+            self.block_release(rollout, wave, &summary).await;
+            return Some(Verdict {
+                outcome: VerdictOutcome::Fail,
+                summary,
+                evidence,
+            });
+        }
+        if !last {
+            return None;
+        }
+        let (outcome, summary) = match worst {
+            Outcome::Pass => (
+                VerdictOutcome::Pass,
+                format!("every gate passed against {} control nodes", wave.control_nodes.len()),
+            ),
+            Outcome::Inconclusive => (
+                VerdictOutcome::Inconclusive,
+                states
+                    .iter()
+                    .filter(|s| s.outcome == Outcome::Inconclusive)
+                    .map(|s| format!("{} inconclusive", s.gate))
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            ),
+            _ => (
+                VerdictOutcome::Error,
+                states
+                    .iter()
+                    .filter(|s| s.outcome == Outcome::Error)
+                    .map(|s| s.summary.clone())
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            ),
+        };
+        Some(Verdict {
+            outcome,
+            summary,
+            evidence,
+        })
+    }
+}
+
+/// Unsupported gates are answered before evaluation; reaching this is a
+/// logic error that must not panic a controller, so it reads as an error.
+fn unreachable_gate() -> orchestrator_detect::Verdict {
+    orchestrator_detect::Verdict::Error {
+        gate: String::new(),
+        error: orchestrator_detect::DetectError::NoGates,
+    }
+}
+
+#[async_trait]
+impl HealthJudge for DetectorJudge {
+    async fn check(&self, rollout: &ExecRollout, wave: &ExecWave, policy: &Policy) -> Option<Verdict> {
+        self.round(rollout, wave, policy, false).await
+    }
+
+    async fn judge(&self, rollout: &ExecRollout, wave: &ExecWave, policy: &Policy) -> Verdict {
+        self.round(rollout, wave, policy, true)
+            .await
+            .unwrap_or_else(|| Verdict {
+                outcome: VerdictOutcome::Error,
+                summary: "the detector reached no verdict".into(),
+                evidence: json!({}),
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    fn sample(cohort: Cohort, node: i64, metric: &str, events: u64, exposure: f64) -> HealthSample {
+        HealthSample {
+            rollout_id: orchestrator_types::RolloutId(1),
+            wave_id: WaveId(1),
+            node_id: NodeId(node),
+            cohort,
+            metric: metric.into(),
+            window_start: Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap(),
+            events,
+            exposure,
+            readings: 0,
+            sum: 0.0,
+            min: None,
+            max: None,
+            units: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn looks_follow_the_interval_within_limits() {
+        assert_eq!(planned_looks(Duration::hours(6), Duration::minutes(30)), 12);
+        assert_eq!(planned_looks(Duration::minutes(10), Duration::minutes(30)), 1);
+        assert_eq!(planned_looks(Duration::days(7), Duration::minutes(5)), MAX_LOOKS);
+    }
+
+    #[test]
+    fn rate_cohorts_add_up_by_side_and_metric() {
+        let samples = [
+            sample(Cohort::Canary, 1, "xid_errors_per_gpu_hour", 3, 8.0),
+            sample(Cohort::Canary, 2, "xid_errors_per_gpu_hour", 1, 8.0),
+            sample(Cohort::Control, 3, "xid_errors_per_gpu_hour", 2, 16.0),
+            sample(Cohort::Control, 3, "pcie_aer_per_node_hour", 9, 1.0),
+        ];
+        let c = rate_cohorts(&samples, RedfishMetric::XidErrorsPerGpuHour);
+        assert_eq!((c.canary.events, c.canary.exposure), (4, 16.0));
+        assert_eq!((c.control.events, c.control.exposure), (2, 16.0));
+    }
+
+    #[test]
+    fn level_cohorts_give_one_mean_per_gpu_across_windows() {
+        let mut a = sample(Cohort::Canary, 1, "gpu_temp_c", 0, 0.0);
+        a.units.insert("GPU_0".into(), LevelAgg::of(60.0));
+        a.units.insert("GPU_1".into(), LevelAgg::of(70.0));
+        let mut b = a.clone();
+        b.window_start += Duration::hours(1);
+        b.units.insert("GPU_0".into(), LevelAgg::of(64.0));
+        let mut c = sample(Cohort::Control, 2, "gpu_temp_c", 0, 0.0);
+        c.units.insert("GPU_0".into(), LevelAgg::of(50.0));
+        let (canary, control) = level_cohorts(&[a, b, c], RedfishMetric::GpuTempC);
+        assert_eq!(canary, vec![62.0, 70.0]);
+        assert_eq!(control, vec![50.0]);
+    }
+}

@@ -1,0 +1,20 @@
+//! The health watch: collects Redfish health of baking waves and their
+//! control cohorts, and judges each wave with `orchestrator_detect`.
+//!
+//! - [`classify`]: pure mapping of event-log entries and sensors to the
+//!   policy's metrics and of time to exposure.
+//! - [`Collector`]: polls BMCs with bounded concurrency and stores window
+//!   aggregates (`orchestrator_db::health`).
+//! - [`DetectorJudge`]: the engine's [`crate::HealthJudge`]; looks are
+//!   planned at the gates' interval, evaluated once, recorded and audited;
+//!   a crossed boundary fails the wave mid-bake and blocks the release.
+
+pub mod classify;
+mod collector;
+mod judge;
+
+pub use collector::{CollectReport, Collector, DEFAULT_GPUS_PER_NODE, HealthBmcs, RedfishHealthBmcs};
+pub use judge::{
+    DEFAULT_POLL_CONCURRENCY, DETECTOR_ACTOR, DetectorJudge, MAX_LOOKS, MIN_CANARY_EVENTS_FOR_FAIL, MIN_EXPOSURE,
+    MIN_LEVEL_UNITS,
+};

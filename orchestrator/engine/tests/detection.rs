@@ -1,0 +1,316 @@
+//! End-to-end detection against bmc-sim on an accelerated clock (an hour of
+//! bake in about 15 s): a firmware that triples XID errors is caught in the
+//! canary before its bake ends, rolled back and blocked; a healthy firmware
+//! under a fleet-wide heat event (canary and control alike) is promoted.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{GPU_FROM, GPU_TO, Harness, SKU};
+use orchestrator_bmc::{BmcEndpoint, Credentials, HttpClients, RetryPolicy, Timeouts};
+use orchestrator_db::AuditFilter;
+use orchestrator_db::execution::{RolloutState, StepFilter, StepPurpose, StepState, WaveState};
+use orchestrator_db::health::{Cohort, SampleScope};
+use orchestrator_engine::watch::{DetectorJudge, RedfishHealthBmcs};
+use orchestrator_engine::{StartRollout, start_rollout};
+use orchestrator_types::QualificationState;
+
+/// The bad image: a firmware entry whose effect triples the XID rate.
+const GPU_BAD: &str = "96.00.66.00.01";
+
+/// Extra scenario text, spliced after the harness's firmware list: the bad
+/// firmware, a baseline XID rate high enough that an hour of 80 canary GPUs
+/// sees dozens of errors, and a fleet-wide heat event during the bake.
+fn scenario_extra() -> String {
+    format!(
+        r#"  - kind: gpu
+    version: "{GPU_BAD}"
+    flash_time: {{min: 2m, max: 4m}}
+    effects:
+      - {{metric: xid_errors_per_gpu_hour, multiply: 3.0, share: 1.0, onset: 0s}}
+baseline:
+  gpu_temp_c: {{mean: 62, sd: 3}}
+  gpu_power_w: {{mean: 550, sd: 40}}
+  xid_errors_per_gpu_hour: 0.6
+  pcie_aer_per_node_hour: 0.01
+  link_degraded_per_node_day: 0.001
+events:
+  - {{metric: gpu_temp_c, add: 8.0, share: 1.0, at: 20m, duration: 40m}}"#
+    )
+}
+
+/// A canary of 10 nodes with XID and temperature gates over a one-hour
+/// bake, looked at every 10 minutes; then the rest without gates.
+fn policy() -> String {
+    format!(
+        r#"
+name: detect-gpu
+target:
+  component: gpu
+  inventory_id: "HGX_FW_GPU_*"
+  platforms: [{SKU}]
+versions:
+  allow_downgrade: false
+qualification:
+  required_gates: []
+waves:
+  - name: canary
+    count: 10
+    stratify_by: [rack]
+    bake: 1h
+    max_in_flight: 10
+    gates: [xid_errors, gpu_temp]
+  - name: rest
+    rest: true
+    bake: 10m
+    max_in_flight: 40
+    gates: []
+concurrency:
+  max_in_flight: 40
+  per_rack: 10
+  per_nvlink_domain: 5
+health:
+  alpha: 0.05
+  gates:
+    - name: xid_errors
+      source: redfish
+      metric: xid_errors_per_gpu_hour
+      kind: rate
+      direction: increase_is_bad
+      min_effect: 1.5
+      interval: 10m
+    - name: gpu_temp
+      source: redfish
+      metric: gpu_temp_c
+      kind: level
+      direction: increase_is_bad
+      min_effect: 3
+      interval: 10m
+failure_budget:
+  max_failed: 2
+rollback:
+  automatic: true
+  scope: wave
+"#
+    )
+}
+
+fn health_bmcs() -> Arc<RedfishHealthBmcs> {
+    let resolve = Arc::new(|url: &str, _profile: &str| {
+        let url = url::Url::parse(url).map_err(|e| e.to_string())?;
+        Ok(BmcEndpoint::new(url, Credentials::new("admin", "admin"))
+            .with_timeouts(Timeouts {
+                connect: Duration::from_millis(500),
+                request: Duration::from_secs(2),
+                upload: Duration::from_secs(5),
+                probe: Duration::from_millis(500),
+            })
+            .with_retry(RetryPolicy {
+                max_retries: 1,
+                base_delay: Duration::from_millis(20),
+                max_delay: Duration::from_millis(50),
+                max_retry_after: Duration::from_millis(50),
+                deadline: Duration::from_secs(3),
+            }))
+    });
+    Arc::new(RedfishHealthBmcs::new(HttpClients::new(), resolve))
+}
+
+async fn start(h: &mut Harness, version: &str) -> orchestrator_types::RolloutId {
+    let release = h.add_release(version, true).await;
+    h.add_release(GPU_FROM, true).await;
+    let rollout = start_rollout(
+        &h.db,
+        &StartRollout {
+            release_id: release.id,
+            policy_source: policy(),
+            policy_commit: None,
+            policy_blob: None,
+            seed: 5,
+        },
+        "alice",
+    )
+    .await
+    .expect("rollout starts");
+    let judge = Arc::new(DetectorJudge::new(h.db.clone(), health_bmcs()));
+    h.start_engine_with(h.config(), judge);
+    rollout.id
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tripled_xid_rate_is_rolled_back_in_the_canary_and_the_release_blocked() {
+    let Some(mut h) = Harness::start(40, &scenario_extra(), false).await else {
+        return;
+    };
+    let id = start(&mut h, GPU_BAD).await;
+    let done = h
+        .wait_for(
+            id,
+            &[RolloutState::RolledBack, RolloutState::Halted, RolloutState::Completed],
+            Duration::from_secs(55),
+        )
+        .await;
+    h.stop_engine().await;
+    assert_eq!(done.state, RolloutState::RolledBack, "{:?}", done.state_reason);
+
+    let waves = h.db.rollout_waves(id).await.unwrap();
+    let canary = waves.iter().find(|w| w.name == "canary").unwrap();
+    assert_eq!(canary.state, WaveState::RolledBack);
+    let verdict = canary.verdict.as_ref().expect("the canary's verdict is stored");
+    assert_eq!(verdict["outcome"], "fail", "{verdict:#}");
+    let summary = verdict["summary"].as_str().unwrap();
+    assert!(summary.starts_with("xid_errors:"), "{summary}");
+
+    // Caught before the bake's end: the failing look was not the last one.
+    let looks = h.db.health_looks(SampleScope::Wave(canary.id)).await.unwrap();
+    let failed: Vec<_> = looks.iter().filter(|l| l.look.outcome == "fail").collect();
+    assert_eq!(failed.len(), 1, "{looks:#?}");
+    assert_eq!(failed[0].look.gate, "xid_errors");
+    assert!(
+        failed[0].look.look_number < failed[0].look.planned_looks,
+        "failed at look {} of {}",
+        failed[0].look.look_number,
+        failed[0].look.planned_looks
+    );
+    let evidence = &failed[0].look.verdict["evidence"];
+    let ratio = evidence["effect"]["estimate"].as_f64().unwrap();
+    assert!((2.0..5.0).contains(&ratio), "rate ratio {ratio}: {evidence:#}");
+    // Each look of each gate was evaluated at most once.
+    let mut keys: Vec<_> = looks
+        .iter()
+        .map(|l| (l.look.gate.clone(), l.look.look_number))
+        .collect();
+    keys.sort();
+    let before = keys.len();
+    keys.dedup();
+    assert_eq!(before, keys.len());
+
+    // Both cohorts were watched: canary and control samples exist.
+    let samples = h.db.health_samples(SampleScope::Wave(canary.id)).await.unwrap();
+    for cohort in [Cohort::Canary, Cohort::Control] {
+        assert!(
+            samples
+                .iter()
+                .any(|s| s.cohort == cohort && s.metric == "xid_errors_per_gpu_hour" && s.events > 0),
+            "{cohort:?} has XID events"
+        );
+    }
+
+    // The release is blocked with the evidence as its reason.
+    let release = h.db.release(done.release_id).await.unwrap();
+    assert_eq!(release.qualification_state, QualificationState::Blocked);
+    assert!(
+        release
+            .state_reason
+            .as_deref()
+            .unwrap_or_default()
+            .contains("xid_errors"),
+        "{:?}",
+        release.state_reason
+    );
+    let blocks =
+        h.db.audit_entries(&AuditFilter {
+            action: Some("release.block".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(blocks.len(), 1);
+    assert_eq!(blocks[0].actor, "detector");
+
+    // Every canary node is back on the old firmware; nothing else was flashed.
+    let steps =
+        h.db.steps(&StepFilter {
+            rollout_id: Some(id),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let canary_nodes: Vec<_> = steps
+        .iter()
+        .filter(|s| s.wave_id == canary.id && s.purpose == StepPurpose::Update)
+        .map(|s| s.node_id)
+        .collect();
+    assert_eq!(canary_nodes.len(), 10);
+    assert!(
+        steps
+            .iter()
+            .filter(|s| s.purpose == StepPurpose::Rollback)
+            .all(|s| s.state == StepState::Succeeded)
+    );
+    for node in h.db.list_nodes(&Default::default()).await.unwrap() {
+        let versions = h.fleet.versions(&node.name).unwrap();
+        for c in versions.iter().filter(|c| c.id.starts_with("HGX_FW_GPU_")) {
+            assert_eq!(c.active, GPU_FROM, "{} {}", node.name, c.id);
+        }
+        let flashes: u32 = h.fleet.flash_counts(&node.name).unwrap().values().sum();
+        let expected = if canary_nodes.contains(&node.id) { 2 } else { 0 };
+        assert_eq!(flashes, expected, "{}", node.name);
+    }
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn healthy_firmware_under_a_fleet_wide_heat_event_is_promoted() {
+    let Some(mut h) = Harness::start(40, &scenario_extra(), false).await else {
+        return;
+    };
+    let id = start(&mut h, GPU_TO).await;
+    let done = h
+        .wait_for(
+            id,
+            &[RolloutState::RolledBack, RolloutState::Halted, RolloutState::Completed],
+            Duration::from_secs(55),
+        )
+        .await;
+    h.stop_engine().await;
+    assert_eq!(done.state, RolloutState::Completed, "{:?}", done.state_reason);
+
+    let waves = h.db.rollout_waves(id).await.unwrap();
+    let canary = waves.iter().find(|w| w.name == "canary").unwrap();
+    assert_eq!(canary.state, WaveState::Promoted);
+    let verdict = canary.verdict.as_ref().expect("the canary's verdict is stored");
+    assert_eq!(verdict["outcome"], "pass", "{verdict:#}");
+
+    // Every gate reached its final look and passed there; no look failed.
+    let looks = h.db.health_looks(SampleScope::Wave(canary.id)).await.unwrap();
+    assert!(looks.iter().all(|l| l.look.outcome != "fail"), "{looks:#?}");
+    for gate in ["xid_errors", "gpu_temp"] {
+        let last = looks
+            .iter()
+            .filter(|l| l.look.gate == gate)
+            .max_by_key(|l| l.look.look_number)
+            .unwrap_or_else(|| panic!("{gate} was looked at"));
+        assert_eq!(last.look.look_number, last.look.planned_looks, "{gate}");
+        assert_eq!(last.look.outcome, "pass", "{gate}: {:#}", last.look.verdict);
+    }
+
+    // The heat event did reach the canary: its hottest GPU window is well
+    // above the baseline, yet the gate passed because control rose too.
+    let samples = h.db.health_samples(SampleScope::Wave(canary.id)).await.unwrap();
+    let hottest = |cohort: Cohort| {
+        samples
+            .iter()
+            .filter(|s| s.cohort == cohort && s.metric == "gpu_temp_c")
+            .filter_map(|s| s.max)
+            .fold(f64::MIN, f64::max)
+    };
+    assert!(hottest(Cohort::Canary) > 70.0, "canary max {}", hottest(Cohort::Canary));
+    assert!(
+        hottest(Cohort::Control) > 70.0,
+        "control max {}",
+        hottest(Cohort::Control)
+    );
+
+    let release = h.db.release(done.release_id).await.unwrap();
+    assert_eq!(release.qualification_state, QualificationState::Qualified);
+    for endpoint in h.fleet.endpoints() {
+        let versions = h.fleet.versions(&endpoint.name).unwrap();
+        for c in versions.iter().filter(|c| c.id.starts_with("HGX_FW_GPU_")) {
+            assert_eq!(c.active, GPU_TO, "{} {}", endpoint.name, c.id);
+        }
+    }
+    h.shutdown().await;
+}
