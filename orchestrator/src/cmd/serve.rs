@@ -102,7 +102,16 @@ fn start_engine(db: &orchestrator_db::Db, context: &Context, args: &ServeArgs) -
     });
     let connector = std::sync::Arc::new(orchestrator_engine::RedfishConnector::new(
         orchestrator_bmc::HttpClients::new(),
-        resolve,
+        resolve.clone(),
+    ));
+    // Waves are judged against their control cohorts from Redfish health;
+    // gates this judge cannot evaluate hold the wave for a human.
+    let judge = std::sync::Arc::new(orchestrator_engine::watch::DetectorJudge::new(
+        db.clone(),
+        std::sync::Arc::new(orchestrator_engine::watch::RedfishHealthBmcs::new(
+            orchestrator_bmc::HttpClients::new(),
+            resolve,
+        )),
     ));
     let config = orchestrator_engine::EngineConfig {
         holder: format!(
@@ -118,7 +127,7 @@ fn start_engine(db: &orchestrator_db::Db, context: &Context, args: &ServeArgs) -
         db.clone(),
         config,
         connector,
-        std::sync::Arc::new(orchestrator_engine::GatelessJudge),
+        judge,
     )
 }
 
