@@ -67,6 +67,11 @@ enum Command {
     /// Rollout policies: lint files, sync them from git, show what is in force.
     #[command(subcommand)]
     Policy(cmd::policy::PolicyCommand),
+    /// Start, inspect, approve, pause, resume, abort and roll back rollouts.
+    #[command(subcommand)]
+    Rollout(cmd::rollout::RolloutCommand),
+    /// Run one rollout headless against a simulated fleet and write a JSON report.
+    Simulate(cmd::simulate::SimulateArgs),
 }
 
 /// What every command can use.
@@ -138,6 +143,8 @@ fn main() -> ExitCode {
             Command::Fleet(command) => cmd::fleet::run(command, &context).await,
             Command::Release(command) => cmd::release::run(command, &context).await,
             Command::Policy(command) => cmd::policy::run(command, &context).await,
+            Command::Rollout(command) => cmd::rollout::run(command, &context).await,
+            Command::Simulate(args) => cmd::simulate::run(args, &context).await,
         }
     });
     match outcome {

@@ -3,7 +3,9 @@
 pub mod fleet;
 pub mod policy;
 pub mod release;
+pub mod rollout;
 pub mod serve;
+pub mod simulate;
 
 use std::process::ExitCode;
 

@@ -1,0 +1,327 @@
+//! `waveguard simulate` as a user runs it: a real process, bmc-sim over
+//! loopback HTTP, a temporary SQLite database, the real engine; the report is
+//! read back and checked key by key.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_waveguard");
+
+const GPU_FROM: &str = "96.00.5E.00.01";
+const GPU_GOOD: &str = "96.00.61.00.01";
+const GPU_FAILS: &str = "96.00.66.00.01";
+
+fn scenario(nodes: usize) -> String {
+    format!(
+        r#"
+seed: 5
+fleet:
+  nodes: {nodes}
+  racks: 6
+  clusters: 2
+  region: sim-1
+  sku: hgx-h100-8gpu
+  nodes_per_nvlink_domain: 2
+  components:
+    - {{id: BMC_Firmware, kind: bmc, version: "24.04.1"}}
+    - {{id: "HGX_FW_GPU_{{0..7}}", kind: gpu, version: "{GPU_FROM}"}}
+firmware:
+  - kind: gpu
+    version: "{GPU_GOOD}"
+    flash_time: {{min: 5m, max: 9m}}
+  - kind: gpu
+    version: "{GPU_FAILS}"
+    flash_time: {{min: 5m, max: 9m}}
+    flash_fail_rate: 1.0
+bmc_faults:
+  unavailable_rate: 0.02
+  reset_time: {{min: 30s, max: 60s}}
+  reboot_time: {{min: 2m, max: 4m}}
+"#
+    )
+}
+
+/// Two waves with hours of bake; `approval` goes on the second wave.
+fn policy(approval: &str) -> String {
+    format!(
+        r#"
+name: sim-test
+target:
+  component: gpu
+  inventory_id: "HGX_FW_GPU_*"
+  platforms: [hgx-h100-8gpu]
+versions:
+  allow_downgrade: false
+qualification:
+  required_gates: [burn_in]
+waves:
+  - name: canary
+    count: 4
+    stratify_by: [rack]
+    bake: 6h
+    max_in_flight: 4
+  - name: rest
+    rest: true
+    bake: 2h
+    {approval}
+    max_in_flight: 20
+concurrency:
+  max_in_flight: 20
+  per_rack: 4
+failure_budget:
+  max_failed: 1
+rollback:
+  automatic: true
+  scope: rollout
+"#
+    )
+}
+
+struct Run {
+    output: Output,
+    report: Option<Value>,
+}
+
+fn simulate(dir: &Path, nodes: usize, policy_text: &str, release: &str, extra: &[&str]) -> Run {
+    let scenario_path = dir.join("scenario.yaml");
+    let policy_path = dir.join("policy.yaml");
+    let report_path = dir.join("out.json");
+    std::fs::write(&scenario_path, scenario(nodes)).expect("write scenario");
+    std::fs::write(&policy_path, policy_text).expect("write policy");
+    let output = Command::new(BIN)
+        .arg("simulate")
+        .arg("--scenario")
+        .arg(&scenario_path)
+        .arg("--policy")
+        .arg(&policy_path)
+        .args(["--release", release])
+        .arg("--report")
+        .arg(&report_path)
+        .args(extra)
+        .current_dir(dir)
+        .env_remove("WAVEGUARD_DATABASE_URL")
+        .env_remove("WAVEGUARD_CONFIG")
+        .output()
+        .expect("waveguard runs");
+    let report = std::fs::read_to_string(&report_path)
+        .ok()
+        .map(|text| serde_json::from_str(&text).expect("the report is JSON"));
+    Run { output, report }
+}
+
+fn stderr(run: &Run) -> String {
+    String::from_utf8_lossy(&run.output.stderr).into_owned()
+}
+
+fn keys(value: &Value) -> Vec<&str> {
+    let mut keys: Vec<&str> = value
+        .as_object()
+        .expect("an object")
+        .keys()
+        .map(String::as_str)
+        .collect();
+    keys.sort_unstable();
+    keys
+}
+
+/// Every key of the issue's contract is present, with the contract's shape.
+fn check_contract(report: &Value) {
+    for key in [
+        "outcome",
+        "release_state",
+        "waves",
+        "detection",
+        "exposure",
+        "final_versions",
+        "updates",
+        "sim_seconds",
+        "wall_seconds",
+    ] {
+        assert!(report.get(key).is_some(), "report lacks {key}: {report:#}");
+    }
+    for wave in report["waves"].as_array().expect("waves is a list") {
+        for key in ["name", "nodes", "started_at_s", "ended_at_s", "decision", "verdicts"] {
+            assert!(wave.get(key).is_some(), "wave lacks {key}: {wave}");
+        }
+        for verdict in wave["verdicts"].as_array().expect("verdicts is a list") {
+            assert_eq!(keys(verdict), ["effect", "metric", "p_value", "verdict"]);
+        }
+    }
+    assert_eq!(keys(&report["detection"]), ["at_s", "detected", "metric"]);
+    assert_eq!(
+        keys(&report["exposure"]),
+        ["max_nodes_on_release", "nodes_on_release_at_detection"]
+    );
+    assert_eq!(
+        keys(&report["updates"]),
+        [
+            "attempted",
+            "bricked",
+            "failed",
+            "max_flashes_per_node_step",
+            "rolled_back",
+            "succeeded"
+        ]
+    );
+    assert!(report["sim_seconds"].is_i64(), "{}", report["sim_seconds"]);
+    assert!(report["wall_seconds"].is_f64(), "{}", report["wall_seconds"]);
+}
+
+#[test]
+fn good_firmware_completes_with_automatic_approvals() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = simulate(
+        dir.path(),
+        24,
+        &policy("approval: manual\n    approvers: 2"),
+        &format!("gpu@{GPU_GOOD}"),
+        &["--approve", "auto"],
+    );
+    assert!(
+        run.output.status.success(),
+        "exit {:?}: {}",
+        run.output.status,
+        stderr(&run)
+    );
+    let report = run.report.as_ref().expect("a report is written");
+    check_contract(report);
+    assert_eq!(report["outcome"], "completed", "{report:#}");
+    assert_eq!(report["release_state"], "qualified");
+    let waves = report["waves"].as_array().unwrap();
+    let summary: Vec<(&str, i64, &str)> = waves
+        .iter()
+        .map(|w| {
+            (
+                w["name"].as_str().unwrap(),
+                w["nodes"].as_i64().unwrap(),
+                w["decision"].as_str().unwrap_or("-"),
+            )
+        })
+        .collect();
+    assert_eq!(summary, [("canary", 4, "promote"), ("rest", 20, "promote")]);
+    // Hours of bake passed in simulated time, in order.
+    let canary_end = waves[0]["ended_at_s"].as_i64().unwrap();
+    let rest_start = waves[1]["started_at_s"].as_i64().unwrap();
+    assert!(canary_end >= 6 * 3600, "the canary baked 6 h: {canary_end}");
+    assert!(rest_start >= canary_end, "{rest_start} < {canary_end}");
+    assert!(report["sim_seconds"].as_i64().unwrap() >= 8 * 3600);
+    assert_eq!(report["final_versions"], serde_json::json!({ GPU_GOOD: 24 }));
+    let updates = &report["updates"];
+    assert_eq!(updates["attempted"], 24);
+    assert_eq!(updates["succeeded"], 24);
+    assert_eq!(updates["failed"], 0);
+    assert_eq!(updates["bricked"], 0);
+    assert_eq!(updates["rolled_back"], 0);
+    assert_eq!(updates["max_flashes_per_node_step"], 1);
+    assert_eq!(report["exposure"]["max_nodes_on_release"], 24);
+    assert_eq!(report["detection"]["detected"], false);
+    assert!(report["detection"]["at_s"].is_null());
+    // Two distinct synthetic approvers satisfied the two-person rule.
+    assert_eq!(report["approvals_given"], 2, "{report:#}");
+}
+
+#[test]
+fn a_manual_wave_without_auto_approval_ends_halted_and_says_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = simulate(
+        dir.path(),
+        12,
+        &policy("approval: manual"),
+        &format!("gpu@{GPU_GOOD}"),
+        &[],
+    );
+    assert!(run.output.status.success(), "{}", stderr(&run));
+    let report = run.report.as_ref().expect("a report is written");
+    check_contract(report);
+    assert_eq!(report["outcome"], "halted");
+    let reason = report["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("approval") && reason.contains("canary"), "{reason}");
+    assert_eq!(report["waves"][0]["decision"], "hold");
+    assert_eq!(report["final_versions"][GPU_GOOD], 4, "{report:#}");
+    assert_eq!(report["final_versions"][GPU_FROM], 8, "{report:#}");
+}
+
+#[test]
+fn failing_flashes_halt_on_the_failure_budget_and_never_flash_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = simulate(
+        dir.path(),
+        12,
+        &policy("approval: auto"),
+        &format!("gpu@{GPU_FAILS}"),
+        &["--approve", "auto"],
+    );
+    assert!(
+        run.output.status.success(),
+        "exit 0 whatever the outcome: {}",
+        stderr(&run)
+    );
+    let report = run.report.as_ref().expect("a report is written");
+    check_contract(report);
+    assert_eq!(report["outcome"], "halted", "{report:#}");
+    assert!(
+        report["reason"].as_str().unwrap_or_default().contains("failure budget"),
+        "{report:#}"
+    );
+    assert_eq!(report["waves"][0]["decision"], "halt");
+    assert!(report["waves"][1]["started_at_s"].is_null(), "no later wave started");
+    let updates = &report["updates"];
+    assert_eq!(updates["succeeded"], 0);
+    assert!(updates["failed"].as_u64().unwrap() >= 2, "{updates}");
+    assert_eq!(updates["max_flashes_per_node_step"], 1);
+    assert_eq!(report["final_versions"], serde_json::json!({ GPU_FROM: 12 }));
+}
+
+#[test]
+fn bad_input_exits_2_with_a_clear_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let good_policy = policy("approval: auto");
+    let bmc_policy = good_policy
+        .replace("component: gpu", "component: bmc")
+        .replace("inventory_id: \"HGX_FW_GPU_*\"", "inventory_id: BMC_Firmware");
+    let cases: [(&str, String, String, &str); 5] = [
+        ("no @", good_policy.clone(), GPU_GOOD.into(), "KIND@VERSION"),
+        (
+            "unknown kind",
+            good_policy.clone(),
+            format!("fpga@{GPU_GOOD}"),
+            "unknown component kind",
+        ),
+        (
+            "kind mismatch",
+            bmc_policy,
+            format!("gpu@{GPU_GOOD}"),
+            "updates bmc firmware",
+        ),
+        (
+            "invalid policy",
+            "name: x\nwaves: 3\n".into(),
+            format!("gpu@{GPU_GOOD}"),
+            "policy",
+        ),
+        (
+            "nothing eligible",
+            good_policy.replace("[hgx-h100-8gpu]", "[hgx-b200-8gpu]"),
+            format!("gpu@{GPU_GOOD}"),
+            "",
+        ),
+    ];
+    for (name, policy_text, release, expected) in cases {
+        let run = simulate(dir.path(), 4, &policy_text, &release, &[]);
+        assert_eq!(run.output.status.code(), Some(2), "{name}: {}", stderr(&run));
+        assert!(stderr(&run).contains(expected), "{name}: {}", stderr(&run));
+        assert!(!stderr(&run).contains("panicked"), "{name}: {}", stderr(&run));
+    }
+    // A missing scenario file.
+    let output = Command::new(BIN)
+        .args(["simulate", "--scenario", "/nonexistent/s.yaml", "--policy"])
+        .arg(dir.path().join("policy.yaml"))
+        .args(["--release", "gpu@1.2.3", "--report"])
+        .arg(dir.path().join("r.json"))
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("cannot read the scenario"));
+}
