@@ -4,6 +4,7 @@ pub mod fleet;
 pub mod policy;
 pub mod release;
 pub mod rollout;
+pub mod rollout;
 pub mod serve;
 pub mod simulate;
 

@@ -1,0 +1,466 @@
+//! `waveguard rollout ...`: start, inspect and command rollouts. Thin: the
+//! same datastore and engine functions the API calls; a running `serve`
+//! picks the change up on its next engine pass.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use orchestrator_db::Db;
+use orchestrator_db::execution::{ExecRollout, ExecWave, RolloutState, WaveKind};
+use orchestrator_db::model::Release;
+use orchestrator_engine::{EngineError, StartRollout, start_rollout_planned};
+use orchestrator_types::{ComponentKind, FirmwareVersion, ReleaseId, RolloutId};
+use serde_json::json;
+
+use super::BadInput;
+use crate::Context;
+
+/// Rollout commands.
+#[derive(Debug, clap::Subcommand)]
+pub enum RolloutCommand {
+    /// Plan and start a rollout of a release under a policy; prints the plan summary.
+    Start(StartArgs),
+    /// List rollouts, newest first.
+    List {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show a rollout with its waves, progress, blockers and approvals.
+    Show {
+        /// Rollout id.
+        id: i64,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Approve a wave (two-person rule: never by the rollout's author).
+    Approve {
+        /// Rollout id.
+        id: i64,
+        /// Wave name or position (as `show` lists it).
+        #[arg(long, value_name = "NAME|N")]
+        wave: String,
+        /// Approve as this user instead of the CLI user.
+        #[arg(long = "as", value_name = "USER")]
+        as_user: Option<String>,
+        /// A comment recorded with the approval.
+        #[arg(long)]
+        comment: Option<String>,
+    },
+    /// Pause: no new flash starts; in-flight flashes finish.
+    Pause(CommandArgs),
+    /// Resume a paused rollout.
+    Resume(CommandArgs),
+    /// Abort: no new flash; in-flight flashes finish; rollback is left to you.
+    Abort(CommandArgs),
+    /// Roll every updated node back to its recorded previous version.
+    Rollback {
+        /// Rollout id.
+        id: i64,
+        /// Why (required; recorded in the rollout and the audit log).
+        #[arg(long)]
+        reason: String,
+    },
+}
+
+/// Options of `rollout start`.
+#[derive(Debug, clap::Args)]
+pub struct StartArgs {
+    /// Release id, or KIND@VERSION (e.g. gpu@96.00.61.00.01).
+    #[arg(long)]
+    release: String,
+    /// Name of a policy in force (synced from git); the rollout pins its commit and blob.
+    #[arg(long, conflicts_with = "policy_file", required_unless_present = "policy_file")]
+    policy: Option<String>,
+    /// A policy YAML file (recorded as inline:<sha256>).
+    #[arg(long, value_name = "FILE")]
+    policy_file: Option<PathBuf>,
+    /// Seed of the planner's stratified choices (default: from the clock).
+    #[arg(long)]
+    seed: Option<i64>,
+    /// Print the plan summary as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Options of pause, resume and abort.
+#[derive(Debug, clap::Args)]
+pub struct CommandArgs {
+    /// Rollout id.
+    id: i64,
+    /// Why (recorded in the rollout and the audit log).
+    #[arg(long)]
+    reason: Option<String>,
+}
+
+/// Runs a rollout command.
+pub async fn run(command: RolloutCommand, context: &Context) -> anyhow::Result<ExitCode> {
+    let actor = context.cli_actor();
+    match command {
+        RolloutCommand::Start(args) => start(args, context, &actor).await,
+        RolloutCommand::List { json } => {
+            let rollouts = context.db().await?.exec_rollouts().await?;
+            if json {
+                let stripped: Vec<ExecRollout> = rollouts
+                    .into_iter()
+                    .map(|mut r| {
+                        r.policy_source = None;
+                        r
+                    })
+                    .collect();
+                println!("{}", serde_json::to_string_pretty(&stripped)?);
+            } else {
+                println!(
+                    "{:<6} {:<8} {:<14} {:<20} {:<20} CREATED",
+                    "ID", "RELEASE", "STATE", "POLICY", "BY"
+                );
+                for r in rollouts {
+                    println!(
+                        "{:<6} {:<8} {:<14} {:<20} {:<20} {}",
+                        r.id,
+                        r.release_id,
+                        r.state,
+                        r.policy_name,
+                        r.created_by,
+                        r.created_at.format("%Y-%m-%d %H:%M:%SZ")
+                    );
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        RolloutCommand::Show { id, json } => {
+            let db = context.db().await?;
+            show(&db, RolloutId(id), json).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        RolloutCommand::Approve {
+            id,
+            wave,
+            as_user,
+            comment,
+        } => {
+            let db = context.db().await?;
+            let approver = as_user.unwrap_or(actor);
+            if approver.trim().is_empty() {
+                return Err(BadInput("--as needs a user name".into()).into());
+            }
+            let found = find_wave(&db, RolloutId(id), &wave).await?;
+            if found.kind != WaveKind::Update {
+                return Err(BadInput(format!(
+                    "wave {:?} is a rollback wave: it needs no approval",
+                    found.name
+                ))
+                .into());
+            }
+            let given = db.approve_wave(found.id, &approver, comment.as_deref()).await?;
+            println!(
+                "rollout {id} wave {}: approved by {approver} ({} of {} approvals)",
+                found.name,
+                given.len(),
+                found.approvals_required.max(0)
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        RolloutCommand::Pause(args) => {
+            set_state(context, &actor, args, &[RolloutState::Running], RolloutState::Paused).await
+        }
+        RolloutCommand::Resume(args) => {
+            set_state(context, &actor, args, &[RolloutState::Paused], RolloutState::Running).await
+        }
+        RolloutCommand::Abort(args) => {
+            set_state(
+                context,
+                &actor,
+                args,
+                &[RolloutState::Running, RolloutState::Paused, RolloutState::Halted],
+                RolloutState::Aborted,
+            )
+            .await
+        }
+        RolloutCommand::Rollback { id, reason } => {
+            let reason = reason.trim();
+            if reason.is_empty() {
+                return Err(BadInput("--reason must say why".into()).into());
+            }
+            let db = context.db().await?;
+            let wave = db
+                .begin_rollback(None, RolloutId(id), json!({ "scope": "rollout" }), reason, &actor)
+                .await?;
+            println!("rollout {id}: rolling back (wave {})", wave.id);
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+async fn set_state(
+    context: &Context,
+    actor: &str,
+    args: CommandArgs,
+    from: &[RolloutState],
+    to: RolloutState,
+) -> anyhow::Result<ExitCode> {
+    let db = context.db().await?;
+    let before = db.exec_rollout(RolloutId(args.id)).await?;
+    let after = db
+        .user_set_rollout_state(before.id, from, to, args.reason.as_deref(), actor)
+        .await?;
+    println!("rollout {}: {} -> {}", after.id, before.state, after.state);
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn start(args: StartArgs, context: &Context, actor: &str) -> anyhow::Result<ExitCode> {
+    let db = context.db().await?;
+    let release = find_release(&db, &args.release).await?;
+    let (source, commit, blob) = match (&args.policy, &args.policy_file) {
+        (Some(name), _) => {
+            let in_force = db.policy_in_force(name).await.map_err(|e| match e {
+                orchestrator_db::DbError::NotFound { .. } => {
+                    anyhow::Error::from(BadInput(format!("no policy named {name:?} is in force")))
+                }
+                other => other.into(),
+            })?;
+            (
+                in_force.version.content,
+                Some(in_force.version.commit_id),
+                Some(in_force.version.blob_id),
+            )
+        }
+        (None, Some(path)) => {
+            let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+            let checked = orchestrator_policy::check_source(&text);
+            if checked.has_errors() {
+                let file = path.display().to_string();
+                let lines: Vec<String> = checked
+                    .diagnostics
+                    .iter()
+                    .filter(|d| d.is_error())
+                    .map(|d| d.render(&file))
+                    .collect();
+                return Err(BadInput(format!("the policy is not valid:\n{}", lines.join("\n"))).into());
+            }
+            (text, None, None)
+        }
+        (None, None) => return Err(BadInput("give --policy NAME or --policy-file FILE".into()).into()),
+    };
+    let seed = args
+        .seed
+        .unwrap_or_else(|| db.clock().now().timestamp_nanos_opt().unwrap_or_default());
+    let request = StartRollout {
+        release_id: release.id,
+        policy_source: source,
+        policy_commit: commit,
+        policy_blob: blob,
+        seed,
+    };
+    let (rollout, plan) = start_rollout_planned(&db, &request, actor)
+        .await
+        .map_err(|e| -> anyhow::Error {
+            match e {
+                EngineError::Db(db) => db.into(),
+                other if other.is_caller_error() => {
+                    let mut text = other.to_string();
+                    let mut source = std::error::Error::source(&other);
+                    while let Some(inner) = source {
+                        text.push_str(": ");
+                        text.push_str(&inner.to_string());
+                        source = inner.source();
+                    }
+                    BadInput(text).into()
+                }
+                other => other.into(),
+            }
+        })?;
+    let waves: Vec<serde_json::Value> = plan
+        .waves
+        .iter()
+        .map(|w| {
+            json!({
+                "name": w.name,
+                "nodes": w.nodes.len(),
+                "control_cohort": w.control.members().len(),
+                "bake_seconds": w.bake_seconds,
+                "awaiting_qualification": w.blocked.is_some(),
+            })
+        })
+        .collect();
+    if args.json {
+        let summary = json!({
+            "rollout_id": rollout.id,
+            "release": release.id,
+            "policy": rollout.policy_name,
+            "policy_commit": rollout.policy_commit,
+            "seed": rollout.seed,
+            "fleet_nodes": plan.summary.nodes,
+            "planned_nodes": plan.summary.planned,
+            "excluded": plan.summary.excluded,
+            "waves": waves,
+            "rollback": {
+                "possible": plan.rollback.possible,
+                "reasons": plan.rollback.blockers.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            },
+            "notes": plan.notes,
+        });
+        println!("{}", serde_json::to_string_pretty(&summary)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "started rollout {} of {}@{} under policy {} ({}), seed {}",
+        rollout.id, release.component_kind, release.version, rollout.policy_name, rollout.policy_commit, rollout.seed
+    );
+    println!(
+        "  nodes: {} in the fleet, {} planned",
+        plan.summary.nodes, plan.summary.planned
+    );
+    for (reason, count) in &plan.summary.excluded {
+        println!("  excluded: {count} ({reason})");
+    }
+    for w in &plan.waves {
+        println!(
+            "  wave {:<16} {:>6} nodes, control cohort {:>5}, bake {}{}",
+            w.name,
+            w.nodes.len(),
+            w.control.members().len(),
+            w.bake,
+            if w.blocked.is_some() {
+                ", awaiting qualification"
+            } else {
+                ""
+            }
+        );
+    }
+    if plan.rollback.possible {
+        println!("  rollback: possible");
+    } else {
+        for blocker in &plan.rollback.blockers {
+            println!("  {blocker}");
+        }
+    }
+    for note in &plan.notes {
+        println!("  note: {note}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn show(db: &Db, id: RolloutId, as_json: bool) -> anyhow::Result<()> {
+    let rollout = db.exec_rollout(id).await?;
+    let release = db.release(rollout.release_id).await?;
+    let mut waves = Vec::new();
+    for wave in db.rollout_waves(id).await? {
+        let counts: BTreeMap<String, u64> = db
+            .step_counts(id, Some(wave.id))
+            .await?
+            .into_iter()
+            .map(|(s, n)| (s.as_str().to_owned(), n))
+            .collect();
+        let approvals = db.wave_approvals(wave.id).await?;
+        waves.push((wave, counts, approvals));
+    }
+    if as_json {
+        let mut rollout = rollout;
+        rollout.policy_source = None;
+        let value = json!({
+            "rollout": rollout,
+            "release": release,
+            "waves": waves.iter().map(|(wave, counts, approvals)| json!({
+                "wave": wave,
+                "progress": counts,
+                "approvals": approvals,
+                "bake_ends_at": wave.bake_started_at.map(|at| at + chrono::Duration::seconds(wave.bake_seconds)),
+            })).collect::<Vec<_>>(),
+        });
+        println!("{}", serde_json::to_string_pretty(&value)?);
+        return Ok(());
+    }
+    print_rollout(&rollout, &release);
+    for (wave, counts, approvals) in &waves {
+        let progress: Vec<String> = counts.iter().map(|(s, n)| format!("{s}={n}")).collect();
+        println!(
+            "  [{}] {:<16} {:<18} {:>5} nodes  {}  approvals {}/{}",
+            wave.position,
+            wave.name,
+            wave.state,
+            wave.node_count,
+            progress.join(" "),
+            approvals.len(),
+            wave.approvals_required.max(0)
+        );
+        if let Some(reason) = &wave.state_reason {
+            println!("      reason: {reason}");
+        }
+        if let Some(at) = wave.bake_started_at {
+            println!(
+                "      bake ends: {}",
+                (at + chrono::Duration::seconds(wave.bake_seconds)).format("%Y-%m-%d %H:%M:%SZ")
+            );
+        }
+        for blocker in &wave.blockers {
+            println!("      waiting on: {}", serde_json::to_string(blocker)?);
+        }
+    }
+    Ok(())
+}
+
+fn print_rollout(rollout: &ExecRollout, release: &Release) {
+    println!(
+        "rollout {}: {}@{} ({})",
+        rollout.id, release.component_kind, release.version, release.qualification_state
+    );
+    println!("  state:   {}", rollout.state);
+    if let Some(reason) = &rollout.state_reason {
+        println!("  reason:  {reason}");
+    }
+    println!(
+        "  policy:  {} at {} (blob {})",
+        rollout.policy_name, rollout.policy_commit, rollout.policy_blob
+    );
+    println!("  by:      {} at {}", rollout.created_by, rollout.created_at);
+    if let Some(possible) = rollout
+        .rollback_assessment
+        .as_ref()
+        .and_then(|a| a.get("possible"))
+        .and_then(serde_json::Value::as_bool)
+    {
+        println!("  rollback possible: {possible}");
+    }
+    for blocker in &rollout.blockers {
+        if let Ok(text) = serde_json::to_string(blocker) {
+            println!("  waiting on: {text}");
+        }
+    }
+}
+
+/// A wave of the rollout by name, or by position when `key` is a number.
+async fn find_wave(db: &Db, rollout: RolloutId, key: &str) -> anyhow::Result<ExecWave> {
+    let waves = db.rollout_waves(rollout).await?;
+    if waves.is_empty() {
+        // Distinguishes "no such rollout" (a NotFound from the datastore).
+        db.exec_rollout(rollout).await?;
+    }
+    let by_position = key.parse::<i32>().ok();
+    waves
+        .iter()
+        .find(|w| w.name == key)
+        .or_else(|| by_position.and_then(|n| waves.iter().find(|w| w.position == n)))
+        .cloned()
+        .ok_or_else(|| BadInput(format!("rollout {rollout} has no wave {key:?}")).into())
+}
+
+/// A release by id or by `KIND@VERSION`.
+async fn find_release(db: &Db, key: &str) -> anyhow::Result<Release> {
+    if let Ok(id) = key.parse::<i64>() {
+        return Ok(db.release(ReleaseId(id)).await?);
+    }
+    let (kind, version) = key
+        .split_once('@')
+        .ok_or_else(|| BadInput(format!("{key:?} is neither a release id nor KIND@VERSION")))?;
+    let kind: ComponentKind = kind
+        .parse()
+        .map_err(|e: orchestrator_types::ParseEnumError| BadInput(e.to_string()))?;
+    let version: FirmwareVersion = version
+        .parse()
+        .map_err(|e: orchestrator_types::VersionError| BadInput(e.to_string()))?;
+    Ok(db.release_by_version(kind, &version).await?)
+}

@@ -1,0 +1,262 @@
+//! `waveguard rollout ...` as a user runs it: a real process on a real
+//! SQLite file; the fleet and release are seeded through the datastore.
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::sync::Arc;
+
+use orchestrator_db::Db;
+use orchestrator_db::model::{ComponentReading, NewNode, NewRelease, NodeLabels};
+use orchestrator_db::testing::TestDb;
+use orchestrator_types::{ComponentKind, FirmwareVersion, QualificationState, SystemClock, TransitionRequest};
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_waveguard");
+const SKU: &str = "hgx-h100-8gpu";
+const TO: &str = "96.00.61.00.01";
+
+fn waveguard(dir: &Path, url: &str, args: &[&str]) -> Output {
+    Command::new(BIN)
+        .arg("--database-url")
+        .arg(url)
+        .args(args)
+        .current_dir(dir)
+        .env_remove("WAVEGUARD_CONFIG")
+        .env("USER", "carol")
+        .output()
+        .expect("waveguard runs")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn expect_exit(output: &Output, code: i32, what: &str) {
+    assert_eq!(
+        output.status.code(),
+        Some(code),
+        "{what}: stdout {} stderr {}",
+        text(&output.stdout),
+        text(&output.stderr)
+    );
+}
+
+const POLICY: &str = r#"name: cli-gpu
+target:
+  component: gpu
+  inventory_id: "HGX_FW_GPU_*"
+  platforms: [hgx-h100-8gpu]
+versions:
+  allow_downgrade: false
+qualification:
+  required_gates: []
+waves:
+  - name: canary
+    count: 2
+    bake: 10m
+    max_in_flight: 2
+  - name: rest
+    rest: true
+    bake: 10m
+    approval: manual
+    approvers: 1
+    max_in_flight: 10
+concurrency:
+  max_in_flight: 10
+failure_budget:
+  max_failed: 1
+rollback:
+  automatic: true
+  scope: rollout
+"#;
+
+async fn seed(db: &Db) {
+    let nodes: Vec<NewNode> = (0..6)
+        .map(|i| NewNode {
+            name: format!("node-{i}"),
+            bmc_url: format!("https://bmc-{i}.example"),
+            credential_ref: "lab".into(),
+            platform_sku: SKU.into(),
+            labels: NodeLabels {
+                region: "r1".into(),
+                cluster: "c1".into(),
+                rack: format!("rack-{}", i % 3),
+                nvlink_domain: format!("nvl-{}", i % 3),
+            },
+        })
+        .collect();
+    db.import_nodes(&nodes, "test").await.unwrap();
+    for node in db.list_nodes(&Default::default()).await.unwrap() {
+        let readings: Vec<ComponentReading> = (0..8)
+            .map(|g| ComponentReading {
+                inventory_id: format!("HGX_FW_GPU_{g}"),
+                kind: ComponentKind::Gpu,
+                version: FirmwareVersion::parse("96.00.5E.00.01").unwrap(),
+                updateable: true,
+                software_id: None,
+                health: Some("OK".into()),
+            })
+            .collect();
+        db.record_inventory(node.id, &readings).await.unwrap();
+    }
+    let release = db
+        .add_release(
+            &NewRelease {
+                component_kind: ComponentKind::Gpu,
+                version: FirmwareVersion::parse(TO).unwrap(),
+                image_uri: "https://images.example/gpu.fw".into(),
+                sha256: "0123456789abcdef".repeat(4),
+                size_bytes: 1024,
+                platforms: vec![SKU.into()],
+                release_notes: String::new(),
+            },
+            "alice",
+        )
+        .await
+        .unwrap();
+    for to in [QualificationState::Qualifying, QualificationState::Qualified] {
+        db.transition_release(release.id, &TransitionRequest { to, reason: None }, "alice")
+            .await
+            .unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rollout_commands_start_show_approve_and_steer_a_rollout() {
+    let t = TestDb::sqlite(Arc::new(SystemClock)).await;
+    seed(&t.db).await;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let url = t.url.as_str();
+    std::fs::write(d.join("good.yaml"), POLICY).unwrap();
+    std::fs::write(d.join("bad.yaml"), POLICY.replace("count: 2", "count: zero")).unwrap();
+    let release = format!("gpu@{TO}");
+
+    let bad = waveguard(
+        d,
+        url,
+        &["rollout", "start", "--release", &release, "--policy-file", "bad.yaml"],
+    );
+    expect_exit(&bad, 2, "bad policy");
+    assert!(text(&bad.stderr).contains("bad.yaml:12:12:"), "{}", text(&bad.stderr));
+    let unknown = waveguard(
+        d,
+        url,
+        &[
+            "rollout",
+            "start",
+            "--release",
+            "gpu@1.2.3",
+            "--policy-file",
+            "good.yaml",
+        ],
+    );
+    expect_exit(&unknown, 2, "unknown release");
+    let no_policy = waveguard(d, url, &["rollout", "start", "--release", &release, "--policy", "nope"]);
+    expect_exit(&no_policy, 2, "policy not in force");
+    assert!(text(&no_policy.stderr).contains("no policy named \"nope\""));
+
+    let started = waveguard(
+        d,
+        url,
+        &[
+            "rollout",
+            "start",
+            "--release",
+            &release,
+            "--policy-file",
+            "good.yaml",
+            "--seed",
+            "3",
+        ],
+    );
+    expect_exit(&started, 0, "start");
+    let out = text(&started.stdout);
+    assert!(
+        out.contains("started rollout 1 of gpu@96.00.61.00.01 under policy cli-gpu"),
+        "{out}"
+    );
+    assert!(
+        out.contains("wave canary") && out.contains("rollback: possible"),
+        "{out}"
+    );
+
+    let list = waveguard(d, url, &["rollout", "list"]);
+    expect_exit(&list, 0, "list");
+    assert!(text(&list.stdout).contains("running"), "{}", text(&list.stdout));
+
+    let show = waveguard(d, url, &["rollout", "show", "1", "--json"]);
+    expect_exit(&show, 0, "show");
+    let detail: Value = serde_json::from_slice(&show.stdout).unwrap();
+    assert_eq!(detail["rollout"]["state"], "running");
+    assert_eq!(detail["rollout"]["created_by"], "cli:carol");
+    assert_eq!(detail["waves"][0]["wave"]["name"], "canary");
+    assert_eq!(detail["waves"][0]["progress"]["pending"], 2);
+
+    let own = waveguard(d, url, &["rollout", "approve", "1", "--wave", "canary"]);
+    expect_exit(&own, 2, "author approves");
+    assert!(text(&own.stderr).contains("two-person rule"), "{}", text(&own.stderr));
+    let bob = waveguard(d, url, &["rollout", "approve", "1", "--wave", "0", "--as", "bob"]);
+    expect_exit(&bob, 0, "bob approves");
+    assert!(
+        text(&bob.stdout).contains("approved by bob (1 of 1 approvals)"),
+        "{}",
+        text(&bob.stdout)
+    );
+    expect_exit(
+        &waveguard(d, url, &["rollout", "approve", "1", "--wave", "nope", "--as", "bob"]),
+        2,
+        "no such wave",
+    );
+
+    expect_exit(
+        &waveguard(d, url, &["rollout", "pause", "1", "--reason", "vendor call"]),
+        0,
+        "pause",
+    );
+    expect_exit(&waveguard(d, url, &["rollout", "pause", "1"]), 2, "pause twice");
+    expect_exit(&waveguard(d, url, &["rollout", "resume", "1"]), 0, "resume");
+    expect_exit(&waveguard(d, url, &["rollout", "abort", "1"]), 0, "abort");
+    expect_exit(
+        &waveguard(d, url, &["rollout", "rollback", "1", "--reason", " "]),
+        2,
+        "empty reason",
+    );
+    expect_exit(
+        &waveguard(d, url, &["rollout", "rollback", "1", "--reason", "XIDs"]),
+        0,
+        "rollback",
+    );
+    expect_exit(&waveguard(d, url, &["rollout", "show", "999"]), 2, "unknown rollout");
+
+    let show = waveguard(d, url, &["rollout", "show", "1"]);
+    expect_exit(&show, 0, "show text");
+    let out = text(&show.stdout);
+    assert!(
+        out.contains("state:   rolling_back") && out.contains("reason:  XIDs"),
+        "{out}"
+    );
+
+    let rollout = t.db.exec_rollout(orchestrator_types::RolloutId(1)).await.unwrap();
+    assert_eq!(rollout.state.as_str(), "rolling_back");
+    let audit =
+        t.db.audit_entries(&orchestrator_db::AuditFilter {
+            subject_type: Some("rollout".into()),
+            subject_id: Some("1".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let actions: Vec<&str> = audit.iter().map(|e| e.action.as_str()).collect();
+    assert_eq!(
+        actions,
+        [
+            "rollout.rolling_back",
+            "rollout.aborted",
+            "rollout.running",
+            "rollout.paused",
+            "rollout.start"
+        ]
+    );
+    assert!(audit.iter().all(|e| e.actor == "cli:carol"), "{audit:?}");
+}
