@@ -70,9 +70,6 @@ enum Command {
     /// Start, inspect, approve, pause, resume, abort and roll back rollouts.
     #[command(subcommand)]
     Rollout(cmd::rollout::RolloutCommand),
-    /// Start, inspect, approve, pause, resume, abort and roll back rollouts.
-    #[command(subcommand)]
-    Rollout(cmd::rollout::RolloutCommand),
     /// Run one rollout headless against a simulated fleet and write a JSON report.
     Simulate(cmd::simulate::SimulateArgs),
 }
@@ -146,7 +143,6 @@ fn main() -> ExitCode {
             Command::Fleet(command) => cmd::fleet::run(command, &context).await,
             Command::Release(command) => cmd::release::run(command, &context).await,
             Command::Policy(command) => cmd::policy::run(command, &context).await,
-            Command::Rollout(command) => cmd::rollout::run(command, &context).await,
             Command::Rollout(command) => cmd::rollout::run(command, &context).await,
             Command::Simulate(args) => cmd::simulate::run(args, &context).await,
         }

@@ -4,7 +4,6 @@ pub mod fleet;
 pub mod policy;
 pub mod release;
 pub mod rollout;
-pub mod rollout;
 pub mod serve;
 pub mod simulate;
 
