@@ -22,7 +22,7 @@ use crate::{Bmc, ResetKind};
 
 /// How many member GETs one BMC gets at once when a collection lists links only. BMC web servers are
 /// small embedded processes; more parallelism mostly earns 503s.
-const PER_BMC_FETCH_CONCURRENCY: usize = 4;
+pub(crate) const PER_BMC_FETCH_CONCURRENCY: usize = 2;
 
 /// Upper bound on `@odata.nextLink` pages followed, so a BMC with a looping link cannot hold a worker.
 const MAX_COLLECTION_PAGES: usize = 64;

@@ -23,8 +23,14 @@ use crate::error::{BmcError, redacted_snippet};
 const MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
 
 /// How long an idle pooled connection is kept. BMC web servers drop idle connections after ~60 s;
-/// reusing a connection they already closed costs a failed attempt, so stay below that.
-const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(45);
+/// reusing a connection they already closed costs a failed attempt, so stay below that. Shorter
+/// still, because idle sockets add up across a fleet: discovery passes hundreds of BMCs a second,
+/// and every idle socket it leaves behind holds a file descriptor here and a connection slot on
+/// the BMC (a 10,000-node discovery with 45 s of idle sockets exhausted a simulator's limits).
+const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Idle connections kept per BMC: as many as one BMC's parallel fetches use, no more.
+const POOL_MAX_IDLE_PER_BMC: usize = crate::redfish_bmc::PER_BMC_FETCH_CONCURRENCY;
 
 /// Shares `reqwest::Client`s (and with them connection pools and parsed trust stores) between BMCs
 /// with the same TLS settings: building one per node would reload the trust store ten thousand times.
@@ -56,6 +62,7 @@ fn build_client(tls: &TlsTrust, connect_timeout: Duration, label: &str) -> Resul
     let mut builder = reqwest::Client::builder()
         .connect_timeout(connect_timeout)
         .pool_idle_timeout(POOL_IDLE_TIMEOUT)
+        .pool_max_idle_per_host(POOL_MAX_IDLE_PER_BMC)
         // Redfish needs no redirects, and following one could carry our X-Auth-Token to another host.
         .redirect(reqwest::redirect::Policy::none())
         .user_agent(concat!("waveguard-bmc/", env!("CARGO_PKG_VERSION")));
