@@ -11,6 +11,7 @@ mod m0001_foundation;
 mod m0002_policies;
 mod m0003_execution;
 mod m0004_health;
+mod m0005_alerts;
 
 /// Every migration, oldest first.
 #[derive(Debug)]
@@ -24,6 +25,7 @@ impl MigratorTrait for Migrator {
             Box::new(m0002_policies::Migration),
             Box::new(m0003_execution::Migration),
             Box::new(m0004_health::Migration),
+            Box::new(m0005_alerts::Migration),
         ]
     }
 }

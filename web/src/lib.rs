@@ -24,6 +24,7 @@ use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::timeout::TimeoutLayer;
 
 pub use api::ApiDoc;
+pub use api::alerts::{AlertReceiverConfig, AlertReceiverConfigError};
 pub use error::ApiError;
 pub use metrics::Metrics;
 
@@ -45,14 +46,24 @@ pub struct AppState {
     /// a pause takes effect now rather than at the next periodic pass.
     /// `None` when this process runs no engine (tests, API-only replicas).
     pub engine_nudge: Option<orchestrator_engine::Nudge>,
+    /// The Alertmanager webhook's token and matching; `None` answers 503
+    /// there (no token configured, so no alert is accepted).
+    pub alert_receiver: Option<Arc<AlertReceiverConfig>>,
 }
 
 impl AppState {
+    /// The same state, accepting Alertmanager webhooks as `config` says.
+    pub fn with_alert_receiver(mut self, config: AlertReceiverConfig) -> Self {
+        self.alert_receiver = Some(Arc::new(config));
+        self
+    }
+
     /// State around a datastore, with fresh metrics.
     pub fn new(db: Db) -> Self {
         Self {
             db,
             metrics: Arc::new(Metrics::new()),
+            alert_receiver: None,
             engine_nudge: None,
         }
     }

@@ -4,6 +4,7 @@
 //! records in [`model`]. Every mutation writes its audit entry in the same
 //! transaction, so the audit log can never miss a change that happened.
 
+pub mod alerts;
 mod audit;
 mod connect;
 mod entity;

@@ -1,5 +1,6 @@
 //! `/api/v1`: nodes, releases with their qualification, and the audit log.
 
+pub mod alerts;
 mod audit;
 mod nodes;
 mod releases;
@@ -67,6 +68,8 @@ impl<S: Send + Sync> FromRequestParts<S> for Actor {
         releases::list_gate_results,
         releases::record_gate_result,
         audit::list_audit,
+        alerts::receive,
+        alerts::list_alerts,
         rollouts::start,
         rollouts::list,
         rollouts::get,
@@ -82,6 +85,7 @@ impl<S: Send + Sync> FromRequestParts<S> for Actor {
         (name = "nodes", description = "The fleet: servers and their BMCs"),
         (name = "releases", description = "Firmware releases and their qualification"),
         (name = "audit", description = "The append-only audit log"),
+        (name = "alerts", description = "Alertmanager webhook: alerts that pause or roll back rollouts"),
         (name = "rollouts", description = "Staged rollouts: plans, waves, approvals and commands"),
     )
 )]
@@ -100,6 +104,8 @@ pub(crate) fn router() -> Router<AppState> {
             get(releases::list_gate_results).post(releases::record_gate_result),
         )
         .route("/audit", get(audit::list_audit))
+        .route("/alerts", get(alerts::list_alerts))
+        .route("/alerts/alertmanager", post(alerts::receive))
         .route("/rollouts", get(rollouts::list).post(rollouts::start))
         .route("/rollouts/{id}", get(rollouts::get))
         .route("/rollouts/{id}/steps", get(rollouts::steps))

@@ -1,6 +1,7 @@
 //! sea-orm entities, one per table. Private to this crate: other crates see
 //! the records in `crate::model` instead.
 
+pub mod alerts;
 pub mod audit_log;
 pub mod engine_leases;
 pub mod health_cursors;
