@@ -2,6 +2,7 @@
 
 pub mod alerts;
 mod audit;
+mod evidence;
 mod nodes;
 mod releases;
 mod rollouts;
@@ -79,6 +80,7 @@ impl<S: Send + Sync> FromRequestParts<S> for Actor {
         rollouts::resume,
         rollouts::abort,
         rollouts::rollback,
+        evidence::evidence,
     ),
     components(schemas(ErrorBody, ErrorDetail)),
     tags(
@@ -114,6 +116,7 @@ pub(crate) fn router() -> Router<AppState> {
         .route("/rollouts/{id}/resume", post(rollouts::resume))
         .route("/rollouts/{id}/abort", post(rollouts::abort))
         .route("/rollouts/{id}/rollback", post(rollouts::rollback))
+        .route("/rollouts/{id}/evidence", get(evidence::evidence))
 }
 
 async fn openapi() -> Json<utoipa::openapi::OpenApi> {
