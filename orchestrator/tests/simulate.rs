@@ -12,6 +12,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_waveguard");
 const GPU_FROM: &str = "96.00.5E.00.01";
 const GPU_GOOD: &str = "96.00.61.00.01";
 const GPU_FAILS: &str = "96.00.66.00.01";
+const GPU_XID_STORM: &str = "96.00.70.00.01";
 
 fn scenario(nodes: usize) -> String {
     format!(
@@ -35,6 +36,17 @@ firmware:
     version: "{GPU_FAILS}"
     flash_time: {{min: 5m, max: 9m}}
     flash_fail_rate: 1.0
+  - kind: gpu
+    version: "{GPU_XID_STORM}"
+    flash_time: {{min: 5m, max: 9m}}
+    effects:
+      - {{metric: xid_errors_per_gpu_hour, multiply: 4.0, share: 1.0, onset: 0s}}
+baseline:
+  gpu_temp_c: {{mean: 62, sd: 3}}
+  gpu_power_w: {{mean: 550, sd: 40}}
+  xid_errors_per_gpu_hour: 0.5
+  pcie_aer_per_node_hour: 0.5
+  link_degraded_per_node_day: 0.1
 bmc_faults:
   unavailable_rate: 0.02
   reset_time: {{min: 30s, max: 60s}}
@@ -45,6 +57,24 @@ bmc_faults:
 
 /// Two waves with hours of bake; `approval` goes on the second wave.
 fn policy(approval: &str) -> String {
+    policy_with(approval, "")
+}
+
+/// An XID gate, so the detector judges the waves.
+const XID_GATE: &str = r#"
+health:
+  alpha: 0.05
+  gates:
+    - name: xid_errors
+      source: redfish
+      metric: xid_errors_per_gpu_hour
+      kind: rate
+      direction: increase_is_bad
+      min_effect: 1.5
+      interval: 30m
+"#;
+
+fn policy_with(approval: &str, health: &str) -> String {
     format!(
         r#"
 name: sim-test
@@ -75,6 +105,7 @@ failure_budget:
 rollback:
   automatic: true
   scope: rollout
+{health}
 "#
     )
 }
@@ -272,6 +303,46 @@ fn failing_flashes_halt_on_the_failure_budget_and_never_flash_twice() {
     assert!(updates["failed"].as_u64().unwrap() >= 2, "{updates}");
     assert_eq!(updates["max_flashes_per_node_step"], 1);
     assert_eq!(report["final_versions"], serde_json::json!({ GPU_FROM: 12 }));
+}
+
+#[test]
+fn a_regression_is_detected_in_the_canary_and_rolled_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = simulate(
+        dir.path(),
+        24,
+        &policy_with("approval: auto", XID_GATE),
+        &format!("gpu@{GPU_XID_STORM}"),
+        &["--approve", "auto"],
+    );
+    assert!(run.output.status.success(), "{}", stderr(&run));
+    let report = run.report.as_ref().expect("a report is written");
+    check_contract(report);
+    assert_eq!(report["outcome"], "rolled_back", "{report:#}");
+    assert_eq!(report["release_state"], "blocked", "{report:#}");
+    assert_eq!(report["detection"]["detected"], true);
+    assert_eq!(report["detection"]["metric"], "xid_errors_per_gpu_hour");
+    let at = report["detection"]["at_s"].as_i64().expect("a detection time");
+    let canary = &report["waves"][0];
+    assert_eq!(canary["decision"], "rollback");
+    assert!(at >= canary["started_at_s"].as_i64().unwrap(), "{report:#}");
+    let failed: Vec<&Value> = canary["verdicts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|v| v["verdict"] == "fail")
+        .collect();
+    assert_eq!(failed.len(), 1, "{canary:#}");
+    assert_eq!(failed[0]["metric"], "xid_errors_per_gpu_hour");
+    assert!(failed[0]["p_value"].as_f64().unwrap() < 0.05);
+    assert!(failed[0]["effect"].as_f64().unwrap() > 1.5);
+    // Only the canary ever ran the release, and every node is back.
+    assert!(report["waves"][1]["started_at_s"].is_null());
+    assert_eq!(report["exposure"]["max_nodes_on_release"], 4);
+    assert_eq!(report["exposure"]["nodes_on_release_at_detection"], 4);
+    assert_eq!(report["updates"]["rolled_back"], 4);
+    assert_eq!(report["updates"]["max_flashes_per_node_step"], 1);
+    assert_eq!(report["final_versions"], serde_json::json!({ GPU_FROM: 24 }));
 }
 
 #[test]

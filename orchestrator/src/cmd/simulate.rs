@@ -490,24 +490,7 @@ impl SimWorld {
 
     /// Drivers for the simulated BMCs, with timeouts for loopback.
     pub fn connector(&self) -> Arc<dyn BmcConnector> {
-        let resolve = Arc::new(|url: &str, _profile: &str| {
-            let url = url::Url::parse(url).map_err(|e| e.to_string())?;
-            Ok(BmcEndpoint::new(url, Credentials::new(SIM_BMC_USER, SIM_BMC_PASSWORD))
-                .with_timeouts(Timeouts {
-                    connect: StdDuration::from_millis(500),
-                    request: StdDuration::from_secs(2),
-                    upload: StdDuration::from_secs(5),
-                    probe: StdDuration::from_millis(500),
-                })
-                .with_retry(RetryPolicy {
-                    max_retries: 1,
-                    base_delay: StdDuration::from_millis(10),
-                    max_delay: StdDuration::from_millis(50),
-                    max_retry_after: StdDuration::from_millis(50),
-                    deadline: StdDuration::from_secs(3),
-                }))
-        });
-        Arc::new(RedfishConnector::new(HttpClients::new(), resolve))
+        Arc::new(RedfishConnector::new(HttpClients::new(), sim_resolver()))
     }
 
     /// Engine settings for accelerated time. Durations the engine reads from
@@ -542,6 +525,29 @@ impl SimWorld {
             tracing::warn!(error = %err, "closing the simulation database");
         }
     }
+}
+
+/// Endpoints of the simulated BMCs: their credentials, and timeouts and
+/// retries sized for loopback (a hung request must end long before the
+/// engine would call its BMC bricked).
+fn sim_resolver() -> Arc<orchestrator_engine::EndpointResolver> {
+    Arc::new(|url: &str, _profile: &str| {
+        let url = url::Url::parse(url).map_err(|e| e.to_string())?;
+        Ok(BmcEndpoint::new(url, Credentials::new(SIM_BMC_USER, SIM_BMC_PASSWORD))
+            .with_timeouts(Timeouts {
+                connect: StdDuration::from_millis(500),
+                request: StdDuration::from_secs(2),
+                upload: StdDuration::from_secs(5),
+                probe: StdDuration::from_millis(500),
+            })
+            .with_retry(RetryPolicy {
+                max_retries: 1,
+                base_delay: StdDuration::from_millis(10),
+                max_delay: StdDuration::from_millis(50),
+                max_retry_after: StdDuration::from_millis(50),
+                deadline: StdDuration::from_secs(3),
+            }))
+    })
 }
 
 /// Every node, page by page.
@@ -799,11 +805,16 @@ pub struct JudgeChoice {
     pub watches_health: bool,
 }
 
-/// The detector when the engine has one; the gateless judge otherwise.
-pub fn judge_for(_db: &Db) -> JudgeChoice {
+/// The detector: waves are judged against their control cohorts from the
+/// simulated BMCs' Redfish health, as `waveguard serve` does.
+pub fn judge_for(db: &Db) -> JudgeChoice {
+    let bmcs = Arc::new(orchestrator_engine::watch::RedfishHealthBmcs::new(
+        HttpClients::new(),
+        sim_resolver(),
+    ));
     JudgeChoice {
-        judge: Arc::new(orchestrator_engine::GatelessJudge),
-        watches_health: false,
+        judge: Arc::new(orchestrator_engine::watch::DetectorJudge::new(db.clone(), bmcs)),
+        watches_health: true,
     }
 }
 
@@ -820,6 +831,9 @@ pub struct Watched {
     pub wall: StdDuration,
     /// Approvals given by `--approve auto`.
     pub approvals: u32,
+    /// When the watch first saw a failed verdict (the engine overwrites the
+    /// wave's end when its rollback finishes).
+    pub first_fail_seen: Option<DateTime<Utc>>,
 }
 
 /// How to watch.
@@ -841,10 +855,14 @@ pub async fn watch(world: &SimWorld, rollout: &ExecRollout, options: WatchOption
     let wall_start = Instant::now();
     let mut approvals = 0u32;
     let mut quiet_since: Option<Instant> = None;
+    let mut first_fail_seen: Option<DateTime<Utc>> = None;
     loop {
         let current = db.exec_rollout(rollout.id).await?;
         let waves = db.rollout_waves(rollout.id).await?;
         let counts = db.step_counts(rollout.id, None).await?;
+        if first_fail_seen.is_none() && waves.iter().any(verdict_failed) {
+            first_fail_seen = Some(world.clock.now());
+        }
         let in_flight: u64 = counts.iter().filter(|(s, _)| s.is_in_flight()).map(|(_, n)| *n).sum();
         let done = |stopped_because: Option<String>, approvals: u32| Watched {
             rollout: current.clone(),
@@ -852,6 +870,7 @@ pub async fn watch(world: &SimWorld, rollout: &ExecRollout, options: WatchOption
             ended_at: world.clock.now(),
             wall: wall_start.elapsed(),
             approvals,
+            first_fail_seen,
         };
         match current.state {
             RolloutState::Completed | RolloutState::RolledBack | RolloutState::Aborted => {
@@ -935,6 +954,14 @@ fn skip_idle(world: &SimWorld, waves: &[ExecWave], skip_bake: bool) {
     }
 }
 
+fn verdict_failed(wave: &ExecWave) -> bool {
+    wave.verdict
+        .as_ref()
+        .and_then(|v| v.get("outcome"))
+        .and_then(|o| o.as_str())
+        == Some("fail")
+}
+
 fn seconds_since(start: DateTime<Utc>, at: Option<DateTime<Utc>>) -> Option<i64> {
     at.map(|t| (t - start).num_seconds().max(0))
 }
@@ -964,9 +991,9 @@ fn gate_metric(policy: &Policy, gate: &str) -> String {
     )
 }
 
-/// Per-gate verdicts from a stored wave verdict. The judge's evidence is
-/// the detector's combined verdict (`verdicts: [{outcome, gate?, evidence:
-/// {gate, p_value, effect: {estimate}}}]`); anything else gives none.
+/// Per-gate verdicts from a stored wave verdict. The detector's evidence
+/// lists `gates: [{gate, outcome, verdict: {outcome, evidence: {gate,
+/// p_value, effect: {estimate}}}}]`; a judge without gates gives none.
 fn gate_verdicts(policy: &Policy, verdict: Option<&serde_json::Value>) -> Vec<GateVerdict> {
     let Some(evidence) = verdict.and_then(|v| v.get("evidence")) else {
         return Vec::new();
@@ -980,7 +1007,12 @@ fn gate_verdicts(policy: &Policy, verdict: Option<&serde_json::Value>) -> Vec<Ga
     };
     list.iter()
         .filter_map(|item| {
-            let inner = item.get("evidence").filter(|e| e.is_object());
+            // The detector nests each gate's statistics as
+            // `verdict.evidence`; accept them one level up too.
+            let inner = item
+                .get("evidence")
+                .or_else(|| item.get("verdict").and_then(|v| v.get("evidence")))
+                .filter(|e| e.is_object());
             let gate = item
                 .get("gate")
                 .or_else(|| inner.and_then(|e| e.get("gate")))
@@ -1034,14 +1066,22 @@ async fn build_report(
         })
         .collect();
     // The first wave whose verdict failed is the detection.
-    let failed_wave = waves.iter().find(|w| {
-        w.verdict
-            .as_ref()
-            .and_then(|v| v.get("outcome"))
-            .and_then(|o| o.as_str())
-            == Some("fail")
+    let failed_wave = waves.iter().find(|w| verdict_failed(w));
+    // The verdict's instant: the rollback it started, or when the watch saw
+    // it, whichever is earlier (the wave's own end moves when the rollback
+    // finishes).
+    let rollback_started = waves
+        .iter()
+        .filter(|w| w.kind == orchestrator_db::execution::WaveKind::Rollback)
+        .filter_map(|w| w.started_at)
+        .min();
+    let detection_at = failed_wave.map(|w| {
+        [watched.first_fail_seen, rollback_started, w.ended_at]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(watched.ended_at)
     });
-    let detection_at = failed_wave.map(|w| w.ended_at.unwrap_or(watched.ended_at));
     let detection = Detection {
         detected: failed_wave.is_some(),
         at_s: seconds_since(start, detection_at),
