@@ -1,0 +1,200 @@
+//! `/login` and `/logout`.
+
+use axum::Form;
+use axum::extract::{Query, Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Redirect, Response};
+use serde::Deserialize;
+
+use super::{
+    LOGIN_CSRF_COOKIE, Principal, SESSION_COOKIE, client_ip, constant_time_eq, cookie, new_secret, secure_request,
+    set_cookie, token_hash, verify_dummy, verify_password,
+};
+use crate::AppState;
+use crate::ui;
+
+/// Where to go after logging in.
+#[derive(Debug, Deserialize)]
+pub(crate) struct NextQuery {
+    next: Option<String>,
+}
+
+/// The login form. `Debug` leaves the password out.
+#[derive(Deserialize)]
+pub(crate) struct LoginForm {
+    username: String,
+    password: String,
+    #[serde(default)]
+    csrf: String,
+    #[serde(default)]
+    next: Option<String>,
+}
+
+impl std::fmt::Debug for LoginForm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoginForm")
+            .field("username", &self.username)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Only local paths, so a crafted link cannot send a user elsewhere after login.
+fn safe_next(next: Option<&str>) -> String {
+    match next {
+        Some(next) if next.starts_with('/') && !next.starts_with("//") && !next.contains('\\') => next.to_owned(),
+        _ => "/".to_owned(),
+    }
+}
+
+pub(crate) async fn login_page(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Query(q): Query<NextQuery>,
+) -> Response {
+    render_login(&state, &headers, StatusCode::OK, q.next.as_deref(), None)
+}
+
+fn render_login(
+    state: &AppState,
+    headers: &HeaderMap,
+    status: StatusCode,
+    next: Option<&str>,
+    error: Option<&str>,
+) -> Response {
+    let csrf = new_secret();
+    let secure = secure_request(&state.auth.config, headers);
+    let page = ui::render(
+        "login.html",
+        minijinja::context! { csrf => csrf.clone(), next => safe_next(next), error => error, me => () },
+    );
+    let mut response = (status, page).into_response();
+    if let Ok(value) = set_cookie(LOGIN_CSRF_COOKIE, &csrf, 3600, secure).parse() {
+        response.headers_mut().append(header::SET_COOKIE, value);
+    }
+    response
+}
+
+pub(crate) async fn login(State(state): State<AppState>, request: Request) -> Response {
+    let ip = client_ip(request.extensions());
+    let headers = request.headers().clone();
+    let form = match <Form<LoginForm> as axum::extract::FromRequest<()>>::from_request(request, &()).await {
+        Ok(form) => form,
+        Err(_) => {
+            return render_login(
+                &state,
+                &headers,
+                StatusCode::BAD_REQUEST,
+                None,
+                Some("Fill in the form."),
+            );
+        }
+    };
+    let Form(form) = form;
+    let next = form.next.clone();
+    let fail =
+        |status: StatusCode, message: &str| render_login(&state, &headers, status, next.as_deref(), Some(message));
+
+    // Double-submit: the form's token must match the cookie set with the form.
+    let csrf_ok = cookie(&headers, LOGIN_CSRF_COOKIE)
+        .is_some_and(|expected| !form.csrf.is_empty() && constant_time_eq(form.csrf.as_bytes(), expected.as_bytes()));
+    if !csrf_ok {
+        return fail(StatusCode::FORBIDDEN, "The form expired. Please try again.");
+    }
+
+    let now = state.db.clock().now();
+    let user_key = format!("user:{}", form.username.trim().to_lowercase());
+    let ip_key = format!("ip:{ip}");
+    let limiter = &state.auth.limiter;
+    if limiter.locked_until(&user_key, now).is_some() || limiter.locked_until(&ip_key, now).is_some() {
+        tracing::warn!(username = %form.username, %ip, "login refused: too many failed attempts");
+        return fail(
+            StatusCode::TOO_MANY_REQUESTS,
+            "Too many failed attempts. Wait a few minutes and try again.",
+        );
+    }
+
+    let found = state.db.user_with_password_hash(form.username.trim()).await;
+    let password = form.password.clone();
+    let verified = match found {
+        Ok((user, Some(hash))) if !user.disabled => {
+            let ok = tokio::task::spawn_blocking(move || verify_password(&password, &hash))
+                .await
+                .unwrap_or(false);
+            ok.then_some(user)
+        }
+        Ok(_) | Err(orchestrator_db::DbError::NotFound { .. }) => {
+            // Same cost as a real check, so timing does not reveal which users exist.
+            let _ = tokio::task::spawn_blocking(move || verify_dummy(&password)).await;
+            None
+        }
+        Err(err) => {
+            tracing::error!(error = %err, "login: user lookup failed");
+            return fail(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "The database is unreachable; try again shortly.",
+            );
+        }
+    };
+    let Some(user) = verified else {
+        limiter.record_failure(&user_key, now);
+        limiter.record_failure(&ip_key, now);
+        tracing::info!(username = %form.username, %ip, "login failed");
+        return fail(StatusCode::UNAUTHORIZED, "Wrong username or password.");
+    };
+    limiter.clear(&user_key);
+
+    let token = new_secret();
+    let session = match state
+        .db
+        .create_session(
+            user.id,
+            &token_hash(&token),
+            &new_secret(),
+            state.auth.config.session_ttl,
+        )
+        .await
+    {
+        Ok(session) => session,
+        Err(err) => {
+            tracing::error!(error = %err, "login: could not store the session");
+            return fail(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "The database is unreachable; try again shortly.",
+            );
+        }
+    };
+    tracing::info!(username = %user.username, session = session.id, "logged in");
+    let secure = secure_request(&state.auth.config, &headers);
+    let max_age = state.auth.config.session_ttl.num_seconds();
+    let mut response = Redirect::to(&safe_next(form.next.as_deref())).into_response();
+    for value in [
+        set_cookie(SESSION_COOKIE, &token, max_age, secure),
+        set_cookie(LOGIN_CSRF_COOKIE, "", 0, secure),
+    ] {
+        if let Ok(value) = value.parse() {
+            response.headers_mut().append(header::SET_COOKIE, value);
+        }
+    }
+    response
+}
+
+pub(crate) async fn logout(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    principal: Option<axum::Extension<Principal>>,
+) -> Response {
+    if let Some(token) = cookie(&headers, SESSION_COOKIE)
+        && let Err(err) = state.db.delete_session(&token_hash(&token)).await
+    {
+        tracing::error!(error = %err, "logout: could not delete the session");
+    }
+    if let Some(axum::Extension(principal)) = principal {
+        tracing::info!(username = %principal.user.username, "logged out");
+    }
+    let secure = secure_request(&state.auth.config, &headers);
+    let mut response = Redirect::to("/login").into_response();
+    if let Ok(value) = set_cookie(SESSION_COOKIE, "", 0, secure).parse() {
+        response.headers_mut().append(header::SET_COOKIE, value);
+    }
+    response
+}

@@ -1,0 +1,230 @@
+//! The release managers' web UI: server-rendered pages (minijinja
+//! templates embedded in the binary), embedded static assets, actions as
+//! plain forms that work without JavaScript (confirmation page, then a
+//! redirect) and with it (a dialog, then a background post), and live
+//! rollout progress over server-sent events.
+//!
+//! Authorization is not decided here: [`crate::auth::authorize`] has run
+//! before any handler, and a handler only reads the [`Principal`] it left.
+
+mod charts;
+mod pages;
+mod rollout;
+
+use std::sync::OnceLock;
+
+use axum::Router;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{Html, IntoResponse, Json, Redirect, Response};
+use axum::routing::{get, post};
+use minijinja::{Environment, Value, context};
+use orchestrator_db::DbError;
+use orchestrator_types::Role;
+
+use crate::AppState;
+use crate::auth::{self, Principal};
+
+/// Every template, embedded so the one binary serves the UI.
+const TEMPLATES: &[(&str, &str)] = &[
+    ("base.html", include_str!("../../templates/base.html")),
+    ("login.html", include_str!("../../templates/login.html")),
+    ("error.html", include_str!("../../templates/error.html")),
+    ("confirm.html", include_str!("../../templates/confirm.html")),
+    ("overview.html", include_str!("../../templates/overview.html")),
+    ("releases.html", include_str!("../../templates/releases.html")),
+    ("release.html", include_str!("../../templates/release.html")),
+    ("rollouts.html", include_str!("../../templates/rollouts.html")),
+    ("rollout.html", include_str!("../../templates/rollout.html")),
+    ("rollout_live.html", include_str!("../../templates/rollout_live.html")),
+    ("audit.html", include_str!("../../templates/audit.html")),
+    ("policies.html", include_str!("../../templates/policies.html")),
+    ("users.html", include_str!("../../templates/users.html")),
+];
+
+const APP_JS: &str = include_str!("../../static/app.js");
+const APP_CSS: &str = include_str!("../../static/app.css");
+
+fn env() -> &'static Environment<'static> {
+    static ENV: OnceLock<Environment<'static>> = OnceLock::new();
+    ENV.get_or_init(|| {
+        let mut env = Environment::new();
+        for (name, source) in TEMPLATES {
+            // The templates are fixed at build time and covered by tests;
+            // a broken one shows as a render error on its page, not a panic.
+            if let Err(err) = env.add_template(name, source) {
+                tracing::error!(template = name, error = %err, "template does not parse");
+            }
+        }
+        env.add_filter("dt", format_time);
+        env
+    })
+}
+
+/// `2026-12-02T18:33:11.123Z` → `2026-12-02 18:33 UTC`.
+fn format_time(value: String) -> String {
+    match chrono::DateTime::parse_from_rfc3339(&value) {
+        Ok(at) => at.with_timezone(&chrono::Utc).format("%Y-%m-%d %H:%M UTC").to_string(),
+        Err(_) => value,
+    }
+}
+
+/// Renders a template to HTML; a template error is logged and shown as a
+/// bare 500 page without details.
+pub(crate) fn render(name: &str, ctx: Value) -> Response {
+    match env().get_template(name).and_then(|t| t.render(ctx)) {
+        Ok(html) => Html(html).into_response(),
+        Err(err) => {
+            tracing::error!(template = name, error = %format!("{err:#}"), "template render failed");
+            (StatusCode::INTERNAL_SERVER_ERROR, "page could not be rendered\n").into_response()
+        }
+    }
+}
+
+/// Renders a template to a string (for server-sent fragments).
+pub(crate) fn render_string(name: &str, ctx: Value) -> Option<String> {
+    match env().get_template(name).and_then(|t| t.render(ctx)) {
+        Ok(html) => Some(html),
+        Err(err) => {
+            tracing::error!(template = name, error = %format!("{err:#}"), "template render failed");
+            None
+        }
+    }
+}
+
+/// An error page with `status`.
+pub(crate) fn error_page(status: StatusCode, title: &str, message: &str) -> Response {
+    let mut response = render("error.html", context! { title, message, me => (), csrf => "" });
+    *response.status_mut() = status;
+    response
+}
+
+/// A serializable record as a template value.
+pub(crate) fn v<T: serde::Serialize>(record: T) -> Value {
+    Value::from(minijinja::value::Serde(record))
+}
+
+/// What every page knows about the viewer.
+fn me(principal: &Principal) -> Value {
+    let role = principal.user.role;
+    context! {
+        username => principal.user.username.clone(),
+        role => role.as_str(),
+        can_act => role >= Role::ReleaseManager,
+        is_admin => role >= Role::Admin,
+    }
+}
+
+/// The context every page starts from.
+fn base(principal: &Principal, nav: &str, title: &str) -> Value {
+    context! { me => me(principal), csrf => principal.csrf_token(), nav, title }
+}
+
+/// A failed page or action, answered as JSON to scripts and as an error
+/// page to browsers.
+#[derive(Debug)]
+pub(crate) struct UiError {
+    status: StatusCode,
+    message: String,
+    json: bool,
+}
+
+impl UiError {
+    fn new(status: StatusCode, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            message: message.into(),
+            json: false,
+        }
+    }
+
+    fn json(mut self, json: bool) -> Self {
+        self.json = json;
+        self
+    }
+}
+
+impl From<DbError> for UiError {
+    fn from(err: DbError) -> Self {
+        let status = match &err {
+            DbError::NotFound { .. } => StatusCode::NOT_FOUND,
+            DbError::AlreadyExists { .. } | DbError::Transition(_) | DbError::Stale { .. } => StatusCode::CONFLICT,
+            DbError::Invalid { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+            _ => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        if status == StatusCode::INTERNAL_SERVER_ERROR {
+            tracing::error!(error = %crate::error::error_chain(&err), "UI request failed");
+            Self::new(status, "internal error; the details are in the server log")
+        } else {
+            Self::new(status, err.to_string())
+        }
+    }
+}
+
+impl IntoResponse for UiError {
+    fn into_response(self) -> Response {
+        if self.json {
+            let code = match self.status {
+                StatusCode::NOT_FOUND => "not_found",
+                StatusCode::CONFLICT => "conflict",
+                StatusCode::UNPROCESSABLE_ENTITY => "invalid",
+                StatusCode::BAD_REQUEST => "bad_request",
+                _ => "internal",
+            };
+            (
+                self.status,
+                Json(serde_json::json!({ "error": { "code": code, "message": self.message } })),
+            )
+                .into_response()
+        } else {
+            let title = self.status.canonical_reason().unwrap_or("Error");
+            error_page(self.status, title, &self.message)
+        }
+    }
+}
+
+/// True when a script asked (it wants JSON, not a redirect).
+fn wants_json(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("application/json"))
+}
+
+/// The answer to a successful action: JSON for a script, a redirect with a
+/// message for a plain form.
+fn done(json: bool, back: &str, message: &str) -> Response {
+    if json {
+        Json(serde_json::json!({ "message": message })).into_response()
+    } else {
+        let sep = if back.contains('?') { '&' } else { '?' };
+        Redirect::to(&format!("{back}{sep}msg={}", auth::urlencode(message))).into_response()
+    }
+}
+
+async fn app_js() -> Response {
+    ([(header::CONTENT_TYPE, "text/javascript; charset=utf-8")], APP_JS).into_response()
+}
+
+async fn app_css() -> Response {
+    ([(header::CONTENT_TYPE, "text/css; charset=utf-8")], APP_CSS).into_response()
+}
+
+/// The UI's routes (authorization is applied by the app-wide layer).
+pub(crate) fn router() -> Router<AppState> {
+    Router::new()
+        .route("/login", get(auth::routes::login_page).post(auth::routes::login))
+        .route("/logout", post(auth::routes::logout))
+        .route("/static/app.js", get(app_js))
+        .route("/static/app.css", get(app_css))
+        .route("/", get(pages::overview))
+        .route("/releases", get(pages::releases))
+        .route("/releases/{id}", get(pages::release))
+        .route("/releases/{id}/transition", post(pages::transition_release))
+        .route("/rollouts", get(rollout::list))
+        .route("/rollouts/{id}", get(rollout::detail))
+        .route("/rollouts/{id}/events", get(rollout::events))
+        .route("/rollouts/{id}/{action}", post(rollout::action))
+        .route("/audit", get(pages::audit))
+        .route("/policies", get(pages::policies))
+        .route("/users", get(pages::users))
+}

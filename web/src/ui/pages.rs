@@ -1,0 +1,257 @@
+//! The fleet overview, releases with their qualification board, the audit
+//! log, the policy in force and the user list.
+
+use std::collections::BTreeMap;
+
+use axum::Extension;
+use axum::Form;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
+use minijinja::{Value, context};
+use orchestrator_db::AuditFilter;
+use orchestrator_db::model::NodeFilter;
+use orchestrator_types::{NodeState, QualificationState, ReleaseId, TransitionRequest};
+use serde::Deserialize;
+
+use super::{UiError, base, charts, done, render, v, wants_json};
+use crate::AppState;
+use crate::auth::Principal;
+
+/// Nodes listed per problem table on the overview; the counts stay exact.
+const PROBLEM_NODES_SHOWN: u64 = 200;
+/// Days of update outcomes in the failure-rate trend.
+const TREND_DAYS: i64 = 14;
+
+/// A message left by the action that redirected here.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct Flash {
+    msg: Option<String>,
+}
+
+pub(crate) async fn overview(
+    State(state): State<AppState>,
+    Extension(me): Extension<Principal>,
+    Query(flash): Query<Flash>,
+) -> Result<Response, UiError> {
+    let db = &state.db;
+    let now = db.clock().now();
+    let total_nodes = db.count_nodes().await?;
+    let quarantined = db
+        .list_nodes(&NodeFilter {
+            state: Some(NodeState::Quarantined),
+            limit: Some(PROBLEM_NODES_SHOWN),
+            ..Default::default()
+        })
+        .await?;
+    let maintenance = db
+        .list_nodes(&NodeFilter {
+            state: Some(NodeState::Maintenance),
+            ..Default::default()
+        })
+        .await?
+        .len();
+    // Discovery errors are not indexed: scan a bounded page of nodes.
+    let unhealthy: Vec<_> = db
+        .list_nodes(&NodeFilter {
+            limit: Some(100_000),
+            ..Default::default()
+        })
+        .await?
+        .into_iter()
+        .filter(|n| n.last_discovery_error.is_some())
+        .take(usize::try_from(PROBLEM_NODES_SHOWN).unwrap_or(200))
+        .collect();
+
+    let mut groups: BTreeMap<(String, String), Vec<(String, u64)>> = BTreeMap::new();
+    for row in db.version_distribution().await? {
+        groups
+            .entry((row.platform_sku, row.kind))
+            .or_default()
+            .push((row.version, row.nodes));
+    }
+    let distribution: Vec<Value> = groups
+        .into_iter()
+        .map(|((sku, kind), versions)| {
+            let total: u64 = versions.iter().map(|(_, n)| n).sum::<u64>().max(1);
+            let versions: Vec<Value> = versions
+                .into_iter()
+                .map(|(version, nodes)| context! { version, nodes, percent => nodes * 100 / total })
+                .collect();
+            context! { platform_sku => sku, kind, versions }
+        })
+        .collect();
+
+    let since = (now - chrono::Duration::days(TREND_DAYS - 1)).date_naive();
+    let since_at = since.and_hms_opt(0, 0, 0).map_or(now, |d| d.and_utc());
+    let outcomes = db.daily_step_outcomes(since_at).await?;
+    let trend_svg = charts::failure_trend(&outcomes, since, TREND_DAYS);
+
+    Ok(render(
+        "overview.html",
+        context! {
+            total_nodes, quarantined => v(&quarantined), unhealthy => v(&unhealthy), maintenance, distribution, trend_svg,
+            flash => flash.msg,
+            ..base(&me, "overview", "Fleet overview")
+        },
+    ))
+}
+
+pub(crate) async fn releases(
+    State(state): State<AppState>,
+    Extension(me): Extension<Principal>,
+) -> Result<Response, UiError> {
+    let mut rows = Vec::new();
+    for release in state.db.list_releases().await? {
+        let gates = state.db.gate_results(release.id).await?;
+        let passed = gates.iter().filter(|g| g.passed).count();
+        rows.push(context! {
+            gates_passed => passed, gates_total => gates.len(),
+            ..v(&release)
+        });
+    }
+    Ok(render(
+        "releases.html",
+        context! { releases => rows, ..base(&me, "releases", "Releases") },
+    ))
+}
+
+pub(crate) async fn release(
+    State(state): State<AppState>,
+    Extension(me): Extension<Principal>,
+    Path(id): Path<i64>,
+    Query(flash): Query<Flash>,
+) -> Result<Response, UiError> {
+    let release = state.db.release(ReleaseId(id)).await?;
+    let gates = state.db.gate_results(release.id).await?;
+    let history = state
+        .db
+        .audit_entries(&AuditFilter {
+            subject_type: Some("release".into()),
+            subject_id: Some(id.to_string()),
+            limit: Some(50),
+            ..Default::default()
+        })
+        .await?;
+    let states: Vec<&str> = QualificationState::ALL.iter().map(|s| s.as_str()).collect();
+    let title = format!("Release {}", release.version);
+    Ok(render(
+        "release.html",
+        context! { release => v(&release), gates => v(&gates), history => v(&history), states, flash => flash.msg, ..base(&me, "releases", &title) },
+    ))
+}
+
+/// A qualification transition from the release page.
+#[derive(Debug, Deserialize)]
+pub(crate) struct TransitionForm {
+    to: String,
+    #[serde(default)]
+    reason: Option<String>,
+}
+
+pub(crate) async fn transition_release(
+    State(state): State<AppState>,
+    Extension(me): Extension<Principal>,
+    headers: HeaderMap,
+    Path(id): Path<i64>,
+    Form(form): Form<TransitionForm>,
+) -> Result<Response, UiError> {
+    let json = wants_json(&headers);
+    let to: QualificationState = form.to.parse().map_err(|e: orchestrator_types::ParseEnumError| {
+        UiError::new(StatusCode::BAD_REQUEST, e.to_string()).json(json)
+    })?;
+    let reason = form.reason.map(|r| r.trim().to_owned()).filter(|r| !r.is_empty());
+    let request = TransitionRequest { to, reason };
+    let release = state
+        .db
+        .transition_release(ReleaseId(id), &request, &me.user.username)
+        .await
+        .map_err(|e| UiError::from(e).json(json))?;
+    Ok(done(
+        json,
+        &format!("/releases/{id}"),
+        &format!("Release {} is now {}.", release.version, release.qualification_state),
+    ))
+}
+
+/// The audit log's filters, as query parameters.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct AuditQuery {
+    actor: Option<String>,
+    action: Option<String>,
+    subject_type: Option<String>,
+    subject_id: Option<String>,
+    before: Option<i64>,
+}
+
+fn non_empty(value: Option<String>) -> Option<String> {
+    value.map(|v| v.trim().to_owned()).filter(|v| !v.is_empty())
+}
+
+/// Audit entries per page.
+const AUDIT_PAGE: u64 = 100;
+
+pub(crate) async fn audit(
+    State(state): State<AppState>,
+    Extension(me): Extension<Principal>,
+    Query(query): Query<AuditQuery>,
+) -> Result<Response, UiError> {
+    let filter = AuditFilter {
+        actor: non_empty(query.actor),
+        action: non_empty(query.action),
+        subject_type: non_empty(query.subject_type),
+        subject_id: non_empty(query.subject_id),
+        before_id: query.before,
+        limit: Some(AUDIT_PAGE),
+        ..Default::default()
+    };
+    let entries = state.db.audit_entries(&filter).await?;
+    let next_before = (entries.len() as u64 == AUDIT_PAGE)
+        .then(|| entries.last().map(|e| e.id))
+        .flatten();
+    let mut next_query = String::new();
+    for (key, value) in [
+        ("actor", &filter.actor),
+        ("action", &filter.action),
+        ("subject_type", &filter.subject_type),
+        ("subject_id", &filter.subject_id),
+    ] {
+        if let Some(value) = value {
+            next_query.push_str(&format!("{key}={}&", crate::auth::urlencode(value)));
+        }
+    }
+    if let Some(before) = next_before {
+        next_query.push_str(&format!("before={before}"));
+    }
+    Ok(render(
+        "audit.html",
+        context! { entries => v(&entries), filter => v(&filter), next_before, next_query, ..base(&me, "audit", "Audit log") },
+    ))
+}
+
+pub(crate) async fn policies(
+    State(state): State<AppState>,
+    Extension(me): Extension<Principal>,
+) -> Result<Response, UiError> {
+    let policies = state.db.policies_in_force().await?;
+    let sync = state
+        .db
+        .policy_sync_state()
+        .await?
+        .map(|s| context! { commit => s.commit_id, at => s.synced_at.format("%Y-%m-%d %H:%M UTC").to_string() });
+    Ok(render(
+        "policies.html",
+        context! { policies => v(&policies), sync, ..base(&me, "policies", "Policy in force") },
+    ))
+}
+
+pub(crate) async fn users(
+    State(state): State<AppState>,
+    Extension(me): Extension<Principal>,
+) -> Result<Response, UiError> {
+    let users = state.db.list_users().await?;
+    Ok(render(
+        "users.html",
+        context! { users => v(&users), ..base(&me, "users", "Users") },
+    ))
+}

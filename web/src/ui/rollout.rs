@@ -1,0 +1,403 @@
+//! Rollouts: the list, the detail page (waves as a timeline with what each
+//! waits on, verdicts with canary-versus-control charts, the node table),
+//! its live updates over server-sent events, and the user commands.
+
+use std::collections::{BTreeMap, HashMap};
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::Extension;
+use axum::Form;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use chrono::{DateTime, Utc};
+use futures::Stream;
+use minijinja::{Value, context};
+use orchestrator_db::execution::{
+    Blocker, ExecRollout, ExecWave, RolloutState, StepCounts, StepFilter, StepState, WaveKind, WaveState,
+};
+use orchestrator_db::health::SampleScope;
+use orchestrator_types::{NodeId, RolloutId, WaveId};
+use serde::Deserialize;
+use serde_json::json;
+
+use super::{UiError, base, charts, done, render, render_string, v, wants_json};
+use crate::AppState;
+use crate::auth::Principal;
+
+/// Node rows shown at once; filters narrow the rest.
+const NODE_ROWS_SHOWN: usize = 500;
+/// How often the live view re-reads the rollout.
+const LIVE_POLL: Duration = Duration::from_secs(1);
+
+fn done_count(counts: &StepCounts) -> u64 {
+    counts.iter().filter(|(s, _)| s.is_terminal()).map(|(_, n)| n).sum()
+}
+
+fn total(counts: &StepCounts) -> u64 {
+    counts.values().sum()
+}
+
+fn count(counts: &StepCounts, state: StepState) -> u64 {
+    counts.get(&state).copied().unwrap_or(0)
+}
+
+/// One line a human reads: what the thing is waiting on.
+fn describe_blocker(blocker: &Blocker) -> String {
+    let at = |t: &DateTime<Utc>| t.format("%Y-%m-%d %H:%M UTC").to_string();
+    match blocker {
+        Blocker::WindowOpensAt { at: Some(t) } => format!("maintenance window opens {}", at(t)),
+        Blocker::WindowOpensAt { at: None } => "a maintenance window (none scheduled)".into(),
+        Blocker::BakeEndsAt { at: t } => format!("bake ends {}", at(t)),
+        Blocker::Approvals { have, need } => format!("approvals ({have} of {need})"),
+        Blocker::Verdict { verdict, summary } => format!("a human decision: verdict {verdict} — {summary}"),
+        Blocker::InFlightCap { scope, limit } => format!("{scope} in-flight cap ({limit})"),
+        Blocker::Backoff { at: t } => format!("retry after a BMC error at {}", at(t)),
+        Blocker::Paused => "the rollout is paused".into(),
+        Blocker::PreviousWave { wave } => format!("wave {wave} to be promoted"),
+        Blocker::AwaitingQualification { state, missing_gates } if missing_gates.is_empty() => {
+            format!("the release to be qualified (it is {state})")
+        }
+        Blocker::AwaitingQualification { state, missing_gates } => format!(
+            "the release to be qualified (it is {state}; gates not passed: {})",
+            missing_gates.join(", ")
+        ),
+    }
+}
+
+fn pct(part: u64, whole: u64) -> u64 {
+    if whole == 0 { 0 } else { part * 100 / whole }
+}
+
+pub(crate) async fn list(
+    State(state): State<AppState>,
+    Extension(me): Extension<Principal>,
+) -> Result<Response, UiError> {
+    let mut releases = HashMap::new();
+    let mut rows = Vec::new();
+    for rollout in state.db.exec_rollouts().await? {
+        if !releases.contains_key(&rollout.release_id) {
+            let release = state.db.release(rollout.release_id).await?;
+            releases.insert(
+                rollout.release_id,
+                format!("{} {}", release.component_kind, release.version),
+            );
+        }
+        let counts = state.db.step_counts(rollout.id, None).await?;
+        let (done, all) = (done_count(&counts), total(&counts));
+        rows.push(context! {
+            release => releases.get(&rollout.release_id).cloned().unwrap_or_default(),
+            done, total => all, percent => pct(done, all),
+            ..v(without_source(rollout))
+        });
+    }
+    Ok(render(
+        "rollouts.html",
+        context! { rollouts => rows, ..base(&me, "rollouts", "Rollouts") },
+    ))
+}
+
+fn without_source(mut rollout: ExecRollout) -> ExecRollout {
+    rollout.policy_source = None;
+    rollout
+}
+
+/// Everything the live part of the detail page shows.
+async fn live_context(state: &AppState, me: &Principal, id: RolloutId) -> Result<(Value, Vec<ExecWave>), UiError> {
+    let db = &state.db;
+    let rollout = without_source(db.exec_rollout(id).await?);
+    let release = db.release(rollout.release_id).await?;
+    let waves = db.rollout_waves(id).await?;
+    let overall = db.step_counts(id, None).await?;
+    let mut wave_rows = Vec::new();
+    for wave in &waves {
+        let counts = db.step_counts(id, Some(wave.id)).await?;
+        let approvals = db.wave_approvals(wave.id).await?;
+        let approvers: Vec<String> = approvals.iter().map(|a| a.approver.clone()).collect();
+        let all = total(&counts).max(u64::try_from(wave.node_count).unwrap_or(0));
+        let succeeded = count(&counts, StepState::Succeeded);
+        let skipped = count(&counts, StepState::Skipped);
+        let failed = count(&counts, StepState::Failed);
+        let in_flight: u64 = counts.iter().filter(|(s, _)| s.is_in_flight()).map(|(_, n)| n).sum();
+        let charts = if wave.verdict.is_some() || wave.state == WaveState::Baking {
+            let samples = db.health_samples(SampleScope::Wave(wave.id)).await?;
+            charts::cohort_charts(&samples)
+        } else {
+            Vec::new()
+        };
+        let blockers: Vec<String> = wave.blockers.iter().map(describe_blocker).collect();
+        wave_rows.push(context! {
+            blockers, charts, approvals => v(&approvals), approvers,
+            done => succeeded + skipped + failed, succeeded, skipped, failed, in_flight,
+            pct_ok => pct(succeeded + skipped, all), pct_failed => pct(failed, all), pct_inflight => pct(in_flight, all),
+            ..v(wave)
+        });
+    }
+    let blockers: Vec<String> = rollout.blockers.iter().map(describe_blocker).collect();
+    let ctx = context! {
+        rollout => context! { blockers, ..v(&rollout) },
+        release => v(&release), waves => wave_rows,
+        overall => context! { done => done_count(&overall), total => total(&overall) },
+        me => super::me(me), csrf => me.csrf_token(),
+    };
+    Ok((ctx, waves))
+}
+
+/// The node table's filters.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct NodeQuery {
+    state: Option<String>,
+    wave: Option<String>,
+    node: Option<String>,
+    msg: Option<String>,
+}
+
+pub(crate) async fn detail(
+    State(state): State<AppState>,
+    Extension(me): Extension<Principal>,
+    Path(id): Path<i64>,
+    Query(query): Query<NodeQuery>,
+) -> Result<Response, UiError> {
+    let id = RolloutId(id);
+    let (live, waves) = live_context(&state, &me, id).await?;
+    let step_state = match query.state.as_deref().filter(|s| !s.is_empty()) {
+        Some(s) => Some(
+            s.parse::<StepState>()
+                .map_err(|e| UiError::new(StatusCode::BAD_REQUEST, e))?,
+        ),
+        None => None,
+    };
+    let wave_filter = match query.wave.as_deref().filter(|s| !s.is_empty()) {
+        Some(w) => {
+            Some(WaveId(w.parse().map_err(|_| {
+                UiError::new(StatusCode::BAD_REQUEST, "wave must be a wave id")
+            })?))
+        }
+        None => None,
+    };
+    let steps = state
+        .db
+        .steps(&StepFilter {
+            rollout_id: Some(id),
+            wave_id: wave_filter,
+            state: step_state,
+            ..Default::default()
+        })
+        .await?;
+    let wave_names: HashMap<WaveId, &str> = waves.iter().map(|w| (w.id, w.name.as_str())).collect();
+    let needle = query.node.as_deref().map(str::trim).filter(|s| !s.is_empty());
+    let mut names: HashMap<NodeId, String> = HashMap::new();
+    let mut rows = Vec::new();
+    let mut truncated = false;
+    for step in steps {
+        if rows.len() >= NODE_ROWS_SHOWN {
+            truncated = true;
+            break;
+        }
+        if !names.contains_key(&step.node_id) {
+            let name = state
+                .db
+                .node(step.node_id)
+                .await
+                .map(|n| n.name)
+                .unwrap_or_else(|_| step.node_id.to_string());
+            names.insert(step.node_id, name);
+        }
+        let node = names.get(&step.node_id).cloned().unwrap_or_default();
+        if needle.is_some_and(|n| !node.contains(n)) {
+            continue;
+        }
+        rows.push(context! {
+            node, wave => wave_names.get(&step.wave_id).copied().unwrap_or(""),
+            purpose => step.purpose.as_str(), from => step.expected_from_version, to => step.target_version,
+            state => step.state.as_str(), attempts => step.attempts, error => step.error,
+        });
+    }
+    let step_states: Vec<&str> = StepState::ALL.iter().map(|s| s.as_str()).collect();
+    let title = format!("Rollout {id}");
+    let filter = context! { state => query.state, wave => query.wave, node => query.node };
+    let page = context! { steps => rows, truncated, step_states, filter, flash => query.msg, ..live };
+    Ok(render(
+        "rollout.html",
+        minijinja::value::merge_maps([page, base(&me, "rollouts", &title)]),
+    ))
+}
+
+/// Live progress: the live part of the page, re-rendered and sent as a
+/// `progress` event whenever it changes.
+pub(crate) async fn events(
+    State(state): State<AppState>,
+    Extension(me): Extension<Principal>,
+    Path(id): Path<i64>,
+) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, UiError> {
+    let id = RolloutId(id);
+    // Fail fast on an unknown rollout rather than streaming nothing.
+    state.db.exec_rollout(id).await?;
+    let stream = futures::stream::unfold(
+        (state, me, None::<String>, true),
+        move |(state, me, last, first)| async move {
+            if !first {
+                tokio::time::sleep(LIVE_POLL).await;
+            }
+            loop {
+                let html = match live_context(&state, &me, id).await {
+                    Ok((ctx, _)) => render_string("rollout_live.html", ctx),
+                    Err(_) => None,
+                };
+                match html {
+                    Some(html) if last.as_deref() != Some(html.as_str()) => {
+                        let event = Event::default().event("progress").data(html.clone());
+                        return Some((Ok(event), (state, me, Some(html), false)));
+                    }
+                    _ => tokio::time::sleep(LIVE_POLL).await,
+                }
+            }
+        },
+    );
+    Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
+}
+
+/// What the rollout buttons are.
+#[derive(Debug, Clone, Copy)]
+enum Action {
+    Approve,
+    Pause,
+    Resume,
+    Abort,
+    Rollback,
+}
+
+impl Action {
+    fn parse(name: &str) -> Option<Self> {
+        Some(match name {
+            "approve" => Action::Approve,
+            "pause" => Action::Pause,
+            "resume" => Action::Resume,
+            "abort" => Action::Abort,
+            "rollback" => Action::Rollback,
+            _ => return None,
+        })
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Action::Approve => "Approve",
+            Action::Pause => "Pause",
+            Action::Resume => "Resume",
+            Action::Abort => "Abort",
+            Action::Rollback => "Roll back",
+        }
+    }
+}
+
+pub(crate) async fn action(
+    State(state): State<AppState>,
+    Extension(me): Extension<Principal>,
+    headers: HeaderMap,
+    Path((id, name)): Path<(i64, String)>,
+    Form(mut form): Form<BTreeMap<String, String>>,
+) -> Result<Response, UiError> {
+    let json = wants_json(&headers);
+    let fail = |status: StatusCode, message: String| UiError::new(status, message).json(json);
+    let action = Action::parse(&name).ok_or_else(|| fail(StatusCode::NOT_FOUND, format!("no action {name:?}")))?;
+    let rollout = state
+        .db
+        .exec_rollout(RolloutId(id))
+        .await
+        .map_err(|e| UiError::from(e).json(json))?;
+    let back = format!("/rollouts/{id}");
+    form.remove("csrf");
+    let reason = form
+        .get("reason")
+        .map(|r| r.trim().to_owned())
+        .filter(|r| !r.is_empty());
+    let wave = match action {
+        Action::Approve => {
+            let wave_id: i64 = form
+                .get("wave")
+                .and_then(|w| w.parse().ok())
+                .ok_or_else(|| fail(StatusCode::BAD_REQUEST, "which wave? (field `wave`)".into()))?;
+            let waves = state
+                .db
+                .rollout_waves(rollout.id)
+                .await
+                .map_err(|e| UiError::from(e).json(json))?;
+            let wave = waves
+                .into_iter()
+                .find(|w| w.id == WaveId(wave_id))
+                .ok_or_else(|| fail(StatusCode::NOT_FOUND, format!("rollout {id} has no wave {wave_id}")))?;
+            if wave.kind != WaveKind::Update {
+                return Err(fail(StatusCode::CONFLICT, "a rollback wave needs no approval".into()));
+            }
+            Some(wave)
+        }
+        _ => None,
+    };
+
+    // Without JavaScript the first post shows a confirmation page; the
+    // script confirms in a dialog and sends `confirmed=yes` at once.
+    if form.get("confirmed").map(String::as_str) != Some("yes") {
+        let question = match (&action, &wave) {
+            (Action::Approve, Some(w)) => format!("Approve wave {} of rollout {id}?", w.name),
+            (Action::Pause, _) => format!("Pause rollout {id}? No new flash starts; in-flight ones finish."),
+            (Action::Resume, _) => format!("Resume rollout {id}?"),
+            (Action::Abort, _) => format!("Abort rollout {id}? No new flash starts; rollback is left to you."),
+            (Action::Rollback, _) => format!("Roll back every node rollout {id} updated to its previous version?"),
+            _ => format!("{} rollout {id}?", action.label()),
+        };
+        form.remove("confirmed");
+        let ctx = context! {
+            action_label => action.label(), question, action_url => format!("/rollouts/{id}/{name}"),
+            fields => form, needs_reason => matches!(action, Action::Rollback),
+            danger => matches!(action, Action::Abort | Action::Rollback), back_url => back,
+            ..base(&me, "rollouts", "Confirm")
+        };
+        return Ok(render("confirm.html", ctx));
+    }
+
+    let actor = me.user.username.as_str();
+    let db = &state.db;
+    let message = match action {
+        Action::Approve => {
+            let wave = wave.ok_or_else(|| fail(StatusCode::BAD_REQUEST, "which wave?".into()))?;
+            let comment = form.get("comment").map(|c| c.trim()).filter(|c| !c.is_empty());
+            let given = db
+                .approve_wave(wave.id, actor, comment)
+                .await
+                .map_err(|e| UiError::from(e).json(json))?;
+            format!(
+                "Approved wave {} ({} of {} approvals).",
+                wave.name,
+                given.len(),
+                wave.approvals_required
+            )
+        }
+        Action::Pause | Action::Resume | Action::Abort => {
+            let (from, to): (&[RolloutState], RolloutState) = match action {
+                Action::Pause => (&[RolloutState::Running], RolloutState::Paused),
+                Action::Resume => (&[RolloutState::Paused], RolloutState::Running),
+                _ => (
+                    &[RolloutState::Running, RolloutState::Paused, RolloutState::Halted],
+                    RolloutState::Aborted,
+                ),
+            };
+            let updated = db
+                .user_set_rollout_state(rollout.id, from, to, reason.as_deref(), actor)
+                .await
+                .map_err(|e| UiError::from(e).json(json))?;
+            format!("Rollout {id} is now {}.", updated.state)
+        }
+        Action::Rollback => {
+            let reason =
+                reason.ok_or_else(|| fail(StatusCode::UNPROCESSABLE_ENTITY, "a rollback needs a reason".into()))?;
+            db.begin_rollback(None, rollout.id, json!({ "scope": "rollout" }), &reason, actor)
+                .await
+                .map_err(|e| UiError::from(e).json(json))?;
+            format!("Rolling back rollout {id}.")
+        }
+    };
+    state.nudge_engine();
+    Ok(done(json, &back, &message).into_response())
+}

@@ -1,0 +1,51 @@
+// Progressive enhancement: every page works without this file (forms post
+// and redirect, confirmations are their own page). With it, actions ask in
+// a dialog and post in the background, and the rollout page updates live
+// from server-sent events.
+(function () {
+  "use strict";
+  function csrf() {
+    var meta = document.querySelector('meta[name="csrf-token"]');
+    return meta ? meta.content : "";
+  }
+  function flash(text, kind) {
+    var box = document.getElementById("flash");
+    if (!box) return;
+    box.innerHTML = "";
+    var p = document.createElement("p");
+    p.className = "flash " + (kind || "ok");
+    p.textContent = text;
+    box.appendChild(p);
+  }
+  document.addEventListener("submit", function (event) {
+    var form = event.target;
+    if (!form.matches || !form.matches("form[data-confirm]")) return;
+    event.preventDefault();
+    if (!window.confirm(form.getAttribute("data-confirm"))) return;
+    var body = new URLSearchParams(new FormData(form));
+    body.set("confirmed", "yes");
+    fetch(form.action, {
+      method: "POST",
+      body: body,
+      credentials: "same-origin",
+      headers: { "Accept": "application/json", "X-CSRF-Token": csrf() }
+    }).then(function (response) {
+      return response.json().catch(function () { return {}; }).then(function (data) {
+        if (response.ok) {
+          flash(data.message || "Done.", "ok");
+          if (!document.getElementById("live")) window.location.reload();
+        } else {
+          flash((data.error && data.error.message) || ("Refused (" + response.status + ")"), "err");
+        }
+      });
+    }).catch(function () { flash("The server did not answer.", "err"); });
+  });
+  var live = document.getElementById("live");
+  if (live && window.EventSource) {
+    var source = new EventSource(live.getAttribute("data-events"));
+    source.addEventListener("progress", function (event) {
+      live.innerHTML = event.data;
+      live.setAttribute("data-updated", String(Date.now()));
+    });
+  }
+})();
