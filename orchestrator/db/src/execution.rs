@@ -200,6 +200,9 @@ pub enum Blocker {
     Paused,
     /// The previous wave is not promoted yet.
     PreviousWave { wave: String },
+    /// Only the canary may run until the release is qualified: its
+    /// qualification `state` and the policy's gates it has not passed.
+    AwaitingQualification { state: String, missing_gates: Vec<String> },
 }
 
 /// The lease a controller must hold to execute, and the token that proves it.

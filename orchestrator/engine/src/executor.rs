@@ -14,12 +14,12 @@ use orchestrator_db::execution::{
 };
 use orchestrator_db::{Db, DbError};
 use orchestrator_policy::{Policy, RollbackScope, next_window_start, window_open_at};
-use orchestrator_types::{Clock, ComponentKind, RolloutId, WaveId};
+use orchestrator_types::{Clock, ComponentKind, QualificationState, RolloutId, TransitionRequest, WaveId};
 use serde_json::json;
 
 use crate::config::EngineConfig;
 use crate::connector::BmcConnector;
-use crate::health::{HealthJudge, VerdictOutcome};
+use crate::health::{HealthJudge, Verdict, VerdictOutcome};
 use crate::step::StepCtx;
 
 /// Long-lived state of the executor: caches that are safe to lose.
@@ -32,6 +32,19 @@ pub(crate) struct Executor {
     pub judge: Arc<dyn HealthJudge>,
     policies: Mutex<HashMap<RolloutId, Arc<Policy>>>,
     kinds: Mutex<HashMap<RolloutId, ComponentKind>>,
+}
+
+/// Longest evidence text put into a release's block reason; the whole
+/// verdict stays on the wave.
+const MAX_BLOCK_EVIDENCE: usize = 4000;
+
+/// Why a wave of a rollout may not start or go on.
+#[derive(Debug)]
+enum ReleaseHold {
+    /// The release is blocked: the rollout halts.
+    Blocked(String),
+    /// Waves after the canary wait for qualification.
+    AwaitingQualification(Blocker),
 }
 
 /// In-flight counts across every rollout, for the caps.
@@ -302,6 +315,18 @@ impl Executor {
     ) -> Result<(), DbError> {
         self.set_rollout_blockers(fence, rollout, Vec::new()).await?;
         let now = self.clock.now();
+        if !matches!(
+            wave.state,
+            WaveState::Promoted | WaveState::Halted | WaveState::RolledBack
+        ) {
+            match self.release_hold(rollout, policy, wave).await? {
+                Some(ReleaseHold::Blocked(reason)) => return self.halt(fence, rollout, wave, &reason).await,
+                Some(ReleaseHold::AwaitingQualification(blocker)) => {
+                    return self.set_wave_blockers(fence, wave, vec![blocker]).await;
+                }
+                None => {}
+            }
+        }
         match wave.state {
             WaveState::Planned => {
                 self.db
@@ -406,7 +431,8 @@ impl Executor {
                     }
                     VerdictOutcome::Fail => {
                         let reason = format!("health verdict failed: {}", verdict.summary);
-                        self.db
+                        let halted = self
+                            .db
                             .transition_wave(
                                 fence,
                                 wave.id,
@@ -422,34 +448,7 @@ impl Executor {
                                 json!({ "verdict": verdict_json }),
                             )
                             .await?;
-                        if policy.rollback.automatic {
-                            let scope = match policy.rollback.scope {
-                                RollbackScope::Wave => json!({ "scope": "wave", "waves": [wave.id] }),
-                                RollbackScope::Rollout => json!({ "scope": "rollout" }),
-                            };
-                            match self
-                                .db
-                                .begin_rollback(Some(fence), rollout.id, scope, &reason, crate::ENGINE_ACTOR)
-                                .await
-                            {
-                                Ok(_) => return Ok(()),
-                                Err(DbError::Invalid { reason: why, .. }) => {
-                                    tracing::error!(rollout = %rollout.id, %why, "automatic rollback impossible");
-                                }
-                                Err(err) => return Err(err),
-                            }
-                        }
-                        self.db
-                            .engine_set_rollout_state(
-                                fence,
-                                rollout.id,
-                                &[RolloutState::Running],
-                                RolloutState::Halted,
-                                Some(&reason),
-                                json!({ "wave": wave.name }),
-                            )
-                            .await?;
-                        Ok(())
+                        self.finish_halted_wave(fence, rollout, policy, &halted).await
                     }
                 }
             }
@@ -495,7 +494,157 @@ impl Executor {
                 }
                 self.set_wave_blockers(fence, wave, blockers).await
             }
-            WaveState::Promoted | WaveState::Halted | WaveState::RolledBack => Ok(()),
+            // Halted while the rollout still runs: a crash came between
+            // halting the wave and deciding for the rollout; decide again.
+            WaveState::Halted => self.finish_halted_wave(fence, rollout, policy, wave).await,
+            WaveState::Promoted | WaveState::RolledBack => Ok(()),
+        }
+    }
+
+    /// What the release's qualification says about starting (or going on
+    /// with) `wave`: a blocked release halts every rollout of it, whatever
+    /// the wave is doing (in-flight flashes finish); waves after
+    /// the canary wait until the release is qualified and has passed every
+    /// gate the policy requires (the planner let an unqualified canary run
+    /// only because the policy allows it).
+    async fn release_hold(
+        &self,
+        rollout: &ExecRollout,
+        policy: &Policy,
+        wave: &ExecWave,
+    ) -> Result<Option<ReleaseHold>, DbError> {
+        let release = self.db.release(rollout.release_id).await?;
+        if release.qualification_state == QualificationState::Blocked {
+            return Ok(Some(ReleaseHold::Blocked(format!(
+                "release {} is blocked: {}",
+                release.id,
+                release.state_reason.as_deref().unwrap_or("no reason recorded")
+            ))));
+        }
+        if wave.state != WaveState::Planned || wave.position == 0 {
+            return Ok(None);
+        }
+        let passed: HashSet<String> = self
+            .db
+            .gate_results(release.id)
+            .await?
+            .into_iter()
+            .filter(|g| g.passed)
+            .map(|g| g.gate)
+            .collect();
+        let missing_gates: Vec<String> = policy
+            .qualification
+            .required_gates
+            .iter()
+            .filter(|g| !passed.contains(*g))
+            .cloned()
+            .collect();
+        if release.qualification_state.may_roll_out_to_fleet() && missing_gates.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(ReleaseHold::AwaitingQualification(
+            Blocker::AwaitingQualification {
+                state: release.qualification_state.to_string(),
+                missing_gates,
+            },
+        )))
+    }
+
+    /// After a wave halted on a failed verdict (or anything else) while the
+    /// rollout runs: block the release on a failed verdict, then roll back
+    /// when the wave's recorded decision says so, else halt the rollout.
+    /// Every write is conditional, so running it twice is harmless.
+    async fn finish_halted_wave(
+        &self,
+        fence: &Fence,
+        rollout: &ExecRollout,
+        policy: &Policy,
+        wave: &ExecWave,
+    ) -> Result<(), DbError> {
+        if rollout.state != RolloutState::Running {
+            return Ok(());
+        }
+        let reason = wave
+            .state_reason
+            .clone()
+            .unwrap_or_else(|| format!("wave {} halted", wave.name));
+        let failed_verdict = wave
+            .verdict
+            .as_ref()
+            .and_then(|v| serde_json::from_value::<Verdict>(v.clone()).ok())
+            .filter(|v| v.outcome == VerdictOutcome::Fail);
+        if let Some(verdict) = &failed_verdict {
+            self.block_release(rollout, wave, verdict).await?;
+        }
+        if failed_verdict.is_some() && wave.decision.as_deref() == Some("rollback") && policy.rollback.automatic {
+            let scope = match policy.rollback.scope {
+                RollbackScope::Wave => json!({ "scope": "wave", "waves": [wave.id] }),
+                RollbackScope::Rollout => json!({ "scope": "rollout" }),
+            };
+            match self
+                .db
+                .begin_rollback(Some(fence), rollout.id, scope, &reason, crate::ENGINE_ACTOR)
+                .await
+            {
+                Ok(_) => return Ok(()),
+                Err(DbError::Invalid { reason: why, .. }) => {
+                    tracing::error!(rollout = %rollout.id, %why, "automatic rollback impossible");
+                }
+                Err(err) => return Err(err),
+            }
+        }
+        self.db
+            .engine_set_rollout_state(
+                fence,
+                rollout.id,
+                &[RolloutState::Running],
+                RolloutState::Halted,
+                Some(&reason),
+                json!({ "wave": wave.name }),
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// A failed verdict blocks the release for every rollout, with the
+    /// evidence as the reason (audited by the datastore). Already blocked
+    /// (by the detector, or a human): nothing to do.
+    async fn block_release(&self, rollout: &ExecRollout, wave: &ExecWave, verdict: &Verdict) -> Result<(), DbError> {
+        let release = self.db.release(rollout.release_id).await?;
+        if release.qualification_state == QualificationState::Blocked {
+            return Ok(());
+        }
+        let mut evidence = serde_json::to_string(&verdict.evidence).unwrap_or_default();
+        if evidence.len() > MAX_BLOCK_EVIDENCE {
+            let mut cut = MAX_BLOCK_EVIDENCE;
+            while !evidence.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            evidence.truncate(cut);
+            evidence.push('…');
+        }
+        let request = TransitionRequest {
+            to: QualificationState::Blocked,
+            reason: Some(format!(
+                "rollout {} wave {}: health verdict failed: {}; evidence: {evidence}",
+                rollout.id, wave.name, verdict.summary
+            )),
+        };
+        match self
+            .db
+            .transition_release(release.id, &request, crate::ENGINE_ACTOR)
+            .await
+        {
+            Ok(_) => {
+                tracing::warn!(release = %release.id, rollout = %rollout.id, "release blocked after a failed verdict");
+                Ok(())
+            }
+            // Someone moved it meanwhile (e.g. a human blocked it first).
+            Err(err) if err.is_caller_error() => {
+                tracing::warn!(error = %crate::step_error_chain(&err), "could not block the release");
+                Ok(())
+            }
+            Err(err) => Err(err),
         }
     }
 
