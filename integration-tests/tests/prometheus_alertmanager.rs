@@ -1,0 +1,604 @@
+//! End to end with a REAL Prometheus and a REAL Alertmanager (issue 6):
+//!
+//! - given a simulated fleet (bmc-sim, in-process) where GPU firmware
+//!   96.00.99.00.01 raises the XID error rate twentyfold, the controller
+//!   (database, rollout engine, web API on a loopback port), a `prometheus`
+//!   process scraping bmc-sim's `/metrics` every second with a rule on the
+//!   XID rate of nodes running the new firmware, and an `alertmanager`
+//!   process whose webhook receiver calls the controller with a bearer token;
+//! - when a rollout of the bad firmware flashes its canary;
+//! - then the rule fires, Alertmanager delivers the alert, the policy's alert
+//!   rule rolls the rollout back, and the canary runs the old firmware again.
+//!
+//! Skipped with a loud message when the binaries are missing (install them
+//! with `integration-tests/ci-setup.sh`); a failure when
+//! `WAVEGUARD_REQUIRE_ALL=1`. Everything listens on 127.0.0.1 only; the
+//! child processes are killed when the test ends, pass or fail, and their
+//! logs are printed when it fails.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail, ensure};
+use axum::Router;
+use axum::routing::get;
+use bmc_sim::{Fleet, FleetOptions, RunningFleet, Scenario, SimClock};
+use orchestrator_bmc::{BmcEndpoint, Credentials, HttpClients, RetryPolicy, Timeouts};
+use orchestrator_db::Db;
+use orchestrator_db::execution::{RolloutState, StepFilter, StepPurpose};
+use orchestrator_db::model::{ComponentReading, NewNode, NewRelease, NodeLabels};
+use orchestrator_engine::{Engine, EngineConfig, GatelessJudge, RedfishConnector, StartRollout, start_rollout};
+use orchestrator_types::{ComponentKind, FirmwareVersion, QualificationState, ReleaseId, TransitionRequest};
+use sha2::{Digest, Sha256};
+use web::{AlertReceiverConfig, AppState};
+
+const SKU: &str = "hgx-h100-8gpu";
+const GPU_FROM: &str = "96.00.5E.00.01";
+const GPU_BAD: &str = "96.00.99.00.01";
+/// Simulated seconds per real second: a 2-4 minute flash takes about a
+/// second, and the 24 h canary bake six minutes, far longer than the alert
+/// needs to arrive.
+const SPEEDUP: f64 = 240.0;
+const TOKEN: &str = "e2e-alertmanager-token-5f2b9c0d";
+/// Whole-test budget for the alert to arrive and the rollback to finish.
+const LIMIT: Duration = Duration::from_secs(100);
+const REQUIRE_ALL_ENV: &str = "WAVEGUARD_REQUIRE_ALL";
+
+fn scenario() -> Scenario {
+    let yaml = format!(
+        r#"
+seed: 11
+fleet:
+  nodes: 6
+  racks: 3
+  clusters: 1
+  region: sim-1
+  sku: {SKU}
+  nodes_per_nvlink_domain: 2
+  components:
+    - {{id: BMC_Firmware, kind: bmc, version: "24.04.1"}}
+    - {{id: "HGX_FW_GPU_{{0..7}}", kind: gpu, version: "{GPU_FROM}"}}
+baseline:
+  xid_errors_per_gpu_hour: 0.6
+firmware:
+  - kind: gpu
+    version: "{GPU_BAD}"
+    flash_time: {{min: 2m, max: 4m}}
+    effects:
+      - {{metric: xid_errors_per_gpu_hour, multiply: 20.0, share: 1.0, onset: 0s}}
+  - kind: gpu
+    version: "{GPU_FROM}"
+    flash_time: {{min: 2m, max: 4m}}
+bmc_faults:
+  reset_time: {{min: 30s, max: 60s}}
+  reboot_time: {{min: 1m, max: 2m}}
+"#
+    );
+    Scenario::from_yaml_str(&yaml).unwrap_or_else(|e| panic!("scenario: {e}"))
+}
+
+/// A two-node canary baking for a day, and the rule that an alert named
+/// `CanaryXidStorm` rolls the whole rollout back.
+fn policy() -> String {
+    format!(
+        r#"
+name: e2e-gpu
+target:
+  component: gpu
+  inventory_id: "HGX_FW_GPU_*"
+  platforms: [{SKU}]
+versions:
+  allow_downgrade: false
+qualification:
+  required_gates: []
+waves:
+  - name: canary
+    count: 2
+    stratify_by: [rack]
+    bake: 24h
+    max_in_flight: 2
+  - name: rest
+    rest: true
+    bake: 1h
+    max_in_flight: 4
+concurrency:
+  max_in_flight: 4
+  per_rack: 2
+failure_budget:
+  max_failed: 1
+health:
+  alerts:
+    - matchers: ['alertname="CanaryXidStorm"', 'severity="critical"']
+      action: rollback
+    - matchers: ['severity="critical"']
+      action: pause
+rollback:
+  automatic: true
+  scope: rollout
+"#
+    )
+}
+
+/// The Prometheus rule: the XID rate of nodes whose GPUs run the new
+/// firmware. Control nodes run at 0.6/GPU-hour (about 0.3 errors per real
+/// second at this speed-up), updated ones at twenty times that.
+fn rules() -> String {
+    format!(
+        r#"
+groups:
+  - name: waveguard-canary
+    interval: 1s
+    rules:
+      - alert: CanaryXidStorm
+        expr: |
+          sum by (node) (rate(bmcsim_gpu_xid_errors_total[15s])) > 2
+          and on (node)
+          max by (node) (bmcsim_firmware_info{{kind="gpu",version="{GPU_BAD}"}})
+        labels:
+          severity: critical
+        annotations:
+          summary: "XID storm on {{{{ $labels.node }}}} after a GPU firmware update"
+"#
+    )
+}
+
+/// A child process killed (and reaped) on drop, with its log file.
+struct ChildGuard {
+    name: &'static str,
+    child: Child,
+    log: PathBuf,
+}
+
+impl ChildGuard {
+    fn spawn(name: &'static str, program: &Path, args: &[String], dir: &Path) -> anyhow::Result<ChildGuard> {
+        let log = dir.join(format!("{name}.log"));
+        let out = std::fs::File::create(&log).with_context(|| format!("create {}", log.display()))?;
+        let err = out.try_clone().context("clone log handle")?;
+        let child = Command::new(program)
+            .args(args)
+            .current_dir(dir)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .with_context(|| format!("start {}", program.display()))?;
+        Ok(ChildGuard { name, child, log })
+    }
+
+    fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(40)..].join("\n")
+    }
+
+    fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn find_program(names: &[&str]) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .flat_map(|dir| names.iter().map(move |name| dir.join(name)))
+        .find(|candidate| candidate.is_file())
+}
+
+/// A port that was free a moment ago. The programs take an address, not a
+/// listening socket, so there is a small window in which another process
+/// could take it; a clash fails start-up loudly rather than silently.
+fn free_port() -> anyhow::Result<u16> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").context("bind a probe port")?;
+    Ok(listener.local_addr()?.port())
+}
+
+async fn wait_ready(http: &reqwest::Client, url: &str, child: &mut ChildGuard) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(status) = child.exited() {
+            bail!(
+                "{} exited with {status} before it was ready:\n{}",
+                child.name,
+                child.log_tail()
+            );
+        }
+        if let Ok(response) = http.get(url).send().await
+            && response.status().is_success()
+        {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("{} not ready at {url} after 30 s:\n{}", child.name, child.log_tail());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn image_server(images: BTreeMap<String, Vec<u8>>) -> anyhow::Result<(String, tokio::task::JoinHandle<()>)> {
+    let images = Arc::new(images);
+    let app = Router::new().route(
+        "/images/{name}",
+        get(move |axum::extract::Path(name): axum::extract::Path<String>| {
+            let images = images.clone();
+            async move {
+                match images.get(&name) {
+                    Some(bytes) => (axum::http::StatusCode::OK, bytes.clone()),
+                    None => (axum::http::StatusCode::NOT_FOUND, Vec::new()),
+                }
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let task = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    Ok((format!("http://{addr}/images"), task))
+}
+
+/// Imports the fleet with the inventory the BMCs report.
+async fn import_fleet(db: &Db, fleet: &RunningFleet) -> anyhow::Result<()> {
+    let nodes: Vec<NewNode> = fleet
+        .endpoints()
+        .iter()
+        .map(|e| NewNode {
+            name: e.name.clone(),
+            bmc_url: e.bmc_url.clone(),
+            credential_ref: "sim".into(),
+            platform_sku: e.labels.sku.clone(),
+            labels: NodeLabels {
+                region: e.labels.region.clone(),
+                cluster: e.labels.cluster.clone(),
+                rack: e.labels.rack.clone(),
+                nvlink_domain: e.labels.nvlink_domain.clone(),
+            },
+        })
+        .collect();
+    db.import_nodes(&nodes, "test").await?;
+    for node in db.list_nodes(&Default::default()).await? {
+        let versions = fleet.versions(&node.name).context("sim node")?;
+        let readings = versions
+            .iter()
+            .map(|c| {
+                Ok(ComponentReading {
+                    inventory_id: c.id.clone(),
+                    kind: c.kind,
+                    version: FirmwareVersion::parse(&c.active)?,
+                    updateable: true,
+                    software_id: None,
+                    health: Some("OK".into()),
+                })
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        db.record_inventory(node.id, &readings).await?;
+    }
+    Ok(())
+}
+
+async fn add_release(db: &Db, image_base: &str, version: &str) -> anyhow::Result<ReleaseId> {
+    let bytes = bmc_sim::image::build(ComponentKind::Gpu, version, &[SKU], version.as_bytes());
+    let release = db
+        .add_release(
+            &NewRelease {
+                component_kind: ComponentKind::Gpu,
+                version: FirmwareVersion::parse(version)?,
+                image_uri: format!("{image_base}/gpu-{version}.fw"),
+                sha256: hex::encode(Sha256::digest(&bytes)),
+                size_bytes: u64::try_from(bytes.len())?,
+                platforms: vec![SKU.into()],
+                release_notes: String::new(),
+            },
+            "alice",
+        )
+        .await?;
+    for to in [QualificationState::Qualifying, QualificationState::Qualified] {
+        db.transition_release(release.id, &TransitionRequest { to, reason: None }, "alice")
+            .await?;
+    }
+    Ok(release.id)
+}
+
+fn engine_config() -> EngineConfig {
+    EngineConfig {
+        holder: "e2e-engine".into(),
+        lease_ttl: chrono::Duration::hours(2),
+        pass_interval: Duration::from_millis(50),
+        bmc_concurrency: 16,
+        brick_timeout: chrono::Duration::minutes(20),
+        activation_timeout: chrono::Duration::minutes(15),
+        ..EngineConfig::default()
+    }
+}
+
+fn connector() -> Arc<RedfishConnector> {
+    let resolve = Arc::new(|url: &str, _profile: &str| {
+        let url = url::Url::parse(url).map_err(|e| e.to_string())?;
+        Ok(BmcEndpoint::new(url, Credentials::new("admin", "admin"))
+            .with_timeouts(Timeouts {
+                connect: Duration::from_millis(500),
+                request: Duration::from_secs(2),
+                upload: Duration::from_secs(5),
+                probe: Duration::from_millis(500),
+            })
+            .with_retry(RetryPolicy {
+                max_retries: 1,
+                base_delay: Duration::from_millis(20),
+                max_delay: Duration::from_millis(50),
+                max_retry_after: Duration::from_millis(50),
+                deadline: Duration::from_secs(3),
+            }))
+    });
+    Arc::new(RedfishConnector::new(HttpClients::new(), resolve))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_alert_from_prometheus_via_alertmanager_rolls_the_canary_back() {
+    let prometheus = find_program(&["prometheus"]);
+    let alertmanager = find_program(&["prometheus-alertmanager", "alertmanager"]);
+    let (Some(prometheus), Some(alertmanager)) = (prometheus, alertmanager) else {
+        let require_all = std::env::var(REQUIRE_ALL_ENV).is_ok_and(|v| v == "1");
+        assert!(
+            !require_all,
+            "{REQUIRE_ALL_ENV}=1 but `prometheus` and/or `prometheus-alertmanager` are not on PATH; \
+             run integration-tests/ci-setup.sh"
+        );
+        eprintln!(
+            "\n\n*** SKIPPED prometheus_alertmanager end-to-end test: `prometheus` and/or \
+             `prometheus-alertmanager` not on PATH (run integration-tests/ci-setup.sh) ***\n\n"
+        );
+        return;
+    };
+    if let Err(err) = run(&prometheus, &alertmanager).await {
+        panic!("{err:?}");
+    }
+}
+
+async fn run(prometheus_bin: &Path, alertmanager_bin: &Path) -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let clock = Arc::new(SimClock::starting_now(SPEEDUP));
+
+    // The fleet and the controller.
+    let fleet = Fleet::start(scenario(), FleetOptions::new(clock.clone())).await?;
+    let db_url = format!("sqlite://{}", dir.path().join("waveguard.db").display());
+    let db = Db::connect_and_migrate(&db_url, clock.clone()).await?;
+    import_fleet(&db, &fleet).await?;
+    let images = [GPU_FROM, GPU_BAD]
+        .iter()
+        .map(|v| {
+            (
+                format!("gpu-{v}.fw"),
+                bmc_sim::image::build(ComponentKind::Gpu, v, &[SKU], v.as_bytes()),
+            )
+        })
+        .collect();
+    let (image_base, image_task) = image_server(images).await?;
+    add_release(&db, &image_base, GPU_FROM).await?;
+    let bad = add_release(&db, &image_base, GPU_BAD).await?;
+    let engine = Engine::start(db.clone(), engine_config(), connector(), Arc::new(GatelessJudge));
+    let state = AppState::new(db.clone())
+        .with_engine_nudge(engine.nudge())
+        .with_alert_receiver(AlertReceiverConfig::new(TOKEN)?);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let controller = listener.local_addr()?;
+    let (stop_web, web_stopped) = tokio::sync::oneshot::channel::<()>();
+    let web_task = tokio::spawn(web::serve(listener, state, async move {
+        let _ = web_stopped.await;
+    }));
+
+    // Alertmanager, then Prometheus pointing at it.
+    let am_port = free_port()?;
+    let prom_port = free_port()?;
+    let control = fleet.control_url().trim_start_matches("http://").to_owned();
+    std::fs::write(
+        dir.path().join("alertmanager.yml"),
+        format!(
+            r#"
+route:
+  receiver: waveguard
+  group_by: [alertname, node]
+  group_wait: 1s
+  group_interval: 1s
+  repeat_interval: 1h
+receivers:
+  - name: waveguard
+    webhook_configs:
+      - url: "http://{controller}/api/v1/alerts/alertmanager"
+        send_resolved: true
+        http_config:
+          authorization:
+            type: Bearer
+            credentials_file: "{token_file}"
+"#,
+            token_file = dir.path().join("token").display()
+        ),
+    )?;
+    std::fs::write(dir.path().join("token"), TOKEN)?;
+    std::fs::write(dir.path().join("rules.yml"), rules())?;
+    std::fs::write(
+        dir.path().join("prometheus.yml"),
+        format!(
+            r#"
+global:
+  scrape_interval: 1s
+  evaluation_interval: 1s
+rule_files: [rules.yml]
+alerting:
+  alertmanagers:
+    - static_configs:
+        - targets: ["127.0.0.1:{am_port}"]
+scrape_configs:
+  - job_name: bmc-sim
+    static_configs:
+      - targets: ["{control}"]
+"#
+        ),
+    )?;
+    let mut am = ChildGuard::spawn(
+        "alertmanager",
+        alertmanager_bin,
+        &[
+            format!("--config.file={}", dir.path().join("alertmanager.yml").display()),
+            format!("--storage.path={}", dir.path().join("am-data").display()),
+            format!("--web.listen-address=127.0.0.1:{am_port}"),
+            // No gossip: a lone instance must not listen on 0.0.0.0:9094.
+            "--cluster.listen-address=".into(),
+        ],
+        dir.path(),
+    )?;
+    let mut prom = ChildGuard::spawn(
+        "prometheus",
+        prometheus_bin,
+        &[
+            format!("--config.file={}", dir.path().join("prometheus.yml").display()),
+            format!("--storage.tsdb.path={}", dir.path().join("prom-data").display()),
+            format!("--web.listen-address=127.0.0.1:{prom_port}"),
+        ],
+        dir.path(),
+    )?;
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(5)).build()?;
+    let outcome = async {
+        wait_ready(&http, &format!("http://127.0.0.1:{am_port}/-/ready"), &mut am).await?;
+        wait_ready(&http, &format!("http://127.0.0.1:{prom_port}/-/ready"), &mut prom).await?;
+
+        // When: a rollout of the bad firmware starts.
+        let rollout = start_rollout(
+            &db,
+            &StartRollout {
+                release_id: bad,
+                policy_source: policy(),
+                policy_commit: Some("e2e".into()),
+                policy_blob: Some("e2e".into()),
+                seed: 5,
+            },
+            "alice",
+        )
+        .await?;
+        engine.nudge().nudge();
+
+        // Then: the alert arrives and the rollout rolls back.
+        let started = Instant::now();
+        let done = loop {
+            let current = db.exec_rollout(rollout.id).await?;
+            if current.state == RolloutState::RolledBack {
+                break current;
+            }
+            if matches!(current.state, RolloutState::Completed | RolloutState::Halted) || started.elapsed() > LIMIT {
+                let alerts = db.alerts(&Default::default()).await?;
+                bail!(
+                    "rollout is {} ({:?}) after {:?}; alerts received: {alerts:#?}",
+                    current.state,
+                    current.state_reason,
+                    started.elapsed()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
+        eprintln!("rolled back after {:?} ({:?})", started.elapsed(), done.state_reason);
+
+        // The action is audited with the alert as its evidence.
+        let actions = db
+            .audit_entries(&orchestrator_db::AuditFilter {
+                action: Some("alert.action".into()),
+                ..Default::default()
+            })
+            .await?;
+        let rollback = actions
+            .iter()
+            .find(|e| e.details["result"] == "rollback_started")
+            .context("an alert.action audit entry starting the rollback")?;
+        ensure!(rollback.actor == "alertmanager", "{rollback:?}");
+        ensure!(rollback.subject_id == rollout.id.to_string(), "{rollback:?}");
+        let alert_id = rollback.details["alert_id"]
+            .as_i64()
+            .context("alert id in the evidence")?;
+        let fired = db.alert(alert_id).await?;
+        ensure!(fired.alertname == "CanaryXidStorm", "{fired:?}");
+        ensure!(
+            fired.labels.get("severity").map(String::as_str) == Some("critical"),
+            "{fired:?}"
+        );
+        ensure!(
+            fired.generator_url.is_some(),
+            "Prometheus links its expression: {fired:?}"
+        );
+        ensure!(fired.processed_at.is_some(), "{fired:?}");
+        let alerted_node = fired.labels.get("node").context("alert has a node label")?;
+        ensure!(
+            rollback.details["alert"]["fingerprint"] == fired.fingerprint.as_str(),
+            "{rollback:?}"
+        );
+        ensure!(
+            rollback.details["alert"]["annotations"]["summary"]
+                .as_str()
+                .unwrap_or_default()
+                .contains(alerted_node.as_str()),
+            "{}",
+            rollback.details
+        );
+
+        // The alerting node is one the canary flashed with the bad firmware.
+        let updates = db
+            .steps(&StepFilter {
+                rollout_id: Some(rollout.id),
+                purpose: Some(StepPurpose::Update),
+                ..Default::default()
+            })
+            .await?;
+        let flashed: Vec<String> = {
+            let mut names = Vec::new();
+            for step in updates.iter().filter(|s| s.previous_version.is_some()) {
+                names.push(db.node(step.node_id).await?.name);
+            }
+            names
+        };
+        ensure!(
+            flashed.contains(alerted_node),
+            "alert on {alerted_node}, flashed {flashed:?}"
+        );
+        ensure!(flashed.len() <= 2, "only the canary was flashed: {flashed:?}");
+
+        let rolled = db
+            .audit_entries(&orchestrator_db::AuditFilter {
+                action: Some("rollout.rolling_back".into()),
+                ..Default::default()
+            })
+            .await?;
+        ensure!(rolled.len() == 1 && rolled[0].actor == "alertmanager", "{rolled:?}");
+
+        // Every flashed node runs the old firmware again.
+        for name in &flashed {
+            let versions = fleet.versions(name).context("sim node")?;
+            let gpus: Vec<&str> = versions
+                .iter()
+                .filter(|c| c.id.starts_with("HGX_FW_GPU_"))
+                .map(|c| c.active.as_str())
+                .collect();
+            ensure!(gpus.iter().all(|v| *v == GPU_FROM), "{name}: {gpus:?}");
+        }
+        anyhow::Ok(())
+    }
+    .await;
+
+    let logs = format!(
+        "--- alertmanager log ---\n{}\n--- prometheus log ---\n{}",
+        am.log_tail(),
+        prom.log_tail()
+    );
+    drop(prom);
+    drop(am);
+    engine.shutdown().await;
+    let _ = stop_web.send(());
+    let _ = web_task.await;
+    image_task.abort();
+    fleet.shutdown().await;
+    outcome.map_err(|err| err.context(logs))
+}
