@@ -1,0 +1,162 @@
+//! Health watch storage on every backend: window aggregation, the poll
+//! cursor's optimistic concurrency, looks recorded once.
+
+use std::sync::Arc;
+
+use chrono::{DateTime, Duration, Utc};
+use orchestrator_db::DbError;
+use orchestrator_db::health::{
+    Cohort, HealthCursor, LevelAgg, NewHealthLook, NodePoll, SampleScope, WindowDelta, window_start,
+};
+use orchestrator_db::testing::TestDb;
+use orchestrator_types::{ManualClock, NodeId, RolloutId, WaveId};
+use serde_json::json;
+
+fn start() -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339("2026-03-01T10:20:00Z")
+        .unwrap()
+        .with_timezone(&Utc)
+}
+
+fn cursor(node: i64, polls: i64, until: DateTime<Utc>) -> HealthCursor {
+    HealthCursor {
+        rollout_id: RolloutId(1),
+        wave_id: WaveId(1),
+        node_id: NodeId(node),
+        cohort: Cohort::Canary,
+        exposure_start: start(),
+        accounted_until: until,
+        event_cursor: Some(json!({ "last_created": null, "ids_at_last": [] })),
+        gpus: 8,
+        polls,
+        last_error: None,
+    }
+}
+
+fn delta(metric: &str, at: DateTime<Utc>, events: u64, exposure: f64, temps: &[(&str, f64)]) -> WindowDelta {
+    WindowDelta {
+        metric: metric.into(),
+        window_start: window_start(at),
+        events,
+        exposure,
+        units: temps.iter().map(|(u, v)| ((*u).to_owned(), LevelAgg::of(*v))).collect(),
+    }
+}
+
+#[tokio::test]
+async fn polls_fold_into_windows_and_a_stale_poll_writes_nothing() {
+    for t in TestDb::all_backends_with_clock(Arc::new(ManualClock::new(start()))).await {
+        let db = &t.db;
+        let at = start();
+        db.record_health_poll(&NodePoll {
+            cursor: cursor(7, 0, at + Duration::minutes(10)),
+            first: true,
+            deltas: vec![
+                delta("xid_errors_per_gpu_hour", at, 2, 1.5, &[]),
+                delta("gpu_temp_c", at, 0, 0.0, &[("GPU_0", 60.0), ("GPU_1", 70.0)]),
+            ],
+        })
+        .await
+        .unwrap();
+        // The same node polled again: same window, folded in.
+        db.record_health_poll(&NodePoll {
+            cursor: cursor(7, 1, at + Duration::minutes(20)),
+            first: false,
+            deltas: vec![
+                delta("xid_errors_per_gpu_hour", at, 1, 1.0, &[]),
+                delta("gpu_temp_c", at, 0, 0.0, &[("GPU_0", 64.0)]),
+            ],
+        })
+        .await
+        .unwrap();
+        // A second controller that read the cursor at poll 1 too: refused, nothing counted twice.
+        let stale = db
+            .record_health_poll(&NodePoll {
+                cursor: cursor(7, 1, at + Duration::minutes(20)),
+                first: false,
+                deltas: vec![delta("xid_errors_per_gpu_hour", at, 1, 1.0, &[])],
+            })
+            .await;
+        assert!(matches!(stale, Err(DbError::Stale { .. })), "{stale:?}");
+        let first_again = db
+            .record_health_poll(&NodePoll {
+                cursor: cursor(7, 0, at),
+                first: true,
+                deltas: vec![delta("xid_errors_per_gpu_hour", at, 5, 1.0, &[])],
+            })
+            .await;
+        assert!(matches!(first_again, Err(DbError::Stale { .. })), "{first_again:?}");
+
+        let samples = db.health_samples(SampleScope::Wave(WaveId(1))).await.unwrap();
+        assert_eq!(samples.len(), 2, "{samples:#?}");
+        let xid = samples.iter().find(|s| s.metric == "xid_errors_per_gpu_hour").unwrap();
+        assert_eq!((xid.events, xid.exposure), (3, 2.5));
+        let temp = samples.iter().find(|s| s.metric == "gpu_temp_c").unwrap();
+        assert_eq!(temp.readings, 3);
+        assert_eq!((temp.min, temp.max), (Some(60.0), Some(70.0)));
+        assert_eq!(temp.units["GPU_0"].mean(), Some(62.0));
+        assert_eq!(temp.units["GPU_1"].n, 1);
+
+        let cursors = db.health_cursors(WaveId(1)).await.unwrap();
+        assert_eq!(cursors.len(), 1);
+        assert_eq!(cursors[0].polls, 2);
+        assert_eq!(cursors[0].accounted_until, at + Duration::minutes(20));
+
+        // Rollout scope sees the same rows; another wave sees none.
+        assert_eq!(
+            db.health_samples(SampleScope::Rollout(RolloutId(1)))
+                .await
+                .unwrap()
+                .len(),
+            2
+        );
+        assert!(
+            db.health_samples(SampleScope::Wave(WaveId(2)))
+                .await
+                .unwrap()
+                .is_empty()
+        );
+    }
+}
+
+#[tokio::test]
+async fn each_look_is_recorded_once_and_audited() {
+    for t in TestDb::all_backends_with_clock(Arc::new(ManualClock::new(start()))).await {
+        let db = &t.db;
+        let look = NewHealthLook {
+            rollout_id: RolloutId(1),
+            wave_id: WaveId(1),
+            gate: "xid_errors".into(),
+            look_number: 3,
+            planned_looks: 12,
+            outcome: "inconclusive".into(),
+            verdict: json!({ "outcome": "inconclusive" }),
+        };
+        let recorded = db.record_health_look(&look, "detector").await.unwrap();
+        assert_eq!(recorded.look, look);
+        // A restarted controller evaluating the same look again is refused:
+        // the boundary is never spent twice.
+        let again = db
+            .record_health_look(
+                &NewHealthLook {
+                    outcome: "fail".into(),
+                    ..look.clone()
+                },
+                "detector",
+            )
+            .await;
+        assert!(matches!(again, Err(DbError::AlreadyExists { .. })), "{again:?}");
+        let looks = db.health_looks(SampleScope::Wave(WaveId(1))).await.unwrap();
+        assert_eq!(looks.len(), 1);
+        assert_eq!(looks[0].look.outcome, "inconclusive");
+        let audit = db
+            .audit_entries(&orchestrator_db::AuditFilter {
+                action: Some("health.look".into()),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(audit.len(), 1);
+        assert_eq!(audit[0].details["gate"], "xid_errors");
+    }
+}
