@@ -8,6 +8,8 @@ pub struct EngineConfig {
     /// Identity recorded as the lease holder (host:pid, replica name).
     pub holder: String,
     /// How long a lease lasts without renewal; a standby takes over after it.
+    /// Pushes and resets are only sent while at least half of it is left,
+    /// so half of it must exceed a BMC request's timeout.
     pub lease_ttl: Duration,
     /// Real time between passes when nothing nudges the engine.
     pub pass_interval: std::time::Duration,
@@ -43,7 +45,8 @@ impl Default for EngineConfig {
     fn default() -> Self {
         Self {
             holder: format!("waveguard-{}", std::process::id()),
-            lease_ttl: Duration::seconds(30),
+            // Twice the default 30 s BMC request timeout (see `lease_ttl`).
+            lease_ttl: Duration::seconds(60),
             pass_interval: std::time::Duration::from_secs(2),
             bmc_concurrency: 64,
             fleet_max_in_flight: DEFAULT_FLEET_MAX_IN_FLIGHT,

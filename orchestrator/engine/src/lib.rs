@@ -34,9 +34,12 @@
 //! | `verifying` | activation happened | inventory reads the target → `succeeded`; otherwise → `failed` with the versions read |
 //! | any in flight | `unreachable_since` | BMC silent longer than `brick_timeout` → node quarantined, step `failed`, rollout halted |
 //!
-//! Safety limit: a replica only acts while it holds the lease; lease TTL
-//! must exceed a BMC request's timeout so a deposed leader's last request
-//! has ended before a successor can look at the BMC.
+//! Safety limit: a replica only acts while it holds the lease. A fenced
+//! write proves nobody has taken the lease over *yet*, not that nobody will
+//! before the next BMC request lands; so a push or reset is only sent while
+//! at least half the lease TTL is left, and half the TTL must exceed a BMC
+//! request's timeout. A deposed leader's last request has then ended before
+//! a successor (which needs the lease expired) can look at the BMC.
 //!
 //! # Time
 //!

@@ -113,6 +113,25 @@ impl StepCtx {
         self.clock.now()
     }
 
+    /// Whether a push or reset may be sent now. The fenced intent write
+    /// only proves nobody took the lease over *yet*; a successor may take
+    /// it as soon as it expires and then look at the BMC. So a side effect
+    /// is only sent while at least half the lease TTL is left: the request
+    /// (bounded by its timeout, which must be shorter than that half) has
+    /// ended before any successor can exist. Otherwise the step waits for
+    /// the next pass, which starts with a renewed lease.
+    fn lease_covers_side_effect(&self) -> bool {
+        let left = self.fence.expires_at - self.now();
+        let covered = left >= self.config.lease_ttl / 2;
+        if !covered {
+            tracing::debug!(
+                left_ms = left.num_milliseconds(),
+                "lease too close to expiry for a side effect"
+            );
+        }
+        covered
+    }
+
     async fn transition(
         &self,
         step: &ExecStep,
@@ -307,6 +326,9 @@ impl StepCtx {
     /// prechecked → pushing (intent, with the BMC's task list) → flashing.
     async fn push(&self, placed: &PlacedStep, bmc: &dyn Bmc) -> Result<(), DbError> {
         let step = &placed.step;
+        if !self.lease_covers_side_effect() {
+            return Ok(());
+        }
         let known = match bmc.list_tasks().await {
             Ok(tasks) => Some(tasks),
             Err(BmcError::Unsupported { .. }) => None,
@@ -325,6 +347,12 @@ impl StepCtx {
                 json!({ "image_uri": step.image_uri, "target": step.target_version }),
             )
             .await?;
+        // Listing tasks and writing the intent took time: check again. If
+        // the lease ran low meanwhile the step stays `pushing` without a
+        // push, which the next move resolves as a push that never landed.
+        if !self.lease_covers_side_effect() {
+            return Ok(());
+        }
         let request = UpdateRequest {
             method: UpdateMethod::SimpleUpdate {
                 image_uri: step.image_uri.clone(),
@@ -505,6 +533,9 @@ impl StepCtx {
         if matches!(read_components(&step, &inventory), Reading::AtTarget) {
             return self.to_verifying(&step).await;
         }
+        if !self.lease_covers_side_effect() {
+            return Ok(());
+        }
         let now = self.now();
         if let Some(issued) = step.reset_issued_at {
             if now - issued < self.config.activation_timeout {
@@ -534,6 +565,11 @@ impl StepCtx {
                 json!({}),
             )
             .await?;
+        // The intent is written; a lease that ran low meanwhile means no
+        // reset now (the activation timeout reissues it, one attempt spent).
+        if !self.lease_covers_side_effect() {
+            return Ok(());
+        }
         let target = if kind == ComponentKind::Bmc {
             ResetTarget::Manager(None)
         } else {
@@ -585,5 +621,162 @@ impl StepCtx {
                 .await
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use bmc_sim::{Fleet, FleetOptions, Scenario, SimClock};
+    use chrono::{Duration, Utc};
+    use orchestrator_bmc::{BmcEndpoint, Credentials, HttpClients, RedfishBmc};
+    use orchestrator_db::execution::{NewPlan, NewStep, NewWave};
+    use orchestrator_db::model::{NewNode, NewRelease, NewRollout, NodeLabels};
+    use orchestrator_db::testing::TestDb;
+    use orchestrator_types::ManualClock;
+
+    use super::*;
+
+    /// A leader whose fence still matches (nobody took over yet) but whose
+    /// lease is about to expire must not push: a successor could take over
+    /// the moment it expires, find no task and push a second time. Once the
+    /// lease is renewed, the same move pushes.
+    #[tokio::test]
+    async fn no_push_when_the_lease_is_about_to_expire() {
+        let fleet_clock = Arc::new(SimClock::starting_now(1.0));
+        let scenario = Scenario::from_yaml_str(
+            r#"
+seed: 1
+fleet:
+  nodes: 1
+  racks: 1
+  clusters: 1
+  region: r
+  sku: sku
+  components:
+    - {id: HGX_FW_GPU_0, kind: gpu, version: "1.0"}
+"#,
+        )
+        .expect("scenario");
+        let fleet = Fleet::start(scenario, FleetOptions::new(fleet_clock))
+            .await
+            .expect("fleet");
+        let endpoint = fleet.endpoints()[0].clone();
+        let clock = Arc::new(ManualClock::new(Utc::now()));
+        let test_db = TestDb::sqlite(clock.clone()).await;
+        let db = test_db.db.clone();
+        db.import_nodes(
+            &[NewNode {
+                name: endpoint.name.clone(),
+                bmc_url: endpoint.bmc_url.clone(),
+                credential_ref: "sim".into(),
+                platform_sku: "sku".into(),
+                labels: NodeLabels {
+                    region: "r".into(),
+                    cluster: "c".into(),
+                    rack: "k".into(),
+                    nvlink_domain: "n".into(),
+                },
+            }],
+            "test",
+        )
+        .await
+        .expect("import");
+        let node = db.node_by_name(&endpoint.name).await.expect("node");
+        let release = db
+            .add_release(
+                &NewRelease {
+                    component_kind: ComponentKind::Gpu,
+                    version: FirmwareVersion::parse("2.0").expect("version"),
+                    image_uri: "http://127.0.0.1:9/gpu-2.0.fw".into(),
+                    sha256: "a".repeat(64),
+                    size_bytes: 1,
+                    platforms: vec!["sku".into()],
+                    release_notes: String::new(),
+                },
+                "alice",
+            )
+            .await
+            .expect("release");
+        db.start_rollout(
+            &NewRollout {
+                release_id: release.id,
+                policy_name: "p".into(),
+                policy_commit: "c".into(),
+                policy_blob: "b".into(),
+                seed: 1,
+            },
+            "name: p",
+            &NewPlan {
+                waves: vec![NewWave {
+                    name: "w".into(),
+                    bake_seconds: 0,
+                    approvals_required: 0,
+                    max_in_flight: 1,
+                    gates: vec![],
+                    control_nodes: vec![],
+                    steps: vec![NewStep {
+                        node_id: node.id,
+                        inventory_id: "HGX_FW_GPU_0".into(),
+                        expected_from_version: "1.0".into(),
+                    }],
+                }],
+                rollback_assessment: json!({"possible": true}),
+            },
+            "alice",
+        )
+        .await
+        .expect("rollout");
+        let config = EngineConfig {
+            lease_ttl: Duration::seconds(60),
+            ..EngineConfig::default()
+        };
+        let fence = db
+            .acquire_lease("executor", "leader", config.lease_ttl)
+            .await
+            .expect("lease")
+            .expect("free");
+        let bmc = RedfishBmc::new(
+            &BmcEndpoint::new(
+                url::Url::parse(&endpoint.bmc_url).expect("url"),
+                Credentials::new("admin", "admin"),
+            ),
+            &HttpClients::new(),
+        )
+        .expect("driver");
+        let ctx = StepCtx {
+            db: db.clone(),
+            clock: clock.clone(),
+            config: config.clone(),
+            fence,
+        };
+        let placed = db.open_steps().await.expect("steps").remove(0);
+        ctx.precheck(&placed, &bmc).await.expect("precheck");
+        let placed = db.open_steps().await.expect("steps").remove(0);
+        assert_eq!(placed.step.state, StepState::Prechecked);
+
+        // A slow pass: 40 of the lease's 60 seconds are gone.
+        clock.advance(Duration::seconds(40));
+        ctx.advance(&placed, &bmc, ComponentKind::Gpu).await.expect("move");
+        assert!(
+            bmc.list_tasks().await.expect("tasks").is_empty(),
+            "pushed on a dying lease"
+        );
+        let placed = db.open_steps().await.expect("steps").remove(0);
+        assert_eq!(placed.step.state, StepState::Prechecked);
+
+        // Renewed: the same move pushes.
+        let renewed = db
+            .acquire_lease("executor", "leader", config.lease_ttl)
+            .await
+            .expect("lease")
+            .expect("still ours");
+        let ctx = StepCtx { fence: renewed, ..ctx };
+        ctx.advance(&placed, &bmc, ComponentKind::Gpu).await.expect("move");
+        assert_eq!(bmc.list_tasks().await.expect("tasks").len(), 1, "one push");
+        let step = db.step(placed.step.id).await.expect("step");
+        assert_eq!(step.state, StepState::Flashing);
+        fleet.shutdown().await;
     }
 }

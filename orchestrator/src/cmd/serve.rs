@@ -17,8 +17,9 @@ pub struct ServeArgs {
     listen: Option<SocketAddr>,
     /// How long the executor lease lasts without renewal, in seconds of the
     /// controller's clock; a standby replica takes over this long after the
-    /// leader dies. Must exceed a BMC request's timeout.
-    #[arg(long, env = "WAVEGUARD_LEASE_TTL", value_name = "SECONDS", default_value_t = 30)]
+    /// leader dies. Pushes and resets are only sent while half of it is
+    /// left, so half of it must exceed a BMC request's timeout.
+    #[arg(long, env = "WAVEGUARD_LEASE_TTL", value_name = "SECONDS", default_value_t = 60)]
     lease_ttl: u32,
     /// Real milliseconds between engine passes when nothing wakes it.
     #[arg(long, env = "WAVEGUARD_ENGINE_INTERVAL_MS", value_name = "MS", default_value_t = 2000)]
