@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use orchestrator_db::Db;
 use orchestrator_db::model::{ComponentReading, NewNode, NewRelease, NodeLabels};
+use orchestrator_db::policies::{PolicySync, SyncedPolicy};
 use orchestrator_db::testing::TestDb;
 use orchestrator_types::{ComponentKind, FirmwareVersion, QualificationState, SystemClock, TransitionRequest};
 use serde_json::Value;
@@ -123,7 +124,66 @@ async fn seed(db: &Db) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rollout_commands_start_show_approve_and_steer_a_rollout() {
-    let t = TestDb::sqlite(Arc::new(SystemClock)).await;
+    for t in TestDb::all_backends_with_clock(Arc::new(SystemClock)).await {
+        steer(&t).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollout_under_a_policy_in_force_pins_its_commit_and_blob() {
+    for t in TestDb::all_backends_with_clock(Arc::new(SystemClock)).await {
+        seed(&t.db).await;
+        let commit = "c".repeat(40);
+        let blob = "b".repeat(40);
+        t.db.record_policy_sync(
+            &PolicySync {
+                source: "https://git.example/policies@main".into(),
+                commit_id: commit.clone(),
+                in_force: vec![SyncedPolicy {
+                    name: "cli-gpu".into(),
+                    path: "gpu.yaml".into(),
+                    commit_id: commit.clone(),
+                    blob_id: blob.clone(),
+                    content: POLICY.into(),
+                }],
+                changed: vec!["cli-gpu".into()],
+                removed: Vec::new(),
+                rejected: Vec::new(),
+                warnings: Vec::new(),
+            },
+            "test",
+        )
+        .await
+        .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let started = waveguard(
+            dir.path(),
+            &t.url,
+            &[
+                "rollout",
+                "start",
+                "--release",
+                &format!("gpu@{TO}"),
+                "--policy",
+                "cli-gpu",
+                "--json",
+            ],
+        );
+        expect_exit(&started, 0, "start under a policy in force");
+        let summary: Value = serde_json::from_slice(&started.stdout).unwrap();
+        assert_eq!(summary["policy"], "cli-gpu");
+        assert_eq!(summary["policy_commit"], commit.as_str());
+        assert_eq!(summary["planned_nodes"], 6);
+        assert_eq!(summary["waves"][0]["nodes"], 2);
+        assert_eq!(summary["rollback"]["possible"], true);
+        let id = summary["rollout_id"].as_i64().unwrap();
+        let rollout = t.db.exec_rollout(orchestrator_types::RolloutId(id)).await.unwrap();
+        assert_eq!((rollout.policy_commit, rollout.policy_blob), (commit, blob));
+        assert_eq!(rollout.policy_source.as_deref(), Some(POLICY));
+    }
+}
+
+async fn steer(t: &TestDb) {
     seed(&t.db).await;
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
