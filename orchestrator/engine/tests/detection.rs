@@ -140,8 +140,17 @@ async fn start(h: &mut Harness, version: &str) -> orchestrator_types::RolloutId 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tripled_xid_rate_is_rolled_back_in_the_canary_and_the_release_blocked() {
-    let Some(mut h) = Harness::start(40, &scenario_extra(), false).await else {
+async fn tripled_xid_rate_is_rolled_back_in_the_canary_and_the_release_blocked_sqlite() {
+    tripled_xid_rate_is_rolled_back(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tripled_xid_rate_is_rolled_back_in_the_canary_and_the_release_blocked_postgres() {
+    tripled_xid_rate_is_rolled_back(true).await;
+}
+
+async fn tripled_xid_rate_is_rolled_back(postgres: bool) {
+    let Some(mut h) = Harness::start(40, &scenario_extra(), postgres).await else {
         return;
     };
     let id = start(&mut h, GPU_BAD).await;
@@ -218,7 +227,7 @@ async fn tripled_xid_rate_is_rolled_back_in_the_canary_and_the_release_blocked()
         .await
         .unwrap();
     assert_eq!(blocks.len(), 1);
-    assert_eq!(blocks[0].actor, "detector");
+    assert_eq!(blocks[0].actor, "engine");
 
     // Every canary node is back on the old firmware; nothing else was flashed.
     let steps =

@@ -14,13 +14,13 @@ use orchestrator_detect::{
     evaluate_level, evaluate_rate,
 };
 use orchestrator_policy::{Direction, GateKind, GateSource, HealthGate, Policy, RedfishMetric};
-use orchestrator_types::{Clock, NodeId, QualificationState, TransitionRequest, WaveId};
+use orchestrator_types::{Clock, NodeId, WaveId};
 use serde_json::json;
 
 use super::collector::{Collector, HealthBmcs};
 use crate::health::{HealthJudge, Verdict, VerdictOutcome};
 
-/// The actor the audit log records for the detector's looks and blocks.
+/// The actor the audit log records for the detector's looks.
 pub const DETECTOR_ACTOR: &str = "detector";
 
 /// Most looks per bake: the detect crate's boundary recursion supports 50,
@@ -241,7 +241,8 @@ fn state_from_look(look: &HealthLook) -> GateState {
 /// when the gates' interval has passed and evaluates a gate's look when its
 /// time has come, once (the look is recorded; a restart reads it back and
 /// never spends the same boundary twice). A crossed boundary fails the wave
-/// at once; the release is blocked with the evidence as the reason. At the
+/// at once (the engine then rolls back per policy and blocks the release
+/// with the evidence as the reason). At the
 /// bake's end [`HealthJudge::judge`] evaluates the final looks: all pass →
 /// Pass; anything short of proof either way → Inconclusive (a human holds).
 #[derive(Debug)]
@@ -390,31 +391,6 @@ impl DetectorJudge {
         }
     }
 
-    /// Blocks the release after a regression; idempotent.
-    async fn block_release(&self, rollout: &ExecRollout, wave: &ExecWave, summary: &str) {
-        let reason = format!("regression in rollout {} wave {}: {summary}", rollout.id, wave.name);
-        match self.db.release(rollout.release_id).await {
-            Ok(release) if release.qualification_state == QualificationState::Blocked => {}
-            Ok(_) => {
-                let request = TransitionRequest {
-                    to: QualificationState::Blocked,
-                    reason: Some(reason),
-                };
-                match self
-                    .db
-                    .transition_release(rollout.release_id, &request, DETECTOR_ACTOR)
-                    .await
-                {
-                    Ok(_) => tracing::warn!(release = %rollout.release_id, "release blocked after a regression"),
-                    Err(err) => {
-                        tracing::error!(error = %crate::step_error_chain(&err), "could not block the release")
-                    }
-                }
-            }
-            Err(err) => tracing::error!(error = %crate::step_error_chain(&err), "could not read the release"),
-        }
-    }
-
     /// One round: poll if due, evaluate due looks, decide. `None` while
     /// nothing is decided before the bake's end.
     async fn round(&self, rollout: &ExecRollout, wave: &ExecWave, policy: &Policy, last: bool) -> Option<Verdict> {
@@ -553,7 +529,6 @@ impl DetectorJudge {
                 .map(|s| s.summary.clone())
                 .collect::<Vec<_>>()
                 .join("; ");
-            self.block_release(rollout, wave, &summary).await;
             return Some(Verdict {
                 outcome: VerdictOutcome::Fail,
                 summary,

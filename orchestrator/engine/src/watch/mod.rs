@@ -7,7 +7,7 @@
 //!   aggregates (`orchestrator_db::health`).
 //! - [`DetectorJudge`]: the engine's [`crate::HealthJudge`]; looks are
 //!   planned at the gates' interval, evaluated once, recorded and audited;
-//!   a crossed boundary fails the wave mid-bake and blocks the release.
+//!   a crossed boundary fails the wave mid-bake (the engine acts on it).
 
 pub mod classify;
 mod collector;
