@@ -12,6 +12,7 @@ mod m0002_policies;
 mod m0003_execution;
 mod m0004_health;
 mod m0005_alerts;
+mod m0006_auth;
 
 /// Every migration, oldest first.
 #[derive(Debug)]
@@ -26,6 +27,7 @@ impl MigratorTrait for Migrator {
             Box::new(m0003_execution::Migration),
             Box::new(m0004_health::Migration),
             Box::new(m0005_alerts::Migration),
+            Box::new(m0006_auth::Migration),
         ]
     }
 }

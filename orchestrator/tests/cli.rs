@@ -81,8 +81,10 @@ async fn check_serving(url: &str) {
         .send()
         .await
         .expect("API answers");
-    assert_eq!(releases.status(), 200);
-    assert_eq!(releases.text().await.expect("body"), "[]");
+    // The API needs a user (session or `waveguard user token`); the UI's login page does not.
+    assert_eq!(releases.status(), 401);
+    let login = client.get(format!("{url}/login")).send().await.expect("UI answers");
+    assert_eq!(login.status(), 200);
     let metrics = client
         .get(format!("{url}/metrics"))
         .send()

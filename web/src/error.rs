@@ -22,6 +22,12 @@ pub enum ApiError {
     /// The body was not declared as JSON.
     #[error("{0}")]
     UnsupportedMediaType(String),
+    /// No valid session or API token.
+    #[error("log in or send an API token (Authorization: Bearer)")]
+    Unauthorized,
+    /// Authenticated, but the role does not allow it (or a CSRF check failed).
+    #[error("{0}")]
+    Forbidden(String),
     #[error("{0}")]
     NotFound(String),
     #[error("{0}")]
@@ -40,7 +46,8 @@ pub struct ErrorBody {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ErrorDetail {
     /// Stable, machine-readable: `bad_request`, `invalid`,
-    /// `unsupported_media_type`, `not_found`, `conflict`, `internal`.
+    /// `unsupported_media_type`, `unauthorized`, `forbidden`, `not_found`,
+    /// `conflict`, `internal`.
     pub code: &'static str,
     pub message: String,
     /// Per-field problems, for `invalid`.
@@ -54,6 +61,8 @@ impl IntoResponse for ApiError {
             ApiError::BadRequest(_) => (StatusCode::BAD_REQUEST, "bad_request"),
             ApiError::Invalid(_) | ApiError::InvalidBody(_) => (StatusCode::UNPROCESSABLE_ENTITY, "invalid"),
             ApiError::UnsupportedMediaType(_) => (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type"),
+            ApiError::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized"),
+            ApiError::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden"),
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
             ApiError::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
@@ -78,7 +87,7 @@ impl IntoResponse for ApiError {
     }
 }
 
-fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
+pub(crate) fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
     let mut text = err.to_string();
     let mut source = err.source();
     while let Some(inner) = source {

@@ -1,15 +1,20 @@
 //! The HTTP face of the controller: the JSON API under `/api/v1`, its
-//! OpenAPI document, `/healthz` and `/metrics`.
+//! OpenAPI document, the release managers' web UI (server-rendered pages,
+//! live updates over server-sent events), `/healthz` and `/metrics`. Every
+//! route but a few public ones sits behind [`auth::authorize`].
 //!
 //! Invariant: this is the only crate that knows HTTP wire types; handlers
 //! are thin — they parse, call the datastore or engine, and map errors with
 //! [`ApiError`], which never exposes internals.
 
 mod api;
+pub mod auth;
 mod error;
 mod metrics;
+mod ui;
 
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -49,23 +54,33 @@ pub struct AppState {
     /// The Alertmanager webhook's token and matching; `None` answers 503
     /// there (no token configured, so no alert is accepted).
     pub alert_receiver: Option<Arc<AlertReceiverConfig>>,
+    /// Sessions, login rate limits and cookie settings.
+    pub auth: Arc<auth::AuthState>,
 }
 
 impl AppState {
-    /// The same state, accepting Alertmanager webhooks as `config` says.
-    pub fn with_alert_receiver(mut self, config: AlertReceiverConfig) -> Self {
-        self.alert_receiver = Some(Arc::new(config));
-        self
-    }
-
     /// State around a datastore, with fresh metrics.
     pub fn new(db: Db) -> Self {
         Self {
             db,
             metrics: Arc::new(Metrics::new()),
-            alert_receiver: None,
             engine_nudge: None,
+            alert_receiver: None,
+            auth: Arc::new(auth::AuthState::new(auth::AuthConfig::default())),
         }
+    }
+
+    /// The same state with other authentication settings (secure cookies,
+    /// session lifetime, login limits).
+    pub fn with_auth_config(mut self, config: auth::AuthConfig) -> Self {
+        self.auth = Arc::new(auth::AuthState::new(config));
+        self
+    }
+
+    /// The same state, accepting Alertmanager webhooks as `config` says.
+    pub fn with_alert_receiver(mut self, config: AlertReceiverConfig) -> Self {
+        self.alert_receiver = Some(Arc::new(config));
+        self
     }
 
     /// The same state, nudging `nudge` after every rollout command.
@@ -88,7 +103,10 @@ pub fn app(state: AppState) -> Router {
         .nest("/api/v1", api::router())
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics::render))
+        .merge(ui::router())
         .fallback(not_found)
+        // Inside the metrics layer, so refused requests are counted too.
+        .layer(axum::middleware::from_fn_with_state(state.clone(), auth::authorize))
         .layer(axum::middleware::from_fn_with_state(state.clone(), metrics::track))
         .layer(RequestBodyLimitLayer::new(MAX_BODY_BYTES))
         .layer(TimeoutLayer::with_status_code(
@@ -106,7 +124,10 @@ pub async fn serve(
     state: AppState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, app(state)).with_graceful_shutdown(shutdown).await
+    // The peer address feeds the per-address login rate limit.
+    axum::serve(listener, app(state).into_make_service_with_connect_info::<SocketAddr>())
+        .with_graceful_shutdown(shutdown)
+        .await
 }
 
 /// Liveness and readiness in one: 200 when the database answers.

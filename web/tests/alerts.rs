@@ -773,8 +773,12 @@ async fn one_notification_with_several_alerts_acts_on_the_rollout_once() {
     );
 
     // The listing shows them, newest first, filterable.
+    let token = web::auth::provision_api_token(&f.db, "reader", orchestrator_types::Role::Viewer, "t", "test")
+        .await
+        .expect("token");
     let request = Request::builder()
         .uri("/api/v1/alerts?fingerprint=aaaa000000000002")
+        .header(header::AUTHORIZATION, format!("Bearer {token}"))
         .body(Body::empty())
         .expect("request");
     let response = f.app.clone().oneshot(request).await.expect("response");

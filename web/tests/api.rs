@@ -9,6 +9,21 @@ use serde_json::{Value, json};
 use tower::ServiceExt;
 use web::{AppState, app};
 
+/// The app as the `api` admin user: every request carries its API token.
+async fn authed_app(state: AppState) -> Router {
+    let token = web::auth::provision_api_token(&state.db, "api", orchestrator_types::Role::Admin, "tests", "test")
+        .await
+        .unwrap();
+    let bearer = axum::http::HeaderValue::from_str(&format!("Bearer {token}")).unwrap();
+    app(state).layer(axum::middleware::map_request(move |mut request: Request<Body>| {
+        let bearer = bearer.clone();
+        async move {
+            request.headers_mut().entry(header::AUTHORIZATION).or_insert(bearer);
+            request
+        }
+    }))
+}
+
 async fn call(app: &Router, method: Method, uri: &str, body: Option<&str>) -> (StatusCode, Value) {
     let mut request = Request::builder().method(method).uri(uri);
     if body.is_some() {
@@ -41,7 +56,7 @@ fn release_body(version: &str) -> String {
 #[tokio::test]
 async fn release_lifecycle_through_the_api() {
     for t in TestDb::all_backends().await {
-        let app = app(AppState::new(t.db.clone()));
+        let app = authed_app(AppState::new(t.db.clone())).await;
         let (status, created) = call(
             &app,
             Method::POST,
@@ -139,7 +154,7 @@ async fn release_lifecycle_through_the_api() {
 #[tokio::test]
 async fn bad_bodies_get_clear_4xx_errors_and_change_nothing() {
     for t in TestDb::all_backends().await {
-        let app = app(AppState::new(t.db.clone()));
+        let app = authed_app(AppState::new(t.db.clone())).await;
         let cases: &[(&str, &str, StatusCode, &str)] = &[
             (
                 "/api/v1/releases",
@@ -205,7 +220,18 @@ async fn bad_bodies_get_clear_4xx_errors_and_change_nothing() {
         let (_, nodes) = call(&app, Method::GET, "/api/v1/nodes", None).await;
         assert_eq!(nodes, json!([]));
         let (_, audit) = call(&app, Method::GET, "/api/v1/audit", None).await;
-        assert_eq!(audit, json!([]), "nothing happened, nothing audited");
+        // Only the provisioning of the test's own user and token.
+        let actions: Vec<&str> = audit
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|e| e["action"].as_str())
+            .collect();
+        assert_eq!(
+            actions,
+            ["user.token.add", "user.add"],
+            "nothing happened, nothing audited"
+        );
 
         let (status, body) = call(&app, Method::GET, "/api/v1/nodes?state=sideways", None).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
@@ -225,7 +251,7 @@ async fn bad_bodies_get_clear_4xx_errors_and_change_nothing() {
 #[tokio::test]
 async fn nodes_import_and_read_back() {
     let t = TestDb::sqlite(std::sync::Arc::new(orchestrator_types::SystemClock)).await;
-    let app = app(AppState::new(t.db.clone()));
+    let app = authed_app(AppState::new(t.db.clone())).await;
     let nodes: Vec<Value> = (0..3)
         .map(|i| {
             json!({"name": format!("n{i}"), "bmc_url": format!("https://10.0.0.{i}"), "credential_ref": "lab",
@@ -253,7 +279,7 @@ async fn nodes_import_and_read_back() {
 #[tokio::test]
 async fn health_metrics_and_openapi() {
     let t = TestDb::sqlite(std::sync::Arc::new(orchestrator_types::SystemClock)).await;
-    let app = app(AppState::new(t.db.clone()));
+    let app = authed_app(AppState::new(t.db.clone())).await;
     let (status, body) = call(&app, Method::GET, "/healthz", None).await;
     assert_eq!((status, body), (StatusCode::OK, Value::String("ok\n".into())));
     call(&app, Method::GET, "/api/v1/releases", None).await;

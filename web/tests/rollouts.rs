@@ -18,6 +18,21 @@ const SKU: &str = "hgx-h100-8gpu";
 const FROM: &str = "96.00.5E.00.01";
 const TO: &str = "96.00.61.00.01";
 
+/// The app as the `api` admin user: every request carries its API token.
+async fn authed_app(state: AppState) -> Router {
+    let token = web::auth::provision_api_token(&state.db, "api", orchestrator_types::Role::Admin, "tests", "test")
+        .await
+        .unwrap();
+    let bearer = axum::http::HeaderValue::from_str(&format!("Bearer {token}")).unwrap();
+    app(state).layer(axum::middleware::map_request(move |mut request: Request<Body>| {
+        let bearer = bearer.clone();
+        async move {
+            request.headers_mut().entry(header::AUTHORIZATION).or_insert(bearer);
+            request
+        }
+    }))
+}
+
 async fn call(app: &Router, method: Method, uri: &str, body: Option<&str>) -> (StatusCode, Value) {
     let mut request = Request::builder().method(method).uri(uri);
     if body.is_some() {
@@ -155,7 +170,7 @@ async fn audit_actions(app: &Router, subject_type: &str, subject_id: i64) -> Vec
 async fn a_rollout_from_an_inline_policy_shows_its_plan_waves_and_steps() {
     for t in TestDb::all_backends().await {
         let release = seed(&t.db).await;
-        let app = app(AppState::new(t.db.clone()));
+        let app = authed_app(AppState::new(t.db.clone())).await;
         let (status, plan) = call(&app, Method::POST, "/api/v1/rollouts", Some(&start_body(release))).await;
         assert_eq!(status, StatusCode::CREATED, "{plan}");
         assert_eq!(plan["fleet_nodes"], 8);
@@ -256,7 +271,7 @@ async fn a_rollout_from_an_inline_policy_shows_its_plan_waves_and_steps() {
 async fn bad_start_requests_get_clear_4xx_errors_and_create_nothing() {
     for t in TestDb::all_backends().await {
         let release = seed(&t.db).await;
-        let app = app(AppState::new(t.db.clone()));
+        let app = authed_app(AppState::new(t.db.clone())).await;
         let broken_yaml = "name: x\nwaves:\n  - name: [unclosed\n";
         let cases: Vec<(String, StatusCode, &str)> = vec![
             ("{not json".into(), StatusCode::BAD_REQUEST, "line 1 column 2"),
@@ -333,7 +348,7 @@ async fn bad_start_requests_get_clear_4xx_errors_and_create_nothing() {
 async fn approvals_follow_the_two_person_rule_and_are_audited() {
     for t in TestDb::all_backends().await {
         let release = seed(&t.db).await;
-        let app = app(AppState::new(t.db.clone()));
+        let app = authed_app(AppState::new(t.db.clone())).await;
         // Started through the API, so its author is the API's actor.
         let (status, plan) = call(&app, Method::POST, "/api/v1/rollouts", Some(&start_body(release))).await;
         assert_eq!(status, StatusCode::CREATED, "{plan}");
@@ -434,7 +449,7 @@ async fn approvals_follow_the_two_person_rule_and_are_audited() {
 async fn pause_resume_abort_and_rollback_change_state_and_are_audited() {
     for t in TestDb::all_backends().await {
         let release = seed(&t.db).await;
-        let app = app(AppState::new(t.db.clone()));
+        let app = authed_app(AppState::new(t.db.clone())).await;
         let (_, plan) = call(&app, Method::POST, "/api/v1/rollouts", Some(&start_body(release))).await;
         let id = plan["rollout"]["id"].as_i64().unwrap();
         let uri = |command: &str| format!("/api/v1/rollouts/{id}/{command}");
@@ -504,7 +519,7 @@ async fn pause_resume_abort_and_rollback_change_state_and_are_audited() {
 #[tokio::test]
 async fn the_openapi_document_lists_the_rollout_paths() {
     let t = TestDb::sqlite(std::sync::Arc::new(orchestrator_types::SystemClock)).await;
-    let app = app(AppState::new(t.db.clone()));
+    let app = authed_app(AppState::new(t.db.clone())).await;
     let (status, doc) = call(&app, Method::GET, "/api/v1/openapi.json", None).await;
     assert_eq!(status, StatusCode::OK);
     for path in [
@@ -518,5 +533,47 @@ async fn the_openapi_document_lists_the_rollout_paths() {
         "/api/v1/rollouts/{id}/rollback",
     ] {
         assert!(doc["paths"].get(path).is_some(), "{path} missing");
+    }
+}
+
+#[tokio::test]
+async fn a_rollout_under_a_policy_in_force_pins_its_commit_and_blob() {
+    use orchestrator_db::policies::{PolicySync, SyncedPolicy};
+    for t in TestDb::all_backends().await {
+        let release = seed(&t.db).await;
+        let (commit, blob) = ("c".repeat(40), "b".repeat(40));
+        t.db.record_policy_sync(
+            &PolicySync {
+                source: "https://git.example/policies@main".into(),
+                commit_id: commit.clone(),
+                in_force: vec![SyncedPolicy {
+                    name: "api-gpu".into(),
+                    path: "gpu.yaml".into(),
+                    commit_id: commit.clone(),
+                    blob_id: blob.clone(),
+                    content: policy_yaml(),
+                }],
+                changed: vec!["api-gpu".into()],
+                removed: Vec::new(),
+                rejected: Vec::new(),
+                warnings: Vec::new(),
+            },
+            "test",
+        )
+        .await
+        .unwrap();
+        let app = authed_app(AppState::new(t.db.clone())).await;
+        let body = json!({ "release_id": release.0, "policy": "api-gpu" }).to_string();
+        let (status, plan) = call(&app, Method::POST, "/api/v1/rollouts", Some(&body)).await;
+        assert_eq!(status, StatusCode::CREATED, "{plan}");
+        assert_eq!(plan["rollout"]["policy_commit"], commit.as_str());
+        assert_eq!(plan["rollout"]["policy_blob"], blob.as_str());
+        let id = plan["rollout"]["id"].as_i64().unwrap();
+        let (_, detail) = call(&app, Method::GET, &format!("/api/v1/rollouts/{id}"), None).await;
+        assert_eq!(
+            detail["policy_source"],
+            policy_yaml().as_str(),
+            "the detail shows the pinned policy"
+        );
     }
 }

@@ -6,6 +6,7 @@
 
 pub mod alerts;
 mod audit;
+pub mod auth;
 mod connect;
 mod entity;
 mod error;
@@ -13,6 +14,7 @@ pub mod health;
 pub mod execution;
 pub mod model;
 mod nodes;
+pub mod overview;
 pub mod policies;
 mod releases;
 pub mod rollouts;

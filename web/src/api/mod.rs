@@ -39,18 +39,21 @@ pub struct ApiQuery<T>(pub T);
 #[from_request(via(axum::extract::Path), rejection(ApiError))]
 pub struct ApiPath<T>(pub T);
 
-/// Who is making a request, as recorded in the audit log.
-///
-/// Until authentication lands every API call is attributed to `api`; the
-/// extractor is the one place that will change.
+/// Who is making a request, as recorded in the audit log: the username of
+/// the authenticated [`Principal`](crate::auth::Principal) that the
+/// authorization layer put in the request.
 #[derive(Debug, Clone)]
 pub struct Actor(pub String);
 
 impl<S: Send + Sync> FromRequestParts<S> for Actor {
     type Rejection = ApiError;
 
-    async fn from_request_parts(_parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
-        Ok(Actor("api".to_owned()))
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        parts
+            .extensions
+            .get::<crate::auth::Principal>()
+            .map(|principal| Actor(principal.user.username.clone()))
+            .ok_or(ApiError::Unauthorized)
     }
 }
 

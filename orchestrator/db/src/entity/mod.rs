@@ -2,6 +2,7 @@
 //! the records in `crate::model` instead.
 
 pub mod alerts;
+pub mod api_tokens;
 pub mod audit_log;
 pub mod engine_leases;
 pub mod health_cursors;
@@ -15,6 +16,7 @@ pub mod policy_versions;
 pub mod qualification_results;
 pub mod releases;
 pub mod rollouts;
+pub mod sessions;
 pub mod update_steps;
 pub mod users;
 pub mod wave_approvals;
