@@ -20,8 +20,19 @@ const SEED: u64 = 0x5EED_0005;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkilled_controller_finishes_the_rollout_flashing_each_node_once() {
+    crash_run(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkilled_controller_finishes_the_rollout_flashing_each_node_once_postgres() {
+    crash_run(true).await;
+}
+
+async fn crash_run(postgres: bool) {
     let started = std::time::Instant::now();
-    let mut world = World::start(NODES, false).await.expect("sqlite world");
+    let Some(mut world) = World::start(NODES, postgres).await else {
+        return;
+    };
     let rollout = world.start_rollout(policy(10)).await;
     let seed = std::env::var("WAVEGUARD_CRASH_SEED")
         .ok()
@@ -32,6 +43,8 @@ async fn sigkilled_controller_finishes_the_rollout_flashing_each_node_once() {
     let mut kills = 0;
     let mut life = 0;
     let mut led = 0;
+    // Steps in flight at each kill: evidence the kills land mid-rollout.
+    let mut in_flight_at_kill = Vec::new();
     loop {
         life += 1;
         let mut controller = world.spawn_controller(&format!("controller-{life}"));
@@ -55,14 +68,28 @@ async fn sigkilled_controller_finishes_the_rollout_flashing_each_node_once() {
         }
         tokio::time::sleep(rng.millis(0, 900)).await;
         controller.kill();
+        let counts = world.db.step_counts(rollout, None).await.expect("counts");
+        in_flight_at_kill.push(
+            counts
+                .iter()
+                .filter(|(s, _)| s.is_in_flight())
+                .map(|(_, n)| *n)
+                .sum::<u64>(),
+        );
         kills += 1;
         if world.rollout_state(rollout).await != RolloutState::Running {
             break;
         }
     }
     eprintln!(
-        "crash test: {kills} SIGKILLs over {life} controller lives, {:?}",
+        "crash test ({}): {kills} SIGKILLs over {life} controller lives, {:?}; steps in flight at each kill: {in_flight_at_kill:?}",
+        if postgres { "postgres" } else { "sqlite" },
         started.elapsed()
+    );
+    let mid_flight = in_flight_at_kill.iter().filter(|n| **n > 0).count();
+    assert!(
+        mid_flight >= 15,
+        "only {mid_flight} kills found steps in flight: {in_flight_at_kill:?}"
     );
     assert!(
         kills >= 20,
