@@ -30,6 +30,7 @@ use orchestrator_bmc::{BmcEndpoint, Credentials, HttpClients, RetryPolicy, Timeo
 use orchestrator_db::Db;
 use orchestrator_db::execution::{RolloutState, StepFilter, StepPurpose};
 use orchestrator_db::model::{ComponentReading, NewNode, NewRelease, NodeLabels};
+use orchestrator_engine::prometheus::{NodeIndex, NodeSeries, PrometheusClient, PrometheusConfig};
 use orchestrator_engine::{Engine, EngineConfig, GatelessJudge, RedfishConnector, StartRollout, start_rollout};
 use orchestrator_types::{ComponentKind, FirmwareVersion, QualificationState, ReleaseId, TransitionRequest};
 use sha2::{Digest, Sha256};
@@ -573,6 +574,50 @@ scrape_configs:
             })
             .await?;
         ensure!(rolled.len() == 1 && rolled[0].actor == "alertmanager", "{rolled:?}");
+
+        // The collector reads the same fleet from the real Prometheus: every
+        // node's eight GPU counters, and one rate series per node.
+        let mut config = PrometheusConfig::new(url::Url::parse(&format!("http://127.0.0.1:{prom_port}"))?);
+        config.timeout = Duration::from_secs(5);
+        let collector = PrometheusClient::new(config)?;
+        let index: NodeIndex = db
+            .list_nodes(&Default::default())
+            .await?
+            .into_iter()
+            .map(|n| (n.id, n.name))
+            .collect();
+        let now = chrono::Utc::now();
+        let counters = collector
+            .node_samples("bmcsim_gpu_xid_errors_total", now, &index)
+            .await?;
+        ensure!(
+            counters.matched.len() == index.len() * 8 && counters.unmatched.is_empty(),
+            "{} matched, unmatched {:?}",
+            counters.matched.len(),
+            counters.unmatched
+        );
+        let rates = collector
+            .node_series(
+                "sum by (node) (rate(bmcsim_gpu_xid_errors_total[15s]))",
+                now - chrono::Duration::seconds(30),
+                now,
+                Duration::from_secs(1),
+                &index,
+            )
+            .await?;
+        ensure!(rates.matched.len() == index.len(), "{rates:?}");
+        let flashed_id = db.node_by_name(alerted_node).await?.id;
+        let peak = |series: &NodeSeries| series.points.iter().map(|(_, v)| *v).fold(0.0, f64::max);
+        let alerted_peak = rates
+            .matched
+            .iter()
+            .filter(|s| s.node == flashed_id)
+            .map(peak)
+            .fold(0.0, f64::max);
+        ensure!(
+            alerted_peak > 2.0,
+            "the alerting node's XID rate peaked at {alerted_peak}: {rates:?}"
+        );
 
         // Every flashed node runs the old firmware again.
         for name in &flashed {

@@ -51,6 +51,7 @@ mod connector;
 mod error;
 mod executor;
 mod health;
+pub mod prometheus;
 mod runner;
 mod start;
 mod step;
