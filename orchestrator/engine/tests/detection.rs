@@ -44,6 +44,11 @@ events:
 /// A canary of 10 nodes with XID and temperature gates over a one-hour
 /// bake, looked at every 10 minutes; then the rest without gates.
 fn policy() -> String {
+    policy_with_gates("[xid_errors, gpu_temp]")
+}
+
+/// The policy with the canary gated by `canary_gates` (a YAML list).
+fn policy_with_gates(canary_gates: &str) -> String {
     format!(
         r#"
 name: detect-gpu
@@ -61,7 +66,7 @@ waves:
     stratify_by: [rack]
     bake: 1h
     max_in_flight: 10
-    gates: [xid_errors, gpu_temp]
+    gates: {canary_gates}
   - name: rest
     rest: true
     bake: 10m
@@ -87,6 +92,13 @@ health:
       kind: level
       direction: increase_is_bad
       min_effect: 3
+      interval: 10m
+    - name: link_degraded
+      source: redfish
+      metric: link_degraded_per_node_day
+      kind: rate
+      direction: increase_is_bad
+      min_effect: 2.0
       interval: 10m
 failure_budget:
   max_failed: 2
@@ -119,13 +131,17 @@ fn health_bmcs() -> Arc<RedfishHealthBmcs> {
 }
 
 async fn start(h: &mut Harness, version: &str) -> orchestrator_types::RolloutId {
+    start_with(h, version, policy()).await
+}
+
+async fn start_with(h: &mut Harness, version: &str, policy_source: String) -> orchestrator_types::RolloutId {
     let release = h.add_release(version, true).await;
     h.add_release(GPU_FROM, true).await;
     let rollout = start_rollout(
         &h.db,
         &StartRollout {
             release_id: release.id,
-            policy_source: policy(),
+            policy_source,
             policy_commit: None,
             policy_blob: None,
             seed: 5,
@@ -321,5 +337,50 @@ async fn healthy_firmware_under_a_fleet_wide_heat_event_is_promoted() {
             assert_eq!(c.active, GPU_TO, "{} {}", endpoint.name, c.id);
         }
     }
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_canary_too_short_for_its_gate_holds_for_a_human() {
+    let Some(mut h) = Harness::start(40, &scenario_extra(), false).await else {
+        return;
+    };
+    // Ten nodes baking an hour are under half a node-day: too little
+    // exposure for a per-node-day rate, so the gate can neither pass nor fail.
+    let id = start_with(&mut h, GPU_TO, policy_with_gates("[xid_errors, link_degraded]")).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(50);
+    let canary = loop {
+        let waves = h.db.rollout_waves(id).await.unwrap();
+        let canary = waves.into_iter().find(|w| w.name == "canary").unwrap();
+        if canary.state == WaveState::AwaitingApproval || tokio::time::Instant::now() > deadline {
+            break canary;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    h.stop_engine().await;
+    assert_eq!(canary.state, WaveState::AwaitingApproval, "{:?}", canary.blockers);
+    let verdict = canary.verdict.as_ref().unwrap();
+    assert_eq!(verdict["outcome"], "inconclusive", "{verdict:#}");
+    assert_eq!(verdict["summary"], "link_degraded inconclusive", "{verdict:#}");
+    let rollout = h.db.exec_rollout(id).await.unwrap();
+    assert_eq!(rollout.state, RolloutState::Running);
+    let looks = h.db.health_looks(SampleScope::Wave(canary.id)).await.unwrap();
+    let final_link = looks
+        .iter()
+        .find(|l| l.look.gate == "link_degraded" && l.look.look_number == l.look.planned_looks)
+        .expect("the final look of link_degraded");
+    assert_eq!(
+        final_link.look.verdict["reason"], "insufficient_data",
+        "{:#}",
+        final_link.look.verdict
+    );
+    // The next wave has not started: nothing outside the canary was flashed.
+    let flashed = h
+        .fleet
+        .endpoints()
+        .iter()
+        .filter(|e| h.fleet.flash_counts(&e.name).unwrap().values().sum::<u32>() > 0)
+        .count();
+    assert_eq!(flashed, 10);
     h.shutdown().await;
 }
