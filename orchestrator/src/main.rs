@@ -72,6 +72,8 @@ enum Command {
     Rollout(cmd::rollout::RolloutCommand),
     /// Run one rollout headless against a simulated fleet and write a JSON report.
     Simulate(cmd::simulate::SimulateArgs),
+    /// Run the whole product on a simulated fleet with the web UI and a story to watch.
+    Demo(cmd::demo::DemoArgs),
 }
 
 /// What every command can use.
@@ -145,6 +147,7 @@ fn main() -> ExitCode {
             Command::Policy(command) => cmd::policy::run(command, &context).await,
             Command::Rollout(command) => cmd::rollout::run(command, &context).await,
             Command::Simulate(args) => cmd::simulate::run(args, &context).await,
+            Command::Demo(args) => cmd::demo::run(args, &context).await,
         }
     });
     match outcome {

@@ -396,3 +396,133 @@ fn bad_input_exits_2_with_a_clear_message() {
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("cannot read the scenario"));
 }
+
+/// `waveguard demo` tells its whole story on a small fleet: the BMC release
+/// completes after one approval, the bad GPU release is rolled back and
+/// blocked; the web UI answers and the demo user can log in; Ctrl-C stops it.
+#[test]
+fn the_demo_tells_its_story_and_stops_on_interrupt() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    use std::time::{Duration, Instant};
+
+    let mut child = Command::new(BIN)
+        .args([
+            "demo",
+            "--listen",
+            "127.0.0.1:0",
+            "--nodes",
+            "60",
+            "--approve-after",
+            "1",
+        ])
+        .env_remove("WAVEGUARD_DATABASE_URL")
+        .env_remove("WAVEGUARD_CONFIG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("waveguard demo starts");
+    let stdout = child.stdout.take().expect("piped");
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(150);
+    let mut lines = Vec::new();
+    let mut url = None;
+    let mut password = None;
+    while !lines.iter().any(|l: &String| l.starts_with("The story is over")) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let Ok(line) = rx.recv_timeout(left) else {
+            let _ = child.kill();
+            panic!("the story did not end in time:\n{}", lines.join("\n"));
+        };
+        if let Some(rest) = line.strip_prefix("Waveguard demo is running at ") {
+            url = Some(rest.trim().to_owned());
+        }
+        if let Some(rest) = line.trim().strip_prefix("log in as \"demo\" with password \"") {
+            password = Some(rest.trim_end_matches('"').to_owned());
+        }
+        lines.push(line);
+    }
+    let story = lines.join("\n");
+    assert!(story.contains("BMC 24.04.2 rollout completed"), "{story}");
+    assert!(story.contains("demo-autopilot approved"), "{story}");
+    assert!(story.contains("GPU 96.00.66.00.01 rollout rolled_back"), "{story}");
+    assert!(story.contains("GPU 96.00.66.00.01 release is now blocked"), "{story}");
+    let url = url.expect("the URL is printed");
+    let password = password.expect("the password is printed");
+    assert_eq!(password.len(), 16);
+
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let http = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .unwrap();
+        let health = http.get(format!("{url}/healthz")).send().await.expect("healthz");
+        assert!(health.status().is_success());
+        // The login form is CSRF-protected by double submit: the token in a
+        // cookie set with the form, and the same token in the form.
+        let page = http.get(format!("{url}/login")).send().await.expect("login page");
+        let csrf = page
+            .headers()
+            .get_all("set-cookie")
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .find_map(|v| v.strip_prefix("wg_login_csrf="))
+            .and_then(|v| v.split(';').next())
+            .expect("the login page sets its CSRF cookie")
+            .to_owned();
+        let login_as = |password: &str| {
+            http.post(format!("{url}/login"))
+                .header("cookie", format!("wg_login_csrf={csrf}"))
+                .header("content-type", "application/x-www-form-urlencoded")
+                .body(
+                    url::form_urlencoded::Serializer::new(String::new())
+                        .append_pair("username", "demo")
+                        .append_pair("password", password)
+                        .append_pair("csrf", &csrf)
+                        .finish(),
+                )
+                .send()
+        };
+        let login = login_as(&password).await.expect("login");
+        let session_cookie = |r: &reqwest::Response| {
+            r.headers()
+                .get_all("set-cookie")
+                .iter()
+                .filter_map(|v| v.to_str().ok())
+                .any(|v| !v.starts_with("wg_login_csrf="))
+        };
+        assert!(
+            login.status().is_redirection() && session_cookie(&login),
+            "login with the printed password: {} {:?}",
+            login.status(),
+            login.headers()
+        );
+        let wrong = login_as("not-the-password").await.expect("login");
+        assert!(!session_cookie(&wrong), "{}", wrong.status());
+    });
+
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let exit = loop {
+        if let Some(exit) = child.try_wait().unwrap() {
+            break exit;
+        }
+        assert!(Instant::now() < deadline + Duration::from_secs(20), "demo did not stop");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(exit.success(), "{exit:?}");
+}

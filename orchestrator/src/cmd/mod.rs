@@ -1,5 +1,6 @@
 //! One module per command group.
 
+pub mod demo;
 pub mod fleet;
 pub mod policy;
 pub mod release;

@@ -928,28 +928,27 @@ pub async fn watch(world: &SimWorld, rollout: &ExecRollout, options: WatchOption
 }
 
 /// With nothing in flight, a wave held only by time (a window that opens
-/// later, a bake that ends later) lets simulated time jump to that instant.
-fn skip_idle(world: &SimWorld, waves: &[ExecWave], skip_bake: bool) {
-    let Some(wave) = waves
+/// later; a bake that ends later, when `skip_bake`) is idle until then.
+/// `None`: something other than time holds it, or nothing does.
+pub fn idle_until(waves: &[ExecWave], skip_bake: bool) -> Option<DateTime<Utc>> {
+    let wave = waves
         .iter()
-        .find(|w| matches!(w.state, WaveState::Running | WaveState::Baking))
-    else {
-        return;
-    };
-    if wave.blockers.is_empty() {
-        return;
-    }
+        .find(|w| matches!(w.state, WaveState::Running | WaveState::Baking))?;
     let mut until: Option<DateTime<Utc>> = None;
     for blocker in &wave.blockers {
         let at = match blocker {
             Blocker::WindowOpensAt { at: Some(at) } => *at,
             Blocker::BakeEndsAt { at } if skip_bake && wave.state == WaveState::Baking => *at,
-            _ => return,
+            _ => return None,
         };
         until = Some(until.map_or(at, |u| u.max(at)));
     }
-    if let Some(at) = until {
-        tracing::debug!(wave = %wave.name, to = %at, "skipping idle simulated time");
+    until
+}
+
+fn skip_idle(world: &SimWorld, waves: &[ExecWave], skip_bake: bool) {
+    if let Some(at) = idle_until(waves, skip_bake) {
+        tracing::debug!(to = %at, "skipping idle simulated time");
         world.clock.skip_to(at);
     }
 }
