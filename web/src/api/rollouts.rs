@@ -461,7 +461,8 @@ pub(crate) async fn steps(
     request_body(content = Option<ApproveBody>, description = "Optional comment"),
     responses((status = 200, body = ApprovalStatus), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
               (status = 409, body = ErrorBody, description = "Already approved by this user, or the wave is closed"),
-              (status = 422, body = ErrorBody, description = "The rollout's author cannot approve (two-person rule)")))]
+              (status = 403, body = ErrorBody, description = "The rollout's author cannot approve (two-person rule)"),
+              (status = 422, body = ErrorBody)))]
 pub(crate) async fn approve(
     State(state): State<AppState>,
     actor: Actor,
@@ -481,7 +482,11 @@ pub(crate) async fn approve(
         .db
         .approve_wave(wave.id, &actor.0, body.comment.as_deref())
         .await
-        .map_err(command_error)?;
+        .map_err(|e| match e {
+            // The two-person rule: who asks is the problem, not what.
+            DbError::Invalid { field, reason } if field == "approver" => ApiError::Forbidden(reason),
+            other => command_error(other),
+        })?;
     state.nudge_engine();
     Ok(ApiJson(ApprovalStatus {
         have: u32::try_from(given.len()).unwrap_or(u32::MAX),
