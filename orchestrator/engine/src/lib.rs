@@ -16,6 +16,12 @@
 //!   pending steps under the caps (fleet, rollout, wave, rack, NVLink domain,
 //!   cluster percentage, one step per node) and inside maintenance windows.
 //!   What holds a wave back is stored as [`Blocker`]s for the UI.
+//! - The release's qualification is read on every pass: waves after the
+//!   canary wait (`AwaitingQualification`) until the release is qualified and
+//!   has passed the policy's required gates; a blocked release halts every
+//!   rollout of it. A failed health verdict blocks the release with the
+//!   verdict's evidence as the reason (audited), then rolls back when the
+//!   policy says so.
 //!
 //! # The step machine and its replay table
 //!
