@@ -64,6 +64,8 @@ pub struct FileConfig {
     pub credentials: BTreeMap<String, CredentialSource>,
     /// Where rollout policies come from.
     pub policy: Option<PolicySourceConfig>,
+    /// The Alertmanager webhook receiver; without it no alert is accepted.
+    pub alertmanager: Option<AlertmanagerConfig>,
 }
 
 /// A git repository of policy files.
@@ -86,6 +88,24 @@ pub struct PolicySourceConfig {
     /// temporary directory.
     #[serde(default)]
     pub cache_dir: Option<PathBuf>,
+}
+
+/// The Alertmanager webhook receiver (`POST /api/v1/alerts/alertmanager`).
+/// The bearer token is never in the file: only the name of the environment
+/// variable holding it.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AlertmanagerConfig {
+    /// Environment variable holding the token Alertmanager sends as
+    /// `Authorization: Bearer ...` (`http_config.authorization`).
+    pub token_env: Option<String>,
+    /// The alert label naming the node; default `node`.
+    #[serde(default)]
+    pub node_label: Option<String>,
+    /// How long after its flash a node still counts as recently updated,
+    /// e.g. `24h` (the default).
+    #[serde(default)]
+    pub recent: Option<String>,
 }
 
 fn default_ref() -> String {
@@ -114,6 +134,7 @@ pub struct Config {
     pub log_level: String,
     pub credentials: BTreeMap<String, CredentialSource>,
     pub policy: Option<PolicySourceConfig>,
+    pub alertmanager: Option<AlertmanagerConfig>,
 }
 
 /// Values given on the command line or in the environment (clap merges
@@ -146,6 +167,7 @@ impl Config {
                 .unwrap_or_else(|| "info".to_owned()),
             credentials: file.credentials,
             policy: file.policy,
+            alertmanager: file.alertmanager,
         })
     }
 }
@@ -190,6 +212,26 @@ mod tests {
         let defaults = Config::merge(FileConfig::default(), Overrides::default()).unwrap();
         assert_eq!(defaults.database_url, DEFAULT_DATABASE_URL);
         assert_eq!(defaults.listen.to_string(), DEFAULT_LISTEN);
+    }
+
+    #[test]
+    fn the_alertmanager_section_names_the_token_variable_not_the_token() {
+        let file: FileConfig = toml::from_str(
+            r#"
+            [alertmanager]
+            token_env = "WAVEGUARD_ALERTMANAGER_TOKEN"
+            node_label = "hostname"
+            recent = "12h"
+            "#,
+        )
+        .unwrap();
+        let merged = Config::merge(file, Overrides::default()).unwrap();
+        let am = merged.alertmanager.unwrap();
+        assert_eq!(am.token_env.as_deref(), Some("WAVEGUARD_ALERTMANAGER_TOKEN"));
+        assert_eq!(am.node_label.as_deref(), Some("hostname"));
+        assert_eq!(am.recent.as_deref(), Some("12h"));
+        let err = toml::from_str::<FileConfig>("[alertmanager]\ntoken = \"abc\"\n").unwrap_err();
+        assert!(err.to_string().contains("unknown field `token`"), "{err}");
     }
 
     #[test]

@@ -35,6 +35,48 @@ pub struct ServeArgs {
     /// time; see --clock-speedup.
     #[arg(long, value_name = "RFC3339", requires = "clock_speedup")]
     clock_epoch: Option<chrono::DateTime<chrono::Utc>>,
+    /// Environment variable holding the bearer token Alertmanager's webhook
+    /// sends (overrides `[alertmanager] token_env`); without one, the
+    /// webhook refuses every alert.
+    #[arg(long, env = "WAVEGUARD_ALERTMANAGER_TOKEN_ENV", value_name = "VAR")]
+    alertmanager_token_env: Option<String>,
+}
+
+/// The Alertmanager receiver's settings from flags and file, with the token
+/// read from its environment variable. Errors never contain the token.
+fn alert_receiver(
+    args: &ServeArgs,
+    config: &crate::config::Config,
+) -> anyhow::Result<Option<web::AlertReceiverConfig>> {
+    let section = config.alertmanager.clone();
+    let Some(var) = args
+        .alertmanager_token_env
+        .clone()
+        .or_else(|| section.as_ref().and_then(|s| s.token_env.clone()))
+    else {
+        tracing::info!("no Alertmanager token configured: the alert webhook refuses every alert");
+        return Ok(None);
+    };
+    let token = std::env::var(&var)
+        .ok()
+        .filter(|t| !t.trim().is_empty())
+        .ok_or_else(|| super::BadInput(format!("the Alertmanager token variable {var} is not set or empty")))?;
+    let mut receiver =
+        web::AlertReceiverConfig::new(token.trim()).map_err(|e| super::BadInput(format!("{var}: {e}")))?;
+    if let Some(label) = section.as_ref().and_then(|s| s.node_label.as_deref()) {
+        receiver = receiver
+            .with_node_label(label)
+            .map_err(|e| super::BadInput(format!("[alertmanager] node_label: {e}")))?;
+    }
+    if let Some(recent) = section.as_ref().and_then(|s| s.recent.as_deref()) {
+        let window = orchestrator_policy::parse_duration(recent)
+            .map_err(|e| super::BadInput(format!("[alertmanager] recent: {e}")))?;
+        receiver = receiver
+            .with_recent_window(window)
+            .map_err(|e| super::BadInput(format!("[alertmanager] recent: {e}")))?;
+    }
+    tracing::info!(token_env = %var, node_label = receiver.node_label(), "Alertmanager webhook enabled");
+    Ok(Some(receiver))
 }
 
 /// A clock running `speedup` times faster than the wall clock from
@@ -57,6 +99,7 @@ impl orchestrator_types::Clock for ScaledClock {
 /// Runs until SIGINT or SIGTERM, then finishes in-flight requests.
 pub async fn run(args: ServeArgs, context: Context) -> anyhow::Result<ExitCode> {
     let listen = args.listen.unwrap_or(context.config.listen);
+    let alert_receiver = alert_receiver(&args, &context.config)?;
     let db = match (args.clock_speedup, args.clock_epoch) {
         (Some(speedup), Some(epoch)) => {
             if !(speedup.is_finite() && speedup > 0.0) {
@@ -80,6 +123,10 @@ pub async fn run(args: ServeArgs, context: Context) -> anyhow::Result<ExitCode> 
     let engine = start_engine(&db, &context, &args);
     // API commands (approve, pause, ...) wake the engine at once.
     let state = AppState::new(db.clone()).with_engine_nudge(engine.nudge());
+    let state = match alert_receiver {
+        Some(receiver) => state.with_alert_receiver(receiver),
+        None => state,
+    };
     web::serve(listener, state, shutdown_signal())
         .await
         .context("HTTP server failed")?;
