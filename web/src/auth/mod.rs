@@ -145,7 +145,7 @@ pub enum Access {
 
 /// Routes reachable without a user, each for a reason.
 fn public_route(method: &Method, path: &str) -> bool {
-    matches!(path, "/healthz" | "/metrics" | "/login")
+    matches!(path, "/healthz" | "/metrics" | "/login" | "/favicon.ico")
         // Assets carry nothing secret and the login page needs them.
         || (method == Method::GET && path.starts_with("/static/"))
         // Alertmanager authenticates with its own bearer token, checked by

@@ -61,11 +61,16 @@ fn render_login(
     next: Option<&str>,
     error: Option<&str>,
 ) -> Response {
-    let csrf = new_secret();
+    // Reuse the browser's token: a second load of the form (another tab, or
+    // the browser following a redirect for its favicon) must not invalidate
+    // the form already on screen.
+    let csrf = cookie(headers, LOGIN_CSRF_COOKIE)
+        .filter(|c| c.len() == 64 && c.bytes().all(|b| b.is_ascii_hexdigit()))
+        .unwrap_or_else(new_secret);
     let secure = secure_request(&state.auth.config, headers);
     let page = ui::render(
         "login.html",
-        minijinja::context! { csrf => csrf.clone(), next => safe_next(next), error => error, me => () },
+        minijinja::context! { csrf => csrf.clone(), next => safe_next(next), error => error, me => (), title => "Sign in" },
     );
     let mut response = (status, page).into_response();
     if let Ok(value) = set_cookie(LOGIN_CSRF_COOKIE, &csrf, 3600, secure).parse() {

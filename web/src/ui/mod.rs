@@ -216,6 +216,7 @@ pub(crate) fn router() -> Router<AppState> {
         .route("/logout", post(auth::routes::logout))
         .route("/static/app.js", get(app_js))
         .route("/static/app.css", get(app_css))
+        .route("/favicon.ico", get(|| async { StatusCode::NO_CONTENT }))
         .route("/", get(pages::overview))
         .route("/releases", get(pages::releases))
         .route("/releases/{id}", get(pages::release))

@@ -1,0 +1,273 @@
+//! The UI in-process (`oneshot`): every page renders for a logged-in user
+//! with the data it is about, actions work as plain forms (confirmation
+//! page, then redirect) and as scripts (JSON), the two-person rule shows,
+//! and the live stream sends the rollout's progress.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::{Request, StatusCode, header};
+use chrono::{TimeZone, Utc};
+use futures::StreamExt;
+use http_body_util::BodyExt;
+use orchestrator_db::Db;
+use orchestrator_db::execution::{NewPlan, NewStep, NewWave, RolloutState};
+use orchestrator_db::model::{NewGateResult, NewNode, NewRelease, NewRollout, NodeLabels};
+use orchestrator_db::testing::TestDb;
+use orchestrator_types::{ComponentKind, FirmwareVersion, ManualClock, Role, RolloutId};
+use tower::ServiceExt;
+use web::auth::provision_api_token;
+use web::{AppState, app};
+
+struct Fixture {
+    _t: TestDb,
+    db: Db,
+    app: Router,
+    rollout: i64,
+    canary: i64,
+}
+
+async fn fixture() -> Fixture {
+    let clock = Arc::new(ManualClock::new(Utc.with_ymd_and_hms(2026, 12, 2, 12, 0, 0).unwrap()));
+    let t = TestDb::sqlite(clock).await;
+    let db = t.db.clone();
+    let nodes: Vec<NewNode> = (0..3)
+        .map(|i| NewNode {
+            name: format!("node-{i}"),
+            bmc_url: format!("https://10.0.0.{i}"),
+            credential_ref: "default".into(),
+            platform_sku: "hgx".into(),
+            labels: NodeLabels {
+                region: "r".into(),
+                cluster: "c".into(),
+                rack: "k".into(),
+                nvlink_domain: "n".into(),
+            },
+        })
+        .collect();
+    db.import_nodes(&nodes, "test").await.unwrap();
+    let nodes = db.list_nodes(&Default::default()).await.unwrap();
+    let release = db
+        .add_release(
+            &NewRelease {
+                component_kind: ComponentKind::Gpu,
+                version: FirmwareVersion::parse("96.00.61.00.01").unwrap(),
+                image_uri: "https://images.example/g.fw".into(),
+                sha256: "ab".repeat(32),
+                size_bytes: 1,
+                platforms: vec!["hgx".into()],
+                release_notes: String::new(),
+            },
+            "rita",
+        )
+        .await
+        .unwrap();
+    db.record_gate_result(
+        release.id,
+        &NewGateResult {
+            gate: "burn-in".into(),
+            passed: true,
+            evidence: "<script>alert(1)</script>".into(),
+        },
+        "bot",
+    )
+    .await
+    .unwrap();
+    let rollout = db
+        .start_rollout(
+            &NewRollout {
+                release_id: release.id,
+                policy_name: "p".into(),
+                policy_commit: "c0ffee1234567890".into(),
+                policy_blob: "b".into(),
+                seed: 1,
+            },
+            "name: p\n",
+            &NewPlan {
+                waves: vec![NewWave {
+                    name: "canary".into(),
+                    bake_seconds: 60,
+                    approvals_required: 1,
+                    max_in_flight: 1,
+                    gates: vec![],
+                    control_nodes: vec![],
+                    steps: nodes
+                        .iter()
+                        .map(|n| NewStep {
+                            node_id: n.id,
+                            inventory_id: "GPU_*".into(),
+                            expected_from_version: "1".into(),
+                        })
+                        .collect(),
+                }],
+                rollback_assessment: serde_json::json!({}),
+            },
+            "rita",
+        )
+        .await
+        .unwrap();
+    let canary = db.rollout_waves(rollout.id).await.unwrap()[0].id.0;
+    Fixture {
+        _t: t,
+        app: app(AppState::new(db.clone())),
+        db,
+        rollout: rollout.id.0,
+        canary,
+    }
+}
+
+async fn get(app: &Router, token: &str, uri: &str) -> (StatusCode, String) {
+    let request = Request::get(uri)
+        .header(header::AUTHORIZATION, format!("Bearer {token}"))
+        .body(Body::empty())
+        .unwrap();
+    let response = app.clone().oneshot(request).await.unwrap();
+    let status = response.status();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    (status, String::from_utf8_lossy(&bytes).into_owned())
+}
+
+async fn post(app: &Router, token: &str, uri: &str, body: &str, json: bool) -> (StatusCode, Option<String>, String) {
+    let mut request = Request::post(uri)
+        .header(header::AUTHORIZATION, format!("Bearer {token}"))
+        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded");
+    if json {
+        request = request.header(header::ACCEPT, "application/json");
+    }
+    let response = app.clone().oneshot(request.body(Body::from(body.to_owned())).unwrap()).await.unwrap();
+    let status = response.status();
+    let location = response
+        .headers()
+        .get(header::LOCATION)
+        .map(|v| v.to_str().unwrap().to_owned());
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    (status, location, String::from_utf8_lossy(&bytes).into_owned())
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn every_page_renders_its_data() {
+    let f = fixture().await;
+    let admin = provision_api_token(&f.db, "ada", Role::Admin, "t", "test").await.unwrap();
+    let cases: Vec<(String, Vec<&str>)> = vec![
+        ("/".into(), vec!["Fleet overview", "Update failure rate", "<svg"]),
+        ("/releases".into(), vec!["96.00.61.00.01", "registered", "1/1 passed"]),
+        (
+            "/releases/1".into(),
+            vec!["Qualification board", "burn-in", "&lt;script&gt;alert(1)"],
+        ),
+        ("/rollouts".into(), vec![&"#1", "0/3"]),
+        (
+            format!("/rollouts/{}", f.rollout),
+            vec!["canary", "Approvals 0/1", "node-0", "c0ffee123456", "data-events"],
+        ),
+        (format!("/rollouts/{}?state=pending&node=node-1", f.rollout), vec!["node-1"]),
+        ("/audit?action=rollout.start".into(), vec!["rollout.start", "rita"]),
+        ("/policies".into(), vec!["No policy synced yet"]),
+        ("/users".into(), vec!["ada", "admin"]),
+    ];
+    for (uri, wants) in cases {
+        let (status, body) = get(&f.app, &admin, &uri).await;
+        assert_eq!(status, StatusCode::OK, "{uri}: {body}");
+        for want in wants {
+            assert!(body.contains(want), "{uri} should show {want:?}:\n{body}");
+        }
+        assert!(!body.contains("<script>alert"), "{uri} escapes stored text");
+    }
+    let (_, filtered) = get(&f.app, &admin, &format!("/rollouts/{}?node=node-1", f.rollout)).await;
+    assert!(!filtered.contains(">node-0<"), "the node filter filters");
+    let (status, _) = get(&f.app, &admin, "/rollouts/999").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn actions_confirm_then_act_and_the_two_person_rule_shows() {
+    let f = fixture().await;
+    let rita = provision_api_token(&f.db, "rita", Role::ReleaseManager, "t", "test").await.unwrap();
+    let sam = provision_api_token(&f.db, "sam", Role::ReleaseManager, "t", "test").await.unwrap();
+    let approve = format!("/rollouts/{}/approve", f.rollout);
+    let wave = format!("wave={}", f.canary);
+
+    // The author sees why there is no button, and is refused anyway.
+    let (_, page) = get(&f.app, &rita, &format!("/rollouts/{}", f.rollout)).await;
+    assert!(page.contains("two-person rule"), "{page}");
+    let (status, _, body) = post(&f.app, &rita, &approve, &format!("{wave}&confirmed=yes"), true).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert!(body.contains("two-person rule"), "{body}");
+
+    // Without JavaScript: a confirmation page first, nothing done yet.
+    let (_, page) = get(&f.app, &sam, &format!("/rollouts/{}", f.rollout)).await;
+    assert!(page.contains(&format!("approve-{}", f.canary)), "sam gets the button");
+    let (status, _, body) = post(&f.app, &sam, &approve, &format!("{wave}&comment=lgtm"), false).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(body.contains("Confirm: Approve") && body.contains("name=\"confirmed\" value=\"yes\""), "{body}");
+    assert!(body.contains("value=\"lgtm\""), "the comment is carried over");
+    assert!(f.db.wave_approvals(orchestrator_types::WaveId(f.canary)).await.unwrap().is_empty());
+    // Confirmed: done, and back to the page with a message.
+    let (status, location, _) = post(&f.app, &sam, &approve, &format!("{wave}&comment=lgtm&confirmed=yes"), false).await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    let location = location.unwrap();
+    assert!(location.starts_with(&format!("/rollouts/{}?msg=Approved", f.rollout)), "{location}");
+    let approvals = f.db.wave_approvals(orchestrator_types::WaveId(f.canary)).await.unwrap();
+    assert_eq!((approvals[0].approver.as_str(), approvals[0].comment.as_deref()), ("sam", Some("lgtm")));
+    let (_, page) = get(&f.app, &sam, &location).await;
+    assert!(page.contains("Approved wave canary"), "the message shows");
+    // Twice is a conflict, reported to a script as JSON.
+    let (status, _, body) = post(&f.app, &sam, &approve, &format!("{wave}&confirmed=yes"), true).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert!(body.contains("\"code\":\"conflict\""), "{body}");
+
+    // Pause, resume, abort; rollback needs a reason.
+    for (action, body, want) in [
+        ("pause", "confirmed=yes&reason=looking", RolloutState::Paused),
+        ("resume", "confirmed=yes", RolloutState::Running),
+        ("abort", "confirmed=yes", RolloutState::Aborted),
+    ] {
+        let (status, _, text) = post(&f.app, &sam, &format!("/rollouts/{}/{action}", f.rollout), body, true).await;
+        assert_eq!(status, StatusCode::OK, "{action}: {text}");
+        assert_eq!(f.db.exec_rollout(RolloutId(f.rollout)).await.unwrap().state, want);
+    }
+    let (status, _, _) = post(&f.app, &sam, &format!("/rollouts/{}/resume", f.rollout), "confirmed=yes", true).await;
+    assert_eq!(status, StatusCode::CONFLICT, "an aborted rollout does not resume");
+    let (status, _, _) = post(&f.app, &sam, &format!("/rollouts/{}/rollback", f.rollout), "confirmed=yes", true).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "a rollback needs a reason");
+    let (status, _, _) = post(&f.app, &sam, &format!("/rollouts/{}/explode", f.rollout), "confirmed=yes", true).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let audit = f.db.audit_entries(&Default::default()).await.unwrap();
+    for action in ["wave.approve", "rollout.paused", "rollout.running", "rollout.aborted"] {
+        assert!(
+            audit.iter().any(|e| e.action == action && e.actor == "sam"),
+            "{action} is audited as sam"
+        );
+    }
+
+    // A release transition from its page.
+    let (status, location, _) = post(&f.app, &sam, "/releases/1/transition", "to=blocked", false).await;
+    assert_eq!(status, StatusCode::CONFLICT, "blocking needs a reason ({location:?})");
+    let (status, location, _) = post(&f.app, &sam, "/releases/1/transition", "to=blocked&reason=xid+storm", false).await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    assert!(location.unwrap().starts_with("/releases/1?msg="));
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn the_live_stream_sends_the_rollout_progress() {
+    let f = fixture().await;
+    let viewer = provision_api_token(&f.db, "vera", Role::Viewer, "t", "test").await.unwrap();
+    let request = Request::get(format!("/rollouts/{}/events", f.rollout))
+        .header(header::AUTHORIZATION, format!("Bearer {viewer}"))
+        .body(Body::empty())
+        .unwrap();
+    let response = f.app.clone().oneshot(request).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(response.headers()[header::CONTENT_TYPE], "text/event-stream");
+    let mut stream = response.into_body().into_data_stream();
+    let first = tokio::time::timeout(std::time::Duration::from_secs(10), stream.next())
+        .await
+        .expect("an event arrives")
+        .expect("stream open")
+        .unwrap();
+    let text = String::from_utf8_lossy(&first);
+    assert!(text.starts_with("event: progress\n"), "{text}");
+    assert!(text.contains("id=\"waves\"") && text.contains("0/3 nodes done"), "{text}");
+    assert!(!text.contains("approve-"), "a viewer's stream offers no approve button");
+}
