@@ -317,6 +317,11 @@ impl World {
         }
     }
 
+    /// What controller `name` has logged so far.
+    pub fn log_of(&self, name: &str) -> String {
+        std::fs::read_to_string(self.dir.path().join(format!("{name}.log"))).unwrap_or_default()
+    }
+
     /// Waits (real time) until `controller` holds the executor lease.
     pub async fn wait_leader(&self, controller: &mut Controller, limit: Duration) {
         let deadline = tokio::time::Instant::now() + limit;
@@ -572,9 +577,18 @@ impl Controller {
     }
 
     /// SIGKILL: no shutdown path runs, the lease stays held until it expires.
-    pub fn kill(mut self) {
+    pub fn kill(&mut self) {
         self.child.kill().expect("SIGKILL");
         self.child.wait().expect("reaped");
+    }
+
+    /// Sends a signal by name (`STOP`, `CONT`) to the process.
+    pub fn signal(&self, name: &str) {
+        let status = Command::new("kill")
+            .args([&format!("-{name}"), &self.child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "kill -{name}");
     }
 
     /// SIGTERM and a graceful exit (which gives the lease up).
