@@ -576,3 +576,83 @@ async fn a_rollout_under_a_policy_in_force_pins_its_commit_and_blob() {
         );
     }
 }
+
+/// A fleet without BMCs: the nudge test never admits a flash (its only
+/// maintenance window is on leap days), so nothing connects.
+#[derive(Debug)]
+struct NoBmcs;
+
+impl orchestrator_engine::BmcConnector for NoBmcs {
+    fn connect(
+        &self,
+        _step: &orchestrator_db::execution::PlacedStep,
+    ) -> Result<std::sync::Arc<dyn orchestrator_bmc::Bmc>, String> {
+        Err("this test has no BMCs".into())
+    }
+}
+
+/// Polls the datastore until `check` holds, for at most five seconds.
+async fn eventually<F, Fut>(what: &str, check: F)
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !check().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what}: the engine was not nudged"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commands_nudge_the_engine_instead_of_waiting_for_its_next_pass() {
+    use orchestrator_db::execution::{Blocker, StepState, WaveState};
+    for t in TestDb::all_backends().await {
+        let release = seed(&t.db).await;
+        // Passes come an hour apart unless something nudges the engine.
+        let engine = orchestrator_engine::Engine::start(
+            t.db.clone(),
+            orchestrator_engine::EngineConfig {
+                holder: "nudge-test".into(),
+                pass_interval: std::time::Duration::from_secs(3600),
+                ..Default::default()
+            },
+            std::sync::Arc::new(NoBmcs),
+            std::sync::Arc::new(orchestrator_engine::GatelessJudge),
+        );
+        let app = authed_app(AppState::new(t.db.clone()).with_engine_nudge(engine.nudge())).await;
+        let closed_window = format!(
+            "{}maintenance_windows:\n  - cron: \"0 0 3 29 2 *\"\n    duration: 1h\n    timezone: UTC\n",
+            policy_yaml()
+        );
+        let body = json!({ "release_id": release.0, "policy_yaml": closed_window, "seed": 1 }).to_string();
+        let (status, plan) = call(&app, Method::POST, "/api/v1/rollouts", Some(&body)).await;
+        assert_eq!(status, StatusCode::CREATED, "{plan}");
+        let id = orchestrator_types::RolloutId(plan["rollout"]["id"].as_i64().unwrap());
+        let db = t.db.clone();
+        eventually("the canary starts after the rollout is created", || {
+            let db = db.clone();
+            // One pass moves the canary from planned to running; it admits
+            // nothing, the window being closed.
+            async move { db.rollout_waves(id).await.unwrap()[0].state == WaveState::Running }
+        })
+        .await;
+        let (status, paused) = call(&app, Method::POST, &format!("/api/v1/rollouts/{id}/pause"), None).await;
+        let steps = t.db.step_counts(id, None).await.unwrap();
+        assert_eq!(
+            steps.keys().copied().collect::<Vec<_>>(),
+            [StepState::Pending],
+            "nothing admitted"
+        );
+        assert_eq!(status, StatusCode::OK, "{paused}");
+        eventually("the engine marks the rollout paused", || {
+            let db = db.clone();
+            async move { db.exec_rollout(id).await.unwrap().blockers == [Blocker::Paused] }
+        })
+        .await;
+        engine.shutdown().await;
+    }
+}
