@@ -74,6 +74,8 @@ enum Command {
     Simulate(cmd::simulate::SimulateArgs),
     /// Run the whole product on a simulated fleet with the web UI and a story to watch.
     Demo(cmd::demo::DemoArgs),
+    /// Run the benchmarks (throughput, scale, detection) and print the figures.
+    Bench(cmd::bench::BenchArgs),
 }
 
 /// What every command can use.
@@ -148,6 +150,7 @@ fn main() -> ExitCode {
             Command::Rollout(command) => cmd::rollout::run(command, &context).await,
             Command::Simulate(args) => cmd::simulate::run(args, &context).await,
             Command::Demo(args) => cmd::demo::run(args, &context).await,
+            Command::Bench(args) => cmd::bench::run(args, &context).await,
         }
     });
     match outcome {

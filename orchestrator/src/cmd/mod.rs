@@ -1,5 +1,6 @@
 //! One module per command group.
 
+pub mod bench;
 pub mod demo;
 pub mod fleet;
 pub mod policy;

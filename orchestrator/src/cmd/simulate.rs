@@ -294,6 +294,8 @@ pub enum WorldError {
     Db(#[source] orchestrator_db::DbError),
     #[error("cannot start the simulated fleet")]
     Fleet(#[source] bmc_sim::FleetError),
+    #[error("the task starting the simulated fleet failed")]
+    FleetTask(#[source] tokio::task::JoinError),
     #[error("cannot start the image server")]
     ImageServer(#[source] std::io::Error),
     #[error("cannot record the simulated fleet in the database")]
@@ -307,6 +309,17 @@ impl SimWorld {
     /// or a temporary SQLite file), the image server, and records every node
     /// with its inventory as discovery would.
     pub async fn start(scenario: Scenario, speedup: f64, db_url: Option<&str>) -> Result<SimWorld, WorldError> {
+        Self::start_on(scenario, speedup, db_url, None).await
+    }
+
+    /// As [`SimWorld::start`], with the fleet's servers on `fleet_runtime`
+    /// (the benchmarks keep bmc-sim's CPU apart from the controller's).
+    pub async fn start_on(
+        scenario: Scenario,
+        speedup: f64,
+        db_url: Option<&str>,
+        fleet_runtime: Option<tokio::runtime::Handle>,
+    ) -> Result<SimWorld, WorldError> {
         let clock = Arc::new(WarpClock::new(Utc::now(), speedup));
         let (dir, url) = match db_url {
             Some(url) => (None, url.to_owned()),
@@ -328,7 +341,14 @@ impl SimWorld {
         // A hung request must end well before the engine would call the BMC
         // bricked; the client gives up first anyway.
         options.hang_for = StdDuration::from_secs(3);
-        let fleet = Fleet::start(scenario, options).await.map_err(WorldError::Fleet)?;
+        let fleet = match fleet_runtime {
+            Some(runtime) => runtime
+                .spawn(Fleet::start(scenario, options))
+                .await
+                .map_err(WorldError::FleetTask)?,
+            None => Fleet::start(scenario, options).await,
+        }
+        .map_err(WorldError::Fleet)?;
         let images: ImageStore = Arc::default();
         let (image_base, image_server) = serve_images(images.clone()).await.map_err(WorldError::ImageServer)?;
         let world = SimWorld {

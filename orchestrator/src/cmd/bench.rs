@@ -1,0 +1,524 @@
+//! `waveguard bench`: the figures in BENCHMARKS.md, printed, never asserted.
+//!
+//! - throughput: a simulated fleet with zero flash time rolled canary → fleet
+//!   by the real engine over loopback Redfish, on SQLite and PostgreSQL;
+//!   controller CPU is counted per thread, without bmc-sim's threads (the
+//!   fleet runs on a runtime of its own);
+//! - scale: process RSS and latency of the main API list endpoints with a
+//!   large fleet in the database (in-process router, no network);
+//! - detection: the detector's statistics alone (pure `orchestrator-detect`),
+//!   for a grid of effect sizes and canary sizes: detection rate, time to
+//!   detect, false alarms on healthy firmware.
+
+use std::process::ExitCode;
+use std::time::{Duration as StdDuration, Instant};
+
+use anyhow::Context as _;
+use bmc_sim::Scenario;
+use orchestrator_db::execution::{StepFilter, StepState};
+use orchestrator_db::model::{NewNode, NodeLabels};
+use orchestrator_detect::{
+    Outcome, RateCohorts, RateGate, RateSample, SequentialPlan, SpendingFunction, evaluate_rate,
+};
+use orchestrator_engine::{GatelessJudge, StartRollout};
+use orchestrator_types::{ComponentKind, FirmwareVersion};
+use rand::{Rng, SeedableRng};
+
+use super::simulate::{SIM_AUTHOR, SimWorld, WatchOptions, watch};
+use crate::Context;
+
+/// Which benchmark.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Which {
+    /// Rollout throughput on SQLite and PostgreSQL.
+    Throughput,
+    /// API latency and RSS with a large fleet in the database.
+    Scale,
+    /// Detection power, time to detect and false alarms.
+    Detection,
+}
+
+/// Options of `waveguard bench`.
+#[derive(Debug, clap::Args)]
+pub struct BenchArgs {
+    /// Benchmarks to run (repeatable; default all).
+    #[arg(long, value_enum)]
+    only: Vec<Which>,
+    /// Simulated BMCs for the throughput run.
+    #[arg(long, default_value_t = 10_000, value_name = "N")]
+    nodes: usize,
+    /// Nodes in the database for the scale run.
+    #[arg(long, default_value_t = 100_000, value_name = "N")]
+    scale_nodes: usize,
+    /// PostgreSQL server (a fresh database is created on it and dropped
+    /// after); empty to skip PostgreSQL.
+    #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432/test", value_name = "URL")]
+    postgres_url: String,
+    /// Monte Carlo trials per detection cell.
+    #[arg(long, default_value_t = 400, value_name = "N")]
+    trials: u32,
+}
+
+/// `waveguard bench`.
+pub async fn run(args: BenchArgs, _context: &Context) -> anyhow::Result<ExitCode> {
+    let all = args.only.is_empty();
+    let wants = |w: Which| all || args.only.contains(&w);
+    println!("machine: {}", machine());
+    if wants(Which::Detection) {
+        detection(args.trials);
+    }
+    if wants(Which::Throughput) {
+        throughput(args.nodes, None).await?;
+        if args.postgres_url.is_empty() {
+            println!("throughput on PostgreSQL: skipped (--postgres-url is empty)");
+        } else {
+            match FreshPostgres::create(&args.postgres_url) {
+                Ok(pg) => {
+                    let outcome = throughput(args.nodes, Some(&pg.url)).await;
+                    pg.drop_database();
+                    outcome?;
+                }
+                Err(err) => println!("throughput on PostgreSQL: SKIPPED ({err:#})"),
+            }
+        }
+    }
+    if wants(Which::Scale) {
+        scale(args.scale_nodes).await?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn machine() -> String {
+    let cpus = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
+    let model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let mem =
+        proc_status_kib("/proc/meminfo", "MemTotal:").map_or(String::new(), |k| format!(", {} GiB RAM", k / 1_048_576));
+    format!(
+        "{cpus} CPU(s), {model}{mem}, {} {}",
+        std::env::consts::OS,
+        std::env::consts::ARCH
+    )
+}
+
+/// A `Key:   123 kB` line of a /proc status file, in KiB.
+fn proc_status_kib(path: &str, key: &str) -> Option<u64> {
+    std::fs::read_to_string(path)
+        .ok()?
+        .lines()
+        .find(|l| l.starts_with(key))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// CPU seconds used so far by this process's threads, split into
+/// (bmc-sim threads, everything else = the controller).
+fn cpu_by_thread() -> (f64, f64) {
+    let ticks = 100.0; // USER_HZ on Linux
+    let (mut sim, mut other) = (0.0, 0.0);
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return (0.0, 0.0);
+    };
+    for task in tasks.flatten() {
+        let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else {
+            continue;
+        };
+        // `pid (comm) state ...`: comm may hold spaces, so split at the last ')'.
+        let Some((head, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let comm = head.split_once('(').map_or("", |(_, c)| c);
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        // utime and stime are fields 14 and 15 of the whole line; `rest`
+        // starts at field 3.
+        let used = fields.get(11).and_then(|u| u.parse::<f64>().ok()).unwrap_or(0.0)
+            + fields.get(12).and_then(|s| s.parse::<f64>().ok()).unwrap_or(0.0);
+        if comm.starts_with("bmc-sim") {
+            sim += used / ticks;
+        } else {
+            other += used / ticks;
+        }
+    }
+    (sim, other)
+}
+
+/// A database created for one run and dropped after it (with psql).
+struct FreshPostgres {
+    admin_url: String,
+    name: String,
+    url: String,
+}
+
+impl FreshPostgres {
+    fn create(admin_url: &str) -> anyhow::Result<FreshPostgres> {
+        let name = format!("wg_bench_{}", std::process::id());
+        psql(admin_url, &format!("CREATE DATABASE {name}"))?;
+        let base = admin_url.rsplit_once('/').map_or(admin_url, |(base, _)| base);
+        Ok(FreshPostgres {
+            admin_url: admin_url.to_owned(),
+            url: format!("{base}/{name}"),
+            name,
+        })
+    }
+
+    fn drop_database(&self) {
+        if let Err(err) = psql(
+            &self.admin_url,
+            &format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name),
+        ) {
+            eprintln!("warning: could not drop {}: {err:#}", self.name);
+        }
+    }
+}
+
+fn psql(url: &str, sql: &str) -> anyhow::Result<()> {
+    let out = std::process::Command::new("psql")
+        .args([url, "-v", "ON_ERROR_STOP=1", "-q", "-c", sql])
+        .output()
+        .context("cannot run psql")?;
+    anyhow::ensure!(
+        out.status.success(),
+        "psql: {}",
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+
+fn throughput_scenario(nodes: usize) -> String {
+    format!(
+        r#"
+seed: 3
+fleet:
+  nodes: {nodes}
+  racks: {racks}
+  clusters: 10
+  region: bench-1
+  sku: hgx-h100-8gpu
+  nodes_per_nvlink_domain: 4
+  components:
+    - {{id: BMC_Firmware, kind: bmc, version: "24.04.1"}}
+    - {{id: "HGX_FW_GPU_{{0..7}}", kind: gpu, version: "96.00.5E.00.01"}}
+firmware:
+  - kind: gpu
+    version: "96.00.61.00.01"
+    flash_time: {{min: 0s, max: 0s}}
+bmc_faults:
+  reset_time: {{min: 0s, max: 0s}}
+  reboot_time: {{min: 0s, max: 0s}}
+"#,
+        racks = nodes.div_ceil(20).max(1)
+    )
+}
+
+const THROUGHPUT_POLICY: &str = r#"
+name: bench-throughput
+target:
+  component: gpu
+  inventory_id: "HGX_FW_GPU_*"
+  platforms: [hgx-h100-8gpu]
+versions:
+  allow_downgrade: false
+qualification:
+  required_gates: []
+waves:
+  - name: canary
+    count: 100
+    stratify_by: [rack]
+    bake: 1m
+    max_in_flight: 100
+  - name: fleet
+    rest: true
+    bake: 1m
+    max_in_flight: 512
+concurrency:
+  max_in_flight: 512
+  per_rack: 20
+failure_budget:
+  max_failed_percent: 1
+rollback:
+  automatic: false
+  scope: rollout
+"#;
+
+async fn throughput(nodes: usize, postgres: Option<&str>) -> anyhow::Result<()> {
+    let backend = if postgres.is_some() { "PostgreSQL" } else { "SQLite" };
+    println!("\n== throughput: {nodes} simulated BMCs, zero flash time, canary (100) -> fleet, {backend} ==");
+    let scenario = Scenario::from_yaml_str(&throughput_scenario(nodes)).context("bench scenario")?;
+    // bmc-sim gets threads of its own, named so their CPU is not counted
+    // as the controller's.
+    let fleet_runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("bmc-sim")
+        .enable_all()
+        .build()
+        .context("bmc-sim runtime")?;
+    let setup = Instant::now();
+    let world = SimWorld::start_on(scenario, 60.0, postgres, Some(fleet_runtime.handle().clone())).await?;
+    let version = FirmwareVersion::parse("96.00.61.00.01").context("version")?;
+    let release = world
+        .register_release(ComponentKind::Gpu, &version, Some(&[]), "bench")
+        .await
+        .context("release")?;
+    println!(
+        "setup (fleet start, import, inventory, release): {:.1}s",
+        setup.elapsed().as_secs_f64()
+    );
+    let (sim_cpu0, ctl_cpu0) = cpu_by_thread();
+    let started = Instant::now();
+    let rollout = orchestrator_engine::start_rollout(
+        &world.db,
+        &StartRollout {
+            release_id: release.id,
+            policy_source: THROUGHPUT_POLICY.into(),
+            policy_commit: None,
+            policy_blob: None,
+            seed: 1,
+        },
+        SIM_AUTHOR,
+    )
+    .await
+    .context("start the rollout")?;
+    let planned = started.elapsed();
+    let engine = world.start_engine("bench", std::sync::Arc::new(GatelessJudge));
+    let watched = watch(
+        &world,
+        &rollout,
+        WatchOptions {
+            approve: true,
+            skip_bake: true,
+            timeout: StdDuration::from_secs(1800),
+        },
+    )
+    .await;
+    let wall = started.elapsed();
+    engine.shutdown().await;
+    let watched = watched?;
+    let (sim_cpu1, ctl_cpu1) = cpu_by_thread();
+    let steps = world
+        .db
+        .steps(&StepFilter {
+            rollout_id: Some(rollout.id),
+            ..Default::default()
+        })
+        .await?;
+    let succeeded = steps.iter().filter(|s| s.state == StepState::Succeeded).count();
+    let peak_rss_mib = proc_status_kib("/proc/self/status", "VmHWM:").unwrap_or(0) as f64 / 1024.0;
+    println!(
+        "outcome: rollout {} ({succeeded} of {} steps succeeded)",
+        watched.rollout.state,
+        steps.len()
+    );
+    println!("planning + storing the plan: {:.2}s", planned.as_secs_f64());
+    println!(
+        "wall time (start_rollout -> completed, bakes skipped): {:.1}s; node-updates/s: {:.0}",
+        wall.as_secs_f64(),
+        succeeded as f64 / wall.as_secs_f64()
+    );
+    println!(
+        "CPU seconds: controller {:.1}, bmc-sim {:.1}",
+        ctl_cpu1 - ctl_cpu0,
+        sim_cpu1 - sim_cpu0
+    );
+    println!("peak RSS of the process (controller + {nodes} simulated BMCs): {peak_rss_mib:.0} MiB");
+    world.shutdown().await;
+    fleet_runtime.shutdown_background();
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+
+async fn scale(nodes: usize) -> anyhow::Result<()> {
+    use axum::body::Body;
+    use axum::http::{Request, StatusCode};
+    use tower::ServiceExt as _;
+
+    println!("\n== scale: {nodes} nodes in SQLite; API list endpoints, in-process router ==");
+    let dir = tempfile::tempdir().context("temp dir")?;
+    let url = format!("sqlite://{}", dir.path().join("scale.db").display());
+    let db = orchestrator_db::Db::connect_and_migrate(&url, std::sync::Arc::new(orchestrator_types::SystemClock))
+        .await
+        .context("database")?;
+    let rss_before = proc_status_kib("/proc/self/status", "VmRSS:").unwrap_or(0);
+    let started = Instant::now();
+    let all: Vec<NewNode> = (0..nodes)
+        .map(|i| NewNode {
+            name: format!("node-{i:06}"),
+            bmc_url: format!("https://10.{}.{}.{}", i / 65536 % 256, i / 256 % 256, i % 256),
+            credential_ref: "prod".into(),
+            platform_sku: if i % 3 == 0 { "hgx-b200-8gpu" } else { "hgx-h100-8gpu" }.into(),
+            labels: NodeLabels {
+                region: format!("region-{}", i % 4),
+                cluster: format!("cluster-{}", i % 40),
+                rack: format!("rack-{}", i / 20),
+                nvlink_domain: format!("nvl-{}", i / 4),
+            },
+        })
+        .collect();
+    for chunk in all.chunks(5_000) {
+        db.import_nodes(chunk, "bench").await.context("import")?;
+    }
+    println!("imported {nodes} nodes in {:.1}s", started.elapsed().as_secs_f64());
+    // An API token for an admin, as automation would use.
+    let token = "wg_bench_token_0123456789abcdef0123456789abcdef";
+    db.add_user("bench", "bench", orchestrator_types::Role::Admin, None, "bench")
+        .await
+        .context("user")?;
+    db.add_api_token("bench", "bench", &web::auth::token_hash(token), "bench")
+        .await
+        .context("token")?;
+    let app = web::app(web::AppState::new(db.clone()));
+    let paths = [
+        "/api/v1/nodes?limit=100",
+        "/api/v1/nodes?limit=100&offset=50000",
+        "/api/v1/releases",
+        "/api/v1/rollouts",
+        "/api/v1/audit?limit=100",
+        "/",
+    ];
+    for path in paths {
+        let mut times = Vec::new();
+        let mut status = StatusCode::OK;
+        for _ in 0..200 {
+            let request = Request::get(path)
+                .header("authorization", format!("Bearer {token}"))
+                .body(Body::empty())
+                .context("request")?;
+            let t = Instant::now();
+            let response = app.clone().oneshot(request).await.context("oneshot")?;
+            status = response.status();
+            let _ = axum::body::to_bytes(response.into_body(), usize::MAX).await;
+            times.push(t.elapsed());
+        }
+        times.sort();
+        let p = |q: f64| times[((times.len() as f64 - 1.0) * q).round() as usize].as_secs_f64() * 1000.0;
+        println!("GET {path:<40} {status}: p50 {:.2} ms, p99 {:.2} ms", p(0.50), p(0.99));
+    }
+    let rss = proc_status_kib("/proc/self/status", "VmRSS:").unwrap_or(0);
+    println!(
+        "RSS: {:.0} MiB before the import, {:.0} MiB after the requests",
+        rss_before as f64 / 1024.0,
+        rss as f64 / 1024.0
+    );
+    db.close().await.ok();
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+
+/// Poisson draw (Knuth for small means, summed chunks for large ones).
+fn poisson(rng: &mut impl Rng, mean: f64) -> u64 {
+    let mut left = mean;
+    let mut total = 0;
+    while left > 0.0 {
+        let chunk = left.min(20.0);
+        left -= chunk;
+        let limit = (-chunk).exp();
+        let mut p = 1.0;
+        let mut k = 0u64;
+        loop {
+            p *= rng.random::<f64>();
+            if p <= limit {
+                break;
+            }
+            k += 1;
+        }
+        total += k;
+    }
+    total
+}
+
+/// One simulated bake: the look at which the XID gate fails, if any.
+fn one_bake(
+    rng: &mut impl Rng,
+    plan: &SequentialPlan,
+    gate: &RateGate,
+    canary_nodes: u32,
+    control_nodes: u32,
+    ratio: f64,
+) -> Option<u32> {
+    const BASE_RATE: f64 = 0.05; // XID per GPU-hour, as in bmc-sim/scenarios/simulate-1000.yaml
+    const LOOKS: u32 = 12;
+    const HOURS_PER_LOOK: f64 = 0.5;
+    let gpu_hours = |nodes: u32| f64::from(nodes) * 8.0 * HOURS_PER_LOOK;
+    let (mut canary, mut control) = (
+        RateSample {
+            events: 0,
+            exposure: 0.0,
+        },
+        RateSample {
+            events: 0,
+            exposure: 0.0,
+        },
+    );
+    for number in 1..=LOOKS {
+        canary.exposure += gpu_hours(canary_nodes);
+        control.exposure += gpu_hours(control_nodes);
+        canary.events += poisson(rng, BASE_RATE * ratio * gpu_hours(canary_nodes));
+        control.events += poisson(rng, BASE_RATE * gpu_hours(control_nodes));
+        let Ok(look) = plan.look(number) else {
+            return None;
+        };
+        let verdict = evaluate_rate(
+            gate,
+            &RateCohorts {
+                canary: canary.clone(),
+                control: control.clone(),
+            },
+            &look,
+        );
+        if verdict.outcome() == Outcome::Fail {
+            return Some(number);
+        }
+    }
+    None
+}
+
+fn detection(trials: u32) {
+    println!(
+        "\n== detection: XID rate gate (min effect 1.5x, alpha 0.05, O'Brien-Fleming, 12 looks over a 6 h bake) =="
+    );
+    println!("baseline 0.05 XID/GPU-hour, 8 GPUs/node, control cohort = canary size; {trials} trials per cell");
+    let Ok(plan) = SequentialPlan::bonferroni(0.05, 1, 12, SpendingFunction::OBrienFleming) else {
+        println!("cannot build the sequential plan");
+        return;
+    };
+    let gate = RateGate {
+        name: "xid_errors".into(),
+        min_effect_ratio: 1.5,
+        min_canary_events_for_fail: 3,
+        min_exposure: 1.0,
+    };
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(42);
+    println!(
+        "{:>8} {:>7} {:>10} {:>16}",
+        "ratio", "canary", "detected", "median time (h)"
+    );
+    for ratio in [1.0, 1.5, 2.0, 3.0, 5.0] {
+        for canary in [4u32, 8, 16, 32, 64] {
+            let mut hits = Vec::new();
+            for _ in 0..trials {
+                if let Some(look) = one_bake(&mut rng, &plan, &gate, canary, canary, ratio) {
+                    hits.push(look);
+                }
+            }
+            hits.sort_unstable();
+            let rate = hits.len() as f64 / f64::from(trials);
+            let median = hits
+                .get(hits.len() / 2)
+                .map_or("-".to_owned(), |l| format!("{:.1}", f64::from(*l) * 0.5));
+            let label = if ratio == 1.0 { " (false alarms)" } else { "" };
+            println!("{ratio:>8.1} {canary:>7} {:>9.1}% {median:>16}{label}", rate * 100.0);
+        }
+    }
+}
