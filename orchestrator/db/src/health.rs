@@ -286,6 +286,88 @@ fn saturating_i64(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
+/// Adds each delta into its (wave, node, metric, window) row, inside the
+/// caller's transaction.
+async fn fold_deltas<C: sea_orm::ConnectionTrait>(
+    txn: &C,
+    now: DateTime<Utc>,
+    rollout: RolloutId,
+    wave: WaveId,
+    node: NodeId,
+    cohort: Cohort,
+    deltas: &[WindowDelta],
+) -> Result<(), DbError> {
+    for delta in deltas {
+        let existing = health_samples::Entity::find()
+            .filter(health_samples::Column::WaveId.eq(wave.0))
+            .filter(health_samples::Column::NodeId.eq(node.0))
+            .filter(health_samples::Column::Metric.eq(delta.metric.as_str()))
+            .filter(health_samples::Column::WindowStart.eq(delta.window_start))
+            .one(txn)
+            .await?;
+        let mut node_total = LevelAgg {
+            n: 0,
+            sum: 0.0,
+            min: 0.0,
+            max: 0.0,
+        };
+        for agg in delta.units.values() {
+            node_total.merge(agg);
+        }
+        match existing {
+            Some(row) => {
+                let mut sample = to_sample(row.clone())?;
+                for (unit, agg) in &delta.units {
+                    sample
+                        .units
+                        .entry(unit.clone())
+                        .and_modify(|a| a.merge(agg))
+                        .or_insert(*agg);
+                }
+                let mut total = LevelAgg {
+                    n: sample.readings,
+                    sum: sample.sum,
+                    min: sample.min.unwrap_or(0.0),
+                    max: sample.max.unwrap_or(0.0),
+                };
+                total.merge(&node_total);
+                let mut active: health_samples::ActiveModel = row.into();
+                active.events = Set(saturating_i64(sample.events.saturating_add(delta.events)));
+                active.exposure = Set(sample.exposure + delta.exposure);
+                active.readings = Set(saturating_i64(total.n));
+                active.sum = Set(total.sum);
+                active.min = Set((total.n > 0).then_some(total.min));
+                active.max = Set((total.n > 0).then_some(total.max));
+                active.units = Set(units_json(&sample.units));
+                active.updated_at = Set(now);
+                active.update(txn).await?;
+            }
+            None => {
+                health_samples::ActiveModel {
+                    rollout_id: Set(rollout.0),
+                    wave_id: Set(wave.0),
+                    node_id: Set(node.0),
+                    cohort: Set(cohort.as_str().to_owned()),
+                    metric: Set(delta.metric.clone()),
+                    window_start: Set(delta.window_start),
+                    events: Set(saturating_i64(delta.events)),
+                    exposure: Set(delta.exposure),
+                    readings: Set(saturating_i64(node_total.n)),
+                    sum: Set(node_total.sum),
+                    min: Set((node_total.n > 0).then_some(node_total.min)),
+                    max: Set((node_total.n > 0).then_some(node_total.max)),
+                    units: Set(units_json(&delta.units)),
+                    updated_at: Set(now),
+                    ..Default::default()
+                }
+                .insert(txn)
+                .await?;
+            }
+        }
+    }
+    Ok(())
+}
+
 impl Db {
     /// Collection state of every node watched for a wave.
     pub async fn health_cursors(&self, wave: WaveId) -> Result<Vec<HealthCursor>, DbError> {
@@ -351,74 +433,7 @@ impl Db {
                 return Err(stale());
             }
         }
-        for delta in &poll.deltas {
-            let existing = health_samples::Entity::find()
-                .filter(health_samples::Column::WaveId.eq(c.wave_id.0))
-                .filter(health_samples::Column::NodeId.eq(c.node_id.0))
-                .filter(health_samples::Column::Metric.eq(delta.metric.as_str()))
-                .filter(health_samples::Column::WindowStart.eq(delta.window_start))
-                .one(&txn)
-                .await?;
-            let mut node = LevelAgg {
-                n: 0,
-                sum: 0.0,
-                min: 0.0,
-                max: 0.0,
-            };
-            for agg in delta.units.values() {
-                node.merge(agg);
-            }
-            match existing {
-                Some(row) => {
-                    let mut sample = to_sample(row.clone())?;
-                    for (unit, agg) in &delta.units {
-                        sample
-                            .units
-                            .entry(unit.clone())
-                            .and_modify(|a| a.merge(agg))
-                            .or_insert(*agg);
-                    }
-                    let mut total = LevelAgg {
-                        n: sample.readings,
-                        sum: sample.sum,
-                        min: sample.min.unwrap_or(0.0),
-                        max: sample.max.unwrap_or(0.0),
-                    };
-                    total.merge(&node);
-                    let mut active: health_samples::ActiveModel = row.into();
-                    active.events = Set(saturating_i64(sample.events.saturating_add(delta.events)));
-                    active.exposure = Set(sample.exposure + delta.exposure);
-                    active.readings = Set(saturating_i64(total.n));
-                    active.sum = Set(total.sum);
-                    active.min = Set((total.n > 0).then_some(total.min));
-                    active.max = Set((total.n > 0).then_some(total.max));
-                    active.units = Set(units_json(&sample.units));
-                    active.updated_at = Set(now);
-                    active.update(&txn).await?;
-                }
-                None => {
-                    health_samples::ActiveModel {
-                        rollout_id: Set(c.rollout_id.0),
-                        wave_id: Set(c.wave_id.0),
-                        node_id: Set(c.node_id.0),
-                        cohort: Set(c.cohort.as_str().to_owned()),
-                        metric: Set(delta.metric.clone()),
-                        window_start: Set(delta.window_start),
-                        events: Set(saturating_i64(delta.events)),
-                        exposure: Set(delta.exposure),
-                        readings: Set(saturating_i64(node.n)),
-                        sum: Set(node.sum),
-                        min: Set((node.n > 0).then_some(node.min)),
-                        max: Set((node.n > 0).then_some(node.max)),
-                        units: Set(units_json(&delta.units)),
-                        updated_at: Set(now),
-                        ..Default::default()
-                    }
-                    .insert(&txn)
-                    .await?;
-                }
-            }
-        }
+        fold_deltas(&txn, now, c.rollout_id, c.wave_id, c.node_id, c.cohort, &poll.deltas).await?;
         txn.commit().await?;
         Ok(())
     }
@@ -433,6 +448,22 @@ impl Db {
             .filter(health_cursors::Column::NodeId.eq(node.0))
             .exec(&self.conn)
             .await?;
+        Ok(())
+    }
+
+    /// Records samples that come without a cursor (a Prometheus query's
+    /// values at one instant), in one transaction.
+    pub async fn record_health_samples(
+        &self,
+        rollout: RolloutId,
+        wave: WaveId,
+        node: NodeId,
+        cohort: Cohort,
+        deltas: &[WindowDelta],
+    ) -> Result<(), DbError> {
+        let txn = self.conn.begin().await?;
+        fold_deltas(&txn, self.clock.now(), rollout, wave, node, cohort, deltas).await?;
+        txn.commit().await?;
         Ok(())
     }
 

@@ -13,6 +13,7 @@ use orchestrator_bmc::{BmcEndpoint, Credentials, HttpClients, RetryPolicy, Timeo
 use orchestrator_db::AuditFilter;
 use orchestrator_db::execution::{RolloutState, StepFilter, StepPurpose, StepState, WaveState};
 use orchestrator_db::health::{Cohort, SampleScope};
+use orchestrator_engine::prometheus::{PrometheusClient, PrometheusConfig};
 use orchestrator_engine::watch::{DetectorJudge, RedfishHealthBmcs};
 use orchestrator_engine::{StartRollout, start_rollout};
 use orchestrator_types::QualificationState;
@@ -382,5 +383,104 @@ async fn a_canary_too_short_for_its_gate_holds_for_a_human() {
         .filter(|e| h.fleet.flash_counts(&e.name).unwrap().values().sum::<u32>() > 0)
         .count();
     assert_eq!(flashed, 10);
+    h.shutdown().await;
+}
+
+/// A stand-in for Prometheus' query API: whatever the query, it answers
+/// with the GPU temperatures bmc-sim's `/metrics` shows at that moment, as
+/// Prometheus would for `bmcsim_gpu_temperature_celsius` (labels node, gpu).
+async fn fake_prometheus(metrics_url: String) -> (String, tokio::task::JoinHandle<()>) {
+    let handler = move || {
+        let metrics_url = metrics_url.clone();
+        async move {
+            let text = match reqwest::get(&metrics_url).await {
+                Ok(response) => response.text().await.unwrap_or_default(),
+                Err(_) => String::new(),
+            };
+            let now = chrono::Utc::now().timestamp_millis() as f64 / 1000.0;
+            let result: Vec<serde_json::Value> = text
+                .lines()
+                .filter_map(|line| line.strip_prefix("bmcsim_gpu_temperature_celsius{"))
+                .filter_map(|rest| {
+                    let (labels, value) = rest.split_once("} ")?;
+                    let mut metric = serde_json::Map::new();
+                    for pair in labels.split(',') {
+                        let (k, v) = pair.split_once('=')?;
+                        metric.insert(k.to_owned(), v.trim_matches('"').into());
+                    }
+                    Some(serde_json::json!({ "metric": metric, "value": [now, value.trim()] }))
+                })
+                .collect();
+            axum::Json(serde_json::json!({
+                "status": "success",
+                "data": { "resultType": "vector", "result": result },
+            }))
+        }
+    };
+    let app = axum::Router::new().route("/api/v1/query", axum::routing::post(handler));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let task = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (format!("http://{addr}"), task)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prometheus_level_gate_is_judged_against_the_control_cohort() {
+    let Some(mut h) = Harness::start(40, &scenario_extra(), false).await else {
+        return;
+    };
+    let (prometheus_url, prometheus) = fake_prometheus(format!("{}/metrics", h.fleet.control_url())).await;
+    let policy = policy_with_gates("[xid_errors, gpu_temp_prom]").replace(
+        "    - name: link_degraded\n",
+        "    - name: gpu_temp_prom\n      source: prometheus\n      query: 'avg by (node, gpu) (bmcsim_gpu_temperature_celsius)'\n      kind: level\n      direction: increase_is_bad\n      min_effect: 3\n      interval: 10m\n    - name: link_degraded\n",
+    );
+    let release = h.add_release(GPU_TO, true).await;
+    h.add_release(GPU_FROM, true).await;
+    let rollout = start_rollout(
+        &h.db,
+        &StartRollout {
+            release_id: release.id,
+            policy_source: policy,
+            policy_commit: None,
+            policy_blob: None,
+            seed: 5,
+        },
+        "alice",
+    )
+    .await
+    .expect("rollout starts");
+    let client = PrometheusClient::new(PrometheusConfig::new(url::Url::parse(&prometheus_url).unwrap())).unwrap();
+    let judge = Arc::new(DetectorJudge::new(h.db.clone(), health_bmcs()).with_prometheus(client));
+    h.start_engine_with(h.config(), judge);
+    let done = h
+        .wait_for(
+            rollout.id,
+            &[RolloutState::RolledBack, RolloutState::Halted, RolloutState::Completed],
+            Duration::from_secs(55),
+        )
+        .await;
+    h.stop_engine().await;
+    prometheus.abort();
+    assert_eq!(done.state, RolloutState::Completed, "{:?}", done.state_reason);
+    let waves = h.db.rollout_waves(rollout.id).await.unwrap();
+    let canary = waves.iter().find(|w| w.name == "canary").unwrap();
+    let looks = h.db.health_looks(SampleScope::Wave(canary.id)).await.unwrap();
+    let last = looks
+        .iter()
+        .filter(|l| l.look.gate == "gpu_temp_prom")
+        .max_by_key(|l| l.look.look_number)
+        .expect("the Prometheus gate was looked at");
+    assert_eq!(last.look.look_number, last.look.planned_looks);
+    assert_eq!(last.look.outcome, "pass", "{:#}", last.look.verdict);
+    // One value per GPU and cohort went into the test.
+    let evidence = &last.look.verdict["evidence"];
+    assert_eq!(evidence["canary"]["samples"], 80, "{evidence:#}");
+    assert_eq!(
+        evidence["control"]["samples"],
+        8 * canary.control_nodes.len(),
+        "{evidence:#}"
+    );
     h.shutdown().await;
 }

@@ -14,13 +14,14 @@ use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use orchestrator_bmc::{Bmc, BmcEndpoint, EventCursor, HttpClients, RedfishBmc};
 use orchestrator_db::execution::{ExecRollout, ExecWave, StepFilter, StepPurpose, StepState};
-use orchestrator_db::health::{Cohort, HealthCursor, NodePoll};
+use orchestrator_db::health::{Cohort, HealthCursor, LevelAgg, NodePoll, WindowDelta, window_start};
 use orchestrator_db::{Db, DbError};
 use orchestrator_policy::RedfishMetric;
 use orchestrator_types::NodeId;
 
 use super::classify::{classify_event, gpu_count, gpu_levels, poll_deltas};
 use crate::connector::EndpointResolver;
+use crate::prometheus::{NodeIndex, PrometheusClient};
 
 /// GPUs assumed on a node whose GPU sensors cannot be read: the HGX
 /// baseboards this product targets carry eight. Used only for exposure,
@@ -75,6 +76,7 @@ impl HealthBmcs for RedfishHealthBmcs {
 #[derive(Debug, Clone)]
 struct Member {
     node_id: NodeId,
+    name: String,
     cohort: Cohort,
     exposure_start: DateTime<Utc>,
     bmc_url: String,
@@ -126,6 +128,7 @@ impl Collector {
         let mut add = |node: orchestrator_db::model::Node, cohort: Cohort, start: DateTime<Utc>| {
             members.push(Member {
                 node_id: node.id,
+                name: node.name,
                 cohort,
                 exposure_start: start,
                 bmc_url: node.bmc_url,
@@ -196,6 +199,72 @@ impl Collector {
             return Err(err);
         }
         Ok(report.into_inner().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Runs each `(metric key, PromQL)` level query at `now` over the
+    /// wave's canary and control nodes and stores one reading per series
+    /// (a series per GPU stays its own unit). A failing query is logged and
+    /// counted; its gate then simply has less data.
+    pub async fn collect_prometheus(
+        &self,
+        client: &PrometheusClient,
+        rollout: &ExecRollout,
+        wave: &ExecWave,
+        queries: &[(String, String)],
+        bake_start: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<CollectReport, DbError> {
+        let members = self.members(wave, bake_start).await?;
+        let index: NodeIndex = members.iter().map(|m| (m.node_id, m.name.clone())).collect();
+        let cohorts: HashMap<NodeId, Cohort> = members.iter().map(|m| (m.node_id, m.cohort)).collect();
+        let node_label = client.config().node_label.clone();
+        let mut report = CollectReport::default();
+        for (metric, query) in queries {
+            let mapped = match client.node_samples(query, now, &index).await {
+                Ok(mapped) => mapped,
+                Err(err) => {
+                    tracing::warn!(error = %crate::step_error_chain(&err), wave = %wave.name, %metric, "Prometheus query failed");
+                    report.failed += 1;
+                    continue;
+                }
+            };
+            if !mapped.unmatched.is_empty() {
+                tracing::debug!(%metric, unmatched = mapped.unmatched.len(), "series without a watched node");
+            }
+            let mut by_node: HashMap<NodeId, WindowDelta> = HashMap::new();
+            for sample in mapped.matched.into_iter().filter(|s| s.value.is_finite()) {
+                let unit: Vec<String> = sample
+                    .labels
+                    .iter()
+                    .filter(|(k, _)| **k != node_label && k.as_str() != "__name__")
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect();
+                let unit = if unit.is_empty() {
+                    "node".to_owned()
+                } else {
+                    unit.join(",")
+                };
+                by_node
+                    .entry(sample.node)
+                    .or_insert_with(|| WindowDelta {
+                        metric: metric.clone(),
+                        window_start: window_start(now),
+                        ..Default::default()
+                    })
+                    .units
+                    .insert(unit, LevelAgg::of(sample.value));
+            }
+            for (node, delta) in by_node {
+                let Some(cohort) = cohorts.get(&node).copied() else {
+                    continue;
+                };
+                self.db
+                    .record_health_samples(rollout.id, wave.id, node, cohort, std::slice::from_ref(&delta))
+                    .await?;
+                report.polled += 1;
+            }
+        }
+        Ok(report)
     }
 
     /// Polls one node; `Ok(None)` when its BMC could not be read.

@@ -19,6 +19,7 @@ use serde_json::json;
 
 use super::collector::{Collector, HealthBmcs};
 use crate::health::{HealthJudge, Verdict, VerdictOutcome};
+use crate::prometheus::PrometheusClient;
 
 /// The actor the audit log records for the detector's looks.
 pub const DETECTOR_ACTOR: &str = "detector";
@@ -54,6 +55,11 @@ enum Gate {
         gate: HealthGate,
         metric: RedfishMetric,
     },
+    /// A level gate whose values come from a PromQL query.
+    PromLevel {
+        gate: HealthGate,
+        query: String,
+    },
     /// A gate this judge cannot evaluate; holds the wave for a human.
     Unsupported {
         name: String,
@@ -64,20 +70,38 @@ enum Gate {
 impl Gate {
     fn name(&self) -> &str {
         match self {
-            Gate::Rate { gate, .. } | Gate::Level { gate, .. } => &gate.name,
+            Gate::Rate { gate, .. } | Gate::Level { gate, .. } | Gate::PromLevel { gate, .. } => &gate.name,
             Gate::Unsupported { name, .. } => name,
         }
     }
 
+    /// The gate, when it has a data source.
+    fn health_gate(&self) -> Option<&HealthGate> {
+        match self {
+            Gate::Rate { gate, .. } | Gate::Level { gate, .. } | Gate::PromLevel { gate, .. } => Some(gate),
+            Gate::Unsupported { .. } => None,
+        }
+    }
+
+    /// The gate and its Redfish metric, for Redfish gates.
     fn watched(&self) -> Option<(&HealthGate, RedfishMetric)> {
         match self {
             Gate::Rate { gate, metric } | Gate::Level { gate, metric } => Some((gate, *metric)),
-            Gate::Unsupported { .. } => None,
+            Gate::PromLevel { .. } | Gate::Unsupported { .. } => None,
+        }
+    }
+
+    /// The key its samples are stored under.
+    fn sample_key(&self) -> String {
+        match self {
+            Gate::Rate { metric, .. } | Gate::Level { metric, .. } => metric.as_str().to_owned(),
+            Gate::PromLevel { gate, .. } => format!("prometheus:{}", gate.name),
+            Gate::Unsupported { name, .. } => name.clone(),
         }
     }
 }
 
-fn resolve_gate(policy: &Policy, name: &str) -> Gate {
+fn resolve_gate(policy: &Policy, name: &str, prometheus: bool) -> Gate {
     let unsupported = |reason: &str| Gate::Unsupported {
         name: name.to_owned(),
         reason: reason.to_owned(),
@@ -86,7 +110,19 @@ fn resolve_gate(policy: &Policy, name: &str) -> Gate {
         return unsupported("the policy has no gate of this name");
     };
     match &gate.source {
-        GateSource::Prometheus { .. } => unsupported("no Prometheus collector is configured for this judge"),
+        GateSource::Prometheus { .. } if !prometheus => {
+            unsupported("no Prometheus server is configured for this judge")
+        }
+        GateSource::Prometheus { query } => match gate.kind {
+            GateKind::Level => Gate::PromLevel {
+                gate: gate.clone(),
+                query: query.clone(),
+            },
+            // A PromQL result is an instant value per series; counting
+            // events and exposure from it would need a convention the
+            // policy does not state, so only levels are judged.
+            GateKind::Rate => unsupported("Prometheus rate gates are not supported; use a level query"),
+        },
         GateSource::Redfish {
             metric: RedfishMetric::FlashFailures,
         } => unsupported("flash failures have no control cohort to compare with; the failure budget covers them"),
@@ -130,9 +166,9 @@ fn rate_cohorts(samples: &[HealthSample], metric: RedfishMetric) -> RateCohorts 
 }
 
 /// One value per unit (GPU) and cohort: the unit's mean over the bake so far.
-fn level_cohorts(samples: &[HealthSample], metric: RedfishMetric) -> (Vec<f64>, Vec<f64>) {
+fn level_cohorts(samples: &[HealthSample], metric: &str) -> (Vec<f64>, Vec<f64>) {
     let mut units: BTreeMap<(Cohort, NodeId, &str), LevelAgg> = BTreeMap::new();
-    for s in samples.iter().filter(|s| s.metric == metric.as_str()) {
+    for s in samples.iter().filter(|s| s.metric == metric) {
         for (unit, agg) in &s.units {
             units
                 .entry((s.cohort, s.node_id, unit.as_str()))
@@ -251,6 +287,7 @@ pub struct DetectorJudge {
     clock: Arc<dyn Clock>,
     collector: Collector,
     spending: SpendingFunction,
+    prometheus: Option<PrometheusClient>,
     last_poll: Mutex<HashMap<WaveId, DateTime<Utc>>>,
 }
 
@@ -263,6 +300,7 @@ impl DetectorJudge {
             collector: Collector::new(db.clone(), bmcs, DEFAULT_POLL_CONCURRENCY),
             db,
             spending: SpendingFunction::OBrienFleming,
+            prometheus: None,
             last_poll: Mutex::new(HashMap::new()),
         }
     }
@@ -270,6 +308,13 @@ impl DetectorJudge {
     /// Uses another alpha-spending function.
     pub fn with_spending(mut self, spending: SpendingFunction) -> Self {
         self.spending = spending;
+        self
+    }
+
+    /// Judges the policy's Prometheus level gates with this server's data
+    /// (without one they hold the wave for a human).
+    pub fn with_prometheus(mut self, client: PrometheusClient) -> Self {
+        self.prometheus = Some(client);
         self
     }
 
@@ -284,7 +329,7 @@ impl DetectorJudge {
         force: bool,
     ) -> Result<(), DbError> {
         let watched: Vec<(&HealthGate, RedfishMetric)> = gates.iter().filter_map(Gate::watched).collect();
-        let Some(interval) = watched.iter().map(|(g, _)| g.interval).min() else {
+        let Some(interval) = gates.iter().filter_map(Gate::health_gate).map(|g| g.interval).min() else {
             return Ok(());
         };
         let due = {
@@ -300,8 +345,24 @@ impl DetectorJudge {
                 metrics.push(*metric);
             }
         }
-        let report = self.collector.collect(rollout, wave, &metrics, bake_start, now).await?;
-        tracing::debug!(wave = %wave.name, ?report, "health poll");
+        if !metrics.is_empty() {
+            let report = self.collector.collect(rollout, wave, &metrics, bake_start, now).await?;
+            tracing::debug!(wave = %wave.name, ?report, "health poll");
+        }
+        let queries: Vec<(String, String)> = gates
+            .iter()
+            .filter_map(|g| match g {
+                Gate::PromLevel { query, .. } => Some((g.sample_key(), query.clone())),
+                _ => None,
+            })
+            .collect();
+        if let (Some(client), false) = (&self.prometheus, queries.is_empty()) {
+            let report = self
+                .collector
+                .collect_prometheus(client, rollout, wave, &queries, bake_start, now)
+                .await?;
+            tracing::debug!(wave = %wave.name, ?report, "Prometheus health poll");
+        }
         self.last_poll
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -333,6 +394,7 @@ impl DetectorJudge {
                 });
             }
         };
+        let key = gate.sample_key();
         let verdict = match gate {
             Gate::Rate { gate, metric } => evaluate_rate(
                 &RateGate {
@@ -344,8 +406,8 @@ impl DetectorJudge {
                 &rate_cohorts(samples, *metric),
                 &look,
             ),
-            Gate::Level { gate, metric } => {
-                let (canary, control) = level_cohorts(samples, *metric);
+            Gate::Level { gate, .. } | Gate::PromLevel { gate, .. } => {
+                let (canary, control) = level_cohorts(samples, &key);
                 evaluate_level(
                     &LevelGate {
                         name: gate.name.clone(),
@@ -413,7 +475,11 @@ impl DetectorJudge {
         };
         let now = self.clock.now();
         let bake = Duration::seconds(wave.bake_seconds.max(0));
-        let gates: Vec<Gate> = wave.gates.iter().map(|name| resolve_gate(policy, name)).collect();
+        let gates: Vec<Gate> = wave
+            .gates
+            .iter()
+            .map(|name| resolve_gate(policy, name, self.prometheus.is_some()))
+            .collect();
         if let Err(err) = self.poll_if_due(rollout, wave, &gates, bake_start, now, last).await {
             tracing::warn!(error = %crate::step_error_chain(&err), wave = %wave.name, "health collection failed");
             return error(format!("health collection failed: {}", crate::step_error_chain(&err)));
@@ -432,7 +498,7 @@ impl DetectorJudge {
         let mut samples: Option<Vec<HealthSample>> = None;
         let mut states = Vec::new();
         for gate in &gates {
-            let Some((health_gate, _)) = gate.watched() else {
+            let Some(health_gate) = gate.health_gate() else {
                 if let Gate::Unsupported { name, reason } = gate {
                     states.push(GateState {
                         gate: name.clone(),
@@ -649,7 +715,7 @@ mod tests {
         b.units.insert("GPU_0".into(), LevelAgg::of(64.0));
         let mut c = sample(Cohort::Control, 2, "gpu_temp_c", 0, 0.0);
         c.units.insert("GPU_0".into(), LevelAgg::of(50.0));
-        let (canary, control) = level_cohorts(&[a, b, c], RedfishMetric::GpuTempC);
+        let (canary, control) = level_cohorts(&[a, b, c], "gpu_temp_c");
         assert_eq!(canary, vec![62.0, 70.0]);
         assert_eq!(control, vec![50.0]);
     }
