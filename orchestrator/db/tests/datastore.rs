@@ -367,7 +367,14 @@ async fn migrations_are_idempotent() {
         t.db.migrate().await.unwrap();
         assert_eq!(
             t.db.applied_migrations().await.unwrap(),
-            ["m0001_foundation", "m0002_policies", "m0003_execution", "m0004_health", "m0005_alerts"]
+            [
+                "m0001_foundation",
+                "m0002_policies",
+                "m0003_execution",
+                "m0004_health",
+                "m0005_alerts",
+                "m0006_auth"
+            ]
         );
     }
 }
