@@ -290,3 +290,41 @@ async fn blocking_a_release_halts_its_running_rollouts() {
     assert_eq!(flashed_nodes(&h).len(), 10, "nothing after the canary");
     h.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_automatic_rollback_a_failed_verdict_halts_and_still_blocks_the_release() {
+    let mut h = Harness::start(20, "", false).await.unwrap();
+    let release = h.add_release(GPU_TO, true).await;
+    let source = policy("1m", "approval: auto").replace("automatic: true", "automatic: false");
+    assert!(source.contains("automatic: false"), "the policy template changed");
+    let id = start(&h, release.id, source).await;
+    h.start_engine_with(h.config(), Arc::new(FailingJudge { wave: "canary" }));
+    let done = h
+        .wait_for(
+            id,
+            &[RolloutState::RolledBack, RolloutState::Halted, RolloutState::Completed],
+            LIMIT,
+        )
+        .await;
+    assert_eq!(done.state, RolloutState::Halted, "{:?}", done.state_reason);
+    assert!(done.state_reason.unwrap().contains("xid_errors"));
+    let waves = h.db.rollout_waves(id).await.unwrap();
+    assert_eq!(waves[0].decision.as_deref(), Some("halt"));
+    assert!(waves.iter().all(|w| w.name != "rollback"), "no rollback wave");
+    assert_eq!(
+        h.db.release(release.id).await.unwrap().qualification_state,
+        QualificationState::Blocked
+    );
+    // The canary stays on the new version for a human to decide.
+    let flashed = flashed_nodes(&h);
+    assert_eq!(flashed.len(), 10);
+    for name in &flashed {
+        let counts = h.fleet.flash_counts(name).unwrap();
+        assert_eq!(
+            (counts.get(GPU_TO), counts.get(GPU_FROM)),
+            (Some(&1), None),
+            "{name}: {counts:?}"
+        );
+    }
+    h.shutdown().await;
+}
