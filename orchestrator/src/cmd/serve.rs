@@ -40,6 +40,11 @@ pub struct ServeArgs {
     /// webhook refuses every alert.
     #[arg(long, env = "WAVEGUARD_ALERTMANAGER_TOKEN_ENV", value_name = "VAR")]
     alertmanager_token_env: Option<String>,
+    /// Prometheus server whose data the policies' `source: prometheus`
+    /// health gates query (series mapped to nodes by their `node` label).
+    /// Without it those gates hold their waves for a human.
+    #[arg(long, env = "WAVEGUARD_PROMETHEUS_URL", value_name = "URL")]
+    prometheus_url: Option<url::Url>,
 }
 
 /// The Alertmanager receiver's settings from flags and file, with the token
@@ -154,13 +159,21 @@ fn start_engine(db: &orchestrator_db::Db, context: &Context, args: &ServeArgs) -
     ));
     // Waves are judged against their control cohorts from Redfish health;
     // gates this judge cannot evaluate hold the wave for a human.
-    let judge = std::sync::Arc::new(orchestrator_engine::watch::DetectorJudge::new(
+    let mut judge = orchestrator_engine::watch::DetectorJudge::new(
         db.clone(),
         std::sync::Arc::new(orchestrator_engine::watch::RedfishHealthBmcs::new(
             orchestrator_bmc::HttpClients::new(),
             resolve,
         )),
-    ));
+    );
+    if let Some(url) = &args.prometheus_url {
+        let config = orchestrator_engine::prometheus::PrometheusConfig::new(url.clone());
+        match orchestrator_engine::prometheus::PrometheusClient::new(config) {
+            Ok(client) => judge = judge.with_prometheus(client),
+            Err(err) => tracing::error!(error = %err, "Prometheus gates disabled: cannot build the client"),
+        }
+    }
+    let judge = std::sync::Arc::new(judge);
     let config = orchestrator_engine::EngineConfig {
         holder: format!(
             "{}:{}",
