@@ -472,8 +472,8 @@ fn one_bake(
         let verdict = evaluate_rate(
             gate,
             &RateCohorts {
-                canary: canary.clone(),
-                control: control.clone(),
+                canary,
+                control,
             },
             &look,
         );
