@@ -75,10 +75,14 @@ struct Seeded {
 
 async fn seed(db: &Db) -> anyhow::Result<Seeded> {
     let hash = web::auth::hash_password(PASSWORD)?;
-    db.add_user("rita", "Rita Manager", Role::ReleaseManager, Some(&hash), "test").await?;
-    db.add_user("sam", "Sam Second", Role::ReleaseManager, Some(&hash), "test").await?;
-    db.add_user("vera", "Vera Viewer", Role::Viewer, Some(&hash), "test").await?;
-    db.add_user("ada", "Ada Admin", Role::Admin, Some(&hash), "test").await?;
+    db.add_user("rita", "Rita Manager", Role::ReleaseManager, Some(&hash), "test")
+        .await?;
+    db.add_user("sam", "Sam Second", Role::ReleaseManager, Some(&hash), "test")
+        .await?;
+    db.add_user("vera", "Vera Viewer", Role::Viewer, Some(&hash), "test")
+        .await?;
+    db.add_user("ada", "Ada Admin", Role::Admin, Some(&hash), "test")
+        .await?;
 
     let nodes: Vec<NewNode> = (0..8)
         .map(|i| NewNode {
@@ -118,7 +122,8 @@ async fn seed(db: &Db) -> anyhow::Result<Seeded> {
             .collect();
         db.record_inventory(node.id, &readings).await?;
     }
-    db.record_discovery_error(nodes[7].id, "BMC did not answer: connection timed out").await?;
+    db.record_discovery_error(nodes[7].id, "BMC did not answer: connection timed out")
+        .await?;
 
     let release = db
         .add_release(
@@ -232,7 +237,9 @@ async fn seed(db: &Db) -> anyhow::Result<Seeded> {
             state: Some(WaveState::AwaitingApproval),
             started_at: Some(now - chrono::Duration::hours(2)),
             bake_started_at: Some(now - chrono::Duration::hours(1)),
-            verdict: Some(json!({ "outcome": "pass", "summary": "xid-rate: canary 0.61 vs control 0.58 per GPU-hour, p=0.71" })),
+            verdict: Some(
+                json!({ "outcome": "pass", "summary": "xid-rate: canary 0.61 vs control 0.58 per GPU-hour, p=0.71" }),
+            ),
             ..Default::default()
         },
         json!({}),
@@ -240,14 +247,8 @@ async fn seed(db: &Db) -> anyhow::Result<Seeded> {
     .await?;
     db.set_wave_blockers(&fence, waves[0].id, &[Blocker::Approvals { have: 0, need: 1 }])
         .await?;
-    db.set_wave_blockers(
-        &fence,
-        waves[1].id,
-        &[Blocker::PreviousWave {
-            wave: "canary".into(),
-        }],
-    )
-    .await?;
+    db.set_wave_blockers(&fence, waves[1].id, &[Blocker::PreviousWave { wave: "canary".into() }])
+        .await?;
     Ok(Seeded {
         rollout: rollout.id.0,
         canary: waves[0].id.0,
@@ -262,7 +263,11 @@ async fn lease(db: &Db) -> anyhow::Result<orchestrator_db::execution::Fence> {
         .context("the executor lease is free in a fresh database")
 }
 
-async fn finish_step(db: &Db, fence: &orchestrator_db::execution::Fence, step: orchestrator_types::StepId) -> anyhow::Result<()> {
+async fn finish_step(
+    db: &Db,
+    fence: &orchestrator_db::execution::Fence,
+    step: orchestrator_types::StepId,
+) -> anyhow::Result<()> {
     db.transition_step(
         fence,
         step,
@@ -385,7 +390,12 @@ async fn login(client: &Client, base: &str, user: &str) -> anyhow::Result<()> {
     client.find(Locator::Id("username")).await?.send_keys(user).await?;
     client.find(Locator::Id("password")).await?.send_keys(PASSWORD).await?;
     client.find(Locator::Id("login")).await?.click().await?;
-    wait_until(client, "the logged-in page", "return !!document.getElementById('whoami');").await?;
+    wait_until(
+        client,
+        "the logged-in page",
+        "return !!document.getElementById('whoami');",
+    )
+    .await?;
     let who = client.find(Locator::Id("whoami")).await?.text().await?;
     anyhow::ensure!(who.contains(user), "logged in as {who:?}, wanted {user}");
     Ok(())
@@ -475,21 +485,36 @@ async fn drive(client: &Client, base: &str, db: &Db, seeded: &Seeded) -> anyhow:
                'Content-Type': 'application/x-www-form-urlencoded', 'Accept': 'application/json'},
                body: 'confirmed=yes&wave=' + arguments[1]});
              return r.status;",
-            vec![json!(format!("/rollouts/{}/approve", seeded.rollout)), json!(seeded.canary)],
+            vec![
+                json!(format!("/rollouts/{}/approve", seeded.rollout)),
+                json!(seeded.canary),
+            ],
         )
         .await?;
-    anyhow::ensure!(status == json!(403), "a viewer's approval is refused with 403, got {status}");
+    anyhow::ensure!(
+        status == json!(403),
+        "a viewer's approval is refused with 403, got {status}"
+    );
     client.goto(&format!("{base}/users")).await?;
     let title = client.find(Locator::Id("error-title")).await?.text().await?;
     anyhow::ensure!(title == "Not allowed", "a viewer is refused the users page: {title:?}");
     shot(client, "02-viewer-refused").await?;
-    anyhow::ensure!(db.wave_approvals(orchestrator_types::WaveId(seeded.canary)).await?.is_empty());
+    anyhow::ensure!(
+        db.wave_approvals(orchestrator_types::WaveId(seeded.canary))
+            .await?
+            .is_empty()
+    );
     logout(client, base).await?;
 
     // The author cannot approve their own rollout (two-person rule).
     login(client, base, "rita").await?;
     client.goto(&rollout_url).await?;
-    wait_until(client, "the two-person notice", "return !!document.querySelector('.two-person');").await?;
+    wait_until(
+        client,
+        "the two-person notice",
+        "return !!document.querySelector('.two-person');",
+    )
+    .await?;
     logout(client, base).await?;
 
     // A second release manager approves the canary, without a reload.
@@ -510,9 +535,16 @@ async fn drive(client: &Client, base: &str, db: &Db, seeded: &Seeded) -> anyhow:
         shot(client, name).await?;
     }
     client.goto(&rollout_url).await?;
-    wait_until(client, "the approve button", "return !!document.querySelector('button.approve');").await?;
+    wait_until(
+        client,
+        "the approve button",
+        "return !!document.querySelector('button.approve');",
+    )
+    .await?;
     shot(client, "09-rollout-awaiting-approval").await?;
-    client.execute("window.__noReload = 'still here'; return true;", vec![]).await?;
+    client
+        .execute("window.__noReload = 'still here'; return true;", vec![])
+        .await?;
     client
         .find(Locator::Id(&format!("approve-{}", seeded.canary)))
         .await?
@@ -556,6 +588,9 @@ async fn drive(client: &Client, base: &str, db: &Db, seeded: &Seeded) -> anyhow:
             ..Default::default()
         })
         .await?;
-    anyhow::ensure!(audit.len() == 1 && audit[0].actor == "sam", "the approval is audited: {audit:?}");
+    anyhow::ensure!(
+        audit.len() == 1 && audit[0].actor == "sam",
+        "the approval is audited: {audit:?}"
+    );
     Ok(())
 }

@@ -67,6 +67,9 @@ enum Command {
     /// Rollout policies: lint files, sync them from git, show what is in force.
     #[command(subcommand)]
     Policy(cmd::policy::PolicyCommand),
+    /// Web UI users and API tokens.
+    #[command(subcommand)]
+    User(cmd::user::UserCommand),
     /// Start, inspect, approve, pause, resume, abort and roll back rollouts.
     #[command(subcommand)]
     Rollout(cmd::rollout::RolloutCommand),
@@ -147,6 +150,7 @@ fn main() -> ExitCode {
             Command::Fleet(command) => cmd::fleet::run(command, &context).await,
             Command::Release(command) => cmd::release::run(command, &context).await,
             Command::Policy(command) => cmd::policy::run(command, &context).await,
+            Command::User(command) => cmd::user::run(command, &context).await,
             Command::Rollout(command) => cmd::rollout::run(command, &context).await,
             Command::Simulate(args) => cmd::simulate::run(args, &context).await,
             Command::Demo(args) => cmd::demo::run(args, &context).await,

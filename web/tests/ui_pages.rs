@@ -135,7 +135,11 @@ async fn post(app: &Router, token: &str, uri: &str, body: &str, json: bool) -> (
     if json {
         request = request.header(header::ACCEPT, "application/json");
     }
-    let response = app.clone().oneshot(request.body(Body::from(body.to_owned())).unwrap()).await.unwrap();
+    let response = app
+        .clone()
+        .oneshot(request.body(Body::from(body.to_owned())).unwrap())
+        .await
+        .unwrap();
     let status = response.status();
     let location = response
         .headers()
@@ -148,7 +152,9 @@ async fn post(app: &Router, token: &str, uri: &str, body: &str, json: bool) -> (
 #[tokio::test(flavor = "current_thread")]
 async fn every_page_renders_its_data() {
     let f = fixture().await;
-    let admin = provision_api_token(&f.db, "ada", Role::Admin, "t", "test").await.unwrap();
+    let admin = provision_api_token(&f.db, "ada", Role::Admin, "t", "test")
+        .await
+        .unwrap();
     let cases: Vec<(String, Vec<&str>)> = vec![
         ("/".into(), vec!["Fleet overview", "Update failure rate", "<svg"]),
         ("/releases".into(), vec!["96.00.61.00.01", "registered", "1/1 passed"]),
@@ -161,7 +167,10 @@ async fn every_page_renders_its_data() {
             format!("/rollouts/{}", f.rollout),
             vec!["canary", "Approvals 0/1", "node-0", "c0ffee123456", "data-events"],
         ),
-        (format!("/rollouts/{}?state=pending&node=node-1", f.rollout), vec!["node-1"]),
+        (
+            format!("/rollouts/{}?state=pending&node=node-1", f.rollout),
+            vec!["node-1"],
+        ),
         ("/audit?action=rollout.start".into(), vec!["rollout.start", "rita"]),
         ("/policies".into(), vec!["No policy synced yet"]),
         ("/users".into(), vec!["ada", "admin"]),
@@ -183,8 +192,12 @@ async fn every_page_renders_its_data() {
 #[tokio::test(flavor = "current_thread")]
 async fn actions_confirm_then_act_and_the_two_person_rule_shows() {
     let f = fixture().await;
-    let rita = provision_api_token(&f.db, "rita", Role::ReleaseManager, "t", "test").await.unwrap();
-    let sam = provision_api_token(&f.db, "sam", Role::ReleaseManager, "t", "test").await.unwrap();
+    let rita = provision_api_token(&f.db, "rita", Role::ReleaseManager, "t", "test")
+        .await
+        .unwrap();
+    let sam = provision_api_token(&f.db, "sam", Role::ReleaseManager, "t", "test")
+        .await
+        .unwrap();
     let approve = format!("/rollouts/{}/approve", f.rollout);
     let wave = format!("wave={}", f.canary);
 
@@ -200,16 +213,37 @@ async fn actions_confirm_then_act_and_the_two_person_rule_shows() {
     assert!(page.contains(&format!("approve-{}", f.canary)), "sam gets the button");
     let (status, _, body) = post(&f.app, &sam, &approve, &format!("{wave}&comment=lgtm"), false).await;
     assert_eq!(status, StatusCode::OK);
-    assert!(body.contains("Confirm: Approve") && body.contains("name=\"confirmed\" value=\"yes\""), "{body}");
+    assert!(
+        body.contains("Confirm: Approve") && body.contains("name=\"confirmed\" value=\"yes\""),
+        "{body}"
+    );
     assert!(body.contains("value=\"lgtm\""), "the comment is carried over");
-    assert!(f.db.wave_approvals(orchestrator_types::WaveId(f.canary)).await.unwrap().is_empty());
+    assert!(
+        f.db.wave_approvals(orchestrator_types::WaveId(f.canary))
+            .await
+            .unwrap()
+            .is_empty()
+    );
     // Confirmed: done, and back to the page with a message.
-    let (status, location, _) = post(&f.app, &sam, &approve, &format!("{wave}&comment=lgtm&confirmed=yes"), false).await;
+    let (status, location, _) = post(
+        &f.app,
+        &sam,
+        &approve,
+        &format!("{wave}&comment=lgtm&confirmed=yes"),
+        false,
+    )
+    .await;
     assert_eq!(status, StatusCode::SEE_OTHER);
     let location = location.unwrap();
-    assert!(location.starts_with(&format!("/rollouts/{}?msg=Approved", f.rollout)), "{location}");
+    assert!(
+        location.starts_with(&format!("/rollouts/{}?msg=Approved", f.rollout)),
+        "{location}"
+    );
     let approvals = f.db.wave_approvals(orchestrator_types::WaveId(f.canary)).await.unwrap();
-    assert_eq!((approvals[0].approver.as_str(), approvals[0].comment.as_deref()), ("sam", Some("lgtm")));
+    assert_eq!(
+        (approvals[0].approver.as_str(), approvals[0].comment.as_deref()),
+        ("sam", Some("lgtm"))
+    );
     let (_, page) = get(&f.app, &sam, &location).await;
     assert!(page.contains("Approved wave canary"), "the message shows");
     // Twice is a conflict, reported to a script as JSON.
@@ -227,11 +261,32 @@ async fn actions_confirm_then_act_and_the_two_person_rule_shows() {
         assert_eq!(status, StatusCode::OK, "{action}: {text}");
         assert_eq!(f.db.exec_rollout(RolloutId(f.rollout)).await.unwrap().state, want);
     }
-    let (status, _, _) = post(&f.app, &sam, &format!("/rollouts/{}/resume", f.rollout), "confirmed=yes", true).await;
+    let (status, _, _) = post(
+        &f.app,
+        &sam,
+        &format!("/rollouts/{}/resume", f.rollout),
+        "confirmed=yes",
+        true,
+    )
+    .await;
     assert_eq!(status, StatusCode::CONFLICT, "an aborted rollout does not resume");
-    let (status, _, _) = post(&f.app, &sam, &format!("/rollouts/{}/rollback", f.rollout), "confirmed=yes", true).await;
+    let (status, _, _) = post(
+        &f.app,
+        &sam,
+        &format!("/rollouts/{}/rollback", f.rollout),
+        "confirmed=yes",
+        true,
+    )
+    .await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "a rollback needs a reason");
-    let (status, _, _) = post(&f.app, &sam, &format!("/rollouts/{}/explode", f.rollout), "confirmed=yes", true).await;
+    let (status, _, _) = post(
+        &f.app,
+        &sam,
+        &format!("/rollouts/{}/explode", f.rollout),
+        "confirmed=yes",
+        true,
+    )
+    .await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     let audit = f.db.audit_entries(&Default::default()).await.unwrap();
     for action in ["wave.approve", "rollout.paused", "rollout.running", "rollout.aborted"] {
@@ -244,7 +299,14 @@ async fn actions_confirm_then_act_and_the_two_person_rule_shows() {
     // A release transition from its page.
     let (status, location, _) = post(&f.app, &sam, "/releases/1/transition", "to=blocked", false).await;
     assert_eq!(status, StatusCode::CONFLICT, "blocking needs a reason ({location:?})");
-    let (status, location, _) = post(&f.app, &sam, "/releases/1/transition", "to=blocked&reason=xid+storm", false).await;
+    let (status, location, _) = post(
+        &f.app,
+        &sam,
+        "/releases/1/transition",
+        "to=blocked&reason=xid+storm",
+        false,
+    )
+    .await;
     assert_eq!(status, StatusCode::SEE_OTHER);
     assert!(location.unwrap().starts_with("/releases/1?msg="));
 }
@@ -252,7 +314,9 @@ async fn actions_confirm_then_act_and_the_two_person_rule_shows() {
 #[tokio::test(flavor = "current_thread")]
 async fn the_live_stream_sends_the_rollout_progress() {
     let f = fixture().await;
-    let viewer = provision_api_token(&f.db, "vera", Role::Viewer, "t", "test").await.unwrap();
+    let viewer = provision_api_token(&f.db, "vera", Role::Viewer, "t", "test")
+        .await
+        .unwrap();
     let request = Request::get(format!("/rollouts/{}/events", f.rollout))
         .header(header::AUTHORIZATION, format!("Bearer {viewer}"))
         .body(Body::empty())
@@ -268,6 +332,9 @@ async fn the_live_stream_sends_the_rollout_progress() {
         .unwrap();
     let text = String::from_utf8_lossy(&first);
     assert!(text.starts_with("event: progress\n"), "{text}");
-    assert!(text.contains("id=\"waves\"") && text.contains("0/3 nodes done"), "{text}");
+    assert!(
+        text.contains("id=\"waves\"") && text.contains("0/3 nodes done"),
+        "{text}"
+    );
     assert!(!text.contains("approve-"), "a viewer's stream offers no approve button");
 }

@@ -7,6 +7,7 @@ pub mod policy;
 pub mod release;
 pub mod rollout;
 pub mod serve;
+pub mod user;
 pub mod simulate;
 
 use std::process::ExitCode;

@@ -113,12 +113,13 @@ pub(crate) fn failure_trend(outcomes: &[DailyOutcomes], since: NaiveDate, days: 
     svg
 }
 
+/// Per window, per cohort: (numerator, denominator, is a rate).
+type Windows = BTreeMap<DateTime<Utc>, BTreeMap<Cohort, (f64, f64, bool)>>;
+
 /// One line per cohort: the metric per window, pooled over the cohort's
 /// nodes (events per exposure for counters, the mean reading for levels).
 pub(crate) fn cohort_charts(samples: &[HealthSample]) -> Vec<String> {
-    // metric -> window -> cohort -> (numerator, denominator, is_rate)
-    type Acc = BTreeMap<DateTime<Utc>, BTreeMap<Cohort, (f64, f64, bool)>>;
-    let mut metrics: BTreeMap<&str, Acc> = BTreeMap::new();
+    let mut metrics: BTreeMap<&str, Windows> = BTreeMap::new();
     for s in samples {
         let entry = metrics
             .entry(s.metric.as_str())
@@ -142,7 +143,7 @@ pub(crate) fn cohort_charts(samples: &[HealthSample]) -> Vec<String> {
         .collect()
 }
 
-fn cohort_chart(metric: &str, windows: &BTreeMap<DateTime<Utc>, BTreeMap<Cohort, (f64, f64, bool)>>) -> Option<String> {
+fn cohort_chart(metric: &str, windows: &Windows) -> Option<String> {
     let first = *windows.keys().next()?;
     let last = *windows.keys().next_back()?;
     let span = (last - first).num_seconds().max(1) as f64;

@@ -68,7 +68,7 @@ fn describe_blocker(blocker: &Blocker) -> String {
 }
 
 fn pct(part: u64, whole: u64) -> u64 {
-    if whole == 0 { 0 } else { part * 100 / whole }
+    (part * 100).checked_div(whole).unwrap_or(0)
 }
 
 pub(crate) async fn list(
@@ -78,12 +78,9 @@ pub(crate) async fn list(
     let mut releases = HashMap::new();
     let mut rows = Vec::new();
     for rollout in state.db.exec_rollouts().await? {
-        if !releases.contains_key(&rollout.release_id) {
+        if let std::collections::hash_map::Entry::Vacant(slot) = releases.entry(rollout.release_id) {
             let release = state.db.release(rollout.release_id).await?;
-            releases.insert(
-                rollout.release_id,
-                format!("{} {}", release.component_kind, release.version),
-            );
+            slot.insert(format!("{} {}", release.component_kind, release.version));
         }
         let counts = state.db.step_counts(rollout.id, None).await?;
         let (done, all) = (done_count(&counts), total(&counts));
@@ -196,14 +193,12 @@ pub(crate) async fn detail(
             truncated = true;
             break;
         }
-        if !names.contains_key(&step.node_id) {
-            let name = state
-                .db
-                .node(step.node_id)
-                .await
-                .map(|n| n.name)
-                .unwrap_or_else(|_| step.node_id.to_string());
-            names.insert(step.node_id, name);
+        if let std::collections::hash_map::Entry::Vacant(slot) = names.entry(step.node_id) {
+            let name = match state.db.node(step.node_id).await {
+                Ok(node) => node.name,
+                Err(_) => step.node_id.to_string(),
+            };
+            slot.insert(name);
         }
         let node = names.get(&step.node_id).cloned().unwrap_or_default();
         if needle.is_some_and(|n| !node.contains(n)) {
