@@ -80,11 +80,15 @@ impl FromStr for AlertStatus {
 pub struct NewAlert {
     /// Alertmanager's hash of the label set.
     pub fingerprint: String,
+    /// Firing or resolved.
     pub status: AlertStatus,
+    /// When the condition started.
     pub starts_at: DateTime<Utc>,
     /// Only meaningful for resolved alerts.
     pub ends_at: Option<DateTime<Utc>>,
+    /// The alert's identity (alertname, node, severity...).
     pub labels: BTreeMap<String, String>,
+    /// Free text for humans, kept as evidence.
     pub annotations: BTreeMap<String, String>,
     /// Link to the expression that fired (Prometheus graph URL).
     pub generator_url: Option<String>,
@@ -144,11 +148,15 @@ impl RecordedAlert {
 /// A node an alert names, as a rollout touched it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExposedNode {
+    /// The node.
     pub node_id: NodeId,
+    /// Its name, as the alert's label gave it.
     pub node_name: String,
     /// The update step that touched the node.
     pub step_id: StepId,
+    /// The wave of that step (a wave-scoped rollback undoes it).
     pub wave_id: WaveId,
+    /// Where the step stands.
     pub step_state: StepState,
     /// When the step ended (`None` while in flight).
     pub finished_at: Option<DateTime<Utc>>,
@@ -157,7 +165,9 @@ pub struct ExposedNode {
 /// A rollout that an alert concerns, with the nodes through which it does.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AlertExposure {
+    /// The rollout, with its pinned policy.
     pub rollout: ExecRollout,
+    /// The alerting nodes it touched, by step id.
     pub nodes: Vec<ExposedNode>,
 }
 
@@ -173,8 +183,11 @@ impl AlertExposure {
 /// Which alerts to list; newest first.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AlertFilter {
+    /// Only this fingerprint (firing and resolved records alike).
     pub fingerprint: Option<String>,
+    /// Only firing or only resolved.
     pub status: Option<AlertStatus>,
+    /// At most this many (default 100, at most 1000).
     pub limit: Option<u64>,
 }
 

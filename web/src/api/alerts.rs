@@ -166,8 +166,10 @@ pub struct WebhookPayload {
     pub version: String,
     /// `firing` or `resolved` (for the group).
     pub status: String,
+    /// The Alertmanager receiver that sent it (stored with each alert).
     #[serde(default)]
     pub receiver: String,
+    /// Alertmanager's key of the notification group (stored with each alert).
     #[serde(default)]
     pub group_key: String,
     /// Alerts Alertmanager left out because of `max_alerts`.
@@ -184,13 +186,17 @@ pub struct WebhookPayload {
 pub struct WebhookAlert {
     /// `firing` or `resolved`.
     pub status: String,
+    /// Identify the alert; one of them (`node` by default) names the node.
     pub labels: BTreeMap<String, String>,
+    /// Free text for humans (summary, runbook), kept as evidence.
     #[serde(default)]
     pub annotations: BTreeMap<String, String>,
+    /// When the condition started; part of the idempotency key.
     pub starts_at: DateTime<Utc>,
     /// `0001-01-01T00:00:00Z` while firing.
     #[serde(default)]
     pub ends_at: Option<DateTime<Utc>>,
+    /// Link to the expression that fired.
     #[serde(default, rename = "generatorURL")]
     pub generator_url: Option<String>,
     /// Required: what makes redelivery recognisable.
@@ -203,14 +209,18 @@ pub struct WebhookAlert {
 pub struct ReceiveReport {
     /// Alerts in the notification.
     pub received: usize,
+    /// One report per alert, in the notification's order.
     pub alerts: Vec<AlertReport>,
 }
 
 /// What one alert did.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct AlertReport {
+    /// The stored alert (see `GET /api/v1/alerts`).
     pub alert_id: i64,
+    /// Alertmanager's fingerprint.
     pub fingerprint: String,
+    /// Firing or resolved.
     pub status: AlertStatus,
     /// An earlier delivery was already stored.
     pub duplicate: bool,
@@ -228,6 +238,7 @@ pub struct AlertReport {
 /// What an alert did to one rollout.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct ActionReport {
+    /// The rollout concerned.
     pub rollout_id: i64,
     /// What the policy's rules asked for: `rollback`, `pause` or `none`.
     pub requested: String,
