@@ -480,10 +480,6 @@ impl DetectorJudge {
             .iter()
             .map(|name| resolve_gate(policy, name, self.prometheus.is_some()))
             .collect();
-        if let Err(err) = self.poll_if_due(rollout, wave, &gates, bake_start, now, last).await {
-            tracing::warn!(error = %crate::step_error_chain(&err), wave = %wave.name, "health collection failed");
-            return error(format!("health collection failed: {}", crate::step_error_chain(&err)));
-        }
         let stored = match self.db.health_looks(SampleScope::Wave(wave.id)).await {
             Ok(looks) => looks,
             Err(err) => {
@@ -495,6 +491,26 @@ impl DetectorJudge {
         };
         let elapsed = (now - bake_start).to_std().unwrap_or_default();
         let bake_std = bake.to_std().unwrap_or_default();
+        // A look about to be evaluated gets fresh data, whatever the poll
+        // cadence says.
+        let look_due = gates.iter().filter_map(Gate::health_gate).any(|g| {
+            let planned = planned_looks(bake, g.interval);
+            let due = u128::from(planned) * elapsed.as_nanos() / bake_std.as_nanos().max(1);
+            let latest = stored
+                .iter()
+                .filter(|l| l.look.gate == g.name)
+                .map(|l| l.look.look_number)
+                .max()
+                .unwrap_or(0);
+            due.min(u128::from(planned)) > u128::from(latest)
+        });
+        if let Err(err) = self
+            .poll_if_due(rollout, wave, &gates, bake_start, now, last || look_due)
+            .await
+        {
+            tracing::warn!(error = %crate::step_error_chain(&err), wave = %wave.name, "health collection failed");
+            return error(format!("health collection failed: {}", crate::step_error_chain(&err)));
+        }
         let mut samples: Option<Vec<HealthSample>> = None;
         let mut states = Vec::new();
         for gate in &gates {
