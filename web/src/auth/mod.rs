@@ -68,10 +68,14 @@ pub struct AuthConfig {
     pub failure_window: chrono::Duration,
 }
 
+/// Environment variable that turns on `Secure` cookies (`1` or `true`) for
+/// a controller served over TLS without a proxy that says so.
+pub const SECURE_COOKIES_ENV: &str = "WAVEGUARD_SECURE_COOKIES";
+
 impl Default for AuthConfig {
     fn default() -> Self {
         Self {
-            secure_cookies: false,
+            secure_cookies: std::env::var(SECURE_COOKIES_ENV).is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true")),
             // A working day: release managers live in the UI during a rollout.
             session_ttl: chrono::Duration::hours(12),
             // Enough for typos, far too few for guessing.

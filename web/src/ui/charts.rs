@@ -207,6 +207,43 @@ fn cohort_chart(metric: &str, windows: &Windows) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use orchestrator_types::{NodeId, RolloutId, WaveId};
+
+    fn sample(cohort: Cohort, minute: i64, events: u64, exposure: f64) -> HealthSample {
+        HealthSample {
+            rollout_id: RolloutId(1),
+            wave_id: WaveId(1),
+            node_id: NodeId(1),
+            cohort,
+            metric: "xid_errors".into(),
+            window_start: DateTime::<Utc>::UNIX_EPOCH + chrono::Duration::minutes(minute),
+            events,
+            exposure,
+            readings: 0,
+            sum: 0.0,
+            min: None,
+            max: None,
+            units: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn cohort_chart_draws_canary_and_control_per_metric() {
+        let samples = [
+            sample(Cohort::Canary, 0, 1, 10.0),
+            sample(Cohort::Canary, 10, 9, 10.0),
+            sample(Cohort::Control, 0, 1, 10.0),
+            sample(Cohort::Control, 10, 1, 10.0),
+        ];
+        let charts = cohort_charts(&samples);
+        assert_eq!(charts.len(), 1);
+        let svg = &charts[0];
+        assert!(svg.contains("xid_errors: canary vs control"), "{svg}");
+        assert_eq!(svg.matches("<polyline").count(), 2, "{svg}");
+        // The canary's second point (0.9) is the top of the plot; control stays low.
+        assert!(svg.contains("<title>canary</title>") && svg.contains("<title>control</title>"));
+        assert!(cohort_charts(&[]).is_empty());
+    }
 
     #[test]
     fn trend_marks_days_without_data() {
