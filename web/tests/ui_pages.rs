@@ -171,7 +171,10 @@ async fn every_page_renders_its_data() {
             format!("/rollouts/{}?state=pending&node=node-1", f.rollout),
             vec!["node-1"],
         ),
-        ("/audit?action=rollout.start".into(), vec!["rollout.start", "rita"]),
+        (
+            "/audit?action=rollout.start".into(),
+            vec!["rollout.start", "rita", "&quot;seed&quot;:1"],
+        ),
         ("/policies".into(), vec!["No policy synced yet"]),
         ("/users".into(), vec!["ada", "admin"]),
     ];

@@ -56,6 +56,7 @@ fn env() -> &'static Environment<'static> {
             }
         }
         env.add_filter("dt", format_time);
+        env.add_filter("json", |value: Value| serde_json::to_string(&value).unwrap_or_default());
         env
     })
 }
