@@ -68,13 +68,14 @@ pub async fn run(args: BenchArgs, _context: &Context) -> anyhow::Result<ExitCode
         detection(args.trials);
     }
     if wants(Which::Throughput) {
-        throughput(args.nodes, None).await?;
+        let nodes = fitting_nodes(args.nodes);
+        throughput(nodes, None).await?;
         if args.postgres_url.is_empty() {
             println!("throughput on PostgreSQL: skipped (--postgres-url is empty)");
         } else {
             match FreshPostgres::create(&args.postgres_url) {
                 Ok(pg) => {
-                    let outcome = throughput(args.nodes, Some(&pg.url)).await;
+                    let outcome = throughput(nodes, Some(&pg.url)).await;
                     pg.drop_database();
                     outcome?;
                 }
@@ -86,6 +87,33 @@ pub async fn run(args: BenchArgs, _context: &Context) -> anyhow::Result<ExitCode
         scale(args.scale_nodes).await?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// With the fleet in this process every simulated BMC holds three file
+/// descriptors (listener, server side and client side of the controller's
+/// keep-alive connection); fewer nodes run when the hard limit is lower, and
+/// the output says so.
+fn fitting_nodes(wanted: usize) -> usize {
+    const PER_NODE: usize = 3;
+    const SPARE: usize = 2_000;
+    let hard = std::fs::read_to_string("/proc/self/limits").ok().and_then(|t| {
+        t.lines()
+            .find(|l| l.starts_with("Max open files"))
+            .and_then(|l| l.split_whitespace().nth(4))
+            .and_then(|v| v.parse::<usize>().ok())
+    });
+    match hard {
+        Some(hard) if wanted * PER_NODE + SPARE > hard => {
+            let fits = hard.saturating_sub(SPARE) / PER_NODE;
+            println!(
+                "NOTE: the hard open-file limit is {hard}; {wanted} in-process BMCs need ~{} descriptors, so the \
+                 throughput run uses {fits} nodes (raise `ulimit -Hn` for the full run)",
+                wanted * PER_NODE + SPARE
+            );
+            fits.max(1)
+        }
+        _ => wanted,
+    }
 }
 
 fn machine() -> String {
@@ -469,14 +497,7 @@ fn one_bake(
         let Ok(look) = plan.look(number) else {
             return None;
         };
-        let verdict = evaluate_rate(
-            gate,
-            &RateCohorts {
-                canary,
-                control,
-            },
-            &look,
-        );
+        let verdict = evaluate_rate(gate, &RateCohorts { canary, control }, &look);
         if verdict.outcome() == Outcome::Fail {
             return Some(number);
         }
