@@ -600,7 +600,7 @@ mod tests {
     fn examples_directory_lints_clean() {
         let (code, out) = lint(&[examples()]).unwrap();
         assert_eq!(code, ExitCode::SUCCESS, "{out}");
-        assert!(out.ends_with("2 file(s) checked: 0 error(s), 0 warning(s)\n"), "{out}");
+        assert!(out.ends_with("4 file(s) checked: 0 error(s), 0 warning(s)\n"), "{out}");
     }
 
     #[test]
