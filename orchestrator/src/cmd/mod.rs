@@ -7,8 +7,8 @@ pub mod policy;
 pub mod release;
 pub mod rollout;
 pub mod serve;
-pub mod user;
 pub mod simulate;
+pub mod user;
 
 use std::process::ExitCode;
 

@@ -22,7 +22,12 @@ pub struct ServeArgs {
     #[arg(long, env = "WAVEGUARD_LEASE_TTL", value_name = "SECONDS", default_value_t = 60)]
     lease_ttl: u32,
     /// Real milliseconds between engine passes when nothing wakes it.
-    #[arg(long, env = "WAVEGUARD_ENGINE_INTERVAL_MS", value_name = "MS", default_value_t = 2000)]
+    #[arg(
+        long,
+        env = "WAVEGUARD_ENGINE_INTERVAL_MS",
+        value_name = "MS",
+        default_value_t = 2000
+    )]
     engine_interval_ms: u64,
     /// Simulations and tests only: run the controller's clock this many
     /// times faster than real time, counted from --clock-epoch, to share
@@ -184,12 +189,7 @@ fn start_engine(db: &orchestrator_db::Db, context: &Context, args: &ServeArgs) -
         pass_interval: std::time::Duration::from_millis(args.engine_interval_ms.max(10)),
         ..Default::default()
     };
-    orchestrator_engine::Engine::start(
-        db.clone(),
-        config,
-        connector,
-        judge,
-    )
+    orchestrator_engine::Engine::start(db.clone(), config, connector, judge)
 }
 
 /// Resolves on the first SIGINT (Ctrl-C) or SIGTERM.
