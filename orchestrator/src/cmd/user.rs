@@ -35,6 +35,7 @@ pub enum UserCommand {
     },
     /// Set a user's password (ends the user's sessions).
     Passwd {
+        /// The user whose password changes.
         name: String,
         /// Read the password from this environment variable instead of a prompt.
         #[arg(long, value_name = "VAR")]
@@ -42,25 +43,36 @@ pub enum UserCommand {
     },
     /// Change a user's role, or disable or enable the user (ends the user's sessions).
     Set {
+        /// The user to change.
         name: String,
+        /// New role: viewer, release_manager or admin.
         #[arg(long)]
         role: Option<String>,
+        /// Disable the user: no logins, tokens refused.
         #[arg(long, conflicts_with = "enable")]
         disable: bool,
+        /// Enable a disabled user again.
         #[arg(long)]
         enable: bool,
     },
     /// Issue an API token for NAME and print it once (`Authorization: Bearer TOKEN`).
     Token {
+        /// The user the token acts as.
         name: String,
         /// What the token is for (e.g. ci, alert-bridge).
         #[arg(long, default_value = "automation")]
         label: String,
     },
     /// Revoke one of a user's API tokens by its id (see `user list --tokens`).
-    Revoke { name: String, token_id: i64 },
+    Revoke {
+        /// The token's owner.
+        name: String,
+        /// The token's id from `user list --tokens`.
+        token_id: i64,
+    },
     /// List users (and their tokens' ids, labels and last use).
     List {
+        /// Also list each user's API tokens.
         #[arg(long)]
         tokens: bool,
     },
