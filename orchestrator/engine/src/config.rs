@@ -8,8 +8,10 @@ pub struct EngineConfig {
     /// Identity recorded as the lease holder (host:pid, replica name).
     pub holder: String,
     /// How long a lease lasts without renewal; a standby takes over after it.
-    /// Pushes and resets are only sent while at least half of it is left,
-    /// so half of it must exceed a BMC request's timeout.
+    /// Pushes and resets are only sent while at least half of it is left
+    /// and are cut off (outcome unknown) when a quarter is left, whatever
+    /// the BMC driver's retries; so three quarters of it should exceed a
+    /// BMC request's timeout for a slow BMC's push to complete at all.
     pub lease_ttl: Duration,
     /// Real time between passes when nothing nudges the engine.
     pub pass_interval: std::time::Duration,
@@ -45,7 +47,8 @@ impl Default for EngineConfig {
     fn default() -> Self {
         Self {
             holder: format!("waveguard-{}", std::process::id()),
-            // Twice the default 30 s BMC request timeout (see `lease_ttl`).
+            // A pass starts with it renewed, leaving 45 s for a push: more
+            // than the default 30 s BMC request timeout (see `lease_ttl`).
             lease_ttl: Duration::seconds(60),
             pass_interval: std::time::Duration::from_secs(2),
             bmc_concurrency: 64,

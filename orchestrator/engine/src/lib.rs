@@ -43,9 +43,11 @@
 //! Safety limit: a replica only acts while it holds the lease. A fenced
 //! write proves nobody has taken the lease over *yet*, not that nobody will
 //! before the next BMC request lands; so a push or reset is only sent while
-//! at least half the lease TTL is left, and half the TTL must exceed a BMC
-//! request's timeout. A deposed leader's last request has then ended before
-//! a successor (which needs the lease expired) can look at the BMC.
+//! at least half the lease TTL is left, and the call, retries included, is
+//! dropped when only a quarter is left (its outcome is then unknown and
+//! resolved from the BMC's task list or inventory). A deposed leader's last
+//! request has ended before a successor (which needs the lease expired) can
+//! look at the BMC, however long the driver would have retried.
 //!
 //! # Time
 //!

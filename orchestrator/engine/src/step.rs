@@ -116,10 +116,11 @@ impl StepCtx {
     /// Whether a push or reset may be sent now. The fenced intent write
     /// only proves nobody took the lease over *yet*; a successor may take
     /// it as soon as it expires and then look at the BMC. So a side effect
-    /// is only sent while at least half the lease TTL is left: the request
-    /// (bounded by its timeout, which must be shorter than that half) has
-    /// ended before any successor can exist. Otherwise the step waits for
-    /// the next pass, which starts with a renewed lease.
+    /// is only sent while at least half the lease TTL is left, and the call
+    /// with all its retries is cut off when a quarter is left
+    /// ([`Self::within_lease`]): it has ended before any successor can
+    /// exist. Otherwise the step waits for the next pass, which starts with
+    /// a renewed lease.
     fn lease_covers_side_effect(&self) -> bool {
         let left = self.fence.expires_at - self.now();
         let covered = left >= self.config.lease_ttl / 2;
@@ -130,6 +131,28 @@ impl StepCtx {
             );
         }
         covered
+    }
+
+    /// Runs a side effect's BMC call (with the driver's retries) for as long
+    /// as the lease safely covers it: until a quarter of the lease TTL is
+    /// left. The driver may retry a busy or unreachable BMC for longer than
+    /// the lease lasts; past that point a successor could exist, so the
+    /// call is dropped (no further attempt is sent) and reported as
+    /// `None`: its outcome is unknown, which the step resolves from the
+    /// BMC's task list or inventory on a later move.
+    async fn within_lease<T>(&self, call: impl Future<Output = T>) -> Option<T> {
+        let cutoff = self.fence.expires_at - self.config.lease_ttl / 4;
+        let budget = self.clock.real_time(cutoff - self.now());
+        match tokio::time::timeout(budget, call).await {
+            Ok(outcome) => Some(outcome),
+            Err(_) => {
+                tracing::warn!(
+                    budget_ms = budget.as_millis() as u64,
+                    "BMC call cut short: the executor lease no longer covers it"
+                );
+                None
+            }
+        }
     }
 
     async fn transition(
@@ -362,14 +385,14 @@ impl StepCtx {
             apply_time: Some(ApplyTime::OnReset),
             force_update: None,
         };
-        match bmc.start_update(&request).await {
-            Ok(handle) => self.adopt_task(&step, handle.poll_uri().to_owned()).await,
+        match self.within_lease(bmc.start_update(&request)).await {
+            Some(Ok(handle)) => self.adopt_task(&step, handle.poll_uri().to_owned()).await,
             // The BMC may or may not have accepted it: stay in `pushing`; the
             // next move finds out from the task list.
-            Err(BmcError::OutcomeUnknown { .. }) => Ok(()),
+            None | Some(Err(BmcError::OutcomeUnknown { .. })) => Ok(()),
             // Never sent, or answered 503: nothing was accepted.
-            Err(err) if err.is_transient() => self.retry_later(&step, StepState::Prechecked, &err).await,
-            Err(err) => self.fail(&step, format!("push refused: {}", error_chain(&err))).await,
+            Some(Err(err)) if err.is_transient() => self.retry_later(&step, StepState::Prechecked, &err).await,
+            Some(Err(err)) => self.fail(&step, format!("push refused: {}", error_chain(&err))).await,
         }
     }
 
@@ -575,14 +598,16 @@ impl StepCtx {
         } else {
             ResetTarget::System(None)
         };
-        match bmc.reset(&target, ResetKind::GracefulRestart).await {
-            Ok(_) | Err(BmcError::OutcomeUnknown { .. }) => Ok(()),
+        match self.within_lease(bmc.reset(&target, ResetKind::GracefulRestart)).await {
+            // Sent or maybe sent: the activation timeout above reissues it if
+            // the new version never appears.
+            Some(Ok(_) | Err(BmcError::OutcomeUnknown { .. })) | None => Ok(()),
             // Not sent: the timeout above retries it.
-            Err(err) if err.is_transient() => {
+            Some(Err(err)) if err.is_transient() => {
                 tracing::debug!(step = %step.id, error = %err, "reset not sent; will retry");
                 Ok(())
             }
-            Err(err) => self.fail(&step, format!("reset refused: {}", error_chain(&err))).await,
+            Some(Err(err)) => self.fail(&step, format!("reset refused: {}", error_chain(&err))).await,
         }
     }
 
@@ -638,15 +663,20 @@ mod tests {
 
     use super::*;
 
-    /// A leader whose fence still matches (nobody took over yet) but whose
-    /// lease is about to expire must not push: a successor could take over
-    /// the moment it expires, find no task and push a second time. Once the
-    /// lease is renewed, the same move pushes.
-    #[tokio::test]
-    async fn no_push_when_the_lease_is_about_to_expire() {
-        let fleet_clock = Arc::new(SimClock::starting_now(1.0));
-        let scenario = Scenario::from_yaml_str(
-            r#"
+    /// One simulated BMC and a one-step rollout for it, prechecked.
+    struct OneStep {
+        fleet: bmc_sim::RunningFleet,
+        clock: Arc<ManualClock>,
+        db: Db,
+        bmc: RedfishBmc,
+        _test_db: TestDb,
+    }
+
+    impl OneStep {
+        async fn start() -> OneStep {
+            let fleet_clock = Arc::new(SimClock::starting_now(1.0));
+            let scenario = Scenario::from_yaml_str(
+                r#"
 seed: 1
 fleet:
   nodes: 1
@@ -657,108 +687,136 @@ fleet:
   components:
     - {id: HGX_FW_GPU_0, kind: gpu, version: "1.0"}
 "#,
-        )
-        .expect("scenario");
-        let fleet = Fleet::start(scenario, FleetOptions::new(fleet_clock))
+            )
+            .expect("scenario");
+            let fleet = Fleet::start(scenario, FleetOptions::new(fleet_clock))
+                .await
+                .expect("fleet");
+            let endpoint = fleet.endpoints()[0].clone();
+            let clock = Arc::new(ManualClock::new(Utc::now()));
+            let test_db = TestDb::sqlite(clock.clone()).await;
+            let db = test_db.db.clone();
+            db.import_nodes(
+                &[NewNode {
+                    name: endpoint.name.clone(),
+                    bmc_url: endpoint.bmc_url.clone(),
+                    credential_ref: "sim".into(),
+                    platform_sku: "sku".into(),
+                    labels: NodeLabels {
+                        region: "r".into(),
+                        cluster: "c".into(),
+                        rack: "k".into(),
+                        nvlink_domain: "n".into(),
+                    },
+                }],
+                "test",
+            )
             .await
-            .expect("fleet");
-        let endpoint = fleet.endpoints()[0].clone();
-        let clock = Arc::new(ManualClock::new(Utc::now()));
-        let test_db = TestDb::sqlite(clock.clone()).await;
-        let db = test_db.db.clone();
-        db.import_nodes(
-            &[NewNode {
-                name: endpoint.name.clone(),
-                bmc_url: endpoint.bmc_url.clone(),
-                credential_ref: "sim".into(),
-                platform_sku: "sku".into(),
-                labels: NodeLabels {
-                    region: "r".into(),
-                    cluster: "c".into(),
-                    rack: "k".into(),
-                    nvlink_domain: "n".into(),
+            .expect("import");
+            let node = db.node_by_name(&endpoint.name).await.expect("node");
+            let release = db
+                .add_release(
+                    &NewRelease {
+                        component_kind: ComponentKind::Gpu,
+                        version: FirmwareVersion::parse("2.0").expect("version"),
+                        image_uri: "http://127.0.0.1:9/gpu-2.0.fw".into(),
+                        sha256: "a".repeat(64),
+                        size_bytes: 1,
+                        platforms: vec!["sku".into()],
+                        release_notes: String::new(),
+                    },
+                    "alice",
+                )
+                .await
+                .expect("release");
+            db.start_rollout(
+                &NewRollout {
+                    release_id: release.id,
+                    policy_name: "p".into(),
+                    policy_commit: "c".into(),
+                    policy_blob: "b".into(),
+                    seed: 1,
                 },
-            }],
-            "test",
-        )
-        .await
-        .expect("import");
-        let node = db.node_by_name(&endpoint.name).await.expect("node");
-        let release = db
-            .add_release(
-                &NewRelease {
-                    component_kind: ComponentKind::Gpu,
-                    version: FirmwareVersion::parse("2.0").expect("version"),
-                    image_uri: "http://127.0.0.1:9/gpu-2.0.fw".into(),
-                    sha256: "a".repeat(64),
-                    size_bytes: 1,
-                    platforms: vec!["sku".into()],
-                    release_notes: String::new(),
+                "name: p",
+                &NewPlan {
+                    waves: vec![NewWave {
+                        name: "w".into(),
+                        bake_seconds: 0,
+                        approvals_required: 0,
+                        max_in_flight: 1,
+                        gates: vec![],
+                        control_nodes: vec![],
+                        steps: vec![NewStep {
+                            node_id: node.id,
+                            inventory_id: "HGX_FW_GPU_0".into(),
+                            expected_from_version: "1.0".into(),
+                        }],
+                    }],
+                    rollback_assessment: json!({"possible": true}),
                 },
                 "alice",
             )
             .await
-            .expect("release");
-        db.start_rollout(
-            &NewRollout {
-                release_id: release.id,
-                policy_name: "p".into(),
-                policy_commit: "c".into(),
-                policy_blob: "b".into(),
-                seed: 1,
-            },
-            "name: p",
-            &NewPlan {
-                waves: vec![NewWave {
-                    name: "w".into(),
-                    bake_seconds: 0,
-                    approvals_required: 0,
-                    max_in_flight: 1,
-                    gates: vec![],
-                    control_nodes: vec![],
-                    steps: vec![NewStep {
-                        node_id: node.id,
-                        inventory_id: "HGX_FW_GPU_0".into(),
-                        expected_from_version: "1.0".into(),
-                    }],
-                }],
-                rollback_assessment: json!({"possible": true}),
-            },
-            "alice",
-        )
-        .await
-        .expect("rollout");
-        let config = EngineConfig {
-            lease_ttl: Duration::seconds(60),
-            ..EngineConfig::default()
-        };
-        let fence = db
-            .acquire_lease("executor", "leader", config.lease_ttl)
-            .await
-            .expect("lease")
-            .expect("free");
-        let bmc = RedfishBmc::new(
-            &BmcEndpoint::new(
-                url::Url::parse(&endpoint.bmc_url).expect("url"),
-                Credentials::new("admin", "admin"),
-            ),
-            &HttpClients::new(),
-        )
-        .expect("driver");
-        let ctx = StepCtx {
-            db: db.clone(),
-            clock: clock.clone(),
-            config: config.clone(),
-            fence,
-        };
-        let placed = db.open_steps().await.expect("steps").remove(0);
-        ctx.precheck(&placed, &bmc).await.expect("precheck");
-        let placed = db.open_steps().await.expect("steps").remove(0);
-        assert_eq!(placed.step.state, StepState::Prechecked);
+            .expect("rollout");
+            let bmc = RedfishBmc::new(
+                &BmcEndpoint::new(
+                    url::Url::parse(&endpoint.bmc_url).expect("url"),
+                    Credentials::new("admin", "admin"),
+                ),
+                &HttpClients::new(),
+            )
+            .expect("driver");
+            OneStep {
+                fleet,
+                clock,
+                db,
+                bmc,
+                _test_db: test_db,
+            }
+        }
+
+        async fn ctx(&self, lease_ttl: Duration) -> StepCtx {
+            let config = EngineConfig {
+                lease_ttl,
+                ..EngineConfig::default()
+            };
+            let fence = self
+                .db
+                .acquire_lease("executor", "leader", config.lease_ttl)
+                .await
+                .expect("lease")
+                .expect("ours");
+            StepCtx {
+                db: self.db.clone(),
+                clock: self.clock.clone(),
+                config,
+                fence,
+            }
+        }
+
+        async fn prechecked(&self, ctx: &StepCtx) -> PlacedStep {
+            let placed = self.db.open_steps().await.expect("steps").remove(0);
+            ctx.precheck(&placed, &self.bmc).await.expect("precheck");
+            let placed = self.db.open_steps().await.expect("steps").remove(0);
+            assert_eq!(placed.step.state, StepState::Prechecked);
+            placed
+        }
+    }
+
+    /// A leader whose fence still matches (nobody took over yet) but whose
+    /// lease is about to expire must not push: a successor could take over
+    /// the moment it expires, find no task and push a second time. Once the
+    /// lease is renewed, the same move pushes.
+    #[tokio::test]
+    async fn no_push_when_the_lease_is_about_to_expire() {
+        let world = OneStep::start().await;
+        let ctx = world.ctx(Duration::seconds(60)).await;
+        let placed = world.prechecked(&ctx).await;
+        let (clock, db, bmc) = (&world.clock, &world.db, &world.bmc);
 
         // A slow pass: 40 of the lease's 60 seconds are gone.
         clock.advance(Duration::seconds(40));
-        ctx.advance(&placed, &bmc, ComponentKind::Gpu).await.expect("move");
+        ctx.advance(&placed, bmc, ComponentKind::Gpu).await.expect("move");
         assert!(
             bmc.list_tasks().await.expect("tasks").is_empty(),
             "pushed on a dying lease"
@@ -767,16 +825,101 @@ fleet:
         assert_eq!(placed.step.state, StepState::Prechecked);
 
         // Renewed: the same move pushes.
-        let renewed = db
-            .acquire_lease("executor", "leader", config.lease_ttl)
-            .await
-            .expect("lease")
-            .expect("still ours");
-        let ctx = StepCtx { fence: renewed, ..ctx };
-        ctx.advance(&placed, &bmc, ComponentKind::Gpu).await.expect("move");
+        let ctx = world.ctx(Duration::seconds(60)).await;
+        ctx.advance(&placed, bmc, ComponentKind::Gpu).await.expect("move");
         assert_eq!(bmc.list_tasks().await.expect("tasks").len(), 1, "one push");
         let step = db.step(placed.step.id).await.expect("step");
         assert_eq!(step.state, StepState::Flashing);
-        fleet.shutdown().await;
+        world.fleet.shutdown().await;
+    }
+
+    /// A BMC whose push call never ends, as when the driver keeps retrying a
+    /// busy BMC (its retry deadline outlasts a lease).
+    #[derive(Debug)]
+    struct EndlessPush<'a>(&'a RedfishBmc);
+
+    #[async_trait::async_trait]
+    impl Bmc for EndlessPush<'_> {
+        fn endpoint(&self) -> &str {
+            self.0.endpoint()
+        }
+        async fn probe(&self) -> Result<orchestrator_bmc::ServiceInfo, BmcError> {
+            self.0.probe().await
+        }
+        async fn firmware_inventory(&self) -> Result<Vec<FirmwareComponent>, BmcError> {
+            self.0.firmware_inventory().await
+        }
+        async fn start_update(&self, _request: &UpdateRequest) -> Result<TaskHandle, BmcError> {
+            std::future::pending().await
+        }
+        async fn list_tasks(&self) -> Result<Vec<String>, BmcError> {
+            self.0.list_tasks().await
+        }
+        async fn poll_task(&self, task: &TaskHandle) -> Result<orchestrator_bmc::TaskStatus, BmcError> {
+            self.0.poll_task(task).await
+        }
+        async fn reset(&self, target: &ResetTarget, kind: ResetKind) -> Result<Option<TaskHandle>, BmcError> {
+            self.0.reset(target, kind).await
+        }
+        async fn read_sensors(&self) -> Result<Vec<orchestrator_bmc::SensorReading>, BmcError> {
+            self.0.read_sensors().await
+        }
+        async fn read_events(
+            &self,
+            since: &orchestrator_bmc::EventCursor,
+        ) -> Result<orchestrator_bmc::EventBatch, BmcError> {
+            self.0.read_events(since).await
+        }
+        async fn logout(&self) -> Result<(), BmcError> {
+            self.0.logout().await
+        }
+    }
+
+    /// A push call still retrying when only a quarter of the lease is left
+    /// is dropped, so no attempt can reach the BMC after a successor may
+    /// have taken over; the step stays `pushing` (outcome unknown) and the
+    /// next move, finding no task, pushes exactly once.
+    #[tokio::test]
+    async fn a_push_still_retrying_near_lease_expiry_is_cut_off() {
+        let world = OneStep::start().await;
+        // The manual clock stands still, so the call gets 3/4 of the TTL in real time.
+        let ctx = world.ctx(Duration::seconds(2)).await;
+        let placed = world.prechecked(&ctx).await;
+        let started = std::time::Instant::now();
+        let stuck = EndlessPush(&world.bmc);
+        tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            ctx.advance(&placed, &stuck, ComponentKind::Gpu),
+        )
+        .await
+        .expect("the push outlived the lease")
+        .expect("move");
+        let took = started.elapsed();
+        assert!(
+            took >= std::time::Duration::from_millis(1400) && took < std::time::Duration::from_secs(10),
+            "cut off after {took:?}, expected about 1.5 s"
+        );
+        let placed = world.db.open_steps().await.expect("steps").remove(0);
+        assert_eq!(placed.step.state, StepState::Pushing, "outcome unknown: stays pushing");
+        assert!(world.bmc.list_tasks().await.expect("tasks").is_empty());
+
+        let ctx = world.ctx(Duration::seconds(60)).await;
+        for _ in 0..3 {
+            let placed = world.db.open_steps().await.expect("steps").remove(0);
+            if placed.step.state == StepState::Flashing {
+                break;
+            }
+            ctx.advance(&placed, &world.bmc, ComponentKind::Gpu)
+                .await
+                .expect("move");
+        }
+        assert_eq!(
+            world.bmc.list_tasks().await.expect("tasks").len(),
+            1,
+            "exactly one push"
+        );
+        let step = world.db.step(placed.step.id).await.expect("step");
+        assert_eq!(step.state, StepState::Flashing);
+        world.fleet.shutdown().await;
     }
 }

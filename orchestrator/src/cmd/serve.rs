@@ -18,7 +18,8 @@ pub struct ServeArgs {
     /// How long the executor lease lasts without renewal, in seconds of the
     /// controller's clock; a standby replica takes over this long after the
     /// leader dies. Pushes and resets are only sent while half of it is
-    /// left, so half of it must exceed a BMC request's timeout.
+    /// left and are cut off when a quarter is left (retries included), so a
+    /// deposed leader's last request ends before a successor can exist.
     #[arg(long, env = "WAVEGUARD_LEASE_TTL", value_name = "SECONDS", default_value_t = 60)]
     lease_ttl: u32,
     /// Real milliseconds between engine passes when nothing wakes it.

@@ -260,6 +260,12 @@ impl Clock for WarpClock {
         let run = self.sim_duration(self.start_real.elapsed());
         self.start_sim + run + Duration::nanoseconds(self.skipped_nanos.load(Ordering::SeqCst))
     }
+
+    // At most this long: a skip only makes simulated time pass sooner.
+    fn real_time(&self, span: Duration) -> StdDuration {
+        let nanos = span.num_nanoseconds().unwrap_or(i64::MAX).max(0) as f64 / self.speedup;
+        StdDuration::from_nanos(nanos as u64)
+    }
 }
 
 // ---------------------------------------------------------------------------

@@ -10,6 +10,14 @@ use chrono::{DateTime, Duration, Utc};
 pub trait Clock: Send + Sync + fmt::Debug {
     /// The current instant.
     fn now(&self) -> DateTime<Utc>;
+
+    /// Real time that `span` of this clock's time takes to pass, for the
+    /// few places that must bound a real-time operation (a BMC call) by a
+    /// clock-time limit (the lease). A warped clock divides by its speed;
+    /// a negative span is zero.
+    fn real_time(&self, span: Duration) -> std::time::Duration {
+        span.to_std().unwrap_or(std::time::Duration::ZERO)
+    }
 }
 
 /// Wall-clock time.
