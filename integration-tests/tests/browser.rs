@@ -1,49 +1,124 @@
 //! The release managers' UI in a real headless Chromium, driven over
-//! WebDriver (chromedriver + fantoccini).
+//! WebDriver (chromedriver + fantoccini), against the real controller:
 //!
-//! Given a controller serving the UI on loopback, a rollout whose canary
-//! wave awaits one approval (rows seeded in the database) and a scripted
-//! stand-in for the engine that promotes a wave once its approvals are in
-//! and then finishes the next wave's steps one by one;
-//! when a viewer logs in, then a release manager who did not start the
-//! rollout approves the canary from the rollout page;
-//! then the viewer is refused, the approval is recorded, and the page shows
-//! the wave promoted and the next wave's progress arriving over server-sent
-//! events without a reload. Screenshots of the main pages are saved under
-//! `target/ui-screenshots/` for a reviewer.
+//! - given a simulated fleet of eight GPU nodes (bmc-sim, in process, real
+//!   Redfish over loopback) imported with the inventory its BMCs report, a
+//!   qualified release whose image is served with its real sha256, a policy
+//!   in force whose canary needs one manual approval before the rest of the
+//!   fleet, the rollout engine flashing through the Redfish connector, and
+//!   the web app on a loopback port with users of every role;
+//! - when the release manager Rita starts the rollout through the API from
+//!   her browser session, the viewer Vera looks at it, Rita tries to approve
+//!   her own rollout, and the second release manager Sam approves the canary
+//!   from the rollout page once it has baked;
+//! - then Vera is refused (no button, 403 on the POST, no users page), Rita
+//!   is refused by the two-person rule, the page shows the canary promoted and
+//!   the next wave's nodes flashing and finishing over server-sent events
+//!   without a reload, the rollout completes, and bmc-sim counted exactly one
+//!   flash per node. Screenshots of the main pages are saved under
+//!   `target/ui-screenshots/` for a reviewer.
 //!
 //! Skips loudly when `chromium` or `chromedriver` is missing (install them
 //! with `web/ci-setup.sh`); fails instead when `WAVEGUARD_REQUIRE_ALL=1`.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, bail};
-use chrono::Utc;
+use anyhow::{Context as _, bail, ensure};
+use bmc_sim::Scenario;
 use fantoccini::{Client, ClientBuilder, Locator};
+use integration_tests::{REQUIRE_ALL_ENV, SimController, find_program, free_port, require_all};
 use orchestrator_db::Db;
-use orchestrator_db::execution::{
-    Blocker, NewPlan, NewStep, NewWave, StepChange, StepFilter, StepState, WaveChange, WaveState,
-};
-use orchestrator_db::model::{NewGateResult, NewNode, NewRelease, NewRollout, NodeLabels};
-use orchestrator_types::{ComponentKind, FirmwareVersion, QualificationState, Role, SystemClock, TransitionRequest};
+use orchestrator_db::execution::{RolloutState, WaveState};
+use orchestrator_db::policies::{PolicySync, SyncedPolicy};
+use orchestrator_engine::GatelessJudge;
+use orchestrator_types::{ReleaseId, Role, RolloutId, WaveId};
 use serde_json::json;
+use sha2::{Digest, Sha256};
 use web::AppState;
 
-const REQUIRE_ALL_ENV: &str = "WAVEGUARD_REQUIRE_ALL";
+const SKU: &str = "hgx-h100-8gpu";
+const GPU_FROM: &str = "96.00.5E.00.01";
+const GPU_TO: &str = "96.00.61.00.01";
+const NODES: usize = 8;
+const POLICY_NAME: &str = "hgx-gpu-canary";
+/// Simulated seconds per real second: the scenario's 1-3 minute flashes take
+/// 1-3 s, slow enough to watch progress arrive; the canary's 5 minute bake
+/// takes 5 s.
+const SPEEDUP: f64 = 60.0;
 const PASSWORD: &str = "correct horse battery staple";
 /// How long the test waits for something to show in the browser.
 const UI_WAIT: Duration = Duration::from_secs(20);
+/// How long a wave may take to flash and bake (a few seconds expected; the
+/// margin is for a loaded CI machine).
+const WAVE_WAIT: Duration = Duration::from_secs(90);
 
-fn find_program(names: &[&str]) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    names
-        .iter()
-        .flat_map(|name| std::env::split_paths(&path).map(move |dir| dir.join(name)))
-        .find(|candidate| candidate.is_file())
+fn scenario() -> Scenario {
+    let yaml = format!(
+        r#"
+seed: 7
+fleet:
+  nodes: {NODES}
+  racks: 4
+  clusters: 1
+  region: sim-1
+  sku: {SKU}
+  nodes_per_nvlink_domain: 2
+  components:
+    - {{id: BMC_Firmware, kind: bmc, version: "24.04.1"}}
+    - {{id: "HGX_FW_GPU_{{0..7}}", kind: gpu, version: "{GPU_FROM}"}}
+firmware:
+  - kind: gpu
+    version: "{GPU_TO}"
+    flash_time: {{min: 1m, max: 3m}}
+bmc_faults:
+  reset_time: {{min: 10s, max: 20s}}
+  reboot_time: {{min: 20s, max: 40s}}
+"#
+    );
+    Scenario::from_yaml_str(&yaml).unwrap_or_else(|e| panic!("scenario: {e}"))
+}
+
+/// A two-node canary, then the rest of the fleet two at a time once a
+/// release manager approves (`approval: manual` on the wave after the
+/// canary is what holds the canary for a human).
+fn policy() -> String {
+    format!(
+        r#"name: {POLICY_NAME}
+target:
+  component: gpu
+  inventory_id: "HGX_FW_GPU_*"
+  platforms: [{SKU}]
+versions:
+  allow_downgrade: false
+qualification:
+  required_gates: [burn_in, nccl_allreduce]
+waves:
+  - name: canary
+    count: 2
+    stratify_by: [rack]
+    bake: 5m
+    max_in_flight: 2
+  - name: rest
+    rest: true
+    approval: manual
+    approvers: 1
+    bake: 1m
+    max_in_flight: 2
+concurrency:
+  max_in_flight: 2
+  per_rack: 2
+failure_budget:
+  max_failed: 1
+rollback:
+  automatic: false
+  scope: rollout
+"#
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -51,9 +126,8 @@ async fn a_release_manager_approves_a_wave_in_chromium_and_watches_it_advance() 
     let chromium = find_program(&["chromium", "chromium-browser", "google-chrome"]);
     let driver = find_program(&["chromedriver"]);
     let (Some(chromium), Some(driver)) = (chromium, driver) else {
-        let require_all = std::env::var(REQUIRE_ALL_ENV).is_ok_and(|v| v == "1");
         assert!(
-            !require_all,
+            !require_all(),
             "{REQUIRE_ALL_ENV}=1 but `chromium` and/or `chromedriver` are not on PATH; run web/ci-setup.sh"
         );
         eprintln!(
@@ -66,281 +140,49 @@ async fn a_release_manager_approves_a_wave_in_chromium_and_watches_it_advance() 
     }
 }
 
-struct Seeded {
-    rollout: i64,
-    canary: i64,
-    rest: i64,
-    release: i64,
-}
-
-async fn seed(db: &Db) -> anyhow::Result<Seeded> {
+/// Users of every role, all with the same password.
+async fn add_users(db: &Db) -> anyhow::Result<()> {
     let hash = web::auth::hash_password(PASSWORD)?;
-    db.add_user("rita", "Rita Manager", Role::ReleaseManager, Some(&hash), "test")
-        .await?;
-    db.add_user("sam", "Sam Second", Role::ReleaseManager, Some(&hash), "test")
-        .await?;
-    db.add_user("vera", "Vera Viewer", Role::Viewer, Some(&hash), "test")
-        .await?;
-    db.add_user("ada", "Ada Admin", Role::Admin, Some(&hash), "test")
-        .await?;
-
-    let nodes: Vec<NewNode> = (0..8)
-        .map(|i| NewNode {
-            name: format!("gpu-node-{i:02}"),
-            bmc_url: format!("https://10.0.0.{i}"),
-            credential_ref: "default".into(),
-            platform_sku: "hgx-h100-8".into(),
-            labels: NodeLabels {
-                region: "us-east".into(),
-                cluster: "c1".into(),
-                rack: format!("r{}", i / 2),
-                nvlink_domain: format!("nvl{}", i / 4),
-            },
-        })
-        .collect();
-    db.import_nodes(&nodes, "test").await?;
-    let nodes = db.list_nodes(&Default::default()).await?;
-    for (i, node) in nodes.iter().enumerate() {
-        let version = if i < 6 { "96.00.5E.00.01" } else { "96.00.61.00.01" };
-        let readings: Vec<_> = (0..8)
-            .map(|gpu| orchestrator_db::model::ComponentReading {
-                inventory_id: format!("HGX_FW_GPU_SXM_{gpu}"),
-                kind: ComponentKind::Gpu,
-                version: FirmwareVersion::parse(version).unwrap_or_else(|e| panic!("{e}")),
-                updateable: true,
-                software_id: None,
-                health: Some("OK".into()),
-            })
-            .chain(std::iter::once(orchestrator_db::model::ComponentReading {
-                inventory_id: "BMC_0".into(),
-                kind: ComponentKind::Bmc,
-                version: FirmwareVersion::parse("24.04.1").unwrap_or_else(|e| panic!("{e}")),
-                updateable: true,
-                software_id: None,
-                health: Some("OK".into()),
-            }))
-            .collect();
-        db.record_inventory(node.id, &readings).await?;
-    }
-    db.record_discovery_error(nodes[7].id, "BMC did not answer: connection timed out")
-        .await?;
-
-    let release = db
-        .add_release(
-            &NewRelease {
-                component_kind: ComponentKind::Gpu,
-                version: FirmwareVersion::parse("96.00.61.00.01")?,
-                image_uri: "https://images.example/gpu-96.00.61.00.01.fw".into(),
-                sha256: "ab".repeat(32),
-                size_bytes: 1 << 20,
-                platforms: vec!["hgx-h100-8".into()],
-                release_notes: "Fixes NVLink retraining under thermal stress.".into(),
-            },
-            "rita",
-        )
-        .await?;
-    db.transition_release(
-        release.id,
-        &TransitionRequest {
-            to: QualificationState::Qualifying,
-            reason: None,
-        },
-        "rita",
-    )
-    .await?;
-    for (gate, passed, evidence) in [
-        ("burn-in", true, "https://ci.example/burn-in/4711"),
-        ("nccl-allreduce", true, "busbw 389 GB/s (baseline 387)"),
-        ("thermal-soak", true, "max 81 C over 8 h"),
+    for (name, display, role) in [
+        ("rita", "Rita Manager", Role::ReleaseManager),
+        ("sam", "Sam Second", Role::ReleaseManager),
+        ("vera", "Vera Viewer", Role::Viewer),
+        ("ada", "Ada Admin", Role::Admin),
     ] {
-        db.record_gate_result(
-            release.id,
-            &NewGateResult {
-                gate: gate.into(),
-                passed,
-                evidence: evidence.into(),
-            },
-            "qual-bot",
-        )
-        .await?;
-    }
-    db.transition_release(
-        release.id,
-        &TransitionRequest {
-            to: QualificationState::Qualified,
-            reason: None,
-        },
-        "rita",
-    )
-    .await?;
-
-    let step = |i: usize| NewStep {
-        node_id: nodes[i].id,
-        inventory_id: "HGX_FW_GPU_*".into(),
-        expected_from_version: "96.00.5E.00.01".into(),
-    };
-    let plan = NewPlan {
-        waves: vec![
-            NewWave {
-                name: "canary".into(),
-                bake_seconds: 3600,
-                approvals_required: 1,
-                max_in_flight: 2,
-                gates: vec!["xid-rate".into()],
-                control_nodes: vec![nodes[4].id, nodes[5].id],
-                steps: (0..2).map(step).collect(),
-            },
-            NewWave {
-                name: "rest".into(),
-                bake_seconds: 600,
-                approvals_required: 0,
-                max_in_flight: 2,
-                gates: vec![],
-                control_nodes: vec![],
-                steps: (2..6).map(step).collect(),
-            },
-        ],
-        rollback_assessment: json!({ "possible": true }),
-    };
-    let rollout = db
-        .start_rollout(
-            &NewRollout {
-                release_id: release.id,
-                policy_name: "hgx-gpu".into(),
-                policy_commit: "3f2a9c1d0e5b7a8c9d0e1f2a3b4c5d6e7f8a9b0c".into(),
-                policy_blob: "9b0c".into(),
-                seed: 7,
-            },
-            "name: hgx-gpu\n",
-            &plan,
-            "rita",
-        )
-        .await?;
-    let waves = db.rollout_waves(rollout.id).await?;
-    let fence = lease(db).await?;
-    let now = Utc::now();
-    // The canary ran, baked, passed its verdict and waits for one approval.
-    for s in db
-        .steps(&StepFilter {
-            wave_id: Some(waves[0].id),
-            ..Default::default()
-        })
-        .await?
-    {
-        finish_step(db, &fence, s.id).await?;
-    }
-    db.transition_wave(
-        &fence,
-        waves[0].id,
-        WaveState::Planned,
-        &WaveChange {
-            state: Some(WaveState::AwaitingApproval),
-            started_at: Some(now - chrono::Duration::hours(2)),
-            bake_started_at: Some(now - chrono::Duration::hours(1)),
-            verdict: Some(
-                json!({ "outcome": "pass", "summary": "xid-rate: canary 0.61 vs control 0.58 per GPU-hour, p=0.71" }),
-            ),
-            ..Default::default()
-        },
-        json!({}),
-    )
-    .await?;
-    db.set_wave_blockers(&fence, waves[0].id, &[Blocker::Approvals { have: 0, need: 1 }])
-        .await?;
-    db.set_wave_blockers(&fence, waves[1].id, &[Blocker::PreviousWave { wave: "canary".into() }])
-        .await?;
-    Ok(Seeded {
-        rollout: rollout.id.0,
-        canary: waves[0].id.0,
-        rest: waves[1].id.0,
-        release: release.id.0,
-    })
-}
-
-async fn lease(db: &Db) -> anyhow::Result<orchestrator_db::execution::Fence> {
-    db.acquire_lease("executor", "browser-test", chrono::Duration::hours(1))
-        .await?
-        .context("the executor lease is free in a fresh database")
-}
-
-async fn finish_step(
-    db: &Db,
-    fence: &orchestrator_db::execution::Fence,
-    step: orchestrator_types::StepId,
-) -> anyhow::Result<()> {
-    db.transition_step(
-        fence,
-        step,
-        StepState::Pending,
-        &StepChange {
-            state: Some(StepState::Succeeded),
-            previous_version: Some("96.00.5E.00.01".into()),
-            started_at: Some(Utc::now()),
-            finished_at: Some(Utc::now()),
-            ..Default::default()
-        },
-        json!({}),
-    )
-    .await?;
-    Ok(())
-}
-
-/// The engine's part, scripted: promote the canary once approved, then run
-/// the next wave one node at a time, slowly enough to watch.
-async fn stand_in_engine(db: Db, seeded: &Seeded) -> anyhow::Result<()> {
-    let canary = orchestrator_types::WaveId(seeded.canary);
-    let rest = orchestrator_types::WaveId(seeded.rest);
-    let fence = lease(&db).await?;
-    loop {
-        let approvals = db.wave_approvals(canary).await?;
-        if !approvals.is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    db.transition_wave(
-        &fence,
-        canary,
-        WaveState::AwaitingApproval,
-        &WaveChange {
-            state: Some(WaveState::Promoted),
-            ended_at: Some(Utc::now()),
-            decision: Some("promote".into()),
-            ..Default::default()
-        },
-        json!({}),
-    )
-    .await?;
-    db.set_wave_blockers(&fence, canary, &[]).await?;
-    db.set_wave_blockers(&fence, rest, &[]).await?;
-    db.transition_wave(
-        &fence,
-        rest,
-        WaveState::Planned,
-        &WaveChange {
-            state: Some(WaveState::Running),
-            started_at: Some(Utc::now()),
-            ..Default::default()
-        },
-        json!({}),
-    )
-    .await?;
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    let steps = db
-        .steps(&StepFilter {
-            wave_id: Some(rest),
-            ..Default::default()
-        })
-        .await?;
-    for s in steps.iter().take(3) {
-        finish_step(&db, &fence, s.id).await?;
-        tokio::time::sleep(Duration::from_millis(1200)).await;
+        db.add_user(name, display, role, Some(&hash), "test").await?;
     }
     Ok(())
 }
 
-fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+/// Puts the policy in force as a sync of a git repository would, so the
+/// rollout is started by name and pins a commit and blob like in
+/// production. The ids are SHA-256 git object ids (the blob's is exactly
+/// what git computes for the file's content); no repository is read, the
+/// sync's reading of git is tested in `orchestrator-policy-git`.
+async fn sync_policy(db: &Db) -> anyhow::Result<()> {
+    let content = policy();
+    let blob_id = hex::encode(Sha256::digest(format!("blob {}\0{content}", content.len()).as_bytes()));
+    let commit_id = hex::encode(Sha256::digest(format!("tree for {blob_id}\n").as_bytes()));
+    db.record_policy_sync(
+        &PolicySync {
+            source: "https://git.example/fleet/policies.git (main)".into(),
+            commit_id: commit_id.clone(),
+            in_force: vec![SyncedPolicy {
+                name: POLICY_NAME.into(),
+                path: format!("policies/{POLICY_NAME}.yaml"),
+                commit_id,
+                blob_id,
+                content,
+            }],
+            changed: vec![POLICY_NAME.into()],
+            removed: vec![],
+            rejected: vec![],
+            warnings: vec![],
+        },
+        "policy-sync",
+    )
+    .await?;
+    Ok(())
 }
 
 async fn wait_for_port(port: u16) -> anyhow::Result<()> {
@@ -361,6 +203,20 @@ fn screenshot_dir() -> PathBuf {
     target.join("ui-screenshots")
 }
 
+/// Empties the screenshot folder of an earlier run's pictures, so a reviewer
+/// never mistakes a stale one for this run's.
+fn clear_screenshots() -> anyhow::Result<()> {
+    let dir = screenshot_dir();
+    std::fs::create_dir_all(&dir)?;
+    for entry in std::fs::read_dir(&dir)? {
+        let path = entry?.path();
+        if path.extension().is_some_and(|e| e == "png") {
+            std::fs::remove_file(&path).with_context(|| format!("remove {}", path.display()))?;
+        }
+    }
+    Ok(())
+}
+
 async fn shot(client: &Client, name: &str) -> anyhow::Result<()> {
     let dir = screenshot_dir();
     std::fs::create_dir_all(&dir)?;
@@ -369,9 +225,9 @@ async fn shot(client: &Client, name: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Waits until `check` returns true, re-evaluating a script in the page.
-async fn wait_until(client: &Client, what: &str, script: &str) -> anyhow::Result<()> {
-    let deadline = Instant::now() + UI_WAIT;
+/// Waits until `script`, evaluated in the page, returns true.
+async fn wait_until(client: &Client, what: &str, script: &str, limit: Duration) -> anyhow::Result<()> {
+    let deadline = Instant::now() + limit;
     loop {
         let value = client.execute(script, vec![]).await?;
         if value.as_bool() == Some(true) {
@@ -379,9 +235,9 @@ async fn wait_until(client: &Client, what: &str, script: &str) -> anyhow::Result
         }
         if Instant::now() > deadline {
             let source = client.source().await.unwrap_or_default();
-            bail!("timed out waiting for {what}; page:\n{source}");
+            bail!("timed out after {limit:?} waiting for {what}; page:\n{source}");
         }
-        tokio::time::sleep(Duration::from_millis(150)).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
@@ -394,33 +250,76 @@ async fn login(client: &Client, base: &str, user: &str) -> anyhow::Result<()> {
         client,
         "the logged-in page",
         "return !!document.getElementById('whoami');",
+        UI_WAIT,
     )
     .await?;
     let who = client.find(Locator::Id("whoami")).await?.text().await?;
-    anyhow::ensure!(who.contains(user), "logged in as {who:?}, wanted {user}");
+    ensure!(who.contains(user), "logged in as {who:?}, wanted {user}");
     Ok(())
 }
 
 async fn logout(client: &Client, base: &str) -> anyhow::Result<()> {
     client.goto(&format!("{base}/")).await?;
     client.find(Locator::Css("form.who button")).await?.click().await?;
-    wait_until(client, "the login page", "return !!document.getElementById('login');").await
+    wait_until(
+        client,
+        "the login page",
+        "return !!document.getElementById('login');",
+        UI_WAIT,
+    )
+    .await
+}
+
+/// Posts an approval of `wave` from the page's session, as the page's own
+/// script would after the confirmation dialog; returns the status and body.
+async fn post_approval(client: &Client, rollout: RolloutId, wave: WaveId) -> anyhow::Result<(u64, serde_json::Value)> {
+    let answer = client
+        .execute(
+            "const csrf = document.querySelector('meta[name=csrf-token]').content;
+             const r = await fetch(arguments[0], {method: 'POST', headers: {'X-CSRF-Token': csrf,
+               'Content-Type': 'application/x-www-form-urlencoded', 'Accept': 'application/json'},
+               body: 'confirmed=yes&wave=' + arguments[1]});
+             let body = null;
+             try { body = await r.json(); } catch (e) {}
+             return [r.status, body];",
+            vec![json!(format!("/rollouts/{rollout}/approve")), json!(wave.0)],
+        )
+        .await?;
+    let status = answer[0].as_u64().context("a status")?;
+    Ok((status, answer[1].clone()))
+}
+
+/// A wave's state as the page shows it now.
+fn wave_state_is(wave: WaveId, state: &str) -> String {
+    format!(
+        "const w = document.querySelector('#wave-{wave} .wave-state'); \
+         return !!w && w.textContent.trim() === '{state}';"
+    )
 }
 
 async fn run(chromium: &Path, driver_bin: &Path) -> anyhow::Result<()> {
-    let dir = tempfile::tempdir()?;
-    let db = Db::connect_and_migrate(
-        &format!("sqlite://{}", dir.path().join("waveguard.db").display()),
-        Arc::new(SystemClock),
-    )
-    .await?;
-    let seeded = seed(&db).await?;
+    clear_screenshots()?;
+    let sim = SimController::start(scenario(), SPEEDUP, SKU, &[GPU_TO]).await?;
+    add_users(&sim.db).await?;
+    sync_policy(&sim.db).await?;
+    let release = sim
+        .add_qualified_release(
+            GPU_TO,
+            "rita",
+            &[
+                ("burn_in", "https://ci.example/burn-in/4711: 48 h, 0 XID"),
+                ("nccl_allreduce", "busbw 389 GB/s (baseline 387)"),
+            ],
+        )
+        .await?;
+    let engine = sim.start_engine(Arc::new(GatelessJudge));
 
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr: SocketAddr = listener.local_addr()?;
     let base = format!("http://{addr}");
     let (stop_web, web_stopped) = tokio::sync::oneshot::channel::<()>();
-    let web_task = tokio::spawn(web::serve(listener, AppState::new(db.clone()), async move {
+    let state = AppState::new(sim.db.clone()).with_engine_nudge(engine.nudge());
+    let web_task = tokio::spawn(web::serve(listener, state, async move {
         let _ = web_stopped.await;
     }));
 
@@ -432,121 +331,205 @@ async fn run(chromium: &Path, driver_bin: &Path) -> anyhow::Result<()> {
         .kill_on_drop(true)
         .spawn()
         .context("cannot start chromedriver")?;
-    wait_for_port(port).await?;
-    let profile = tempfile::tempdir()?;
-    let mut caps = serde_json::Map::new();
-    caps.insert(
-        "goog:chromeOptions".into(),
-        json!({
-            "binary": chromium.display().to_string(),
-            "args": [
-                "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                "--disable-dev-shm-usage", "--window-size=1400,1000",
-                format!("--user-data-dir={}", profile.path().display()),
-            ],
-        }),
-    );
-    // Both rustls providers are linked in this workspace, so pick one; the
-    // WebDriver connection is plain HTTP on loopback anyway.
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let client = ClientBuilder::rustls()?
-        .capabilities(caps)
-        .connect(&format!("http://127.0.0.1:{port}"))
-        .await
-        .context("cannot open a WebDriver session")?;
-
-    let outcome = drive(&client, &base, &db, &seeded).await;
-    let _ = client.close().await;
+    let outcome = async {
+        wait_for_port(port).await?;
+        let profile = tempfile::tempdir()?;
+        let mut caps = serde_json::Map::new();
+        caps.insert(
+            "goog:chromeOptions".into(),
+            json!({
+                "binary": chromium.display().to_string(),
+                "args": [
+                    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                    "--disable-dev-shm-usage", "--window-size=1400,1000",
+                    format!("--user-data-dir={}", profile.path().display()),
+                ],
+            }),
+        );
+        // Both rustls providers are linked in this workspace, so pick one; the
+        // WebDriver connection is plain HTTP on loopback anyway.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let client = ClientBuilder::rustls()?
+            .capabilities(caps)
+            .connect(&format!("http://127.0.0.1:{port}"))
+            .await
+            .context("cannot open a WebDriver session")?;
+        let driven = drive(&client, &base, &sim, release).await;
+        let _ = client.close().await;
+        driven
+    }
+    .await;
     let _ = driver.kill().await;
+    engine.shutdown().await;
     let _ = stop_web.send(());
     let _ = web_task.await;
+    sim.shutdown().await;
     outcome
 }
 
-async fn drive(client: &Client, base: &str, db: &Db, seeded: &Seeded) -> anyhow::Result<()> {
-    let rollout_url = format!("{base}/rollouts/{}", seeded.rollout);
+async fn drive(client: &Client, base: &str, sim: &SimController, release: ReleaseId) -> anyhow::Result<()> {
+    let db = &sim.db;
+    let started = Instant::now();
 
     // Logged out, every page sends you to the login form.
-    client.goto(&rollout_url).await?;
-    wait_until(client, "the login form", "return !!document.getElementById('login');").await?;
+    client.goto(&format!("{base}/rollouts")).await?;
+    wait_until(
+        client,
+        "the login form",
+        "return !!document.getElementById('login');",
+        UI_WAIT,
+    )
+    .await?;
     shot(client, "01-login").await?;
 
-    // A viewer reads everything, approves nothing.
-    login(client, base, "vera").await?;
-    client.goto(&rollout_url).await?;
-    wait_until(client, "the rollout page", "return !!document.getElementById('waves');").await?;
-    let buttons = client.find_all(Locator::Css("button.approve")).await?;
-    anyhow::ensure!(buttons.is_empty(), "a viewer sees no approve button");
-    let status = client
+    // Rita starts the rollout through the API from her browser session, by
+    // the policy's name: the handler plans it from the fleet as imported.
+    login(client, base, "rita").await?;
+    let answer = client
         .execute(
             "const csrf = document.querySelector('meta[name=csrf-token]').content;
-             const r = await fetch(arguments[0], {method: 'POST', headers: {'X-CSRF-Token': csrf,
-               'Content-Type': 'application/x-www-form-urlencoded', 'Accept': 'application/json'},
-               body: 'confirmed=yes&wave=' + arguments[1]});
-             return r.status;",
-            vec![
-                json!(format!("/rollouts/{}/approve", seeded.rollout)),
-                json!(seeded.canary),
-            ],
+             const r = await fetch('/api/v1/rollouts', {method: 'POST', headers: {'X-CSRF-Token': csrf,
+               'Content-Type': 'application/json', 'Accept': 'application/json'},
+               body: JSON.stringify({release_id: arguments[0], policy: arguments[1], seed: 5})});
+             return [r.status, await r.json()];",
+            vec![json!(release.0), json!(POLICY_NAME)],
         )
         .await?;
-    anyhow::ensure!(
-        status == json!(403),
-        "a viewer's approval is refused with 403, got {status}"
+    ensure!(answer[0] == json!(201), "the rollout starts: {answer}");
+    let plan = &answer[1];
+    let rollout = RolloutId(plan["rollout"]["id"].as_i64().context("rollout id")?);
+    let planned: Vec<(String, u64)> = plan["waves"]
+        .as_array()
+        .context("waves")?
+        .iter()
+        .map(|w| {
+            (
+                w["name"].as_str().unwrap_or_default().to_owned(),
+                w["nodes"].as_u64().unwrap_or(0),
+            )
+        })
+        .collect();
+    ensure!(
+        planned == [("canary".to_owned(), 2), ("rest".to_owned(), NODES as u64 - 2)],
+        "planned waves: {plan}"
     );
-    client.goto(&format!("{base}/users")).await?;
-    let title = client.find(Locator::Id("error-title")).await?.text().await?;
-    anyhow::ensure!(title == "Not allowed", "a viewer is refused the users page: {title:?}");
-    shot(client, "02-viewer-refused").await?;
-    anyhow::ensure!(
-        db.wave_approvals(orchestrator_types::WaveId(seeded.canary))
-            .await?
-            .is_empty()
+    let waves = db.rollout_waves(rollout).await?;
+    let (canary, rest) = match waves.as_slice() {
+        [canary, rest] => (canary.id, rest.id),
+        other => bail!("two waves expected: {other:?}"),
+    };
+    ensure!(
+        waves[0].approvals_required == 1,
+        "the canary waits for one approval: {waves:?}"
     );
-    logout(client, base).await?;
+    let rollout_url = format!("{base}/rollouts/{rollout}");
 
-    // The author cannot approve their own rollout (two-person rule).
-    login(client, base, "rita").await?;
+    // The author cannot approve their own rollout (two-person rule): the
+    // page says so instead of offering the button, and the server refuses.
     client.goto(&rollout_url).await?;
     wait_until(
         client,
         "the two-person notice",
         "return !!document.querySelector('.two-person');",
+        UI_WAIT,
     )
     .await?;
+    ensure!(client.find_all(Locator::Css("button.approve")).await?.is_empty());
+    let (status, body) = post_approval(client, rollout, canary).await?;
+    ensure!(
+        status == 422 && body.to_string().contains("two-person rule"),
+        "the author's approval is refused: {status} {body}"
+    );
     logout(client, base).await?;
 
-    // A second release manager approves the canary, without a reload.
-    let engine_db = db.clone();
-    let script_seeded = Seeded { ..*seeded };
-    let engine = tokio::spawn(async move { stand_in_engine(engine_db, &script_seeded).await });
+    // A viewer reads everything, approves nothing.
+    login(client, base, "vera").await?;
+    client.goto(&rollout_url).await?;
+    wait_until(
+        client,
+        "the rollout page",
+        "return !!document.getElementById('waves');",
+        UI_WAIT,
+    )
+    .await?;
+    ensure!(
+        client.find_all(Locator::Css("button.approve")).await?.is_empty(),
+        "a viewer sees no approve button"
+    );
+    let (status, _) = post_approval(client, rollout, canary).await?;
+    ensure!(status == 403, "a viewer's approval is refused with 403, got {status}");
+    client.goto(&format!("{base}/users")).await?;
+    let title = client.find(Locator::Id("error-title")).await?.text().await?;
+    ensure!(title == "Not allowed", "a viewer is refused the users page: {title:?}");
+    shot(client, "02-viewer-refused").await?;
+    ensure!(db.wave_approvals(canary).await?.is_empty(), "no approval recorded yet");
+    logout(client, base).await?;
+
+    // Sam, the second release manager, looks around while the canary runs.
     login(client, base, "sam").await?;
     for (name, path) in [
         ("03-fleet-overview", "/".to_owned()),
         ("04-releases", "/releases".to_owned()),
-        ("05-release-qualification", format!("/releases/{}", seeded.release)),
+        ("05-release-qualification", format!("/releases/{release}")),
         ("06-rollouts", "/rollouts".to_owned()),
-        ("07-audit-log", "/audit".to_owned()),
-        ("08-policy", "/policies".to_owned()),
+        ("07-policy", "/policies".to_owned()),
     ] {
         client.goto(&format!("{base}{path}")).await?;
-        wait_until(client, name, "return document.readyState === 'complete';").await?;
+        wait_until(client, name, "return document.readyState === 'complete';", UI_WAIT).await?;
         shot(client, name).await?;
     }
+
+    // From here on the rollout page is loaded once: every change below
+    // arrives as a server-sent event. A marker on `window` would be lost
+    // with a reload, and a recorder keeps every progress line the rest
+    // wave showed, however briefly.
     client.goto(&rollout_url).await?;
     wait_until(
         client,
-        "the approve button",
-        "return !!document.querySelector('button.approve');",
+        "the rollout page",
+        "return !!document.getElementById('waves');",
+        UI_WAIT,
     )
     .await?;
-    shot(client, "09-rollout-awaiting-approval").await?;
     client
-        .execute("window.__noReload = 'still here'; return true;", vec![])
+        .execute(
+            "const selector = '#wave-' + arguments[0] + ' .wave-progress';
+             window.__noReload = 'still here';
+             window.__restProgress = [];
+             window.__restRecorder = setInterval(() => {
+               const p = document.querySelector(selector);
+               const text = p ? p.textContent.trim() : '';
+               const seen = window.__restProgress;
+               if (text && seen[seen.length - 1] !== text) seen.push(text);
+             }, 50);
+             return true;",
+            vec![json!(rest.0)],
+        )
         .await?;
+    wait_until(
+        client,
+        "the canary flashed and baked, awaiting approval (live)",
+        &wave_state_is(canary, "awaiting_approval"),
+        WAVE_WAIT,
+    )
+    .await?;
+    eprintln!("canary awaiting approval after {:?}", started.elapsed());
+    ensure!(
+        db.exec_rollout(rollout).await?.state == RolloutState::Running,
+        "the rollout runs while the canary waits"
+    );
+    wait_until(
+        client,
+        "the approve button",
+        &format!("return !!document.getElementById('approve-{canary}');"),
+        UI_WAIT,
+    )
+    .await?;
+    shot(client, "08-rollout-awaiting-approval").await?;
+
     client
-        .find(Locator::Id(&format!("approve-{}", seeded.canary)))
+        .find(Locator::Id(&format!("approve-{canary}")))
         .await?
         .click()
         .await?;
@@ -555,30 +538,123 @@ async fn drive(client: &Client, base: &str, db: &Db, seeded: &Seeded) -> anyhow:
     wait_until(
         client,
         "the approval message",
-        "const f = document.querySelector('#flash .flash'); return !!f && f.textContent.includes('Approved wave canary');",
+        "const f = document.querySelector('#flash .flash'); \
+         return !!f && f.textContent.includes('Approved wave canary');",
+        UI_WAIT,
     )
     .await?;
-    // Server-sent events: the canary turns promoted, then the next wave's
-    // nodes finish one by one, with no page load in between.
-    let canary_promoted = format!(
-        "const w = document.querySelector('#wave-{} .wave-state'); return !!w && w.textContent.trim() === 'promoted';",
-        seeded.canary
-    );
-    wait_until(client, "the canary promoted (live)", &canary_promoted).await?;
-    let progress = format!(
-        "const p = document.querySelector('#wave-{} .wave-progress'); return !!p && p.textContent.startsWith('2/4');",
-        seeded.rest
-    );
-    wait_until(client, "live progress of the next wave", &progress).await?;
+    wait_until(
+        client,
+        "the canary promoted (live)",
+        &wave_state_is(canary, "promoted"),
+        UI_WAIT,
+    )
+    .await?;
+    // The next wave's nodes flash, two at a time: wait for the first to finish.
+    let rest_nodes = NODES - 2;
+    wait_until(
+        client,
+        "the next wave's first nodes done (live)",
+        &format!(
+            "const p = document.querySelector('#wave-{rest} .wave-progress'); \
+             return !!p && !p.textContent.trim().startsWith('0/{rest_nodes} done');"
+        ),
+        WAVE_WAIT,
+    )
+    .await?;
+    shot(client, "09-rollout-advancing").await?;
+    wait_until(
+        client,
+        "the rollout completed (live)",
+        "const s = document.getElementById('rollout-state'); \
+         return !!s && s.textContent.trim() === 'completed';",
+        WAVE_WAIT,
+    )
+    .await?;
+    eprintln!("rollout completed after {:?}", started.elapsed());
     let marker = client.execute("return window.__noReload || null;", vec![]).await?;
-    anyhow::ensure!(marker == json!("still here"), "the page was not reloaded: {marker}");
+    ensure!(marker == json!("still here"), "the page was reloaded: {marker}");
     let live = client.find(Locator::Id("live")).await?.attr("data-updated").await?;
-    anyhow::ensure!(live.is_some(), "the live region was updated by an event");
-    shot(client, "10-rollout-advancing").await?;
+    ensure!(live.is_some(), "the live region was updated by an event");
+    let seen = client
+        .execute(
+            "clearInterval(window.__restRecorder); return window.__restProgress;",
+            vec![],
+        )
+        .await?;
+    let seen: Vec<String> = serde_json::from_value(seen)?;
+    eprintln!("rest wave progress as shown live: {seen:#?}");
+    ensure!(
+        seen.first()
+            .is_some_and(|s| s.starts_with(&format!("0/{rest_nodes} done"))),
+        "the rest wave started at 0: {seen:?}"
+    );
+    ensure!(
+        seen.last()
+            .is_some_and(|s| s.starts_with(&format!("{rest_nodes}/{rest_nodes} done · {rest_nodes} succeeded"))),
+        "the rest wave finished every node: {seen:?}"
+    );
+    // Some nodes finished while others had not yet: progress arrived in
+    // steps, not only as a final state.
+    let partial = seen.iter().any(|s| {
+        s.split('/')
+            .next()
+            .and_then(|n| n.parse::<usize>().ok())
+            .is_some_and(|done| done > 0 && done < rest_nodes)
+    });
+    ensure!(partial, "partial progress was shown live: {seen:?}");
 
-    engine.await.context("stand-in engine task")??;
-    let approvals = db.wave_approvals(orchestrator_types::WaveId(seeded.canary)).await?;
-    anyhow::ensure!(
+    // A fresh load shows every node's row succeeded.
+    client.goto(&rollout_url).await?;
+    let states: Vec<String> = client
+        .execute(
+            "return Array.from(document.querySelectorAll('#nodes tbody tr td:nth-child(6)')).map(td => td.textContent.trim());",
+            vec![],
+        )
+        .await
+        .map(|v| serde_json::from_value(v).unwrap_or_default())?;
+    ensure!(
+        states.len() == NODES && states.iter().all(|s| s == "succeeded"),
+        "node table: {states:?}"
+    );
+    shot(client, "10-rollout-completed").await?;
+
+    // The next discovery reads the new version back over Redfish, and the
+    // fleet overview shows every GPU on it.
+    sim.discover().await?;
+    for node in db.list_nodes(&Default::default()).await? {
+        let gpus: Vec<String> = db
+            .node_components(node.id)
+            .await?
+            .into_iter()
+            .filter(|c| c.reading.inventory_id.starts_with("HGX_FW_GPU_"))
+            .map(|c| c.reading.version.to_string())
+            .collect();
+        ensure!(
+            gpus.len() == 8 && gpus.iter().all(|v| v == GPU_TO),
+            "{} as discovered: {gpus:?}",
+            node.name
+        );
+    }
+    for (name, path) in [
+        ("11-audit-log", "/audit"),
+        ("12-audit-log-sam", "/audit?actor=sam"),
+        ("13-fleet-overview-after", "/"),
+    ] {
+        client.goto(&format!("{base}{path}")).await?;
+        wait_until(client, name, "return document.readyState === 'complete';", UI_WAIT).await?;
+        shot(client, name).await?;
+    }
+
+    // The record: Sam's approval, audited, and a completed rollout by Rita.
+    let done = db.exec_rollout(rollout).await?;
+    ensure!(done.state == RolloutState::Completed, "{done:?}");
+    ensure!(done.created_by == "rita", "{done:?}");
+    for wave in db.rollout_waves(rollout).await? {
+        ensure!(wave.state == WaveState::Promoted, "{wave:?}");
+    }
+    let approvals = db.wave_approvals(canary).await?;
+    ensure!(
         approvals.len() == 1 && approvals[0].approver == "sam",
         "one approval, by sam: {approvals:?}"
     );
@@ -588,9 +664,31 @@ async fn drive(client: &Client, base: &str, db: &Db, seeded: &Seeded) -> anyhow:
             ..Default::default()
         })
         .await?;
-    anyhow::ensure!(
+    ensure!(
         audit.len() == 1 && audit[0].actor == "sam",
         "the approval is audited: {audit:?}"
     );
+
+    // The fleet: every node flashed exactly once, to the release, and runs it.
+    for endpoint in sim.fleet.endpoints() {
+        let counts = sim.fleet.flash_counts(&endpoint.name).context("sim node")?;
+        ensure!(
+            counts == BTreeMap::from([(GPU_TO.to_owned(), 1)]),
+            "{}: flash counts {counts:?}",
+            endpoint.name
+        );
+        let versions = sim.fleet.versions(&endpoint.name).context("sim node")?;
+        let gpus: Vec<&str> = versions
+            .iter()
+            .filter(|c| c.id.starts_with("HGX_FW_GPU_"))
+            .map(|c| c.active.as_str())
+            .collect();
+        ensure!(
+            gpus.len() == 8 && gpus.iter().all(|v| *v == GPU_TO),
+            "{}: {gpus:?}",
+            endpoint.name
+        );
+    }
+    eprintln!("browser test done after {:?}", started.elapsed());
     Ok(())
 }

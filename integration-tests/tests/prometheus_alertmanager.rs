@@ -16,24 +16,17 @@
 //! child processes are killed when the test ends, pass or fail, and their
 //! logs are printed when it fails.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
-use axum::Router;
-use axum::routing::get;
-use bmc_sim::{Fleet, FleetOptions, RunningFleet, Scenario, SimClock};
-use orchestrator_bmc::{BmcEndpoint, Credentials, HttpClients, RetryPolicy, Timeouts};
-use orchestrator_db::Db;
+use bmc_sim::Scenario;
+use integration_tests::{REQUIRE_ALL_ENV, SimController, find_program, free_port};
 use orchestrator_db::execution::{RolloutState, StepFilter, StepPurpose};
-use orchestrator_db::model::{ComponentReading, NewNode, NewRelease, NodeLabels};
 use orchestrator_engine::prometheus::{NodeIndex, NodeSeries, PrometheusClient, PrometheusConfig};
-use orchestrator_engine::{Engine, EngineConfig, GatelessJudge, RedfishConnector, StartRollout, start_rollout};
-use orchestrator_types::{ComponentKind, FirmwareVersion, QualificationState, ReleaseId, TransitionRequest};
-use sha2::{Digest, Sha256};
+use orchestrator_engine::{GatelessJudge, StartRollout, start_rollout};
 use web::{AlertReceiverConfig, AppState};
 
 const SKU: &str = "hgx-h100-8gpu";
@@ -46,7 +39,6 @@ const SPEEDUP: f64 = 240.0;
 const TOKEN: &str = "e2e-alertmanager-token-5f2b9c0d";
 /// Whole-test budget for the alert to arrive and the rollback to finish.
 const LIMIT: Duration = Duration::from_secs(100);
-const REQUIRE_ALL_ENV: &str = "WAVEGUARD_REQUIRE_ALL";
 
 fn scenario() -> Scenario {
     let yaml = format!(
@@ -187,21 +179,6 @@ impl Drop for ChildGuard {
     }
 }
 
-fn find_program(names: &[&str]) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .flat_map(|dir| names.iter().map(move |name| dir.join(name)))
-        .find(|candidate| candidate.is_file())
-}
-
-/// A port that was free a moment ago. The programs take an address, not a
-/// listening socket, so there is a small window in which another process
-/// could take it; a clash fails start-up loudly rather than silently.
-fn free_port() -> anyhow::Result<u16> {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").context("bind a probe port")?;
-    Ok(listener.local_addr()?.port())
-}
-
 async fn wait_ready(http: &reqwest::Client, url: &str, child: &mut ChildGuard) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
@@ -222,123 +199,6 @@ async fn wait_ready(http: &reqwest::Client, url: &str, child: &mut ChildGuard) -
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-}
-
-async fn image_server(images: BTreeMap<String, Vec<u8>>) -> anyhow::Result<(String, tokio::task::JoinHandle<()>)> {
-    let images = Arc::new(images);
-    let app = Router::new().route(
-        "/images/{name}",
-        get(move |axum::extract::Path(name): axum::extract::Path<String>| {
-            let images = images.clone();
-            async move {
-                match images.get(&name) {
-                    Some(bytes) => (axum::http::StatusCode::OK, bytes.clone()),
-                    None => (axum::http::StatusCode::NOT_FOUND, Vec::new()),
-                }
-            }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let addr = listener.local_addr()?;
-    let task = tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
-    Ok((format!("http://{addr}/images"), task))
-}
-
-/// Imports the fleet with the inventory the BMCs report.
-async fn import_fleet(db: &Db, fleet: &RunningFleet) -> anyhow::Result<()> {
-    let nodes: Vec<NewNode> = fleet
-        .endpoints()
-        .iter()
-        .map(|e| NewNode {
-            name: e.name.clone(),
-            bmc_url: e.bmc_url.clone(),
-            credential_ref: "sim".into(),
-            platform_sku: e.labels.sku.clone(),
-            labels: NodeLabels {
-                region: e.labels.region.clone(),
-                cluster: e.labels.cluster.clone(),
-                rack: e.labels.rack.clone(),
-                nvlink_domain: e.labels.nvlink_domain.clone(),
-            },
-        })
-        .collect();
-    db.import_nodes(&nodes, "test").await?;
-    for node in db.list_nodes(&Default::default()).await? {
-        let versions = fleet.versions(&node.name).context("sim node")?;
-        let readings = versions
-            .iter()
-            .map(|c| {
-                Ok(ComponentReading {
-                    inventory_id: c.id.clone(),
-                    kind: c.kind,
-                    version: FirmwareVersion::parse(&c.active)?,
-                    updateable: true,
-                    software_id: None,
-                    health: Some("OK".into()),
-                })
-            })
-            .collect::<anyhow::Result<Vec<_>>>()?;
-        db.record_inventory(node.id, &readings).await?;
-    }
-    Ok(())
-}
-
-async fn add_release(db: &Db, image_base: &str, version: &str) -> anyhow::Result<ReleaseId> {
-    let bytes = bmc_sim::image::build(ComponentKind::Gpu, version, &[SKU], version.as_bytes());
-    let release = db
-        .add_release(
-            &NewRelease {
-                component_kind: ComponentKind::Gpu,
-                version: FirmwareVersion::parse(version)?,
-                image_uri: format!("{image_base}/gpu-{version}.fw"),
-                sha256: hex::encode(Sha256::digest(&bytes)),
-                size_bytes: u64::try_from(bytes.len())?,
-                platforms: vec![SKU.into()],
-                release_notes: String::new(),
-            },
-            "alice",
-        )
-        .await?;
-    for to in [QualificationState::Qualifying, QualificationState::Qualified] {
-        db.transition_release(release.id, &TransitionRequest { to, reason: None }, "alice")
-            .await?;
-    }
-    Ok(release.id)
-}
-
-fn engine_config() -> EngineConfig {
-    EngineConfig {
-        holder: "e2e-engine".into(),
-        lease_ttl: chrono::Duration::hours(2),
-        pass_interval: Duration::from_millis(50),
-        bmc_concurrency: 16,
-        brick_timeout: chrono::Duration::minutes(20),
-        activation_timeout: chrono::Duration::minutes(15),
-        ..EngineConfig::default()
-    }
-}
-
-fn connector() -> Arc<RedfishConnector> {
-    let resolve = Arc::new(|url: &str, _profile: &str| {
-        let url = url::Url::parse(url).map_err(|e| e.to_string())?;
-        Ok(BmcEndpoint::new(url, Credentials::new("admin", "admin"))
-            .with_timeouts(Timeouts {
-                connect: Duration::from_millis(500),
-                request: Duration::from_secs(2),
-                upload: Duration::from_secs(5),
-                probe: Duration::from_millis(500),
-            })
-            .with_retry(RetryPolicy {
-                max_retries: 1,
-                base_delay: Duration::from_millis(20),
-                max_delay: Duration::from_millis(50),
-                max_retry_after: Duration::from_millis(50),
-                deadline: Duration::from_secs(3),
-            }))
-    });
-    Arc::new(RedfishConnector::new(HttpClients::new(), resolve))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -364,27 +224,12 @@ async fn a_real_alert_from_prometheus_via_alertmanager_rolls_the_canary_back() {
 }
 
 async fn run(prometheus_bin: &Path, alertmanager_bin: &Path) -> anyhow::Result<()> {
-    let dir = tempfile::tempdir()?;
-    let clock = Arc::new(SimClock::starting_now(SPEEDUP));
-
     // The fleet and the controller.
-    let fleet = Fleet::start(scenario(), FleetOptions::new(clock.clone())).await?;
-    let db_url = format!("sqlite://{}", dir.path().join("waveguard.db").display());
-    let db = Db::connect_and_migrate(&db_url, clock.clone()).await?;
-    import_fleet(&db, &fleet).await?;
-    let images = [GPU_FROM, GPU_BAD]
-        .iter()
-        .map(|v| {
-            (
-                format!("gpu-{v}.fw"),
-                bmc_sim::image::build(ComponentKind::Gpu, v, &[SKU], v.as_bytes()),
-            )
-        })
-        .collect();
-    let (image_base, image_task) = image_server(images).await?;
-    add_release(&db, &image_base, GPU_FROM).await?;
-    let bad = add_release(&db, &image_base, GPU_BAD).await?;
-    let engine = Engine::start(db.clone(), engine_config(), connector(), Arc::new(GatelessJudge));
+    let sim = SimController::start(scenario(), SPEEDUP, SKU, &[GPU_FROM, GPU_BAD]).await?;
+    let (dir, db, fleet) = (&sim.dir, &sim.db, &sim.fleet);
+    sim.add_qualified_release(GPU_FROM, "alice", &[]).await?;
+    let bad = sim.add_qualified_release(GPU_BAD, "alice", &[]).await?;
+    let engine = sim.start_engine(Arc::new(GatelessJudge));
     let state = AppState::new(db.clone())
         .with_engine_nudge(engine.nudge())
         .with_alert_receiver(AlertReceiverConfig::new(TOKEN)?);
@@ -472,7 +317,7 @@ scrape_configs:
 
         // When: a rollout of the bad firmware starts.
         let rollout = start_rollout(
-            &db,
+            db,
             &StartRollout {
                 release_id: bad,
                 policy_source: policy(),
@@ -643,7 +488,6 @@ scrape_configs:
     engine.shutdown().await;
     let _ = stop_web.send(());
     let _ = web_task.await;
-    image_task.abort();
-    fleet.shutdown().await;
+    sim.shutdown().await;
     outcome.map_err(|err| err.context(logs))
 }
