@@ -21,6 +21,31 @@ pub enum Backend {
 /// to ride out a WAL checkpoint, short enough that a stuck writer surfaces.
 const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Default for [`ConnectTuning::pg_idle_in_transaction`].
+pub const DEFAULT_PG_IDLE_IN_TRANSACTION: Duration = Duration::from_secs(10);
+
+/// Connection settings beyond the URL.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnectTuning {
+    /// How long a PostgreSQL session of ours may sit idle inside a
+    /// transaction before the server ends it (rolling the transaction
+    /// back). A fenced write locks the lease row until it commits; a
+    /// controller frozen mid-write (SIGSTOP, a paused VM, a stalled host)
+    /// would otherwise keep that lock, and so block every standby's
+    /// takeover, for as long as it stays frozen. Our transactions never
+    /// wait on anything but the database between statements, so a short
+    /// limit only ends stalled ones.
+    pub pg_idle_in_transaction: Duration,
+}
+
+impl Default for ConnectTuning {
+    fn default() -> Self {
+        Self {
+            pg_idle_in_transaction: DEFAULT_PG_IDLE_IN_TRANSACTION,
+        }
+    }
+}
+
 /// A handle on the datastore; cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Db {
@@ -33,6 +58,11 @@ impl Db {
     /// Connects without migrating. `sqlite://PATH` (created if missing) or
     /// `postgres://...`.
     pub async fn connect(url: &str, clock: Arc<dyn Clock>) -> Result<Db, DbError> {
+        Self::connect_tuned(url, clock, ConnectTuning::default()).await
+    }
+
+    /// [`Db::connect`] with explicit tuning.
+    pub async fn connect_tuned(url: &str, clock: Arc<dyn Clock>, tuning: ConnectTuning) -> Result<Db, DbError> {
         let backend = if url.starts_with("sqlite:") {
             Backend::Sqlite
         } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
@@ -59,7 +89,13 @@ impl Db {
                         .busy_timeout(SQLITE_BUSY_TIMEOUT)
                 });
         } else {
-            options.max_connections(16).acquire_timeout(Duration::from_secs(30));
+            let idle_ms = tuning.pg_idle_in_transaction.as_millis().max(1).to_string();
+            options
+                .max_connections(16)
+                .acquire_timeout(Duration::from_secs(30))
+                .map_sqlx_postgres_opts(move |opts| {
+                    opts.options([("idle_in_transaction_session_timeout", idle_ms.as_str())])
+                });
         }
         let conn = Database::connect(options).await.map_err(|source| DbError::Connect {
             url: redact_url(url),
@@ -71,7 +107,16 @@ impl Db {
 
     /// Connects and applies every pending migration.
     pub async fn connect_and_migrate(url: &str, clock: Arc<dyn Clock>) -> Result<Db, DbError> {
-        let db = Self::connect(url, clock).await?;
+        Self::connect_and_migrate_tuned(url, clock, ConnectTuning::default()).await
+    }
+
+    /// [`Db::connect_and_migrate`] with explicit tuning.
+    pub async fn connect_and_migrate_tuned(
+        url: &str,
+        clock: Arc<dyn Clock>,
+        tuning: ConnectTuning,
+    ) -> Result<Db, DbError> {
+        let db = Self::connect_tuned(url, clock, tuning).await?;
         db.migrate().await?;
         Ok(db)
     }

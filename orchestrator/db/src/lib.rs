@@ -23,5 +23,5 @@ pub mod testing;
 mod users;
 
 pub use audit::AuditFilter;
-pub use connect::{Backend, Db};
+pub use connect::{Backend, ConnectTuning, DEFAULT_PG_IDLE_IN_TRANSACTION, Db};
 pub use error::DbError;

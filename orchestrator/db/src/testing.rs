@@ -149,6 +149,33 @@ impl TestDb {
     }
 }
 
+/// A transaction that took the lease row's lock, as a fenced write does,
+/// and then stalls: what a controller frozen mid-write leaves behind.
+/// Rolled back when dropped (or when the server ends it).
+#[derive(Debug)]
+pub struct StalledWrite {
+    _txn: sea_orm::DatabaseTransaction,
+}
+
+impl Db {
+    /// Locks lease `lease`'s row in a transaction that is then left idle.
+    pub async fn stall_in_fenced_write(&self, lease: &str) -> Result<StalledWrite, crate::DbError> {
+        use sea_orm::TransactionTrait as _;
+        let txn = self.conn.begin().await?;
+        let lock = match self.backend() {
+            Backend::Postgres => "SELECT token FROM engine_leases WHERE name = $1 FOR UPDATE",
+            Backend::Sqlite => "UPDATE engine_leases SET token = token WHERE name = $1",
+        };
+        txn.execute_raw(sea_orm::Statement::from_sql_and_values(
+            txn.get_database_backend(),
+            lock,
+            [lease.into()],
+        ))
+        .await?;
+        Ok(StalledWrite { _txn: txn })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::replace_database;

@@ -184,3 +184,44 @@ async fn a_stale_token_cannot_write() {
         assert_eq!(again.token, 3, "a released lease is taken over with a new token");
     }
 }
+
+/// A leader frozen inside a fenced write (SIGSTOP, a paused VM) holds the
+/// lease row's lock. On PostgreSQL the server ends its idle transaction
+/// after the connection's `pg_idle_in_transaction` limit, so once the lease
+/// has expired a standby takes over instead of waiting on the lock for as
+/// long as the leader stays frozen.
+#[tokio::test]
+async fn a_leader_frozen_mid_write_does_not_block_the_takeover_on_postgres() {
+    let clock = Arc::new(ManualClock::new(Utc::now()));
+    let Some(test_db) = TestDb::postgres(clock.clone()).await else {
+        return;
+    };
+    let leader = orchestrator_db::Db::connect_tuned(
+        &test_db.url,
+        clock.clone(),
+        orchestrator_db::ConnectTuning {
+            pg_idle_in_transaction: std::time::Duration::from_millis(500),
+        },
+    )
+    .await
+    .expect("leader connects");
+    let fence = leader
+        .acquire_lease("executor", "a", Duration::seconds(30))
+        .await
+        .expect("lease")
+        .expect("free");
+    let stalled = leader.stall_in_fenced_write("executor").await.expect("lock the row");
+    clock.advance(Duration::seconds(31));
+
+    let standby = &test_db.db;
+    let taken = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        standby.acquire_lease("executor", "b", Duration::seconds(30)),
+    )
+    .await
+    .expect("the standby waited on the frozen leader's lock")
+    .expect("lease")
+    .expect("expired: the standby takes it");
+    assert_eq!(taken.token, fence.token + 1);
+    drop(stalled);
+}

@@ -47,7 +47,7 @@ async fn three_waves_complete(postgres: bool) {
         .wait_for(
             rollout.id,
             &[RolloutState::Completed, RolloutState::Halted],
-            Duration::from_secs(55),
+            Duration::from_secs(300),
         )
         .await;
     assert_eq!(done.state, RolloutState::Completed, "{:?}", done.state_reason);

@@ -105,25 +105,43 @@ impl orchestrator_types::Clock for ScaledClock {
         let nanos = real.num_nanoseconds().unwrap_or(i64::MAX) as f64 * self.speedup;
         self.epoch + chrono::Duration::nanoseconds(nanos.clamp(i64::MIN as f64, i64::MAX as f64) as i64)
     }
+
+    fn real_time(&self, span: chrono::Duration) -> std::time::Duration {
+        let nanos = span.num_nanoseconds().unwrap_or(i64::MAX).max(0) as f64 / self.speedup;
+        std::time::Duration::from_nanos(nanos as u64)
+    }
 }
+
+/// Shortest limit on a PostgreSQL session idling in a transaction: below
+/// it a loaded host could lose healthy transactions.
+const MIN_PG_IDLE_IN_TRANSACTION: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// Runs until SIGINT or SIGTERM, then finishes in-flight requests.
 pub async fn run(args: ServeArgs, context: Context) -> anyhow::Result<ExitCode> {
     let listen = args.listen.unwrap_or(context.config.listen);
     let alert_receiver = alert_receiver(&args, &context.config)?;
-    let db = match (args.clock_speedup, args.clock_epoch) {
+    let clock: std::sync::Arc<dyn orchestrator_types::Clock> = match (args.clock_speedup, args.clock_epoch) {
         (Some(speedup), Some(epoch)) => {
             if !(speedup.is_finite() && speedup > 0.0) {
                 return Err(super::BadInput("--clock-speedup must be a positive number".into()).into());
             }
             tracing::warn!(speedup, %epoch, "running on an accelerated clock (simulation only)");
-            let clock = std::sync::Arc::new(ScaledClock { epoch, speedup });
-            orchestrator_db::Db::connect_and_migrate(&context.config.database_url, clock)
-                .await
-                .context("cannot open the database")?
+            std::sync::Arc::new(ScaledClock { epoch, speedup })
         }
-        _ => context.db().await?,
+        _ => std::sync::Arc::new(orchestrator_types::SystemClock),
     };
+    // A replica frozen inside a fenced write holds the lease row's lock; the
+    // server must end that transaction well within a lease TTL, or a standby
+    // could never take over from a frozen leader.
+    let lease_ttl_real = clock.real_time(lease_ttl(&args));
+    let tuning = orchestrator_db::ConnectTuning {
+        pg_idle_in_transaction: (lease_ttl_real / 2)
+            .min(orchestrator_db::DEFAULT_PG_IDLE_IN_TRANSACTION)
+            .max(MIN_PG_IDLE_IN_TRANSACTION),
+    };
+    let db = orchestrator_db::Db::connect_and_migrate_tuned(&context.config.database_url, clock, tuning)
+        .await
+        .context("cannot open the database")?;
     let _policy_sync = super::policy::spawn_periodic_sync(&context, db.clone(), shutdown_signal())?;
     let listener = TcpListener::bind(listen)
         .await
@@ -147,6 +165,10 @@ pub async fn run(args: ServeArgs, context: Context) -> anyhow::Result<ExitCode> 
     engine.shutdown().await;
     db.close().await.context("closing the database")?;
     Ok(ExitCode::SUCCESS)
+}
+
+fn lease_ttl(args: &ServeArgs) -> chrono::Duration {
+    chrono::Duration::seconds(i64::from(args.lease_ttl.max(1)))
 }
 
 /// Starts the rollout engine. Every replica runs one; only the holder of
@@ -186,7 +208,7 @@ fn start_engine(db: &orchestrator_db::Db, context: &Context, args: &ServeArgs) -
             std::env::var("HOSTNAME").unwrap_or_else(|_| "waveguard".into()),
             std::process::id()
         ),
-        lease_ttl: chrono::Duration::seconds(i64::from(args.lease_ttl.max(1))),
+        lease_ttl: lease_ttl(args),
         pass_interval: std::time::Duration::from_millis(args.engine_interval_ms.max(10)),
         ..Default::default()
     };
