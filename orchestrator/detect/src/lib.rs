@@ -47,6 +47,7 @@
 //! ```
 
 pub mod error;
+pub mod judging;
 pub mod level;
 pub mod power;
 pub mod rate;

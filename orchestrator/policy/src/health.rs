@@ -126,8 +126,24 @@ pub struct HealthGate {
     /// ratio (> 1, e.g. 1.5 = 50% worse); for a level, the absolute
     /// difference in the metric's unit (> 0, e.g. 3 °C).
     pub min_effect: f64,
+    /// The regression the canary must be able to catch (same unit as
+    /// `min_effect`, at least it): the policy lint warns when the first
+    /// wave cannot detect it with 80% power. Defaults to
+    /// [`HealthGate::default_must_detect`].
+    pub must_detect: f64,
     /// How often the gate is evaluated; a wave's bake lasts at least one.
     pub interval: TimeDelta,
+}
+
+impl HealthGate {
+    /// `must_detect` when the policy does not say: twice the smallest effect
+    /// that matters (a 1.5x rate gate must catch a tripled rate; a 3 °C gate
+    /// a 6 °C rise). The detectable effect always exceeds `min_effect`, since
+    /// the test's null sits there, so the lint needs a larger bar; twice is a
+    /// regression nobody would want to ship past a canary.
+    pub fn default_must_detect(min_effect: f64) -> f64 {
+        2.0 * min_effect
+    }
 }
 
 /// An Alertmanager matcher operator.

@@ -23,6 +23,9 @@ pub struct Checked {
     pub diagnostics: Vec<Diagnostic>,
     /// Where the `name` value is, for cross-file checks.
     pub name_position: Option<Position>,
+    /// Where each health gate's `name` value is, by gate name, so checks
+    /// outside this crate (the power lint) can point at a gate.
+    pub gate_positions: BTreeMap<String, Position>,
 }
 
 impl Checked {
@@ -79,6 +82,7 @@ fn failed(position: Position, message: impl Into<String>) -> Checked {
             message: message.into(),
         }],
         name_position: None,
+        gate_positions: BTreeMap::new(),
     }
 }
 
@@ -118,10 +122,17 @@ pub fn check_source(source: &str) -> Checked {
     };
     let mut sink = Sink::default();
     let policy = validate(&raw, &mut sink);
+    let gate_positions = raw
+        .health
+        .iter()
+        .flat_map(|h| &h.value.gates)
+        .map(|g| (g.value.name.value.clone(), at(&g.value.name)))
+        .collect();
     Checked {
         policy,
         diagnostics: sink.finish(),
         name_position: Some(at(&raw.name)),
+        gate_positions,
     }
 }
 

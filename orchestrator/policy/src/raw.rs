@@ -172,6 +172,8 @@ pub(crate) struct RawGate {
     pub kind: S<KindRaw>,
     pub direction: S<DirectionRaw>,
     pub min_effect: S<f64>,
+    #[serde(default)]
+    pub must_detect: Option<S<f64>>,
     pub interval: S<String>,
 }
 

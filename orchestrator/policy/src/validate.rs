@@ -534,6 +534,26 @@ fn gate(sink: &mut Sink, raw: &RawGate) -> Option<HealthGate> {
             format!("gate {name:?}: min_effect {effect} is invalid: {rule}"),
         );
     }
+    // Checked against min_effect only when that is valid itself, so one
+    // mistake gives one error.
+    let must_detect = match &raw.must_detect {
+        None => Some(HealthGate::default_must_detect(effect)),
+        Some(m) if effect_ok && !(m.value.is_finite() && m.value >= effect) => {
+            let unit = match kind {
+                GateKind::Rate => "a rate ratio",
+                GateKind::Level => "a shift in the metric's unit",
+            };
+            sink.error(
+                at(m),
+                format!(
+                    "gate {name:?}: must_detect {} is invalid: it is {unit} the canary must be able to catch and must be at least min_effect {effect}",
+                    m.value
+                ),
+            );
+            None
+        }
+        Some(m) => Some(m.value),
+    };
     let interval = duration(sink, &format!("gate {name:?} interval"), &raw.interval);
     let direction = match raw.direction.value {
         DirectionRaw::IncreaseIsBad => Direction::IncreaseIsBad,
@@ -545,6 +565,7 @@ fn gate(sink: &mut Sink, raw: &RawGate) -> Option<HealthGate> {
         kind,
         direction,
         min_effect: effect_ok.then_some(effect)?,
+        must_detect: must_detect?,
         interval: interval?,
     })
 }

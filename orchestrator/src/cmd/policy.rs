@@ -39,10 +39,50 @@ pub enum PolicyCommand {
     /// Directories are searched for `*.yaml` / `*.yml`. Exit status 1 when
     /// any error was found, 0 otherwise (warnings alone exit 0). Needs no
     /// database; usable in the CI of a policy repository.
+    ///
+    /// Also warns, at the gate, when the first wave (the canary) cannot
+    /// detect a gate's `must_detect` effect with 80% power (default
+    /// baselines; see `policy power`). A `percent` canary is only checked
+    /// with `--fleet`.
     Lint {
         /// Files or directories (default: the current directory).
         paths: Vec<PathBuf>,
+        /// Size `percent` canaries and control cohorts by planning on this
+        /// fleet file (CSV or YAML, as `fleet import` takes).
+        #[arg(long, value_name = "FILE")]
+        fleet: Option<PathBuf>,
     },
+    /// For each wave and health gate, the smallest regression the wave
+    /// detects with 80% power at the policy's false-alarm rate.
+    ///
+    /// Plans the policy on the fleet file as the planner would (wave sizes,
+    /// control cohorts), assuming every targeted node needs the update, and
+    /// uses the judge's own sequential plan: the policy's alpha split over
+    /// the wave's gates (Bonferroni), O'Brien-Fleming spending over one look
+    /// per gate interval, a Fail needing 3 canary events. Baselines come from
+    /// --baseline / --sd (by gate or metric name), else from documented
+    /// defaults (policies/README.md, "Power"). Rate gates report the rate
+    /// ratio and the canary events expected at it; level gates the shift in
+    /// the metric's unit. The approximation is slightly optimistic for rates
+    /// (see orchestrator/detect/README.md).
+    ///
+    /// --json prints one document: `policy`, `fleet`, `fleet_nodes`,
+    /// `release` (or null), `alpha`, `correction` ("bonferroni"), `spending`,
+    /// `target_power`, `gpus_per_node`, `ignored_selector_labels` (selector
+    /// labels a fleet file cannot carry, set aside), and `waves`: a list of `wave`,
+    /// `canary_nodes`, `control_nodes`, `bake_seconds`, `bake`, `gates`. Each
+    /// gate has `gate`, `kind` (rate|level), `metric`, `status`
+    /// (ok|not_judged|no_baseline|no_control), `note`, `unit` (gpu|node),
+    /// `canary_units`, `control_units`, `exposure_unit`, `canary_exposure`,
+    /// `control_exposure` (rate gates, whole bake), `planned_looks`,
+    /// `gate_alpha`, `per_look_alpha` (p-value threshold per look),
+    /// `baseline` {`value`, `measure` (rate|sd), `source` (given|default)},
+    /// `min_effect`, `must_detect`, `mde` {`ratio`, `expected_canary_events`,
+    /// `expected_control_events`, `shift`, `limited_by`
+    /// (statistics|min_events|nothing_detectable)} and `detects_must_detect`.
+    ///
+    /// Exit status 2 for a bad policy, fleet file or option.
+    Power(PowerArgs),
     /// Read the policies at a git ref, validate them and store the valid
     /// ones as the policies in force.
     ///
@@ -68,6 +108,36 @@ pub enum PolicyCommand {
     },
 }
 
+/// Options of `policy power`.
+#[derive(Debug, clap::Args)]
+pub struct PowerArgs {
+    /// The policy file.
+    policy: PathBuf,
+    /// Fleet file (CSV or YAML, as `fleet import` takes).
+    #[arg(long, value_name = "FILE")]
+    fleet: PathBuf,
+    /// The release, for the record and a kind check (default: any version).
+    #[arg(long, value_name = "KIND@VERSION")]
+    release: Option<String>,
+    /// Baseline event rate of a rate gate, per unit of its metric's exposure
+    /// (e.g. xid_errors_per_gpu_hour=0.02); by gate or metric name. Repeatable.
+    #[arg(long = "baseline", value_name = "GATE_OR_METRIC=RATE")]
+    baselines: Vec<String>,
+    /// Between-unit standard deviation of a level gate, in its unit (e.g.
+    /// gpu_temp_c=2.5); by gate or metric name. Repeatable.
+    #[arg(long = "sd", value_name = "GATE_OR_METRIC=SD")]
+    sds: Vec<String>,
+    /// GPUs per node, for per-GPU metrics.
+    #[arg(long, default_value_t = crate::power::DEFAULT_GPUS_PER_NODE, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    gpus_per_node: u32,
+    /// Seed of the planner's stratified choice.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
 /// Options of `policy sync`; each overrides the `[policy]` section of the
 /// configuration file.
 #[derive(Debug, clap::Args)]
@@ -89,15 +159,19 @@ pub struct SyncArgs {
 /// Runs a policy command.
 pub async fn run(command: PolicyCommand, context: &Context) -> anyhow::Result<ExitCode> {
     match command {
-        PolicyCommand::Lint { paths } => {
+        PolicyCommand::Lint { paths, fleet } => {
             let paths = if paths.is_empty() {
                 vec![PathBuf::from(".")]
             } else {
                 paths
             };
-            let (code, output) = lint(&paths)?;
+            let (code, output) = lint(&paths, fleet.as_deref())?;
             print!("{output}");
             Ok(code)
+        }
+        PolicyCommand::Power(args) => {
+            print!("{}", power(&args)?);
+            Ok(ExitCode::SUCCESS)
         }
         PolicyCommand::Sync(args) => {
             let settings = SyncSettings::resolve(
@@ -516,7 +590,8 @@ fn log_outcome(outcome: &SyncOutcome) {
 }
 
 /// Lints the given paths; returns the exit code and the text to print.
-fn lint(paths: &[PathBuf]) -> anyhow::Result<(ExitCode, String)> {
+fn lint(paths: &[PathBuf], fleet: Option<&Path>) -> anyhow::Result<(ExitCode, String)> {
+    let fleet = fleet.map(crate::fleet_file::read).transpose()?;
     let mut files = Vec::new();
     for path in paths {
         collect(path, 0, &mut files)?;
@@ -528,8 +603,249 @@ fn lint(paths: &[PathBuf]) -> anyhow::Result<(ExitCode, String)> {
         let bytes = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
         inputs.push((file.display().to_string(), bytes));
     }
-    let reports = lint_files(inputs);
+    let mut reports = lint_files(inputs);
+    for report in &mut reports {
+        add_power_warnings(report, fleet.as_deref());
+    }
     Ok(render(&reports))
+}
+
+/// Warns at each gate whose canary cannot catch its `must_detect` effect.
+/// With a fleet the canary and control are what the planner makes of it; a
+/// policy the fleet gives no waves is not checked (nothing to say about it).
+fn add_power_warnings(report: &mut FileReport, fleet: Option<&[orchestrator_db::model::NewNode]>) {
+    let Some(policy) = &report.checked.policy else {
+        return;
+    };
+    let canary = match fleet {
+        Some(nodes) => crate::power::fleet_shapes(policy, nodes, None, 0)
+            .ok()
+            .and_then(|(waves, _)| waves.into_iter().next()),
+        None => crate::power::canary_without_fleet(policy),
+    };
+    let Some(canary) = canary else {
+        return;
+    };
+    let findings = crate::power::canary_findings(policy, &canary, &crate::power::PowerOptions::default());
+    for (gate, message) in findings {
+        let position = report
+            .checked
+            .gate_positions
+            .get(&gate)
+            .copied()
+            .unwrap_or(orchestrator_policy::Position::START);
+        report.checked.diagnostics.push(orchestrator_policy::Diagnostic {
+            severity: Severity::Warning,
+            position,
+            message,
+        });
+    }
+    report.checked.diagnostics.sort_by_key(|d| d.position);
+}
+
+/// Parses repeated `KEY=VALUE` options: each key a gate of the policy (or
+/// the metric of one) of the right kind, each value a positive number.
+fn baseline_options(
+    policy: &orchestrator_policy::Policy,
+    flag: &str,
+    kind: orchestrator_policy::GateKind,
+    values: &[String],
+) -> Result<BTreeMap<String, f64>, BadInput> {
+    use orchestrator_policy::GateSource;
+    let mut out = BTreeMap::new();
+    for text in values {
+        let (key, value) = text
+            .split_once('=')
+            .ok_or_else(|| BadInput(format!("{flag} {text:?}: expected GATE_OR_METRIC=NUMBER")))?;
+        let (key, value) = (key.trim(), value.trim());
+        let number: f64 = value
+            .parse()
+            .ok()
+            .filter(|v: &f64| v.is_finite() && *v > 0.0)
+            .ok_or_else(|| BadInput(format!("{flag} {text:?}: {value:?} is not a positive number")))?;
+        let gates: Vec<&orchestrator_policy::HealthGate> = policy
+            .health
+            .gates
+            .iter()
+            .filter(|g| g.name == key || matches!(&g.source, GateSource::Redfish { metric } if metric.as_str() == key))
+            .collect();
+        if gates.is_empty() {
+            let known: Vec<String> = policy
+                .health
+                .gates
+                .iter()
+                .filter(|g| g.kind == kind)
+                .flat_map(|g| match &g.source {
+                    GateSource::Redfish { metric } => vec![g.name.clone(), metric.as_str().to_owned()],
+                    GateSource::Prometheus { .. } => vec![g.name.clone()],
+                })
+                .collect();
+            return Err(BadInput(format!(
+                "{flag} {text:?}: policy {:?} has no gate or metric {key:?}; {} takes: {}",
+                policy.name,
+                flag,
+                if known.is_empty() {
+                    "none".to_owned()
+                } else {
+                    known.join(", ")
+                }
+            )));
+        }
+        if let Some(g) = gates.iter().find(|g| g.kind != kind) {
+            let other = if kind == orchestrator_policy::GateKind::Rate {
+                "--sd"
+            } else {
+                "--baseline"
+            };
+            return Err(BadInput(format!(
+                "{flag} {text:?}: gate {:?} is a {} gate; use {other}",
+                g.name,
+                g.kind.as_str()
+            )));
+        }
+        out.insert(key.to_owned(), number);
+    }
+    Ok(out)
+}
+
+/// `policy power`: the text (or JSON) to print.
+fn power(args: &PowerArgs) -> anyhow::Result<String> {
+    use crate::power::{PowerOptions, effect_text, fleet_shapes, power_table};
+    let file = args.policy.display().to_string();
+    let bytes = std::fs::read(&args.policy).map_err(|e| BadInput(format!("cannot read the policy {file}: {e}")))?;
+    let report = lint_files([(file.clone(), bytes)]).remove(0);
+    let Some(policy) = report.checked.policy.clone() else {
+        let errors: Vec<String> = report
+            .checked
+            .diagnostics
+            .iter()
+            .filter(|d| d.is_error())
+            .map(|d| d.render(&file))
+            .collect();
+        return Err(BadInput(format!("invalid policy:\n{}", errors.join("\n"))).into());
+    };
+    let release = match &args.release {
+        Some(text) => {
+            let (kind, version) = super::simulate::parse_release(text)?;
+            if kind != policy.target.component {
+                return Err(BadInput(format!(
+                    "--release {text}: the policy {:?} updates {} firmware, not {}",
+                    policy.name,
+                    policy.target.component.as_str(),
+                    kind.as_str()
+                ))
+                .into());
+            }
+            Some(version)
+        }
+        None => None,
+    };
+    let options = PowerOptions {
+        baselines: crate::power::Baselines {
+            rates: baseline_options(
+                &policy,
+                "--baseline",
+                orchestrator_policy::GateKind::Rate,
+                &args.baselines,
+            )?,
+            sds: baseline_options(&policy, "--sd", orchestrator_policy::GateKind::Level, &args.sds)?,
+        },
+        gpus_per_node: args.gpus_per_node,
+    };
+    let nodes = crate::fleet_file::read(&args.fleet)?;
+    let (shapes, ignored) = fleet_shapes(&policy, &nodes, release.as_ref(), args.seed)
+        .map_err(|e| BadInput(format!("{}: {e}", args.fleet.display())))?;
+    let waves = power_table(&policy, &shapes, &options);
+    if args.json {
+        let doc = serde_json::json!({
+            "policy": policy.name,
+            "fleet": args.fleet.display().to_string(),
+            "fleet_nodes": nodes.len(),
+            "release": args.release,
+            "alpha": policy.health.alpha,
+            "correction": "bonferroni",
+            "spending": orchestrator_detect::judging::DEFAULT_SPENDING,
+            "target_power": orchestrator_detect::power::TARGET_POWER,
+            "gpus_per_node": args.gpus_per_node,
+            "ignored_selector_labels": ignored,
+            "waves": waves,
+        });
+        return Ok(format!("{}\n", serde_json::to_string_pretty(&doc)?));
+    }
+    let mut out = format!(
+        "policy {:?} on {} ({} node(s)): alpha {} split over each wave's gates, O'Brien-Fleming looks, {:.0}% power\n",
+        policy.name,
+        args.fleet.display(),
+        nodes.len(),
+        policy.health.alpha,
+        orchestrator_detect::power::TARGET_POWER * 100.0
+    );
+    if !ignored.is_empty() {
+        out.push_str(&format!(
+            "the fleet file has no label {}: the policy's selector on it is ignored\n",
+            ignored.join(", ")
+        ));
+    }
+    out.push_str(&format!(
+        "{:<10} {:<14} {:>12} {:>12} {:>5} {:>5} {:>9} {:<26} {:<22} {:>8} {}\n",
+        "WAVE", "GATE", "CANARY", "CONTROL", "BAKE", "LOOKS", "ALPHA", "BASELINE", "MDE (80%)", "MUST", "LIMITED BY"
+    ));
+    for wave in &waves {
+        for g in &wave.gates {
+            let baseline = g.baseline.as_ref().map_or_else(
+                || "-".to_owned(),
+                |b| {
+                    let per = g.exposure_unit.map_or_else(String::new, |u| format!("/{u}"));
+                    let what = if b.measure == "sd" { "sd " } else { "" };
+                    let source = match b.source {
+                        crate::power::BaselineSource::Given => "given",
+                        crate::power::BaselineSource::Default => "default",
+                    };
+                    format!("{what}{}{per} ({source})", b.value)
+                },
+            );
+            let (mde, limited) = match (&g.mde, g.status) {
+                (Some(m), _) => {
+                    let text = match (m.ratio, m.shift, m.expected_canary_events) {
+                        (Some(r), _, Some(e)) => format!("{} ({e:.1} ev)", effect_text(g.kind, r)),
+                        (_, Some(s), _) => effect_text(g.kind, s),
+                        _ => "none".to_owned(),
+                    };
+                    let flag = if g.detects_must_detect == Some(false) {
+                        "  UNDERPOWERED"
+                    } else {
+                        ""
+                    };
+                    (text, format!("{}{flag}", m.limited_by))
+                }
+                (None, status) => (
+                    serde_json::to_value(status)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_owned))
+                        .unwrap_or_default(),
+                    g.note.clone().unwrap_or_default(),
+                ),
+            };
+            out.push_str(&format!(
+                "{:<10} {:<14} {:>12} {:>12} {:>5} {:>5} {:>9.3e} {:<26} {:<22} {:>8} {}\n",
+                wave.wave,
+                g.gate,
+                format!("{} {}", g.canary_units, g.unit),
+                format!("{} {}", g.control_units, g.unit),
+                wave.bake,
+                g.planned_looks,
+                g.gate_alpha,
+                baseline,
+                mde,
+                effect_text(g.kind, g.must_detect),
+                limited
+            ));
+            if let (Some(note), Some(_)) = (&g.note, &g.mde) {
+                out.push_str(&format!("{:<10} {:<14} note: {note}\n", "", ""));
+            }
+        }
+    }
+    Ok(out)
 }
 
 fn render(reports: &[FileReport]) -> (ExitCode, String) {
@@ -598,7 +914,7 @@ mod tests {
 
     #[test]
     fn examples_directory_lints_clean() {
-        let (code, out) = lint(&[examples()]).unwrap();
+        let (code, out) = lint(&[examples()], None).unwrap();
         assert_eq!(code, ExitCode::SUCCESS, "{out}");
         assert!(out.ends_with("4 file(s) checked: 0 error(s), 0 warning(s)\n"), "{out}");
     }
@@ -611,7 +927,7 @@ mod tests {
             .replace("bake: 6h", "bake: soon");
         let file = dir.path().join("bmc-firmware.yaml");
         std::fs::write(&file, text).unwrap();
-        let (code, out) = lint(std::slice::from_ref(&file)).unwrap();
+        let (code, out) = lint(std::slice::from_ref(&file), None).unwrap();
         assert_eq!(code, ExitCode::FAILURE);
         let first = out.lines().next().unwrap();
         assert!(

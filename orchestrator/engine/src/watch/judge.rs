@@ -24,22 +24,10 @@ use crate::prometheus::PrometheusClient;
 /// The actor the audit log records for the detector's looks.
 pub const DETECTOR_ACTOR: &str = "detector";
 
-/// Most looks per bake: the detect crate's boundary recursion supports 50,
-/// and looks closer than a fiftieth of the bake add cost without power.
-pub const MAX_LOOKS: u32 = 50;
-
-/// Exposure (GPU-hours, node-hours or node-days, per the metric) each cohort
-/// needs before a rate gate may pass: less than one unit of exposure cannot
-/// say anything about a rate, so the gate stays inconclusive.
-pub const MIN_EXPOSURE: f64 = 1.0;
-
-/// Units (GPUs) each cohort needs before a level gate may pass: below about
-/// eight the rank test cannot reject anything at the usual alphas.
-pub const MIN_LEVEL_UNITS: u64 = 8;
-
-/// Canary events a rate gate needs before it may fail: one or two events
-/// cannot establish a rate regression (see the detect README).
-pub const MIN_CANARY_EVENTS_FOR_FAIL: u64 = 3;
+// The judge's fixed choices live in the detect crate, where the power
+// analysis reads them too; re-exported here for the engine's callers.
+use orchestrator_detect::judging::{DEFAULT_SPENDING, gate_plan};
+pub use orchestrator_detect::judging::{MAX_LOOKS, MIN_CANARY_EVENTS_FOR_FAIL, MIN_EXPOSURE, MIN_LEVEL_UNITS};
 
 /// BMCs polled at once by the collector, per wave.
 pub const DEFAULT_POLL_CONCURRENCY: usize = 32;
@@ -142,9 +130,7 @@ fn resolve_gate(policy: &Policy, name: &str, prometheus: bool) -> Gate {
 
 /// Planned looks for a gate: one per interval across the bake, at least one.
 fn planned_looks(bake: Duration, interval: Duration) -> u32 {
-    let interval = interval.num_seconds().max(1);
-    let looks = bake.num_seconds().max(0) / interval;
-    u32::try_from(looks).unwrap_or(MAX_LOOKS).clamp(1, MAX_LOOKS)
+    orchestrator_detect::judging::planned_looks(bake.num_seconds(), interval.num_seconds())
 }
 
 /// Events and exposure of each cohort for a rate metric.
@@ -299,7 +285,7 @@ impl DetectorJudge {
             clock: db.clock().clone(),
             collector: Collector::new(db.clone(), bmcs, DEFAULT_POLL_CONCURRENCY),
             db,
-            spending: SpendingFunction::OBrienFleming,
+            spending: DEFAULT_SPENDING,
             prometheus: None,
             last_poll: Mutex::new(HashMap::new()),
         }
@@ -528,7 +514,7 @@ impl DetectorJudge {
                 continue;
             };
             let planned = planned_looks(bake, health_gate.interval);
-            let plan = match SequentialPlan::bonferroni(policy.health.alpha, gates.len(), planned, self.spending) {
+            let plan = match gate_plan(policy.health.alpha, gates.len(), planned, self.spending) {
                 Ok(plan) => plan,
                 Err(err) => {
                     states.push(GateState {

@@ -1,0 +1,741 @@
+//! Power analysis of a policy: for each wave and health gate, the smallest
+//! regression the wave detects with 80% power at the policy's false-alarm
+//! rate, given its canary and control sizes, bake and baselines. Behind
+//! `waveguard policy power` and the lint warning for an underpowered canary.
+//!
+//! The statistics are `orchestrator_detect::power`; the sequential plan,
+//! the look schedule and the minimum-events rule are the judge's own
+//! (`orchestrator_detect::judging`), so the power quoted is the power of the
+//! test that will run. Everything here is pure: the command reads files and
+//! hands in plain numbers.
+
+use std::collections::BTreeMap;
+
+use orchestrator_detect::judging::{
+    DEFAULT_SPENDING, MIN_CANARY_EVENTS_FOR_FAIL, MIN_LEVEL_UNITS, gate_plan, planned_looks,
+};
+use orchestrator_detect::power::{PowerLimit, TARGET_POWER};
+use orchestrator_detect::{LevelPowerInput, RatePowerInput, level_min_detectable_shift, rate_min_detectable_ratio};
+use orchestrator_policy::{GateKind, GateSource, HealthGate, Policy, RedfishMetric, format_duration};
+use orchestrator_types::{FirmwareVersion, NodeId, NodeState, QualificationState, ReleaseId};
+use serde::Serialize;
+
+/// GPUs per node unless told otherwise: the HGX baseboards this product
+/// targets carry eight, as the health collector assumes.
+pub const DEFAULT_GPUS_PER_NODE: u32 = orchestrator_engine::watch::DEFAULT_GPUS_PER_NODE;
+
+/// Baselines used when neither the command line nor history gives one, in
+/// one place for `policy power` and the lint. Rates are per unit of the
+/// metric's exposure; levels are the between-GPU standard deviation of a
+/// GPU's mean over a bake.
+///
+/// Why these numbers: they are deliberately on the quiet side of what HGX
+/// fleets report (rare XIDs, occasional corrected AER, rare link retraining;
+/// GPUs of one SKU under comparable load within a few degrees and a few tens
+/// of watts of each other). Fewer baseline events and a wider spread make the
+/// detectable effect *larger*, so a canary that looks adequate with these
+/// defaults is not adequate only because of an optimistic guess. Replace them
+/// with `--baseline`/`--sd` (or history) for a real fleet.
+pub fn default_baseline(metric: RedfishMetric) -> Option<f64> {
+    match metric {
+        // One XID per GPU every ~4 days.
+        RedfishMetric::XidErrorsPerGpuHour => Some(0.01),
+        // One corrected AER entry per node every ~10 hours.
+        RedfishMetric::PcieAerPerNodeHour => Some(0.1),
+        // One link degradation per node every ~20 days.
+        RedfishMetric::LinkDegradedPerNodeDay => Some(0.05),
+        // Degrees Celsius.
+        RedfishMetric::GpuTempC => Some(3.0),
+        // Watts.
+        RedfishMetric::GpuPowerW => Some(40.0),
+        // Not judged against a control (the failure budget covers it).
+        RedfishMetric::FlashFailures => None,
+    }
+}
+
+/// Where a gate's baseline came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BaselineSource {
+    /// `--baseline` / `--sd`.
+    Given,
+    /// [`default_baseline`].
+    Default,
+}
+
+/// Baselines given on the command line, by gate name or metric name (a gate
+/// name wins over its metric's).
+#[derive(Debug, Clone, Default)]
+pub struct Baselines {
+    /// Event rates per unit exposure, for rate gates.
+    pub rates: BTreeMap<String, f64>,
+    /// Between-unit standard deviations, for level gates.
+    pub sds: BTreeMap<String, f64>,
+}
+
+/// What the analysis of a whole policy needs besides the policy.
+#[derive(Debug, Clone)]
+pub struct PowerOptions {
+    /// Given baselines.
+    pub baselines: Baselines,
+    /// GPUs per node, for per-GPU metrics.
+    pub gpus_per_node: u32,
+}
+
+impl Default for PowerOptions {
+    fn default() -> Self {
+        Self {
+            baselines: Baselines::default(),
+            gpus_per_node: DEFAULT_GPUS_PER_NODE,
+        }
+    }
+}
+
+/// A wave as far as power is concerned.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WaveShape {
+    /// Policy wave name.
+    pub name: String,
+    /// Nodes updated by the wave.
+    pub canary_nodes: usize,
+    /// Nodes of its control cohort.
+    pub control_nodes: usize,
+    /// Why there is no control, when `control_nodes` is 0.
+    pub no_control_reason: Option<String>,
+    /// Bake, seconds.
+    pub bake_seconds: i64,
+    /// Gates the wave watches (all count for the alpha split).
+    pub gates: Vec<String>,
+}
+
+/// Whether a gate could be analysed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GateStatus {
+    /// Analysed; `mde` is set.
+    Ok,
+    /// The judge does not evaluate this gate (flash failures, Prometheus rates).
+    NotJudged,
+    /// No baseline given and no default for it (Prometheus levels).
+    NoBaseline,
+    /// The wave has no control cohort, so nothing can be detected.
+    NoControl,
+}
+
+/// The baseline a gate was analysed with.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BaselineUsed {
+    /// Rate per unit exposure (rate gates) or standard deviation (level gates).
+    pub value: f64,
+    /// `rate` or `sd`.
+    pub measure: &'static str,
+    /// Where it came from.
+    pub source: BaselineSource,
+}
+
+/// The minimum detectable effect of a gate at [`TARGET_POWER`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Mde {
+    /// Rate gates: the canary/control rate ratio; `null` when no ratio up to
+    /// 1e12 is detectable.
+    pub ratio: Option<f64>,
+    /// Rate gates: canary events expected over the bake at that ratio.
+    pub expected_canary_events: Option<f64>,
+    /// Rate gates: control events expected over the bake.
+    pub expected_control_events: Option<f64>,
+    /// Level gates: the shift in the metric's unit, harmful direction.
+    pub shift: Option<f64>,
+    /// `statistics` (sampling noise against the boundaries), `min_events`
+    /// (the rule that a Fail needs 3 canary events) or `nothing_detectable`.
+    pub limited_by: &'static str,
+}
+
+/// One gate of one wave.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GatePower {
+    /// Gate name.
+    pub gate: String,
+    /// `rate` or `level`.
+    pub kind: &'static str,
+    /// Redfish metric, or `prometheus`.
+    pub metric: String,
+    /// Whether it could be analysed.
+    pub status: GateStatus,
+    /// Why not, or a remark.
+    pub note: Option<String>,
+    /// What a unit is: `gpu` or `node`.
+    pub unit: &'static str,
+    /// Units in the canary.
+    pub canary_units: u64,
+    /// Units in the control cohort.
+    pub control_units: u64,
+    /// Rate gates: the exposure unit (`gpu-hour`, `node-hour`, `node-day`).
+    pub exposure_unit: Option<&'static str>,
+    /// Rate gates: canary exposure over the whole bake.
+    pub canary_exposure: Option<f64>,
+    /// Rate gates: control exposure over the whole bake.
+    pub control_exposure: Option<f64>,
+    /// Looks the judge plans over the bake.
+    pub planned_looks: u32,
+    /// This gate's share of the policy's alpha (Bonferroni over the wave's gates).
+    pub gate_alpha: f64,
+    /// The p-value threshold at each look, first to last.
+    pub per_look_alpha: Vec<f64>,
+    /// The baseline used.
+    pub baseline: Option<BaselineUsed>,
+    /// The policy's smallest effect that matters.
+    pub min_effect: f64,
+    /// The effect the policy says the canary must catch.
+    pub must_detect: f64,
+    /// The minimum detectable effect at 80% power.
+    pub mde: Option<Mde>,
+    /// Whether the MDE is at most `must_detect`; `null` when not analysed.
+    pub detects_must_detect: Option<bool>,
+}
+
+/// One wave.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WavePower {
+    /// Wave name.
+    pub wave: String,
+    /// Canary nodes.
+    pub canary_nodes: usize,
+    /// Control nodes.
+    pub control_nodes: usize,
+    /// Bake, seconds.
+    pub bake_seconds: i64,
+    /// Bake, for humans.
+    pub bake: String,
+    /// Its gates.
+    pub gates: Vec<GatePower>,
+}
+
+fn rate_exposure_unit(metric: RedfishMetric) -> (&'static str, &'static str, f64) {
+    // (unit counted, exposure unit, exposure per unit per hour of bake)
+    match metric {
+        RedfishMetric::XidErrorsPerGpuHour => ("gpu", "gpu-hour", 1.0),
+        RedfishMetric::LinkDegradedPerNodeDay => ("node", "node-day", 1.0 / 24.0),
+        _ => ("node", "node-hour", 1.0),
+    }
+}
+
+fn lookup<'a>(map: &'a BTreeMap<String, f64>, gate: &HealthGate, metric: Option<RedfishMetric>) -> Option<&'a f64> {
+    map.get(&gate.name).or_else(|| metric.and_then(|m| map.get(m.as_str())))
+}
+
+fn fixed_at_judge(gate: &HealthGate) -> Option<(Option<RedfishMetric>, String)> {
+    // Mirrors the judge's resolve_gate: what it evaluates and what it holds for a human.
+    match (&gate.source, gate.kind) {
+        (
+            GateSource::Redfish {
+                metric: RedfishMetric::FlashFailures,
+            },
+            _,
+        ) => Some((
+            Some(RedfishMetric::FlashFailures),
+            "flash failures have no control cohort to compare with; the failure budget covers them".into(),
+        )),
+        (GateSource::Prometheus { .. }, GateKind::Rate) => {
+            Some((None, "Prometheus rate gates are not judged; use a level query".into()))
+        }
+        _ => None,
+    }
+}
+
+/// The analysis of one gate in one wave.
+pub fn gate_power(policy: &Policy, wave: &WaveShape, gate: &HealthGate, options: &PowerOptions) -> GatePower {
+    let metric = match &gate.source {
+        GateSource::Redfish { metric } => Some(*metric),
+        GateSource::Prometheus { .. } => None,
+    };
+    let looks = planned_looks(wave.bake_seconds, gate.interval.num_seconds());
+    let plan = gate_plan(policy.health.alpha, wave.gates.len().max(1), looks, DEFAULT_SPENDING);
+    let gpus = u64::from(options.gpus_per_node.max(1));
+    let (unit, per_node, exposure_unit, per_unit_hour) = match (gate.kind, metric) {
+        (GateKind::Rate, Some(m)) => {
+            let (unit, exposure, per_hour) = rate_exposure_unit(m);
+            (unit, if unit == "gpu" { gpus } else { 1 }, Some(exposure), per_hour)
+        }
+        (GateKind::Rate, None) => ("node", 1, None, 0.0),
+        // Redfish levels are judged per GPU; a PromQL query gives a series per node.
+        (GateKind::Level, Some(_)) => ("gpu", gpus, None, 0.0),
+        (GateKind::Level, None) => ("node", 1, None, 0.0),
+    };
+    let canary_units = wave.canary_nodes as u64 * per_node;
+    let control_units = wave.control_nodes as u64 * per_node;
+    let hours = wave.bake_seconds.max(0) as f64 / 3600.0;
+    let exposure = |units: u64| exposure_unit.map(|_| units as f64 * hours * per_unit_hour);
+    let mut out = GatePower {
+        gate: gate.name.clone(),
+        kind: gate.kind.as_str(),
+        metric: metric.map_or_else(|| "prometheus".to_owned(), |m| m.as_str().to_owned()),
+        status: GateStatus::Ok,
+        note: None,
+        unit,
+        canary_units,
+        control_units,
+        exposure_unit,
+        canary_exposure: exposure(canary_units),
+        control_exposure: exposure(control_units),
+        planned_looks: looks,
+        gate_alpha: plan.as_ref().map_or(f64::NAN, |p| p.alpha),
+        per_look_alpha: plan
+            .as_ref()
+            .map(|p| p.looks.iter().map(|l| l.nominal_alpha).collect())
+            .unwrap_or_default(),
+        baseline: None,
+        min_effect: gate.min_effect,
+        must_detect: gate.must_detect,
+        mde: None,
+        detects_must_detect: None,
+    };
+    if let Some((_, reason)) = fixed_at_judge(gate) {
+        out.status = GateStatus::NotJudged;
+        out.note = Some(reason);
+        return out;
+    }
+    let (given, measure) = match gate.kind {
+        GateKind::Rate => (lookup(&options.baselines.rates, gate, metric), "rate"),
+        GateKind::Level => (lookup(&options.baselines.sds, gate, metric), "sd"),
+    };
+    let baseline = match (given, metric.and_then(default_baseline)) {
+        (Some(v), _) => BaselineUsed {
+            value: *v,
+            measure,
+            source: BaselineSource::Given,
+        },
+        (None, Some(v)) => BaselineUsed {
+            value: v,
+            measure,
+            source: BaselineSource::Default,
+        },
+        (None, None) => {
+            out.status = GateStatus::NoBaseline;
+            out.note = Some(format!(
+                "no default baseline for a Prometheus query; give --sd {}=SD in the query's unit",
+                gate.name
+            ));
+            return out;
+        }
+    };
+    out.baseline = Some(baseline.clone());
+    if wave.control_nodes == 0 || wave.canary_nodes == 0 {
+        out.status = GateStatus::NoControl;
+        out.note = Some(
+            wave.no_control_reason
+                .clone()
+                .unwrap_or_else(|| "the wave has no control cohort".into()),
+        );
+        return out;
+    }
+    let plan = match plan {
+        Ok(plan) => plan,
+        Err(err) => {
+            out.status = GateStatus::NoBaseline;
+            out.note = Some(format!("no sequential plan: {err}"));
+            return out;
+        }
+    };
+    let mde = match gate.kind {
+        GateKind::Rate => rate_min_detectable_ratio(
+            &RatePowerInput {
+                canary_exposure: out.canary_exposure.unwrap_or(0.0),
+                control_exposure: out.control_exposure.unwrap_or(0.0),
+                baseline_rate: baseline.value,
+                min_effect_ratio: gate.min_effect,
+                min_canary_events_for_fail: MIN_CANARY_EVENTS_FOR_FAIL,
+            },
+            &plan,
+        )
+        .map(|r| Mde {
+            ratio: r.min_detectable_ratio,
+            expected_canary_events: r.expected_canary_events,
+            expected_control_events: Some(r.expected_control_events),
+            shift: None,
+            limited_by: match (r.min_detectable_ratio, r.limited_by) {
+                (None, _) => "nothing_detectable",
+                (Some(_), PowerLimit::Statistics) => "statistics",
+                (Some(_), PowerLimit::MinEvents) => "min_events",
+            },
+        }),
+        GateKind::Level => level_min_detectable_shift(
+            &LevelPowerInput {
+                canary_samples: canary_units,
+                control_samples: control_units,
+                sd: baseline.value,
+                min_shift: gate.min_effect,
+            },
+            &plan,
+        )
+        .map(|l| Mde {
+            ratio: None,
+            expected_canary_events: None,
+            expected_control_events: None,
+            shift: Some(l.min_detectable_shift),
+            limited_by: "statistics",
+        }),
+    };
+    match mde {
+        Ok(mde) => {
+            let value = mde.ratio.or(mde.shift);
+            out.detects_must_detect = Some(value.is_some_and(|v| v <= gate.must_detect));
+            if gate.kind == GateKind::Level && canary_units.min(control_units) < MIN_LEVEL_UNITS {
+                out.note = Some(format!(
+                    "fewer than {MIN_LEVEL_UNITS} units in a cohort: the gate can fail but never pass"
+                ));
+            }
+            out.mde = Some(mde);
+        }
+        Err(err) => {
+            // Only a bad baseline (validated by the caller) or a zero-length
+            // bake gets here; say so rather than quote a number.
+            out.status = GateStatus::NoBaseline;
+            out.note = Some(format!("cannot compute power: {err}"));
+        }
+    }
+    out
+}
+
+/// The analysis of every wave and gate.
+pub fn power_table(policy: &Policy, waves: &[WaveShape], options: &PowerOptions) -> Vec<WavePower> {
+    waves
+        .iter()
+        .map(|wave| WavePower {
+            wave: wave.name.clone(),
+            canary_nodes: wave.canary_nodes,
+            control_nodes: wave.control_nodes,
+            bake_seconds: wave.bake_seconds,
+            bake: chrono::TimeDelta::try_seconds(wave.bake_seconds).map_or_else(String::new, format_duration),
+            gates: wave
+                .gates
+                .iter()
+                .filter_map(|name| policy.health.gate(name))
+                .map(|gate| gate_power(policy, wave, gate, options))
+                .collect(),
+        })
+        .collect()
+}
+
+/// The waves of the plan the planner makes for `policy` on the nodes of a
+/// fleet file, as [`WaveShape`]s.
+///
+/// A fleet file names nodes and their placement but not their firmware, so
+/// every node gets one component of the policy's kind (an inventory id the
+/// policy's pattern matches) at a version below the release, and the
+/// policy's version rules (`from`, downgrades) are set aside: the answer is
+/// "if every targeted node needed this update". Nor does it carry labels
+/// beyond platform, region, cluster, rack and NVLink domain, so selector
+/// keys on other labels are set aside too (returned, for the output).
+/// Targeting by platform, the remaining selector and exclusions, wave sizes,
+/// caps and control cohorts are the planner's own.
+pub fn fleet_shapes(
+    policy: &Policy,
+    nodes: &[orchestrator_db::model::NewNode],
+    release: Option<&FirmwareVersion>,
+    seed: u64,
+) -> Result<(Vec<WaveShape>, Vec<String>), String> {
+    use orchestrator_planner::{ComponentSnapshot, FleetSnapshot, NodeHealth, NodeSnapshot, PlanInput, ReleaseSpec};
+    let parse = |text: &str| FirmwareVersion::parse(text).map_err(|e| format!("version {text:?}: {e}"));
+    let target = match release {
+        Some(v) => v.clone(),
+        None => parse("1")?,
+    };
+    let current = if target.is_equivalent(&parse("0")?) {
+        parse("1")?
+    } else {
+        parse("0")?
+    };
+    let inventory_id = policy.target.inventory_id.as_ref().map_or_else(
+        || format!("{}_0", policy.target.component.as_str().to_ascii_uppercase()),
+        |p| p.as_str().replace(['*', '?'], "0"),
+    );
+    let snapshot = FleetSnapshot {
+        nodes: nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| NodeSnapshot {
+                id: NodeId(i64::try_from(i).unwrap_or(i64::MAX - 1) + 1),
+                name: n.name.clone(),
+                platform: n.platform_sku.clone(),
+                region: n.labels.region.clone(),
+                cluster: n.labels.cluster.clone(),
+                rack: n.labels.rack.clone(),
+                nvlink_domain: n.labels.nvlink_domain.clone(),
+                labels: BTreeMap::new(),
+                state: NodeState::Active,
+                health: NodeHealth::ok(),
+                components: vec![ComponentSnapshot {
+                    inventory_id: inventory_id.clone(),
+                    kind: policy.target.component,
+                    version: current.as_str().to_owned(),
+                    updateable: true,
+                    downgrade_forbidden: false,
+                }],
+            })
+            .collect(),
+    };
+    let mut policy = policy.clone();
+    policy.versions.from = None;
+    policy.versions.allow_downgrade = true;
+    const FILE_LABELS: [&str; 5] = ["platform", "region", "cluster", "rack", "nvlink_domain"];
+    let ignored: Vec<String> = policy
+        .target
+        .selector
+        .keys()
+        .filter(|k| !FILE_LABELS.contains(&k.as_str()))
+        .cloned()
+        .collect();
+    policy.target.selector.retain(|k, _| FILE_LABELS.contains(&k.as_str()));
+    let release = ReleaseSpec {
+        id: ReleaseId(0),
+        kind: policy.target.component,
+        version: target,
+        platforms: policy.target.platforms.clone(),
+        image_uri: "power-analysis".into(),
+        sha256: "0".repeat(64),
+        qualification: QualificationState::Qualified,
+        passed_gates: policy.qualification.required_gates.iter().cloned().collect(),
+        downgrade_forbidden: None,
+        rollback_floor: None,
+    };
+    let plan = orchestrator_planner::plan(&PlanInput {
+        snapshot: &snapshot,
+        policy: &policy,
+        release: &release,
+        seed,
+        planned_at: chrono::DateTime::UNIX_EPOCH,
+    })
+    .map_err(|e| e.to_string())?;
+    if plan.waves.is_empty() {
+        let mut reasons: BTreeMap<&str, usize> = BTreeMap::new();
+        for e in &plan.eligibility {
+            if let orchestrator_planner::Outcome::Excluded { reason } = &e.outcome {
+                *reasons.entry(reason.code()).or_default() += 1;
+            }
+        }
+        let reasons: Vec<String> = reasons.iter().map(|(code, n)| format!("{n} {code}")).collect();
+        return Err(format!(
+            "no node of the fleet is planned under policy {:?} ({} node(s): {})",
+            policy.name,
+            nodes.len(),
+            if reasons.is_empty() {
+                "none".to_owned()
+            } else {
+                reasons.join(", ")
+            }
+        ));
+    }
+    let shapes = plan
+        .waves
+        .iter()
+        .map(|w| WaveShape {
+            name: w.name.clone(),
+            canary_nodes: w.nodes.len(),
+            control_nodes: w.control.members().len(),
+            no_control_reason: match &w.control {
+                orchestrator_planner::ControlPlan::Unavailable { reason } => Some(reason.clone()),
+                orchestrator_planner::ControlPlan::Cohort { .. } => None,
+            },
+            bake_seconds: w.bake_seconds,
+            gates: w.gates.clone(),
+        })
+        .collect();
+    Ok((shapes, ignored))
+}
+
+/// How an effect reads: `x3.41` for a ratio, `+4.2` for a shift.
+pub fn effect_text(kind: &str, value: f64) -> String {
+    if kind == "rate" {
+        format!("x{}", round2(value))
+    } else {
+        format!("+{}", round2(value))
+    }
+}
+
+fn round2(v: f64) -> String {
+    let s = format!("{v:.2}");
+    let s = s.trim_end_matches('0').trim_end_matches('.');
+    s.to_owned()
+}
+
+/// The canary (first wave) as the lint sees it without a fleet: its `count`
+/// and the control the planner would want for it. `None` when its size
+/// depends on the fleet (`percent`) or it is not a canary (`rest`).
+pub fn canary_without_fleet(policy: &Policy) -> Option<WaveShape> {
+    let wave = policy.waves.first()?;
+    let orchestrator_policy::WaveSize::Count(n) = wave.size else {
+        return None;
+    };
+    let n = usize::try_from(n).ok()?;
+    Some(WaveShape {
+        name: wave.name.clone(),
+        canary_nodes: n,
+        // The planner sizes a control max(wave, MIN_CONTROL_COHORT), capped.
+        control_nodes: n.clamp(
+            orchestrator_planner::MIN_CONTROL_COHORT,
+            orchestrator_planner::MAX_CONTROL_COHORT,
+        ),
+        no_control_reason: None,
+        bake_seconds: wave.bake.num_seconds(),
+        gates: wave.gates.clone(),
+    })
+}
+
+/// Lint findings for an underpowered canary: `(gate, message)` for every
+/// gate of `canary` whose 80%-power MDE (default baselines) exceeds its
+/// `must_detect`. Gates that cannot be analysed without more input
+/// (Prometheus levels, unjudged gates) are skipped.
+pub fn canary_findings(policy: &Policy, canary: &WaveShape, options: &PowerOptions) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for gate in canary.gates.iter().filter_map(|g| policy.health.gate(g)) {
+        let p = gate_power(policy, canary, gate, options);
+        if p.status != GateStatus::Ok || p.detects_must_detect != Some(false) {
+            continue;
+        }
+        let bake = chrono::TimeDelta::try_seconds(canary.bake_seconds).map_or_else(String::new, format_duration);
+        let must = effect_text(p.kind, gate.must_detect);
+        let detects = match p.mde.as_ref().and_then(|m| m.ratio.or(m.shift)) {
+            Some(v) => format!("detects {}", effect_text(p.kind, v)),
+            None => "detects no rate ratio".to_owned(),
+        };
+        let unit = if gate.kind == GateKind::Level {
+            format!(" {}", p.metric)
+        } else {
+            String::new()
+        };
+        out.push((
+            gate.name.clone(),
+            format!(
+                "gate {:?}: canary {:?} of {} node(s) {detects}{unit} with {:.0}% power over the {bake} bake \
+                 (default baselines); the policy must catch {must} (must_detect): enlarge the canary or lengthen the \
+                 bake, or set must_detect",
+                gate.name,
+                canary.name,
+                canary.canary_nodes,
+                TARGET_POWER * 100.0
+            ),
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const POLICY: &str = include_str!("../../policies/gpu-fast-canary.yaml");
+
+    fn policy() -> Policy {
+        orchestrator_policy::parse_policy(POLICY).unwrap()
+    }
+
+    fn shape(canary: usize, control: usize, bake_hours: i64) -> WaveShape {
+        WaveShape {
+            name: "canary".into(),
+            canary_nodes: canary,
+            control_nodes: control,
+            no_control_reason: None,
+            bake_seconds: bake_hours * 3600,
+            gates: vec!["xid_errors".into(), "gpu_temp".into()],
+        }
+    }
+
+    fn mde(p: &GatePower) -> f64 {
+        let m = p.mde.as_ref().unwrap();
+        m.ratio.or(m.shift).unwrap()
+    }
+
+    fn gate<'a>(policy: &'a Policy, name: &str) -> &'a HealthGate {
+        policy.health.gate(name).unwrap()
+    }
+
+    #[test]
+    fn bigger_canary_detects_smaller_effects() {
+        let policy = policy();
+        let options = PowerOptions::default();
+        for name in ["xid_errors", "gpu_temp"] {
+            let small = gate_power(&policy, &shape(8, 64, 6), gate(&policy, name), &options);
+            let big = gate_power(&policy, &shape(32, 64, 6), gate(&policy, name), &options);
+            assert_eq!((small.status, big.status), (GateStatus::Ok, GateStatus::Ok));
+            assert!(mde(&big) < mde(&small), "{name}: {} !< {}", mde(&big), mde(&small));
+            assert!(mde(&big) > gate(&policy, name).min_effect, "{name}");
+        }
+    }
+
+    #[test]
+    fn longer_bake_detects_smaller_rate_ratios() {
+        let policy = policy();
+        let g = gate(&policy, "xid_errors");
+        let options = PowerOptions::default();
+        let short = gate_power(&policy, &shape(16, 16, 6), g, &options);
+        let long = gate_power(&policy, &shape(16, 16, 24), g, &options);
+        assert!(mde(&long) < mde(&short));
+        // 6h at 30m intervals, two gates sharing alpha 0.05.
+        assert_eq!(short.planned_looks, 12);
+        assert!((short.gate_alpha - 0.025).abs() < 1e-12);
+        assert_eq!(short.per_look_alpha.len(), 12);
+        assert_eq!(short.canary_units, 128);
+        assert_eq!(short.canary_exposure, Some(128.0 * 6.0));
+    }
+
+    #[test]
+    fn given_baseline_overrides_the_default_by_gate_or_metric() {
+        let policy = policy();
+        let g = gate(&policy, "xid_errors");
+        let default = gate_power(&policy, &shape(16, 16, 6), g, &PowerOptions::default());
+        assert_eq!(default.baseline.as_ref().unwrap().source, BaselineSource::Default);
+        assert_eq!(default.baseline.as_ref().unwrap().value, 0.01);
+        let mut options = PowerOptions::default();
+        options.baselines.rates.insert("xid_errors_per_gpu_hour".into(), 0.5);
+        let by_metric = gate_power(&policy, &shape(16, 16, 6), g, &options);
+        assert_eq!(by_metric.baseline.as_ref().unwrap().source, BaselineSource::Given);
+        // More baseline events: a smaller ratio is detectable.
+        assert!(mde(&by_metric) < mde(&default));
+        options.baselines.rates.insert("xid_errors".into(), 0.001);
+        let by_gate = gate_power(&policy, &shape(16, 16, 6), g, &options);
+        assert_eq!(by_gate.baseline.as_ref().unwrap().value, 0.001);
+        assert!(mde(&by_gate) > mde(&default));
+    }
+
+    #[test]
+    fn quiet_small_canary_is_limited_by_the_minimum_events() {
+        let policy = policy();
+        let mut options = PowerOptions::default();
+        options.baselines.rates.insert("xid_errors".into(), 1e-4);
+        let p = gate_power(&policy, &shape(2, 16, 1), gate(&policy, "xid_errors"), &options);
+        let m = p.mde.unwrap();
+        assert_eq!(m.limited_by, "min_events");
+        // Expected events at the MDE: what Poisson needs to reach 3 with 80% power (~4.5).
+        let events = m.expected_canary_events.unwrap();
+        assert!((4.0..5.0).contains(&events), "{events}");
+    }
+
+    #[test]
+    fn no_control_and_unjudged_gates_are_reported_not_computed() {
+        let policy = policy();
+        let mut wave = shape(16, 0, 6);
+        wave.no_control_reason = Some("no comparable node stays behind".into());
+        let p = gate_power(&policy, &wave, gate(&policy, "gpu_temp"), &PowerOptions::default());
+        assert_eq!(p.status, GateStatus::NoControl);
+        assert_eq!(p.note.as_deref(), Some("no comparable node stays behind"));
+        assert!(p.mde.is_none() && p.detects_must_detect.is_none());
+    }
+
+    #[test]
+    fn lint_canary_uses_the_count_and_the_planners_control_size() {
+        let policy = policy();
+        let canary = canary_without_fleet(&policy).unwrap();
+        assert_eq!((canary.canary_nodes, canary.control_nodes), (16, 16));
+        let mut small = canary.clone();
+        small.canary_nodes = 1;
+        small.control_nodes = 16;
+        let findings = canary_findings(&policy, &small, &PowerOptions::default());
+        let gates: Vec<&str> = findings.iter().map(|(g, _)| g.as_str()).collect();
+        assert!(gates.contains(&"xid_errors"), "{findings:?}");
+        assert!(
+            findings[0].1.contains("canary \"canary\" of 1 node(s) detects x")
+                && findings[0].1.contains("must catch x5"),
+            "{findings:?}"
+        );
+    }
+}
