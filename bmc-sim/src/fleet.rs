@@ -284,6 +284,7 @@ fn initial_components(scenario: &Scenario, epoch: DateTime<Utc>) -> Vec<Componen
             id: c.id.clone(),
             kind: c.kind,
             updateable: c.updateable,
+            lowest_supported_version: c.lowest_supported_version.clone(),
             history: vec![(epoch, c.version.clone())],
             pending: None,
         })

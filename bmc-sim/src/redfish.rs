@@ -1094,7 +1094,7 @@ async fn firmware_entry(
         .iter()
         .find(|c| c.id == id)
         .ok_or_else(|| RfError::not_found("SoftwareInventory"))?;
-    ok(json!({
+    let mut body = json!({
         "@odata.id": format!("/redfish/v1/UpdateService/FirmwareInventory/{}", comp.id),
         "@odata.type": types::SOFTWARE_INVENTORY,
         "Id": comp.id,
@@ -1104,7 +1104,12 @@ async fn firmware_entry(
         "SoftwareId": format!("{}-{}", comp.kind.as_str(), node.labels.sku),
         "Manufacturer": "Waveguard",
         "Status": status_ok(),
-    }))
+    });
+    // Like a real BMC, the property is left out when there is nothing to say.
+    if let Some(lowest) = &comp.lowest_supported_version {
+        body["LowestSupportedVersion"] = json!(lowest);
+    }
+    ok(body)
 }
 
 #[derive(Deserialize)]

@@ -194,6 +194,8 @@ struct RawComponent {
     version: String,
     #[serde(default = "yes")]
     updateable: bool,
+    #[serde(default)]
+    lowest_supported_version: Option<String>,
 }
 
 fn yes() -> bool {
@@ -331,6 +333,10 @@ pub struct ComponentSpec {
     pub version: String,
     /// Whether the inventory says it can be updated.
     pub updateable: bool,
+    /// What the inventory reports as `LowestSupportedVersion`, if anything:
+    /// the oldest image the component accepts, as a BMC with a burnt
+    /// anti-rollback fuse says it.
+    pub lowest_supported_version: Option<String>,
 }
 
 /// Mean and standard deviation of a normally distributed gauge.
@@ -594,6 +600,12 @@ fn validate(raw: RawScenario) -> Result<Scenario, ScenarioError> {
         if c.version.trim().is_empty() {
             return Err(invalid(format!("{path}.version"), "must not be empty"));
         }
+        if c.lowest_supported_version.as_ref().is_some_and(|v| v.trim().is_empty()) {
+            return Err(invalid(
+                format!("{path}.lowest_supported_version"),
+                "must not be empty (leave the key out for none)",
+            ));
+        }
         for id in expand_id(&format!("{path}.id"), &c.id)? {
             if id.is_empty()
                 || !id
@@ -613,6 +625,7 @@ fn validate(raw: RawScenario) -> Result<Scenario, ScenarioError> {
                 kind,
                 version: c.version.clone(),
                 updateable: c.updateable,
+                lowest_supported_version: c.lowest_supported_version.clone(),
             });
         }
     }

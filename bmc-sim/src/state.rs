@@ -52,6 +52,8 @@ pub(crate) struct ComponentState {
     pub id: String,
     pub kind: ComponentKind,
     pub updateable: bool,
+    /// Reported as `LowestSupportedVersion` when set.
+    pub lowest_supported_version: Option<String>,
     /// (active since, version), oldest first; the last entry is the active version.
     pub history: Vec<(DateTime<Utc>, String)>,
     /// Flashed but not yet active.

@@ -667,6 +667,30 @@ async fn metrics_exposition_is_labelled_by_node_and_gpu() {
 }
 
 #[tokio::test]
+async fn lowest_supported_version_is_reported_when_the_scenario_sets_it() {
+    let from = "    - {id: \"HGX_FW_GPU_{0..7}\", kind: gpu, version: \"96.00.5E.00.01\"}";
+    assert!(SMALL.contains(from), "test bug: the small scenario changed");
+    let yaml = SMALL.replace(
+        from,
+        "    - {id: \"HGX_FW_GPU_{0..7}\", kind: gpu, version: \"96.00.5E.00.01\", lowest_supported_version: \"96.00.61.00.00\"}",
+    );
+    let h = start(&yaml).await;
+    let gpu = h
+        .get_json(0, "/redfish/v1/UpdateService/FirmwareInventory/HGX_FW_GPU_3")
+        .await;
+    assert_eq!(gpu["LowestSupportedVersion"], "96.00.61.00.00");
+    assert_eq!(gpu["Version"], "96.00.5E.00.01");
+    let bmc = h
+        .get_json(0, "/redfish/v1/UpdateService/FirmwareInventory/BMC_Firmware")
+        .await;
+    assert!(
+        bmc.get("LowestSupportedVersion").is_none(),
+        "only the GPU entries set it"
+    );
+    h.fleet.shutdown().await;
+}
+
+#[tokio::test]
 async fn inventory_and_resources_have_redfish_shape() {
     let h = start(SMALL).await;
     let inv = h.get_json(0, "/redfish/v1/UpdateService/FirmwareInventory").await;
@@ -677,6 +701,10 @@ async fn inventory_and_resources_have_redfish_shape() {
     for key in ["Id", "Version", "Updateable", "SoftwareId", "Status"] {
         assert!(bmc.get(key).is_some(), "FirmwareInventory entry lacks {key}");
     }
+    assert!(
+        bmc.get("LowestSupportedVersion").is_none(),
+        "left out unless the scenario sets it"
+    );
     let us = h.get_json(0, "/redfish/v1/UpdateService").await;
     assert_eq!(us["MultipartHttpPushUri"], "/redfish/v1/UpdateService/update-multipart");
     let procs = h.get_json(0, "/redfish/v1/Systems/1/Processors").await;

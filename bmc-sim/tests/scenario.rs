@@ -122,6 +122,16 @@ fn rejections_name_key_path_and_reason() {
         ),
         ("{id: BMC_Firmware,", "{id: HGX_FW_GPU_3,", &["duplicate component id"]),
         (
+            "version: \"96.00.5E.00.01\"}",
+            "version: \"96.00.5E.00.01\", lowest_supported_version: \" \"}",
+            &["fleet.components[1].lowest_supported_version", "must not be empty"],
+        ),
+        (
+            "version: \"96.00.5E.00.01\"}",
+            "version: \"96.00.5E.00.01\", lowest_suported_version: \"96.00.61.00.00\"}",
+            &["lowest_suported_version"],
+        ),
+        (
             "{metric: gpu_temp_c, add: 2.5, share: 1.0, onset: 0s}",
             "{metric: gpu_temp_c, share: 1.0}",
             &["firmware[0].effects[1]", "multiply` or `add"],

@@ -13,6 +13,7 @@ mod m0003_execution;
 mod m0004_health;
 mod m0005_alerts;
 mod m0006_auth;
+mod m0007_release_rollback;
 
 /// Every migration, oldest first.
 #[derive(Debug)]
@@ -28,6 +29,7 @@ impl MigratorTrait for Migrator {
             Box::new(m0004_health::Migration),
             Box::new(m0005_alerts::Migration),
             Box::new(m0006_auth::Migration),
+            Box::new(m0007_release_rollback::Migration),
         ]
     }
 }

@@ -329,6 +329,15 @@ impl Bmc for RedfishBmc {
                     software_id: item.software_id,
                     state: item.status.as_ref().and_then(|s| s.state.clone()),
                     health: item.status.as_ref().and_then(|s| s.health.clone()),
+                    // Not a field of the schema crate's SoftwareInventory, so
+                    // it arrives among the unmodelled properties.
+                    lowest_supported_version: item
+                        .extra
+                        .get("LowestSupportedVersion")
+                        .and_then(serde_json::Value::as_str)
+                        .map(str::trim)
+                        .filter(|v| !v.is_empty())
+                        .map(str::to_owned),
                 })
             })
             .collect()

@@ -28,6 +28,9 @@ pub struct FirmwareComponent {
     pub state: Option<String>,
     /// `Status.Health`, e.g. `OK`, `Warning`, `Critical`.
     pub health: Option<String>,
+    /// `LowestSupportedVersion`, unparsed: the BMC refuses images older than
+    /// it. Absent when the BMC does not report it (or reports a non-string).
+    pub lowest_supported_version: Option<String>,
 }
 
 impl FirmwareComponent {

@@ -286,6 +286,36 @@ pub struct ExecRollout {
     pub blockers: Vec<Blocker>,
 }
 
+impl ExecRollout {
+    /// Why the stored plan says this rollout cannot be rolled back (the
+    /// assessment's `reasons`, or its one-line `reason` for plans stored
+    /// before the list was kept); `None` when it can, or when no assessment
+    /// was recorded.
+    pub fn rollback_impossible(&self) -> Option<Vec<String>> {
+        rollback_impossible(self.rollback_assessment.as_ref()?)
+    }
+}
+
+fn rollback_impossible(assessment: &serde_json::Value) -> Option<Vec<String>> {
+    if assessment.get("possible").and_then(serde_json::Value::as_bool) != Some(false) {
+        return None;
+    }
+    let listed: Vec<String> = assessment
+        .get("reasons")
+        .and_then(serde_json::Value::as_array)
+        .map(|reasons| reasons.iter().filter_map(|r| r.as_str().map(str::to_owned)).collect())
+        .unwrap_or_default();
+    if !listed.is_empty() {
+        return Some(listed);
+    }
+    let reason = assessment
+        .get("reason")
+        .and_then(serde_json::Value::as_str)
+        .filter(|r| !r.is_empty())
+        .unwrap_or("no reason recorded");
+    Some(vec![reason.to_owned()])
+}
+
 /// A stored wave.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
@@ -1134,23 +1164,10 @@ impl Db {
                 expected: "not rolling back already".into(),
             });
         }
-        let impossible = row
-            .rollback_assessment
-            .as_ref()
-            .and_then(|a| a.get("possible"))
-            .and_then(serde_json::Value::as_bool)
-            == Some(false);
-        if impossible {
+        if let Some(reasons) = row.rollback_assessment.as_ref().and_then(rollback_impossible) {
             return Err(DbError::Invalid {
                 field: "rollback".into(),
-                reason: format!(
-                    "the plan says rollback is impossible: {}",
-                    row.rollback_assessment
-                        .as_ref()
-                        .and_then(|a| a.get("reason"))
-                        .and_then(serde_json::Value::as_str)
-                        .unwrap_or("no reason recorded")
-                ),
+                reason: format!("the plan says rollback is impossible: {}", reasons.join("; ")),
             });
         }
         let last_position = waves::Entity::find()

@@ -102,7 +102,24 @@ pub struct ComponentReading {
 pub struct Component {
     #[serde(flatten)]
     pub reading: ComponentReading,
+    /// Redfish `LowestSupportedVersion` as the BMC last reported it, unparsed;
+    /// absent when it does not report one.
+    pub lowest_supported_version: Option<String>,
     pub last_read_at: DateTime<Utc>,
+}
+
+/// A component as inventory discovery read it: the reading and what the BMC
+/// says about older images. Kept apart from [`ComponentReading`] so callers
+/// that record a reading without asking the BMC need not invent the field.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct DiscoveredComponent {
+    #[serde(flatten)]
+    pub reading: ComponentReading,
+    /// Redfish `LowestSupportedVersion`, unparsed: the BMC refuses images
+    /// older than it, so a rollback below it cannot happen.
+    #[serde(default)]
+    pub lowest_supported_version: Option<String>,
 }
 
 /// A firmware release to register.
@@ -123,6 +140,22 @@ pub struct NewRelease {
     pub release_notes: String,
 }
 
+/// Release metadata that decides whether a rollout of the release can be
+/// undone. Both empty (the default) means nothing known forbids a rollback.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct ReleaseRollback {
+    /// Set, with the vendor's reason (e.g. "burns anti-rollback fuse"), when
+    /// once installed the image refuses every older one.
+    #[serde(default)]
+    pub downgrade_forbidden: Option<String>,
+    /// The oldest version a component accepts once this image runs: nodes
+    /// updating from below it cannot be restored.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, example = "96.00.5A.00.00"))]
+    pub rollback_floor: Option<FirmwareVersion>,
+}
+
 /// A registered release and where it stands.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
@@ -141,6 +174,11 @@ pub struct Release {
     #[cfg_attr(feature = "openapi", schema(value_type = String))]
     pub qualification_state: QualificationState,
     pub state_reason: Option<String>,
+    /// The vendor's reason the image forbids downgrades, when it does.
+    pub downgrade_forbidden: Option<String>,
+    /// Nodes updating from below this version cannot be rolled back.
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
+    pub rollback_floor: Option<FirmwareVersion>,
     pub created_by: String,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
@@ -323,6 +361,40 @@ impl NewRelease {
         }
         for platform in &self.platforms {
             check_name(&mut errors, "platforms", platform);
+        }
+        errors
+    }
+}
+
+/// Longest `downgrade_forbidden` reason accepted: a sentence or a link, not a document.
+const MAX_DOWNGRADE_REASON: usize = 1000;
+
+impl ReleaseRollback {
+    /// Every problem with this metadata for a release of `version`, empty
+    /// when it is acceptable.
+    pub fn validate(&self, version: &FirmwareVersion) -> Vec<FieldError> {
+        let mut errors = Vec::new();
+        if let Some(reason) = &self.downgrade_forbidden {
+            if reason.trim().is_empty() {
+                errors.push(FieldError::new(
+                    "downgrade_forbidden",
+                    "must give the vendor's reason (or be left out)",
+                ));
+            } else if reason.len() > MAX_DOWNGRADE_REASON {
+                errors.push(FieldError::new(
+                    "downgrade_forbidden",
+                    format!("must be at most {MAX_DOWNGRADE_REASON} bytes"),
+                ));
+            }
+        }
+        if let Some(floor) = &self.rollback_floor
+            && floor > version
+        {
+            // The image itself would be below its own floor.
+            errors.push(FieldError::new(
+                "rollback_floor",
+                format!("{floor} is above the release's own version {version}"),
+            ));
         }
         errors
     }

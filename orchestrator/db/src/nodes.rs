@@ -10,7 +10,9 @@ use serde_json::json;
 
 use crate::audit;
 use crate::entity::{node_components, nodes};
-use crate::model::{Component, ComponentReading, ImportSummary, NewNode, Node, NodeFilter, NodeLabels};
+use crate::model::{
+    Component, ComponentReading, DiscoveredComponent, ImportSummary, NewNode, Node, NodeFilter, NodeLabels,
+};
 use crate::{Db, DbError};
 
 /// Most nodes one list call returns; pages past that.
@@ -244,10 +246,33 @@ impl Db {
 
     /// Stores what a BMC's FirmwareInventory said, replacing the previous
     /// reading of each component, and clears the node's discovery error.
+    /// For callers that did not ask the BMC for `LowestSupportedVersion`: a
+    /// recorded one is cleared, since it may not hold for the new reading.
     pub async fn record_inventory(&self, id: NodeId, readings: &[ComponentReading]) -> Result<(), DbError> {
+        let discovered: Vec<DiscoveredComponent> = readings
+            .iter()
+            .map(|reading| DiscoveredComponent {
+                reading: reading.clone(),
+                lowest_supported_version: None,
+            })
+            .collect();
+        self.record_discovered_inventory(id, &discovered).await
+    }
+
+    /// [`Db::record_inventory`] with each component's Redfish
+    /// `LowestSupportedVersion`, as inventory discovery reads it.
+    pub async fn record_discovered_inventory(
+        &self,
+        id: NodeId,
+        components: &[DiscoveredComponent],
+    ) -> Result<(), DbError> {
         let now = self.clock.now();
         let txn = self.conn.begin().await?;
-        for reading in readings {
+        for DiscoveredComponent {
+            reading,
+            lowest_supported_version,
+        } in components
+        {
             let row = node_components::ActiveModel {
                 node_id: Set(id.0),
                 inventory_id: Set(reading.inventory_id.clone()),
@@ -256,6 +281,7 @@ impl Db {
                 updateable: Set(reading.updateable),
                 software_id: Set(reading.software_id.clone()),
                 health: Set(reading.health.clone()),
+                lowest_supported_version: Set(lowest_supported_version.clone()),
                 last_read_at: Set(now),
                 ..Default::default()
             };
@@ -268,6 +294,7 @@ impl Db {
                             node_components::Column::Updateable,
                             node_components::Column::SoftwareId,
                             node_components::Column::Health,
+                            node_components::Column::LowestSupportedVersion,
                             node_components::Column::LastReadAt,
                         ])
                         .to_owned(),
@@ -324,6 +351,7 @@ impl Db {
                         software_id: row.software_id,
                         health: row.health,
                     },
+                    lowest_supported_version: row.lowest_supported_version,
                     last_read_at: row.last_read_at,
                 })
             })

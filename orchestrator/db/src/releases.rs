@@ -6,7 +6,7 @@ use serde_json::json;
 use crate::audit;
 use crate::entity::{qualification_results, releases};
 use crate::error::is_unique_violation;
-use crate::model::{GateResult, NewGateResult, NewRelease, Release};
+use crate::model::{GateResult, NewGateResult, NewRelease, Release, ReleaseRollback};
 use crate::{Db, DbError};
 
 fn to_release(row: releases::Model) -> Result<Release, DbError> {
@@ -30,6 +30,12 @@ fn to_release(row: releases::Model) -> Result<Release, DbError> {
         sha256: row.sha256,
         release_notes: row.release_notes,
         state_reason: row.state_reason,
+        downgrade_forbidden: row.downgrade_forbidden,
+        rollback_floor: row
+            .rollback_floor
+            .map(|floor| floor.parse())
+            .transpose()
+            .map_err(|e| DbError::corrupt("release rollback floor", e))?,
         created_by: row.created_by,
         created_at: row.created_at,
         updated_at: row.updated_at,
@@ -59,10 +65,28 @@ fn invalid(errors: Vec<crate::model::FieldError>) -> Result<(), DbError> {
 }
 
 impl Db {
-    /// Registers a release in state `registered`. A (kind, version) pair is
-    /// registered once.
+    /// Registers a release in state `registered`, with nothing known to
+    /// forbid rolling it back. A (kind, version) pair is registered once.
     pub async fn add_release(&self, new: &NewRelease, actor: &str) -> Result<Release, DbError> {
+        self.add_release_with(new, &ReleaseRollback::default(), actor).await
+    }
+
+    /// [`Db::add_release`] with the release's rollback metadata, which the
+    /// planner turns into the rollout's rollback assessment.
+    pub async fn add_release_with(
+        &self,
+        new: &NewRelease,
+        rollback: &ReleaseRollback,
+        actor: &str,
+    ) -> Result<Release, DbError> {
         invalid(new.validate())?;
+        invalid(rollback.validate(&new.version))?;
+        let downgrade_forbidden = rollback
+            .downgrade_forbidden
+            .as_deref()
+            .map(str::trim)
+            .map(str::to_owned);
+        let rollback_floor = rollback.rollback_floor.as_ref().map(|v| v.as_str().to_owned());
         let now = self.clock.now();
         let txn = self.conn.begin().await?;
         let inserted = releases::ActiveModel {
@@ -75,6 +99,8 @@ impl Db {
             release_notes: Set(new.release_notes.clone()),
             qualification_state: Set(QualificationState::Registered.as_str().to_owned()),
             state_reason: Set(None),
+            downgrade_forbidden: Set(downgrade_forbidden.clone()),
+            rollback_floor: Set(rollback_floor.clone()),
             created_by: Set(actor.to_owned()),
             created_at: Set(now),
             updated_at: Set(now),
@@ -100,7 +126,8 @@ impl Db {
             "release",
             &row.id.to_string(),
             json!({ "component_kind": new.component_kind, "version": new.version, "sha256": row.sha256,
-                    "image_uri": new.image_uri, "platforms": new.platforms }),
+                    "image_uri": new.image_uri, "platforms": new.platforms,
+                    "downgrade_forbidden": downgrade_forbidden, "rollback_floor": rollback_floor }),
         )
         .await?;
         txn.commit().await?;

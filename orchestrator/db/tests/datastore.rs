@@ -373,7 +373,8 @@ async fn migrations_are_idempotent() {
                 "m0003_execution",
                 "m0004_health",
                 "m0005_alerts",
-                "m0006_auth"
+                "m0006_auth",
+                "m0007_release_rollback"
             ]
         );
     }

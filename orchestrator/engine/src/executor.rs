@@ -564,7 +564,7 @@ impl Executor {
         if rollout.state != RolloutState::Running {
             return Ok(());
         }
-        let reason = wave
+        let mut reason = wave
             .state_reason
             .clone()
             .unwrap_or_else(|| format!("wave {} halted", wave.name));
@@ -589,6 +589,8 @@ impl Executor {
                 Ok(_) => return Ok(()),
                 Err(DbError::Invalid { reason: why, .. }) => {
                     tracing::error!(rollout = %rollout.id, %why, "automatic rollback impossible");
+                    // The halt's reason (audited, shown) says why nothing was rolled back.
+                    reason = format!("{reason}; automatic rollback refused: {why}");
                 }
                 Err(err) => return Err(err),
             }

@@ -5,12 +5,12 @@ use std::collections::BTreeMap;
 
 use orchestrator_db::Db;
 use orchestrator_db::execution::{ExecRollout, NewPlan, NewStep, NewWave};
-use orchestrator_db::model::{NewRollout, NodeFilter};
+use orchestrator_db::model::{Component, NewRollout, NodeFilter};
 use orchestrator_planner::{
     ApprovalRule, ComponentSnapshot, FleetSnapshot, NodeHealth, NodeSnapshot, Plan, PlanInput, ReleaseSpec,
 };
 use orchestrator_policy::Policy;
-use orchestrator_types::RolloutId;
+use orchestrator_types::{FirmwareVersion, RolloutId};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
@@ -53,11 +53,11 @@ pub async fn fleet_snapshot(db: &Db) -> Result<FleetSnapshot, EngineError> {
                 .await?
                 .into_iter()
                 .map(|c| ComponentSnapshot {
+                    downgrade_forbidden: refuses_current(&node.name, &c),
                     inventory_id: c.reading.inventory_id,
                     kind: c.reading.kind,
                     version: c.reading.version.as_str().to_owned(),
                     updateable: c.reading.updateable,
-                    downgrade_forbidden: false,
                 })
                 .collect();
             nodes.push(NodeSnapshot {
@@ -86,6 +86,25 @@ pub async fn fleet_snapshot(db: &Db) -> Result<FleetSnapshot, EngineError> {
         offset += len;
     }
     Ok(FleetSnapshot { nodes })
+}
+
+/// Whether a component's BMC would refuse to go back to the version it runs
+/// now, the version a rollback restores: its `LowestSupportedVersion` is
+/// above it. A floor that does not parse is logged and ignored: wrongly
+/// calling a rollback impossible refuses every rollback of the rollout,
+/// while a wrongly attempted one fails on that node with the BMC's error.
+fn refuses_current(node: &str, component: &Component) -> bool {
+    let Some(raw) = component.lowest_supported_version.as_deref() else {
+        return false;
+    };
+    match FirmwareVersion::parse(raw) {
+        Ok(lowest) => lowest > component.reading.version,
+        Err(error) => {
+            tracing::warn!(node, component = %component.reading.inventory_id, lowest_supported_version = raw,
+                %error, "unparsable LowestSupportedVersion ignored");
+            false
+        }
+    }
 }
 
 /// Turns the planner's plan into stored waves: one step per node and
@@ -134,6 +153,12 @@ pub fn plan_to_rows(plan: &Plan) -> NewPlan {
         rollback_assessment: json!({
             "possible": plan.rollback.possible,
             "reason": plan.rollback.blockers.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "),
+            // One entry per blocker, without the "rollback impossible:" each
+            // one's text opens with, for surfaces that say it once.
+            "reasons": plan.rollback.blockers.iter().map(|b| {
+                let text = b.to_string();
+                text.strip_prefix("rollback impossible: ").map(str::to_owned).unwrap_or(text)
+            }).collect::<Vec<_>>(),
             "assessment": plan.rollback,
             "fingerprint": plan.fingerprint,
             "notes": plan.notes,
@@ -175,8 +200,8 @@ pub async fn start_rollout_planned(
         sha256: release.sha256.clone(),
         qualification: release.qualification_state,
         passed_gates: gates.iter().filter(|g| g.passed).map(|g| g.gate.clone()).collect(),
-        downgrade_forbidden: None,
-        rollback_floor: None,
+        downgrade_forbidden: release.downgrade_forbidden.clone(),
+        rollback_floor: release.rollback_floor.clone(),
     };
     let snapshot = fleet_snapshot(db).await?;
     let plan = orchestrator_planner::plan(&PlanInput {

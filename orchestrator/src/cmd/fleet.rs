@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use orchestrator_bmc::{Bmc, DEFAULT_DISCOVERY_CONCURRENCY, HttpClients, RedfishBmc};
-use orchestrator_db::model::{ComponentReading, NodeFilter};
+use orchestrator_db::model::{ComponentReading, DiscoveredComponent, NodeFilter};
 use orchestrator_types::{ComponentKind, FirmwareVersion, NodeId};
 
 use crate::bmc_access::EndpointResolver;
@@ -170,17 +170,20 @@ async fn discover(
                             "component without a parsable version; not recorded");
                         continue;
                     };
-                    readings.push(ComponentReading {
-                        kind: ComponentKind::classify_inventory_id(&component.id, component.software_id.as_deref()),
-                        inventory_id: component.id,
-                        version,
-                        updateable: component.updateable,
-                        software_id: component.software_id,
-                        health: component.health,
+                    readings.push(DiscoveredComponent {
+                        reading: ComponentReading {
+                            kind: ComponentKind::classify_inventory_id(&component.id, component.software_id.as_deref()),
+                            inventory_id: component.id,
+                            version,
+                            updateable: component.updateable,
+                            software_id: component.software_id,
+                            health: component.health,
+                        },
+                        lowest_supported_version: component.lowest_supported_version,
                     });
                 }
                 components += readings.len();
-                db.record_inventory(outcome.node, &readings).await?;
+                db.record_discovered_inventory(outcome.node, &readings).await?;
                 read += 1;
             }
             Err(error) => {

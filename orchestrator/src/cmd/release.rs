@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use orchestrator_db::Db;
-use orchestrator_db::model::{NewGateResult, NewRelease, Release};
+use orchestrator_db::model::{NewGateResult, NewRelease, Release, ReleaseRollback};
 use orchestrator_types::{ComponentKind, FirmwareVersion, QualificationState, ReleaseId, TransitionRequest};
 use sha2::{Digest, Sha256};
 
@@ -17,7 +17,7 @@ use crate::Context;
 #[derive(Debug, clap::Subcommand)]
 pub enum ReleaseCommand {
     /// Register a firmware release (state `registered`).
-    Add(AddArgs),
+    Add(Box<AddArgs>),
     /// List releases, newest first.
     List {
         /// Print JSON instead of a table.
@@ -92,6 +92,14 @@ pub struct AddArgs {
     /// Release notes.
     #[arg(long, default_value = "")]
     notes: String,
+    /// The image forbids downgrades once installed (e.g. it burns an anti-rollback fuse); the vendor's
+    /// reason. Rollouts of this release are then planned as impossible to roll back.
+    #[arg(long, value_name = "REASON")]
+    downgrade_forbidden: Option<String>,
+    /// The oldest version a component accepts once this image runs: nodes updating from below it cannot
+    /// be rolled back.
+    #[arg(long, value_name = "VERSION")]
+    rollback_floor: Option<FirmwareVersion>,
 }
 
 /// Runs a release command.
@@ -99,6 +107,7 @@ pub async fn run(command: ReleaseCommand, context: &Context) -> anyhow::Result<E
     let actor = context.cli_actor();
     match command {
         ReleaseCommand::Add(args) => {
+            let args = *args;
             let (sha256, size_bytes) = match (&args.image_file, args.sha256, args.size) {
                 (Some(path), _, _) => digest_file(path)?,
                 (None, Some(sha256), Some(size)) => (sha256, size),
@@ -113,8 +122,12 @@ pub async fn run(command: ReleaseCommand, context: &Context) -> anyhow::Result<E
                 platforms: args.platforms,
                 release_notes: args.notes,
             };
+            let rollback = ReleaseRollback {
+                downgrade_forbidden: args.downgrade_forbidden,
+                rollback_floor: args.rollback_floor,
+            };
             let db = context.db().await?;
-            let release = db.add_release(&new, &actor).await?;
+            let release = db.add_release_with(&new, &rollback, &actor).await?;
             println!(
                 "registered release {} ({}@{})",
                 release.id, release.component_kind, release.version
@@ -158,6 +171,12 @@ pub async fn run(command: ReleaseCommand, context: &Context) -> anyhow::Result<E
                     release.image_uri, release.size_bytes, release.sha256
                 );
                 println!("  platforms: {}", release.platforms.join(", "));
+                if let Some(reason) = &release.downgrade_forbidden {
+                    println!("  downgrade forbidden: {reason}");
+                }
+                if let Some(floor) = &release.rollback_floor {
+                    println!("  rollback floor: {floor}");
+                }
                 println!("  by:        {} at {}", release.created_by, release.created_at);
                 for gate in gates {
                     let outcome = if gate.passed { "pass" } else { "FAIL" };

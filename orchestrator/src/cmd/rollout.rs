@@ -417,13 +417,10 @@ fn print_rollout(rollout: &ExecRollout, release: &Release) {
         rollout.policy_name, rollout.policy_commit, rollout.policy_blob
     );
     println!("  by:      {} at {}", rollout.created_by, rollout.created_at);
-    if let Some(possible) = rollout
-        .rollback_assessment
-        .as_ref()
-        .and_then(|a| a.get("possible"))
-        .and_then(serde_json::Value::as_bool)
-    {
-        println!("  rollback possible: {possible}");
+    if let Some(reasons) = rollout.rollback_impossible() {
+        println!("  rollback impossible: {}", reasons.join("; "));
+    } else if rollout.rollback_assessment.is_some() {
+        println!("  rollback possible: true");
     }
     for blocker in &rollout.blockers {
         if let Ok(text) = serde_json::to_string(blocker) {

@@ -1,6 +1,6 @@
 use axum::extract::State;
 use axum::http::StatusCode;
-use orchestrator_db::model::{GateResult, NewGateResult, NewRelease, Release};
+use orchestrator_db::model::{GateResult, NewGateResult, NewRelease, Release, ReleaseRollback};
 use orchestrator_types::{ReleaseId, TransitionRequest};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -15,6 +15,16 @@ pub struct ReleaseDetail {
     #[serde(flatten)]
     release: Release,
     gate_results: Vec<GateResult>,
+}
+
+/// A release to register, with the metadata that decides whether its
+/// rollouts can be rolled back (both optional).
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct NewReleaseBody {
+    #[serde(flatten)]
+    release: NewRelease,
+    #[serde(flatten)]
+    rollback: ReleaseRollback,
 }
 
 /// A requested qualification transition.
@@ -34,21 +44,22 @@ pub(crate) async fn list_releases(State(state): State<AppState>) -> Result<ApiJs
     Ok(ApiJson(state.db.list_releases().await?))
 }
 
-#[utoipa::path(post, path = "/api/v1/releases", tag = "releases", request_body = NewRelease,
+#[utoipa::path(post, path = "/api/v1/releases", tag = "releases", request_body = NewReleaseBody,
     responses((status = 201, body = Release), (status = 400, body = ErrorBody), (status = 409, body = ErrorBody),
               (status = 422, body = ErrorBody)))]
 pub(crate) async fn add_release(
     State(state): State<AppState>,
     actor: Actor,
-    ApiJson(new): ApiJson<NewRelease>,
+    ApiJson(NewReleaseBody { release, rollback }): ApiJson<NewReleaseBody>,
 ) -> Result<(StatusCode, ApiJson<Release>), ApiError> {
-    let errors = new.validate();
+    let mut errors = release.validate();
+    errors.extend(rollback.validate(&release.version));
     if !errors.is_empty() {
         return Err(ApiError::Invalid(errors));
     }
     Ok((
         StatusCode::CREATED,
-        ApiJson(state.db.add_release(&new, &actor.0).await?),
+        ApiJson(state.db.add_release_with(&release, &rollback, &actor.0).await?),
     ))
 }
 

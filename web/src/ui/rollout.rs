@@ -133,8 +133,9 @@ async fn live_context(state: &AppState, me: &Principal, id: RolloutId) -> Result
         });
     }
     let blockers: Vec<String> = rollout.blockers.iter().map(describe_blocker).collect();
+    let rollback_impossible = rollout.rollback_impossible();
     let ctx = context! {
-        rollout => context! { blockers, ..v(&rollout) },
+        rollout => context! { blockers, rollback_impossible, ..v(&rollout) },
         release => v(&release), waves => wave_rows,
         overall => context! { done => done_count(&overall), total => total(&overall) },
         me => super::me(me), csrf => me.csrf_token(),
@@ -330,6 +331,17 @@ pub(crate) async fn action(
         }
         _ => None,
     };
+
+    // Refused before asking to confirm: the plan already said no, and the
+    // datastore would refuse it anyway.
+    if matches!(action, Action::Rollback)
+        && let Some(reasons) = rollout.rollback_impossible()
+    {
+        return Err(fail(
+            StatusCode::CONFLICT,
+            format!("Rollback impossible: {}", reasons.join("; ")),
+        ));
+    }
 
     // Without JavaScript the first post shows a confirmation page; the
     // script confirms in a dialog and sends `confirmed=yes` at once.

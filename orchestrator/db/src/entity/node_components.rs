@@ -12,6 +12,7 @@ pub struct Model {
     pub updateable: bool,
     pub software_id: Option<String>,
     pub health: Option<String>,
+    pub lowest_supported_version: Option<String>,
     pub last_read_at: DateTimeUtc,
 }
 

@@ -14,6 +14,8 @@ pub struct Model {
     pub release_notes: String,
     pub qualification_state: String,
     pub state_reason: Option<String>,
+    pub downgrade_forbidden: Option<String>,
+    pub rollback_floor: Option<String>,
     pub created_by: String,
     pub created_at: DateTimeUtc,
     pub updated_at: DateTimeUtc,

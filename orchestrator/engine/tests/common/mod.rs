@@ -14,7 +14,7 @@ use bmc_sim::{Fleet, FleetOptions, RunningFleet, Scenario, SimClock};
 use orchestrator_bmc::{BmcEndpoint, Credentials, HttpClients, RetryPolicy, Timeouts};
 use orchestrator_db::Db;
 use orchestrator_db::execution::{ExecRollout, RolloutState};
-use orchestrator_db::model::{ComponentReading, NewNode, NewRelease, NodeLabels, Release};
+use orchestrator_db::model::{ComponentReading, NewNode, NewRelease, NodeLabels, Release, ReleaseRollback};
 use orchestrator_db::testing::TestDb;
 use orchestrator_engine::{BmcConnector, Engine, EngineConfig, GatelessJudge, HealthJudge, RedfishConnector};
 use orchestrator_types::{Clock, ComponentKind, FirmwareVersion, QualificationState, RolloutId, TransitionRequest};
@@ -27,6 +27,12 @@ pub const GPU_TO: &str = "96.00.61.00.01";
 pub const SPEEDUP: f64 = 240.0;
 
 pub fn scenario(nodes: usize, extra_firmware: &str) -> Scenario {
+    scenario_with(nodes, extra_firmware, "")
+}
+
+/// [`scenario`] with extra keys on the GPU components' entry, e.g.
+/// `, lowest_supported_version: "96.00.61.00.00"`.
+pub fn scenario_with(nodes: usize, extra_firmware: &str, gpu_keys: &str) -> Scenario {
     let yaml = format!(
         r#"
 seed: 7
@@ -39,7 +45,7 @@ fleet:
   nodes_per_nvlink_domain: 5
   components:
     - {{id: BMC_Firmware, kind: bmc, version: "24.04.1"}}
-    - {{id: "HGX_FW_GPU_{{0..7}}", kind: gpu, version: "{GPU_FROM}"}}
+    - {{id: "HGX_FW_GPU_{{0..7}}", kind: gpu, version: "{GPU_FROM}"{gpu_keys}}}
 firmware:
   - kind: gpu
     version: "{GPU_TO}"
@@ -143,6 +149,11 @@ impl Harness {
     /// Starts the fleet and the database (PostgreSQL when `postgres`), imports
     /// the nodes with their inventory, registers the two GPU releases.
     pub async fn start(nodes: usize, extra_firmware: &str, postgres: bool) -> Option<Harness> {
+        Self::start_with(scenario(nodes, extra_firmware), postgres).await
+    }
+
+    /// [`Harness::start`] on a given scenario.
+    pub async fn start_with(scenario: Scenario, postgres: bool) -> Option<Harness> {
         init_tracing();
         let clock = Arc::new(SimClock::starting_now(SPEEDUP));
         let test_db = if postgres {
@@ -151,7 +162,7 @@ impl Harness {
             TestDb::sqlite(clock.clone()).await
         };
         let db = test_db.db.clone();
-        let fleet = Fleet::start(scenario(nodes, extra_firmware), FleetOptions::new(clock.clone()))
+        let fleet = Fleet::start(scenario, FleetOptions::new(clock.clone()))
             .await
             .expect("fleet starts");
         let mut images = BTreeMap::new();
@@ -207,11 +218,17 @@ impl Harness {
     }
 
     pub async fn add_release(&self, version: &str, qualified: bool) -> Release {
+        self.add_release_with(version, qualified, &ReleaseRollback::default())
+            .await
+    }
+
+    /// [`Harness::add_release`] with rollback metadata.
+    pub async fn add_release_with(&self, version: &str, qualified: bool, rollback: &ReleaseRollback) -> Release {
         let name = format!("gpu-{version}.fw");
         let bytes = bmc_sim::image::build(ComponentKind::Gpu, version, &[SKU], version.as_bytes());
         let release = self
             .db
-            .add_release(
+            .add_release_with(
                 &NewRelease {
                     component_kind: ComponentKind::Gpu,
                     version: FirmwareVersion::parse(version).expect("version"),
@@ -221,6 +238,7 @@ impl Harness {
                     platforms: vec![SKU.into()],
                     release_notes: String::new(),
                 },
+                rollback,
                 "alice",
             )
             .await

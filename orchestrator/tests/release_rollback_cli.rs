@@ -1,0 +1,218 @@
+//! `waveguard release add --downgrade-forbidden REASON --rollback-floor
+//! VERSION` as a user runs it, and what `rollout show` then says: a real
+//! process on a real SQLite file (and PostgreSQL when configured).
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::sync::Arc;
+
+use orchestrator_db::model::{ComponentReading, NewNode, NodeLabels};
+use orchestrator_db::testing::TestDb;
+use orchestrator_types::{ComponentKind, FirmwareVersion, SystemClock};
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_waveguard");
+const SKU: &str = "hgx-h100-8gpu";
+const FUSE: &str = "burns anti-rollback fuse SVN 4";
+
+fn waveguard(dir: &Path, url: &str, args: &[&str]) -> Output {
+    Command::new(BIN)
+        .arg("--database-url")
+        .arg(url)
+        .args(args)
+        .current_dir(dir)
+        .env_remove("WAVEGUARD_CONFIG")
+        .env("USER", "carol")
+        .output()
+        .expect("waveguard runs")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn expect_exit(output: &Output, code: i32, what: &str) {
+    assert_eq!(
+        output.status.code(),
+        Some(code),
+        "{what}: stdout {} stderr {}",
+        text(&output.stdout),
+        text(&output.stderr)
+    );
+}
+
+/// `release add` for gpu 96.00.61.00.01 with `extra` arguments.
+fn add(dir: &Path, url: &str, extra: &[&str]) -> Output {
+    let mut args = vec![
+        "release",
+        "add",
+        "--kind",
+        "gpu",
+        "--version",
+        "96.00.61.00.01",
+        "--image-uri",
+        "https://images.example/gpu.fw",
+        "--sha256",
+        "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+        "--size",
+        "1024",
+        "--platform",
+        SKU,
+    ];
+    args.extend_from_slice(extra);
+    waveguard(dir, url, &args)
+}
+
+const POLICY: &str = r#"name: cli-gpu
+target:
+  component: gpu
+  inventory_id: "HGX_FW_GPU_*"
+  platforms: [hgx-h100-8gpu]
+versions:
+  allow_downgrade: false
+qualification:
+  required_gates: []
+waves:
+  - name: canary
+    count: 2
+    bake: 10m
+    max_in_flight: 2
+  - name: rest
+    rest: true
+    bake: 10m
+    approval: manual
+    approvers: 1
+    max_in_flight: 10
+concurrency:
+  max_in_flight: 10
+failure_budget:
+  max_failed: 1
+rollback:
+  automatic: true
+  scope: rollout
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_rollback_flags_exit_2_and_register_nothing() {
+    let t = TestDb::sqlite(Arc::new(SystemClock)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (d, url) = (dir.path(), t.url.as_str());
+    let cases: [(&[&str], &[&str]); 4] = [
+        (
+            &["--rollback-floor", "not a version!"],
+            &["--rollback-floor", "not a version!"],
+        ),
+        (&["--rollback-floor", ""], &["--rollback-floor"]),
+        (&["--downgrade-forbidden", "   "], &["downgrade_forbidden", "reason"]),
+        (
+            &["--rollback-floor", "96.00.62.00.00"],
+            &["rollback_floor", "above the release's own version"],
+        ),
+    ];
+    for (flags, needles) in cases {
+        let out = add(d, url, flags);
+        expect_exit(&out, 2, &format!("{flags:?}"));
+        let stderr = text(&out.stderr);
+        for needle in needles {
+            assert!(stderr.contains(needle), "{flags:?}: {stderr}");
+        }
+    }
+    let listed = waveguard(d, url, &["release", "list", "--json"]);
+    expect_exit(&listed, 0, "list");
+    let releases: Value = serde_json::from_slice(&listed.stdout).unwrap();
+    assert_eq!(releases, serde_json::json!([]), "nothing registered");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_that_forbids_downgrades_shows_it_and_its_rollouts_say_rollback_impossible() {
+    for t in TestDb::all_backends_with_clock(Arc::new(SystemClock)).await {
+        let nodes: Vec<NewNode> = (0..4)
+            .map(|i| NewNode {
+                name: format!("node-{i}"),
+                bmc_url: format!("https://bmc-{i}.example"),
+                credential_ref: "lab".into(),
+                platform_sku: SKU.into(),
+                labels: NodeLabels {
+                    region: "r1".into(),
+                    cluster: "c1".into(),
+                    rack: format!("rack-{i}"),
+                    nvlink_domain: format!("nvl-{i}"),
+                },
+            })
+            .collect();
+        t.db.import_nodes(&nodes, "test").await.unwrap();
+        for node in t.db.list_nodes(&Default::default()).await.unwrap() {
+            // Two of the four update from below the floor.
+            let version = if node.name.as_str() < "node-2" {
+                "96.00.50.00.01"
+            } else {
+                "96.00.5E.00.01"
+            };
+            let readings: Vec<ComponentReading> = (0..8)
+                .map(|g| ComponentReading {
+                    inventory_id: format!("HGX_FW_GPU_{g}"),
+                    kind: ComponentKind::Gpu,
+                    version: FirmwareVersion::parse(version).unwrap(),
+                    updateable: true,
+                    software_id: None,
+                    health: Some("OK".into()),
+                })
+                .collect();
+            t.db.record_inventory(node.id, &readings).await.unwrap();
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let (d, url) = (dir.path(), t.url.as_str());
+        let added = add(
+            d,
+            url,
+            &["--downgrade-forbidden", FUSE, "--rollback-floor", "96.00.5A.00.00"],
+        );
+        expect_exit(&added, 0, "add");
+        for to in ["qualifying", "qualified"] {
+            expect_exit(&waveguard(d, url, &["release", "transition", "1", "--to", to]), 0, to);
+        }
+        let shown = waveguard(d, url, &["release", "show", "1"]);
+        let out = text(&shown.stdout);
+        assert!(out.contains(&format!("downgrade forbidden: {FUSE}")), "{out}");
+        assert!(out.contains("rollback floor: 96.00.5A.00.00"), "{out}");
+        let json: Value =
+            serde_json::from_slice(&waveguard(d, url, &["release", "show", "1", "--json"]).stdout).unwrap();
+        assert_eq!(json["release"]["downgrade_forbidden"], FUSE);
+        assert_eq!(json["release"]["rollback_floor"], "96.00.5A.00.00");
+
+        std::fs::write(d.join("policy.yaml"), POLICY).unwrap();
+        let started = waveguard(
+            d,
+            url,
+            &[
+                "rollout",
+                "start",
+                "--release",
+                "1",
+                "--policy-file",
+                "policy.yaml",
+                "--json",
+            ],
+        );
+        expect_exit(&started, 0, "start");
+        let summary: Value = serde_json::from_slice(&started.stdout).unwrap();
+        assert_eq!(summary["rollback"]["possible"], false, "{summary}");
+        let reasons = summary["rollback"]["reasons"].as_array().unwrap();
+        assert_eq!(reasons.len(), 2, "{summary}");
+
+        let id = summary["rollout_id"].as_i64().unwrap().to_string();
+        let shown = waveguard(d, url, &["rollout", "show", &id]);
+        expect_exit(&shown, 0, "show");
+        let out = text(&shown.stdout);
+        assert!(
+            out.contains(&format!(
+                "rollback impossible: the release forbids downgrades ({FUSE}); 16 component(s) update from below \
+                 the release's rollback floor 96.00.5A.00.00"
+            )),
+            "{out}"
+        );
+        let refused = waveguard(d, url, &["rollout", "rollback", &id, "--reason", "try"]);
+        expect_exit(&refused, 2, "rollback refused");
+        assert!(text(&refused.stderr).contains(FUSE), "{}", text(&refused.stderr));
+    }
+}
