@@ -473,6 +473,17 @@ fn gate(sink: &mut Sink, raw: &RawGate) -> Option<HealthGate> {
                         );
                         None
                     }
+                    Some(RedfishMetric::FlashFailures) => {
+                        sink.error(
+                            at(m),
+                            format!(
+                                "gate {name:?}: flash failures cannot be a health gate: no control node flashes to \
+                                 compare with; the wave's `failure_budget` (max_failed or max_failed_percent) halts \
+                                 a wave whose flashes fail"
+                            ),
+                        );
+                        None
+                    }
                     Some(metric) => {
                         if metric.kind() != kind {
                             sink.error(
@@ -508,6 +519,18 @@ fn gate(sink: &mut Sink, raw: &RawGate) -> Option<HealthGate> {
                     sink.error(
                         at(q),
                         format!("gate {name:?}: query must be non-empty and at most {MAX_QUERY_LEN} bytes"),
+                    );
+                    None
+                }
+                Some(_) if kind == GateKind::Rate => {
+                    // An instant vector has no events and exposure to test
+                    // against the control; a level per node it does have.
+                    sink.error(
+                        at(&raw.kind),
+                        format!(
+                            "gate {name:?}: prometheus gates must be `kind: level` (a query returning one value per \
+                             node, e.g. an error rate over a window); rate gates count events from Redfish"
+                        ),
                     );
                     None
                 }
@@ -714,6 +737,18 @@ fn waves(sink: &mut Sink, raw: &RawPolicy, health: Option<&Health>, conc: Option
         }
         let bake = duration(sink, &format!("wave {name:?} bake"), &raw_w.bake);
         let approval = approval(sink, raw_w);
+        if i == 0
+            && matches!(approval, Some(Approval::Manual { .. }))
+            && let Some(kind) = &raw_w.approval
+        {
+            sink.error(
+                at(kind),
+                format!(
+                    "the first wave {name:?} cannot ask for manual approval: a wave's approval is given at the end \
+                     of the previous wave's bake, and starting the rollout is the first wave's"
+                ),
+            );
+        }
         let max_in_flight = match (&raw_w.max_in_flight, conc) {
             (Some(m), conc) => positive(sink, &format!("wave {name:?} max_in_flight"), m, 1, MAX_NODES).map(|n| {
                 if let Some(c) = conc

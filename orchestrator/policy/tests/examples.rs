@@ -51,7 +51,7 @@ fn hgx_example_has_the_documented_shape() {
     assert_eq!(policy.waves[2].approval, Approval::Manual { approvers: 2 });
     assert_eq!(policy.waves[0].stratify_by, vec!["rack", "nvlink_domain"]);
     assert_eq!(policy.failure_budget, FailureBudget::Count(1));
-    assert_eq!(policy.health.gates.len(), 6);
-    assert_eq!(policy.waves[0].gates.len(), 6, "a wave without `gates` uses every gate");
+    assert_eq!(policy.health.gates.len(), 5);
+    assert_eq!(policy.waves[0].gates.len(), 5, "a wave without `gates` uses every gate");
     assert!((policy.health.alpha - 0.05).abs() < 1e-12);
 }

@@ -276,10 +276,34 @@ const CASES: &[Case] = &[
     (
         "too many approvers",
         &[(
-            "    count: 2\n",
-            "    count: 2\n    approval: manual\n    approvers: 40\n",
+            "    rest: true\n",
+            "    rest: true\n    approval: manual\n    approvers: 40\n",
         )],
-        &["t.yaml:9:16: wave \"canary\" approvers must be between 1 and 16, got 40"],
+        &["t.yaml:12:16: wave \"rest\" approvers must be between 1 and 16, got 40"],
+    ),
+    (
+        "manual approval on the first wave",
+        &[("    count: 2\n", "    count: 2\n    approval: manual\n")],
+        &[
+            "t.yaml:8:15: the first wave \"canary\" cannot ask for manual approval: a wave's approval is given at the end of the previous wave's bake, and starting the rollout is the first wave's",
+        ],
+    ),
+    (
+        "a prometheus rate gate",
+        &[(
+            "      source: redfish\n      metric: xid_errors_per_gpu_hour\n",
+            "      source: prometheus\n      query: 'sum by (node) (rate(xid_total[5m]))'\n",
+        )],
+        &[
+            "t.yaml:23:13: gate \"xid\": prometheus gates must be `kind: level` (a query returning one value per node, e.g. an error rate over a window); rate gates count events from Redfish",
+        ],
+    ),
+    (
+        "a flash failures gate",
+        &[("metric: xid_errors_per_gpu_hour", "metric: flash_failures")],
+        &[
+            "t.yaml:22:15: gate \"xid\": flash failures cannot be a health gate: no control node flashes to compare with; the wave's `failure_budget` (max_failed or max_failed_percent) halts a wave whose flashes fail",
+        ],
     ),
     (
         "bad component",
