@@ -76,6 +76,10 @@ pub struct FleetOptions {
     pub nodes: Option<usize>,
     /// How long a "timeout" fault hangs a request (real time); ends early on shutdown.
     pub hang_for: Duration,
+    /// Keep connections open between requests (HTTP keep-alive). When false every BMC answers with
+    /// `Connection: close`, as some BMC web servers do; a fleet of 10,000 BMCs in one process then
+    /// holds no idle connections, only its listeners.
+    pub keep_alive: bool,
 }
 
 impl FleetOptions {
@@ -89,6 +93,7 @@ impl FleetOptions {
             tls: false,
             nodes: None,
             hang_for: Duration::from_secs(60),
+            keep_alive: true,
         }
     }
 }
@@ -104,6 +109,7 @@ impl std::fmt::Debug for FleetOptions {
             .field("tls", &self.tls)
             .field("nodes", &self.nodes)
             .field("hang_for", &self.hang_for)
+            .field("keep_alive", &self.keep_alive)
             .finish()
     }
 }
@@ -481,6 +487,11 @@ impl Fleet {
             local: SocketAddr::new(options.bind, 0),
         };
         let app = crate::redfish::router(state.clone());
+        let app = if options.keep_alive {
+            app
+        } else {
+            app.layer(axum::middleware::map_response(close_after_response))
+        };
         let mut stop = shutdown_rx.clone();
         let redfish_server = tokio::spawn(async move {
             let served = axum::serve(redfish_listener, app.into_make_service_with_connect_info::<BmcConn>())
@@ -676,4 +687,13 @@ impl Drop for RunningFleet {
             h.abort();
         }
     }
+}
+
+/// Makes hyper close the connection once the response is written.
+async fn close_after_response(mut response: axum::response::Response) -> axum::response::Response {
+    response.headers_mut().insert(
+        axum::http::header::CONNECTION,
+        axum::http::HeaderValue::from_static("close"),
+    );
+    response
 }

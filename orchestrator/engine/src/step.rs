@@ -620,8 +620,8 @@ impl StepCtx {
             Err(err) => return self.fail(step, format!("verification: {}", error_chain(&err))).await,
         };
         match read_components(step, &inventory) {
-            Reading::AtTarget => self
-                .transition(
+            Reading::AtTarget => {
+                self.transition(
                     step,
                     StepChange {
                         state: Some(StepState::Succeeded),
@@ -632,8 +632,22 @@ impl StepCtx {
                     },
                     json!({ "versions": versions_of(step, &inventory) }),
                 )
-                .await
-                .map(drop),
+                .await?;
+                // The node's recorded inventory is what the fleet overview
+                // shows and the next rollout plans from: bring it up to what
+                // was just read instead of waiting for a discovery pass.
+                // Inventory is a fact read from the BMC, not execution state,
+                // so the write is not fenced; a failure only leaves it stale.
+                let readings = crate::inventory::inventory_readings(inventory);
+                if let Err(err) = self
+                    .db
+                    .record_discovered_inventory(step.node_id, &readings.recorded)
+                    .await
+                {
+                    tracing::warn!(node = %step.node_id, error = %err, "cannot record the inventory read after the flash");
+                }
+                Ok(())
+            }
             _ => {
                 self.fail(
                     step,

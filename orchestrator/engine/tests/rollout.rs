@@ -77,6 +77,25 @@ async fn three_waves_complete(postgres: bool) {
         assert_eq!(counts.get(GPU_TO), Some(&1), "{}: {counts:?}", endpoint.name);
         assert_eq!(counts.values().sum::<u32>(), 1, "{}: {counts:?}", endpoint.name);
     }
+    // The recorded inventory (what the UI shows and the next rollout plans
+    // from) reads the new version without a discovery pass.
+    for step in &steps {
+        let components = h.db.node_components(step.node_id).await.unwrap();
+        let gpus: Vec<_> = components
+            .iter()
+            .filter(|c| c.reading.inventory_id.starts_with("HGX_FW_GPU_"))
+            .collect();
+        assert!(!gpus.is_empty());
+        for c in gpus {
+            assert_eq!(
+                c.reading.version.as_str(),
+                GPU_TO,
+                "node {} {}",
+                step.node_id,
+                c.reading.inventory_id
+            );
+        }
+    }
     // Every step's transitions are in the audit log.
     let audit =
         h.db.audit_entries(&orchestrator_db::AuditFilter {

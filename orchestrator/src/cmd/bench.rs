@@ -89,13 +89,16 @@ pub async fn run(args: BenchArgs, _context: &Context) -> anyhow::Result<ExitCode
     Ok(ExitCode::SUCCESS)
 }
 
-/// With the fleet in this process every simulated BMC holds three file
-/// descriptors (listener, server side and client side of the controller's
-/// keep-alive connection); fewer nodes run when the hard limit is lower, and
-/// the output says so.
+/// With the fleet in this process every simulated BMC holds a listening
+/// socket for the whole run. Its BMCs close each connection after one
+/// response (see `SimWorld::start_on`), so beyond the listeners only the
+/// requests in flight hold descriptors (client and server side, up to
+/// four per BMC being updated at the fleet cap of 512, plus the image
+/// server's and the database's); fewer nodes run when the hard limit is
+/// lower, and the output says so.
 fn fitting_nodes(wanted: usize) -> usize {
-    const PER_NODE: usize = 3;
-    const SPARE: usize = 2_000;
+    const PER_NODE: usize = 1;
+    const SPARE: usize = 6_000;
     let hard = std::fs::read_to_string("/proc/self/limits").ok().and_then(|t| {
         t.lines()
             .find(|l| l.starts_with("Max open files"))
@@ -292,7 +295,7 @@ async fn throughput(nodes: usize, postgres: Option<&str>) -> anyhow::Result<()> 
         .build()
         .context("bmc-sim runtime")?;
     let setup = Instant::now();
-    let world = SimWorld::start_on(scenario, 60.0, postgres, Some(fleet_runtime.handle().clone())).await?;
+    let world = SimWorld::start_on(scenario, 60.0, postgres, Some(fleet_runtime.handle().clone()), false).await?;
     let version = FirmwareVersion::parse("96.00.61.00.01").context("version")?;
     let release = world
         .register_release(ComponentKind::Gpu, &version, Some(&[]), "bench")

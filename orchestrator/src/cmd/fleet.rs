@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use orchestrator_bmc::{Bmc, DEFAULT_DISCOVERY_CONCURRENCY, HttpClients, RedfishBmc};
-use orchestrator_db::model::{ComponentReading, DiscoveredComponent, NodeFilter};
-use orchestrator_types::{ComponentKind, FirmwareVersion, NodeId};
+use orchestrator_db::model::NodeFilter;
+use orchestrator_types::NodeId;
 
 use crate::bmc_access::EndpointResolver;
 use crate::{Context, fleet_file};
@@ -158,32 +158,14 @@ async fn discover(
         let name = names.get(&outcome.node).cloned().unwrap_or_default();
         match outcome.result {
             Ok(inventory) => {
-                let mut readings = Vec::new();
-                for component in inventory {
-                    let Some(version) = component
-                        .version
-                        .as_deref()
-                        .and_then(|v| FirmwareVersion::parse(v).ok())
-                    else {
-                        skipped += 1;
-                        tracing::warn!(node = %name, component = %component.id, version = ?component.version,
-                            "component without a parsable version; not recorded");
-                        continue;
-                    };
-                    readings.push(DiscoveredComponent {
-                        reading: ComponentReading {
-                            kind: ComponentKind::classify_inventory_id(&component.id, component.software_id.as_deref()),
-                            inventory_id: component.id,
-                            version,
-                            updateable: component.updateable,
-                            software_id: component.software_id,
-                            health: component.health,
-                        },
-                        lowest_supported_version: component.lowest_supported_version,
-                    });
+                let readings = orchestrator_engine::inventory_readings(inventory);
+                for component in &readings.unversioned {
+                    skipped += 1;
+                    tracing::warn!(node = %name, component = %component.id, version = ?component.version,
+                        "component without a parsable version; not recorded");
                 }
-                components += readings.len();
-                db.record_discovered_inventory(outcome.node, &readings).await?;
+                components += readings.recorded.len();
+                db.record_discovered_inventory(outcome.node, &readings.recorded).await?;
                 read += 1;
             }
             Err(error) => {

@@ -315,16 +315,19 @@ impl SimWorld {
     /// or a temporary SQLite file), the image server, and records every node
     /// with its inventory as discovery would.
     pub async fn start(scenario: Scenario, speedup: f64, db_url: Option<&str>) -> Result<SimWorld, WorldError> {
-        Self::start_on(scenario, speedup, db_url, None).await
+        Self::start_on(scenario, speedup, db_url, None, true).await
     }
 
     /// As [`SimWorld::start`], with the fleet's servers on `fleet_runtime`
-    /// (the benchmarks keep bmc-sim's CPU apart from the controller's).
+    /// (the benchmarks keep bmc-sim's CPU apart from the controller's) and,
+    /// unless `keep_alive`, BMCs that close every connection after one
+    /// response (so a fleet of 10,000 in this process holds no idle sockets).
     pub async fn start_on(
         scenario: Scenario,
         speedup: f64,
         db_url: Option<&str>,
         fleet_runtime: Option<tokio::runtime::Handle>,
+        keep_alive: bool,
     ) -> Result<SimWorld, WorldError> {
         let clock = Arc::new(WarpClock::new(Utc::now(), speedup));
         let (dir, url) = match db_url {
@@ -347,6 +350,7 @@ impl SimWorld {
         // A hung request must end well before the engine would call the BMC
         // bricked; the client gives up first anyway.
         options.hang_for = StdDuration::from_secs(3);
+        options.keep_alive = keep_alive;
         let fleet = match fleet_runtime {
             Some(runtime) => runtime
                 .spawn(Fleet::start(scenario, options))
