@@ -120,6 +120,7 @@ const UI_ROUTES: &[(&str, &str)] = &[
     ("GET", "/releases"),
     ("GET", "/releases/1"),
     ("POST", "/releases/1/transition"),
+    ("POST", "/releases/1/rollouts"),
     ("GET", "/rollouts"),
     ("GET", "/rollouts/1"),
     ("GET", "/rollouts/1/events"),

@@ -535,32 +535,39 @@ async fn the_openapi_document_lists_the_rollout_paths() {
     }
 }
 
+/// Puts `policy_yaml()` in force as `api-gpu`, as a git sync would;
+/// returns its (commit, blob).
+async fn put_policy_in_force(db: &Db) -> (String, String) {
+    use orchestrator_db::policies::{PolicySync, SyncedPolicy};
+    let (commit, blob) = ("c".repeat(40), "b".repeat(40));
+    db.record_policy_sync(
+        &PolicySync {
+            source: "https://git.example/policies@main".into(),
+            commit_id: commit.clone(),
+            in_force: vec![SyncedPolicy {
+                name: "api-gpu".into(),
+                path: "gpu.yaml".into(),
+                commit_id: commit.clone(),
+                blob_id: blob.clone(),
+                content: policy_yaml(),
+            }],
+            changed: vec!["api-gpu".into()],
+            removed: Vec::new(),
+            rejected: Vec::new(),
+            warnings: Vec::new(),
+        },
+        "test",
+    )
+    .await
+    .unwrap();
+    (commit, blob)
+}
+
 #[tokio::test]
 async fn a_rollout_under_a_policy_in_force_pins_its_commit_and_blob() {
-    use orchestrator_db::policies::{PolicySync, SyncedPolicy};
     for t in TestDb::all_backends().await {
         let release = seed(&t.db).await;
-        let (commit, blob) = ("c".repeat(40), "b".repeat(40));
-        t.db.record_policy_sync(
-            &PolicySync {
-                source: "https://git.example/policies@main".into(),
-                commit_id: commit.clone(),
-                in_force: vec![SyncedPolicy {
-                    name: "api-gpu".into(),
-                    path: "gpu.yaml".into(),
-                    commit_id: commit.clone(),
-                    blob_id: blob.clone(),
-                    content: policy_yaml(),
-                }],
-                changed: vec!["api-gpu".into()],
-                removed: Vec::new(),
-                rejected: Vec::new(),
-                warnings: Vec::new(),
-            },
-            "test",
-        )
-        .await
-        .unwrap();
+        let (commit, blob) = put_policy_in_force(&t.db).await;
         let app = authed_app(AppState::new(t.db.clone())).await;
         let body = json!({ "release_id": release.0, "policy": "api-gpu" }).to_string();
         let (status, plan) = call(&app, Method::POST, "/api/v1/rollouts", Some(&body)).await;
@@ -655,4 +662,65 @@ async fn commands_nudge_the_engine_instead_of_waiting_for_its_next_pass() {
         .await;
         engine.shutdown().await;
     }
+}
+
+/// The release page offers the policies in force for the release's
+/// component; its form starts the rollout without JavaScript (redirect to
+/// the rollout page) and with it (JSON), and bad input is refused.
+#[tokio::test]
+async fn a_rollout_starts_from_the_release_page_form() {
+    let t = TestDb::sqlite(std::sync::Arc::new(orchestrator_types::SystemClock)).await;
+    let release = seed(&t.db).await;
+    let app = authed_app(AppState::new(t.db.clone())).await;
+    let form = |body: &str, json: bool| {
+        let mut request = Request::post(format!("/releases/{}/rollouts", release.0))
+            .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded");
+        if json {
+            request = request.header(header::ACCEPT, "application/json");
+        }
+        request.body(Body::from(body.to_owned())).unwrap()
+    };
+
+    let (status, page) = call(&app, Method::GET, &format!("/releases/{}", release.0), None).await;
+    assert_eq!(status, StatusCode::OK);
+    let page = page.as_str().unwrap().to_owned();
+    assert!(page.contains("No policy in force targets gpu firmware"), "{page}");
+    assert!(!page.contains("id=\"start-rollout\""));
+
+    put_policy_in_force(&t.db).await;
+    let (_, page) = call(&app, Method::GET, &format!("/releases/{}", release.0), None).await;
+    let page = page.as_str().unwrap().to_owned();
+    assert!(page.contains("id=\"start-rollout\""), "{page}");
+    assert!(
+        page.contains("<option value=\"api-gpu\">api-gpu @ cccccccccccc</option>"),
+        "{page}"
+    );
+
+    let response = app
+        .clone()
+        .oneshot(form("policy=api-gpu&seed=seven", false))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    let response = app.clone().oneshot(form("policy=nope&seed=", true)).await.unwrap();
+    assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    assert!(String::from_utf8_lossy(&bytes).contains("no policy named \\\"nope\\\" is in force"));
+    assert!(
+        t.db.exec_rollouts().await.unwrap().is_empty(),
+        "nothing started on bad input"
+    );
+
+    let response = app.clone().oneshot(form("policy=api-gpu&seed=7", false)).await.unwrap();
+    assert_eq!(response.status(), StatusCode::SEE_OTHER);
+    let rollouts = t.db.exec_rollouts().await.unwrap();
+    assert_eq!(rollouts.len(), 1);
+    let location = response.headers()[header::LOCATION].to_str().unwrap().to_owned();
+    assert!(
+        location.starts_with(&format!("/rollouts/{}?msg=", rollouts[0].id)),
+        "{location}"
+    );
+    assert_eq!(rollouts[0].seed, 7);
+    assert_eq!(rollouts[0].created_by, "api");
+    assert_eq!(rollouts[0].policy_commit, "c".repeat(40));
 }

@@ -216,7 +216,10 @@ pub async fn run(args: DemoArgs, _context: &Context) -> anyhow::Result<ExitCode>
     println!("  - GPU {GPU_BAD} raises XID errors 3x: the detector compares its canary with a control cohort,");
     println!("    fails the XID gate mid-bake, rolls the canary back and blocks the release ({url}/releases).");
     println!("  - {url}/audit shows every decision and who made it; {url}/ the fleet's versions.");
-    println!("  - GPU {GPU_GOOD} is registered and qualified: start a rollout of it yourself.");
+    println!(
+        "  - GPU {GPU_GOOD} is registered and qualified: start a rollout of it yourself from its page under \
+         {url}/releases (\"Start a rollout\", policy gpu-fast-canary)."
+    );
     println!("Press Ctrl-C to stop.");
     println!();
 

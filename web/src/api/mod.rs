@@ -5,7 +5,7 @@ mod audit;
 mod evidence;
 mod nodes;
 mod releases;
-mod rollouts;
+pub(crate) mod rollouts;
 
 use axum::extract::{FromRequest, FromRequestParts};
 use axum::http::request::Parts;

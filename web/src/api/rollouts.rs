@@ -38,19 +38,19 @@ const DEFAULT_STEP_PAGE: usize = 100;
 #[serde(deny_unknown_fields)]
 pub struct StartBody {
     /// The release to roll out.
-    release_id: i64,
+    pub(crate) release_id: i64,
     /// Name of a policy in force (synced from git); the rollout pins the
     /// commit and blob it was read at. Give this or `policy_yaml`.
     #[serde(default)]
-    policy: Option<String>,
+    pub(crate) policy: Option<String>,
     /// A policy given inline (validated; errors name line:col); recorded as
     /// `inline:<sha256>`. Give this or `policy`.
     #[serde(default)]
-    policy_yaml: Option<String>,
+    pub(crate) policy_yaml: Option<String>,
     /// Seed of the planner's stratified choices; default: from the clock
     /// (recorded with the rollout either way, so the plan is reproducible).
     #[serde(default)]
-    seed: Option<i64>,
+    pub(crate) seed: Option<i64>,
 }
 
 /// The stored plan, as a human reads it before approving anything.
@@ -288,6 +288,18 @@ pub(crate) async fn start(
     actor: Actor,
     ApiJson(body): ApiJson<StartBody>,
 ) -> Result<(StatusCode, ApiJson<PlanSummary>), ApiError> {
+    let (rollout, plan) = start_rollout_as(&state, body, &actor.0).await?;
+    Ok((StatusCode::CREATED, ApiJson(summarize(rollout, &plan))))
+}
+
+/// Starts a rollout for the API and the UI's start form alike: resolves
+/// the policy (in force by name, or inline), validates it with every
+/// diagnostic, plans, stores and wakes the engine.
+pub(crate) async fn start_rollout_as(
+    state: &AppState,
+    body: StartBody,
+    actor: &str,
+) -> Result<(ExecRollout, Plan), ApiError> {
     let (policy_source, policy_commit, policy_blob) = match (body.policy, body.policy_yaml) {
         (Some(name), None) => {
             let in_force = state.db.policy_in_force(&name).await.map_err(|e| match e {
@@ -337,11 +349,11 @@ pub(crate) async fn start(
         policy_blob,
         seed,
     };
-    let (rollout, plan) = start_rollout_planned(&state.db, &request, &actor.0)
+    let (rollout, plan) = start_rollout_planned(&state.db, &request, actor)
         .await
         .map_err(engine_error)?;
     state.nudge_engine();
-    Ok((StatusCode::CREATED, ApiJson(summarize(rollout, &plan))))
+    Ok((rollout, plan))
 }
 
 #[utoipa::path(get, path = "/api/v1/rollouts", tag = "rollouts",

@@ -161,6 +161,38 @@ impl From<DbError> for UiError {
     }
 }
 
+impl From<crate::error::ApiError> for UiError {
+    fn from(err: crate::error::ApiError) -> Self {
+        use crate::error::ApiError;
+        let status = match &err {
+            ApiError::BadRequest(_) | ApiError::InvalidBody(_) | ApiError::UnsupportedMediaType(_) => {
+                StatusCode::BAD_REQUEST
+            }
+            ApiError::Invalid(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::Conflict(_) => StatusCode::CONFLICT,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        match err {
+            ApiError::Invalid(fields) => Self::new(
+                status,
+                fields
+                    .iter()
+                    .map(|f| format!("{}: {}", f.field, f.message))
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            ),
+            ApiError::Internal(source) => {
+                tracing::error!(error = %crate::error::error_chain(&*source), "UI request failed");
+                Self::new(status, "internal error; the details are in the server log")
+            }
+            other => Self::new(status, other.to_string()),
+        }
+    }
+}
+
 impl IntoResponse for UiError {
     fn into_response(self) -> Response {
         if self.json {
@@ -222,6 +254,7 @@ pub(crate) fn router() -> Router<AppState> {
         .route("/releases", get(pages::releases))
         .route("/releases/{id}", get(pages::release))
         .route("/releases/{id}/transition", post(pages::transition_release))
+        .route("/releases/{id}/rollouts", post(pages::start_rollout))
         .route("/rollouts", get(rollout::list))
         .route("/rollouts/{id}", get(rollout::detail))
         .route("/rollouts/{id}/events", get(rollout::events))

@@ -134,10 +134,70 @@ pub(crate) async fn release(
         })
         .await?;
     let states: Vec<&str> = QualificationState::ALL.iter().map(|s| s.as_str()).collect();
+    // The policies in force a rollout of this release could run under: the
+    // ones targeting its component (the planner checks the rest).
+    let policies: Vec<(String, String)> = state
+        .db
+        .policies_in_force()
+        .await?
+        .into_iter()
+        .filter(|p| {
+            orchestrator_policy::parse_policy(&p.version.content)
+                .is_ok_and(|policy| policy.target.component == release.component_kind)
+        })
+        .map(|p| (p.version.name, p.version.commit_id))
+        .collect();
     let title = format!("Release {}", release.version);
     Ok(render(
         "release.html",
-        context! { release => v(&release), gates => v(&gates), history => v(&history), states, flash => flash.msg, ..base(&me, "releases", &title) },
+        context! { release => v(&release), gates => v(&gates), history => v(&history), states, policies, flash => flash.msg, ..base(&me, "releases", &title) },
+    ))
+}
+
+/// Starting a rollout from the release page.
+#[derive(Debug, Deserialize)]
+pub(crate) struct StartForm {
+    policy: String,
+    #[serde(default)]
+    seed: Option<String>,
+}
+
+pub(crate) async fn start_rollout(
+    State(state): State<AppState>,
+    Extension(me): Extension<Principal>,
+    headers: HeaderMap,
+    Path(id): Path<i64>,
+    Form(form): Form<StartForm>,
+) -> Result<Response, UiError> {
+    let json = wants_json(&headers);
+    let seed = match non_empty(form.seed) {
+        None => None,
+        Some(text) => Some(text.parse::<i64>().map_err(|_| {
+            UiError::new(
+                StatusCode::BAD_REQUEST,
+                format!("the seed must be a whole number, not {text:?}"),
+            )
+            .json(json)
+        })?),
+    };
+    let body = crate::api::rollouts::StartBody {
+        release_id: id,
+        policy: Some(form.policy),
+        policy_yaml: None,
+        seed,
+    };
+    let (rollout, plan) = crate::api::rollouts::start_rollout_as(&state, body, &me.user.username)
+        .await
+        .map_err(|e| UiError::from(e).json(json))?;
+    Ok(done(
+        json,
+        &format!("/rollouts/{}", rollout.id),
+        &format!(
+            "Rollout {} planned: {} wave(s), {} node(s).",
+            rollout.id,
+            plan.waves.len(),
+            plan.summary.steps
+        ),
     ))
 }
 
