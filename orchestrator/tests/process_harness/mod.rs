@@ -324,21 +324,28 @@ impl World {
 
     /// Waits (real time) until `controller` holds the executor lease.
     pub async fn wait_leader(&self, controller: &mut Controller, limit: Duration) {
+        assert!(
+            self.leads_within(controller, limit).await,
+            "controller {} did not take the lease within {limit:?}",
+            controller.holder
+        );
+    }
+
+    /// Whether `controller` holds the executor lease within `limit` (real time).
+    pub async fn leads_within(&self, controller: &mut Controller, limit: Duration) -> bool {
         let deadline = tokio::time::Instant::now() + limit;
         loop {
             if let Some((holder, _, _)) = self.db.lease_holder(EXECUTOR_LEASE).await.expect("lease")
                 && holder == controller.holder
             {
-                return;
+                return true;
             }
             if let Some(status) = controller.child.try_wait().expect("wait works") {
                 panic!("controller {} exited with {status} before leading", controller.holder);
             }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "controller {} did not take the lease within {limit:?}",
-                controller.holder
-            );
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
