@@ -604,6 +604,20 @@ async fn drive(client: &Client, base: &str, sim: &SimController, release: Releas
     });
     ensure!(partial, "partial progress was shown live: {seen:?}");
 
+    // The node table follows live too, on the same page (no reload).
+    wait_until(
+        client,
+        "every node's row reads succeeded (live)",
+        &format!(
+            "const cells = Array.from(document.querySelectorAll('#nodes tbody tr td:nth-child(6)')); \
+             return cells.length === {NODES} && cells.every(td => td.textContent.trim() === 'succeeded');"
+        ),
+        WAVE_WAIT,
+    )
+    .await?;
+    let marker = client.execute("return window.__noReload || null;", vec![]).await?;
+    ensure!(marker == json!("still here"), "the page was reloaded: {marker}");
+
     // A fresh load shows every node's row succeeded.
     client.goto(&rollout_url).await?;
     let states: Vec<String> = client

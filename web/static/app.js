@@ -47,5 +47,9 @@
       live.innerHTML = event.data;
       live.setAttribute("data-updated", String(Date.now()));
     });
+    source.addEventListener("nodes", function (event) {
+      var nodes = document.getElementById("live-nodes");
+      if (nodes) nodes.innerHTML = event.data;
+    });
   }
 })();

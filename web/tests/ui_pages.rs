@@ -340,4 +340,73 @@ async fn the_live_stream_sends_the_rollout_progress() {
         "{text}"
     );
     assert!(!text.contains("approve-"), "a viewer's stream offers no approve button");
+
+    // Then the node table, and its changes as they happen.
+    let mut next = async || {
+        let chunk = tokio::time::timeout(std::time::Duration::from_secs(10), stream.next())
+            .await
+            .expect("an event arrives")
+            .expect("stream open")
+            .unwrap();
+        String::from_utf8_lossy(&chunk).into_owned()
+    };
+    let nodes = next().await;
+    assert!(nodes.starts_with("event: nodes\n"), "{nodes}");
+    assert!(
+        nodes.contains("id=\"nodes\"") && nodes.contains("node-0") && nodes.contains("st-pending"),
+        "{nodes}"
+    );
+    f._t.execute_raw("UPDATE update_steps SET state = 'failed', error = 'BMC said no'")
+        .await
+        .unwrap();
+    let changed = loop {
+        let event = next().await;
+        if event.starts_with("event: nodes\n") {
+            break event;
+        }
+    };
+    assert!(
+        changed.contains("st-failed") && changed.contains("BMC said no"),
+        "{changed}"
+    );
+    assert!(!changed.contains("st-pending"), "{changed}");
+}
+
+/// The live stream carries the page's node filters.
+#[tokio::test(flavor = "current_thread")]
+async fn the_live_node_table_keeps_the_page_filters() {
+    let f = fixture().await;
+    let viewer = provision_api_token(&f.db, "vera", Role::Viewer, "t", "test")
+        .await
+        .unwrap();
+    let (status, page) = get(&f.app, &viewer, &format!("/rollouts/{}?node=node-1&state=", f.rollout)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        page.contains(&format!("data-events=\"/rollouts/{}/events?node=node-1\"", f.rollout)),
+        "{page}"
+    );
+    let request = Request::get(format!("/rollouts/{}/events?node=node-1", f.rollout))
+        .header(header::AUTHORIZATION, format!("Bearer {viewer}"))
+        .body(Body::empty())
+        .unwrap();
+    let response = f.app.clone().oneshot(request).await.unwrap();
+    let mut stream = response.into_body().into_data_stream();
+    let mut nodes = String::new();
+    for _ in 0..2 {
+        let chunk = tokio::time::timeout(std::time::Duration::from_secs(10), stream.next())
+            .await
+            .expect("an event arrives")
+            .expect("stream open")
+            .unwrap();
+        let text = String::from_utf8_lossy(&chunk).into_owned();
+        if text.starts_with("event: nodes\n") {
+            nodes = text;
+        }
+    }
+    assert!(
+        nodes.contains("node-1") && !nodes.contains("node-0") && !nodes.contains("node-2"),
+        "{nodes}"
+    );
+    let (status, _) = get(&f.app, &viewer, &format!("/rollouts/{}/events?state=bogus", f.rollout)).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
 }

@@ -35,6 +35,7 @@ const TEMPLATES: &[(&str, &str)] = &[
     ("release.html", include_str!("../../templates/release.html")),
     ("rollouts.html", include_str!("../../templates/rollouts.html")),
     ("rollout.html", include_str!("../../templates/rollout.html")),
+    ("rollout_nodes.html", include_str!("../../templates/rollout_nodes.html")),
     ("rollout_live.html", include_str!("../../templates/rollout_live.html")),
     ("audit.html", include_str!("../../templates/audit.html")),
     ("policies.html", include_str!("../../templates/policies.html")),

@@ -13,7 +13,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
-use futures::Stream;
+use futures::{Stream, StreamExt};
 use minijinja::{Value, context};
 use orchestrator_db::execution::{
     Blocker, ExecRollout, ExecWave, RolloutState, StepCounts, StepFilter, StepState, WaveKind, WaveState,
@@ -152,41 +152,74 @@ pub(crate) struct NodeQuery {
     msg: Option<String>,
 }
 
-pub(crate) async fn detail(
-    State(state): State<AppState>,
-    Extension(me): Extension<Principal>,
-    Path(id): Path<i64>,
-    Query(query): Query<NodeQuery>,
-) -> Result<Response, UiError> {
-    let id = RolloutId(id);
-    let (live, waves) = live_context(&state, &me, id).await?;
-    let step_state = match query.state.as_deref().filter(|s| !s.is_empty()) {
-        Some(s) => Some(
-            s.parse::<StepState>()
-                .map_err(|e| UiError::new(StatusCode::BAD_REQUEST, e))?,
-        ),
-        None => None,
-    };
-    let wave_filter = match query.wave.as_deref().filter(|s| !s.is_empty()) {
-        Some(w) => {
-            Some(WaveId(w.parse().map_err(|_| {
-                UiError::new(StatusCode::BAD_REQUEST, "wave must be a wave id")
-            })?))
-        }
-        None => None,
-    };
+/// The node table's filters, parsed.
+struct NodeFilter {
+    state: Option<StepState>,
+    wave: Option<WaveId>,
+    node: Option<String>,
+}
+
+impl NodeQuery {
+    fn parse(&self) -> Result<NodeFilter, UiError> {
+        let state = match self.state.as_deref().filter(|s| !s.is_empty()) {
+            Some(s) => Some(
+                s.parse::<StepState>()
+                    .map_err(|e| UiError::new(StatusCode::BAD_REQUEST, e))?,
+            ),
+            None => None,
+        };
+        let wave = match self.wave.as_deref().filter(|s| !s.is_empty()) {
+            Some(w) => {
+                Some(WaveId(w.parse().map_err(|_| {
+                    UiError::new(StatusCode::BAD_REQUEST, "wave must be a wave id")
+                })?))
+            }
+            None => None,
+        };
+        let node = self
+            .node
+            .as_deref()
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned);
+        Ok(NodeFilter { state, wave, node })
+    }
+
+    /// The filters as a query string, for the live stream's URL.
+    fn to_query_string(&self) -> String {
+        [("state", &self.state), ("wave", &self.wave), ("node", &self.node)]
+            .into_iter()
+            .filter_map(|(key, value)| {
+                value
+                    .as_deref()
+                    .filter(|v| !v.is_empty())
+                    .map(|v| format!("{key}={}", crate::auth::urlencode(v)))
+            })
+            .collect::<Vec<_>>()
+            .join("&")
+    }
+}
+
+/// The node table's rows under `filter` (at most [`NODE_ROWS_SHOWN`]) and
+/// whether more matched. `names` caches node names across calls: a live
+/// stream re-reads the table every second, its nodes never change.
+async fn node_rows(
+    state: &AppState,
+    id: RolloutId,
+    filter: &NodeFilter,
+    waves: &[ExecWave],
+    names: &mut HashMap<NodeId, String>,
+) -> Result<(Vec<Value>, bool), UiError> {
     let steps = state
         .db
         .steps(&StepFilter {
             rollout_id: Some(id),
-            wave_id: wave_filter,
-            state: step_state,
+            wave_id: filter.wave,
+            state: filter.state,
             ..Default::default()
         })
         .await?;
     let wave_names: HashMap<WaveId, &str> = waves.iter().map(|w| (w.id, w.name.as_str())).collect();
-    let needle = query.node.as_deref().map(str::trim).filter(|s| !s.is_empty());
-    let mut names: HashMap<NodeId, String> = HashMap::new();
     let mut rows = Vec::new();
     let mut truncated = false;
     for step in steps {
@@ -202,7 +235,7 @@ pub(crate) async fn detail(
             slot.insert(name);
         }
         let node = names.get(&step.node_id).cloned().unwrap_or_default();
-        if needle.is_some_and(|n| !node.contains(n)) {
+        if filter.node.as_deref().is_some_and(|n| !node.contains(n)) {
             continue;
         }
         rows.push(context! {
@@ -211,10 +244,24 @@ pub(crate) async fn detail(
             state => step.state.as_str(), attempts => step.attempts, error => step.error,
         });
     }
+    Ok((rows, truncated))
+}
+
+pub(crate) async fn detail(
+    State(state): State<AppState>,
+    Extension(me): Extension<Principal>,
+    Path(id): Path<i64>,
+    Query(query): Query<NodeQuery>,
+) -> Result<Response, UiError> {
+    let id = RolloutId(id);
+    let (live, waves) = live_context(&state, &me, id).await?;
+    let node_filter = query.parse()?;
+    let (rows, truncated) = node_rows(&state, id, &node_filter, &waves, &mut HashMap::new()).await?;
     let step_states: Vec<&str> = StepState::ALL.iter().map(|s| s.as_str()).collect();
     let title = format!("Rollout {id}");
+    let live_query = query.to_query_string();
     let filter = context! { state => query.state, wave => query.wave, node => query.node };
-    let page = context! { steps => rows, truncated, step_states, filter, flash => query.msg, ..live };
+    let page = context! { steps => rows, truncated, step_states, filter, live_query, flash => query.msg, ..live };
     Ok(render(
         "rollout.html",
         minijinja::value::merge_maps([page, base(&me, "rollouts", &title)]),
@@ -227,32 +274,52 @@ pub(crate) async fn events(
     State(state): State<AppState>,
     Extension(me): Extension<Principal>,
     Path(id): Path<i64>,
+    Query(query): Query<NodeQuery>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, UiError> {
     let id = RolloutId(id);
-    // Fail fast on an unknown rollout rather than streaming nothing.
+    // Fail fast on an unknown rollout or bad filters rather than streaming nothing.
     state.db.exec_rollout(id).await?;
+    let filter = query.parse()?;
     let stream = futures::stream::unfold(
-        (state, me, None::<String>, true),
-        move |(state, me, last, first)| async move {
+        (state, me, filter, LiveSent::default(), true),
+        move |(state, me, filter, mut sent, first)| async move {
             if !first {
                 tokio::time::sleep(LIVE_POLL).await;
             }
             loop {
-                let html = match live_context(&state, &me, id).await {
-                    Ok((ctx, _)) => render_string("rollout_live.html", ctx),
-                    Err(_) => None,
-                };
-                match html {
-                    Some(html) if last.as_deref() != Some(html.as_str()) => {
-                        let event = Event::default().event("progress").data(html.clone());
-                        return Some((Ok(event), (state, me, Some(html), false)));
+                let mut events = Vec::new();
+                if let Ok((ctx, waves)) = live_context(&state, &me, id).await {
+                    if let Some(html) = render_string("rollout_live.html", ctx)
+                        && sent.progress.as_deref() != Some(html.as_str())
+                    {
+                        events.push(Ok(Event::default().event("progress").data(html.clone())));
+                        sent.progress = Some(html);
                     }
-                    _ => tokio::time::sleep(LIVE_POLL).await,
+                    if let Ok((steps, truncated)) = node_rows(&state, id, &filter, &waves, &mut sent.names).await
+                        && let Some(html) = render_string("rollout_nodes.html", context! { steps, truncated })
+                        && sent.nodes.as_deref() != Some(html.as_str())
+                    {
+                        events.push(Ok(Event::default().event("nodes").data(html.clone())));
+                        sent.nodes = Some(html);
+                    }
                 }
+                if !events.is_empty() {
+                    return Some((futures::stream::iter(events), (state, me, filter, sent, false)));
+                }
+                tokio::time::sleep(LIVE_POLL).await;
             }
         },
-    );
+    )
+    .flatten();
     Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
+}
+
+/// What a live stream last sent, so it sends only changes.
+#[derive(Default)]
+struct LiveSent {
+    progress: Option<String>,
+    nodes: Option<String>,
+    names: HashMap<NodeId, String>,
 }
 
 /// What the rollout buttons are.
