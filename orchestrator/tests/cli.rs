@@ -219,3 +219,33 @@ fn a_bad_config_file_is_reported_with_its_position() {
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("wg.toml"), "{}", text(&out.stderr));
 }
+
+#[test]
+fn serve_refuses_a_prometheus_token_variable_that_is_not_set() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = waveguard(
+        dir.path(),
+        &[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--prometheus-url",
+            "http://127.0.0.1:9",
+            "--prometheus-token-env",
+            "WAVEGUARD_TEST_UNSET_PROMETHEUS_TOKEN",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("WAVEGUARD_TEST_UNSET_PROMETHEUS_TOKEN, which is not set or empty"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = waveguard(dir.path(), &["serve", "--prometheus-token-env", "X"]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "the token needs a server: {}",
+        text(&out.stderr)
+    );
+}

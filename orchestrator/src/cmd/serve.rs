@@ -51,6 +51,48 @@ pub struct ServeArgs {
     /// Without it those gates hold their waves for a human.
     #[arg(long, env = "WAVEGUARD_PROMETHEUS_URL", value_name = "URL")]
     prometheus_url: Option<url::Url>,
+    /// The Prometheus series label whose value is a node's name.
+    #[arg(
+        long,
+        env = "WAVEGUARD_PROMETHEUS_NODE_LABEL",
+        value_name = "LABEL",
+        default_value = "node",
+        requires = "prometheus_url"
+    )]
+    prometheus_node_label: String,
+    /// Environment variable holding a bearer token for Prometheus (sent as
+    /// `Authorization: Bearer`, never logged).
+    #[arg(
+        long,
+        env = "WAVEGUARD_PROMETHEUS_TOKEN_ENV",
+        value_name = "VAR",
+        requires = "prometheus_url"
+    )]
+    prometheus_token_env: Option<String>,
+}
+
+/// The Prometheus client for the policies' `source: prometheus` gates, if
+/// a server is configured. Errors name the variable, never the token.
+fn prometheus_client(args: &ServeArgs) -> anyhow::Result<Option<orchestrator_engine::prometheus::PrometheusClient>> {
+    let Some(url) = &args.prometheus_url else {
+        return Ok(None);
+    };
+    let label = args.prometheus_node_label.trim();
+    if label.is_empty() {
+        return Err(super::BadInput("--prometheus-node-label must not be empty".into()).into());
+    }
+    let mut config = orchestrator_engine::prometheus::PrometheusConfig::new(url.clone());
+    config.node_label = label.to_owned();
+    if let Some(var) = &args.prometheus_token_env {
+        let token = std::env::var(var)
+            .ok()
+            .filter(|t| !t.trim().is_empty())
+            .ok_or_else(|| super::BadInput(format!("--prometheus-token-env names {var}, which is not set or empty")))?;
+        config.bearer_token = Some(token.trim().to_owned());
+    }
+    let client = orchestrator_engine::prometheus::PrometheusClient::new(config)
+        .map_err(|e| anyhow::anyhow!("cannot build the Prometheus client: {e}"))?;
+    Ok(Some(client))
 }
 
 /// The Alertmanager receiver's settings from flags and file, with the token
@@ -120,6 +162,7 @@ const MIN_PG_IDLE_IN_TRANSACTION: std::time::Duration = std::time::Duration::fro
 pub async fn run(args: ServeArgs, context: Context) -> anyhow::Result<ExitCode> {
     let listen = args.listen.unwrap_or(context.config.listen);
     let alert_receiver = alert_receiver(&args, &context.config)?;
+    let prometheus = prometheus_client(&args)?;
     let clock: std::sync::Arc<dyn orchestrator_types::Clock> = match (args.clock_speedup, args.clock_epoch) {
         (Some(speedup), Some(epoch)) => {
             if !(speedup.is_finite() && speedup > 0.0) {
@@ -149,7 +192,7 @@ pub async fn run(args: ServeArgs, context: Context) -> anyhow::Result<ExitCode> 
     let local = listener.local_addr().context("listener address")?;
     tracing::info!(address = %local, database = ?db.backend(), "waveguard serving");
     println!("waveguard listening on http://{local}");
-    let engine = start_engine(&db, &context, &args);
+    let engine = start_engine(&db, &context, &args, prometheus);
     // API commands (approve, pause, ...) wake the engine at once.
     let state = AppState::new(db.clone()).with_engine_nudge(engine.nudge());
     let state = match alert_receiver {
@@ -173,7 +216,12 @@ fn lease_ttl(args: &ServeArgs) -> chrono::Duration {
 
 /// Starts the rollout engine. Every replica runs one; only the holder of
 /// the executor lease executes.
-fn start_engine(db: &orchestrator_db::Db, context: &Context, args: &ServeArgs) -> orchestrator_engine::Engine {
+fn start_engine(
+    db: &orchestrator_db::Db,
+    context: &Context,
+    args: &ServeArgs,
+    prometheus: Option<orchestrator_engine::prometheus::PrometheusClient>,
+) -> orchestrator_engine::Engine {
     let profiles = std::sync::Arc::new(context.config.credentials.clone());
     let resolve = std::sync::Arc::new(move |bmc_url: &str, credential_ref: &str| {
         let node = crate::bmc_access::node_for_access(bmc_url, credential_ref);
@@ -194,12 +242,8 @@ fn start_engine(db: &orchestrator_db::Db, context: &Context, args: &ServeArgs) -
             resolve,
         )),
     );
-    if let Some(url) = &args.prometheus_url {
-        let config = orchestrator_engine::prometheus::PrometheusConfig::new(url.clone());
-        match orchestrator_engine::prometheus::PrometheusClient::new(config) {
-            Ok(client) => judge = judge.with_prometheus(client),
-            Err(err) => tracing::error!(error = %err, "Prometheus gates disabled: cannot build the client"),
-        }
+    if let Some(client) = prometheus {
+        judge = judge.with_prometheus(client);
     }
     let judge = std::sync::Arc::new(judge);
     let config = orchestrator_engine::EngineConfig {
