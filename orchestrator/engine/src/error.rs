@@ -9,8 +9,6 @@ pub enum EngineError {
     Policy(String),
     #[error("the rollout cannot be planned")]
     Plan(#[source] orchestrator_planner::PlanError),
-    #[error("{0}")]
-    Unsupported(String),
     #[error("this controller no longer holds the executor lease")]
     LostLease,
 }
@@ -20,7 +18,7 @@ impl EngineError {
     pub fn is_caller_error(&self) -> bool {
         match self {
             EngineError::Db(err) => err.is_caller_error(),
-            EngineError::Policy(_) | EngineError::Plan(_) | EngineError::Unsupported(_) => true,
+            EngineError::Policy(_) | EngineError::Plan(_) => true,
             EngineError::LostLease => false,
         }
     }

@@ -179,16 +179,9 @@ pub async fn start_rollout_planned(
     request: &StartRollout,
     actor: &str,
 ) -> Result<(ExecRollout, Plan), EngineError> {
+    // Validation refuses what the engine cannot run (e.g. manual approval
+    // on the first wave) with the policy's own line:col.
     let policy = parse_policy(&request.policy_source)?;
-    if let Some(first) = policy.waves.first()
-        && matches!(first.approval, orchestrator_policy::Approval::Manual { .. })
-    {
-        return Err(EngineError::Unsupported(format!(
-            "wave {:?} is the first wave and asks for manual approval: approvals gate promotion to the next wave, \
-             so the first wave must be automatic",
-            first.name
-        )));
-    }
     let release = db.release(request.release_id).await?;
     let gates = db.gate_results(release.id).await?;
     let spec = ReleaseSpec {

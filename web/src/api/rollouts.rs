@@ -262,7 +262,6 @@ fn engine_error(err: EngineError) -> ApiError {
     match err {
         EngineError::Db(db) => db.into(),
         EngineError::Policy(message) => invalid("policy", message),
-        EngineError::Unsupported(message) => invalid("policy", message),
         EngineError::Plan(plan) => {
             let mut message = plan.to_string();
             let mut source = std::error::Error::source(&plan);
