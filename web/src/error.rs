@@ -102,7 +102,7 @@ impl From<DbError> for ApiError {
     fn from(err: DbError) -> Self {
         match err {
             DbError::NotFound { .. } => ApiError::NotFound(err.to_string()),
-            DbError::AlreadyExists { .. } => ApiError::Conflict(err.to_string()),
+            DbError::AlreadyExists { .. } | DbError::Conflict { .. } => ApiError::Conflict(err.to_string()),
             DbError::Transition(_) => ApiError::Conflict(err.to_string()),
             DbError::Invalid { field, reason } => ApiError::Invalid(vec![FieldError { field, message: reason }]),
             other => ApiError::Internal(Box::new(other)),

@@ -30,6 +30,14 @@ pub enum DbError {
     /// lease's: another controller has taken over, so this one must stop.
     #[error("lease {lease} is no longer held with token {token}")]
     Fenced { lease: String, token: i64 },
+    /// The request does not fit the record's current state (an approval
+    /// before the wave awaits one); `reason` says what would.
+    #[error("{what} {key}: {reason}")]
+    Conflict {
+        what: &'static str,
+        key: String,
+        reason: String,
+    },
     /// A conditional write found the row no longer in the state it expected
     /// (someone else moved it first).
     #[error("{what} {key} is no longer {expected}")]
@@ -58,6 +66,7 @@ impl DbError {
                 | DbError::Invalid { .. }
                 | DbError::Transition(_)
                 | DbError::Stale { .. }
+                | DbError::Conflict { .. }
         )
     }
 }

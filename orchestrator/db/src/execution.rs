@@ -11,11 +11,11 @@
 //! never both move one step.
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::str::FromStr;
 
 use chrono::{DateTime, Duration, Utc};
-use orchestrator_types::{NodeId, ReleaseId, RolloutId, StepId, WaveId};
+pub use orchestrator_types::{Blocker, RolloutState, StepPurpose, StepState, WaveKind, WaveState};
+use orchestrator_types::{NodeId, Outcome, ReleaseId, RolloutId, StepId, WaveId, WaveVerdict};
 use sea_orm::sea_query::{Expr, ExprTrait};
 use sea_orm::{
     ActiveModelTrait, ActiveValue, ColumnTrait, ConnectionTrait, EntityTrait, JoinType, QueryFilter, QueryOrder,
@@ -32,178 +32,6 @@ use crate::{Db, DbError};
 
 #[cfg(feature = "openapi")]
 use utoipa::ToSchema;
-
-macro_rules! string_enum {
-    ($(#[$doc:meta])* $name:ident { $($(#[$vdoc:meta])* $variant:ident => $text:literal),* $(,)? }) => {
-        $(#[$doc])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-        #[cfg_attr(feature = "openapi", derive(ToSchema))]
-        #[serde(rename_all = "snake_case")]
-        pub enum $name { $($(#[$vdoc])* $variant),* }
-
-        impl $name {
-            /// The stored and serialized spelling.
-            pub fn as_str(self) -> &'static str {
-                match self { $($name::$variant => $text),* }
-            }
-        }
-
-        impl fmt::Display for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(self.as_str())
-            }
-        }
-
-        impl FromStr for $name {
-            type Err = String;
-            fn from_str(s: &str) -> Result<Self, Self::Err> {
-                match s {
-                    $($text => Ok($name::$variant),)*
-                    other => Err(format!("unknown {} {other:?}", stringify!($name))),
-                }
-            }
-        }
-    };
-}
-
-string_enum!(
-    /// Where one per-node update stands. See the engine's crate docs for
-    /// what each state means after a crash.
-    StepState {
-        /// Planned, nothing done yet.
-        Pending => "pending",
-        /// Inventory read and as expected; admitted under the caps.
-        Prechecked => "prechecked",
-        /// Intent to push written; whether the BMC accepted it is unknown.
-        Pushing => "pushing",
-        /// The BMC accepted the push; its task URI is stored.
-        Flashing => "flashing",
-        /// The image is staged; a reset activates it.
-        Activating => "activating",
-        /// The new version should be running; inventory must say so.
-        Verifying => "verifying",
-        /// Inventory read back the target version.
-        Succeeded => "succeeded",
-        /// Gave up; `error` says why.
-        Failed => "failed",
-        /// Already at the target: nothing flashed.
-        Skipped => "skipped",
-    }
-);
-
-impl StepState {
-    /// No further transition happens.
-    pub fn is_terminal(self) -> bool {
-        matches!(self, StepState::Succeeded | StepState::Failed | StepState::Skipped)
-    }
-
-    /// Counts against concurrency caps: admitted and not finished.
-    pub fn is_in_flight(self) -> bool {
-        !self.is_terminal() && self != StepState::Pending
-    }
-
-    /// Every state, in lifecycle order.
-    pub const ALL: [StepState; 9] = [
-        StepState::Pending,
-        StepState::Prechecked,
-        StepState::Pushing,
-        StepState::Flashing,
-        StepState::Activating,
-        StepState::Verifying,
-        StepState::Succeeded,
-        StepState::Failed,
-        StepState::Skipped,
-    ];
-}
-
-string_enum!(
-    /// Why a step exists.
-    StepPurpose {
-        /// Move the node to the release.
-        Update => "update",
-        /// Move an updated node back to its recorded previous version.
-        Rollback => "rollback",
-    }
-);
-
-string_enum!(
-    /// A wave's lifecycle: planned → running → baking → awaiting approval →
-    /// promoted, or halted, or rolled back.
-    WaveState {
-        /// Not started.
-        Planned => "planned",
-        /// Its steps are being executed.
-        Running => "running",
-        /// Every step is done; health is watched until the bake ends.
-        Baking => "baking",
-        /// Bake over; waits for approvals (or a human verdict).
-        AwaitingApproval => "awaiting_approval",
-        /// Done; the next wave may start.
-        Promoted => "promoted",
-        /// Stopped by the failure budget, a bricked node, a failed verdict or a user.
-        Halted => "halted",
-        /// Its nodes were moved back to their previous versions.
-        RolledBack => "rolled_back",
-    }
-);
-
-string_enum!(
-    /// A rollout's lifecycle.
-    RolloutState {
-        /// Executing waves.
-        Running => "running",
-        /// A user paused it: no new flash starts; in-flight ones finish.
-        Paused => "paused",
-        /// Stopped by the engine (budget, bricked node, failed verdict).
-        Halted => "halted",
-        /// Stopped by a user: no new flash; in-flight ones finish; rollback is left to the user.
-        Aborted => "aborted",
-        /// Moving updated nodes back to their previous versions.
-        RollingBack => "rolling_back",
-        /// Rollback finished.
-        RolledBack => "rolled_back",
-        /// Every wave promoted.
-        Completed => "completed",
-    }
-);
-
-string_enum!(
-    /// What a wave is for.
-    WaveKind {
-        /// A planned wave of the release.
-        Update => "update",
-        /// Rollback steps, created when a rollback starts.
-        Rollback => "rollback",
-    }
-);
-
-/// Why something is not moving, as data the UI shows ("waiting on: ...").
-/// A closed set: the engine never reports a free-text wait.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(ToSchema))]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum Blocker {
-    /// No maintenance window is open; the next opens at `at`.
-    WindowOpensAt { at: Option<DateTime<Utc>> },
-    /// The bake ends at `at`.
-    BakeEndsAt { at: DateTime<Utc> },
-    /// Approvals given and needed.
-    Approvals { have: u32, need: u32 },
-    /// The health verdict is not a pass; a human must decide.
-    Verdict { verdict: String, summary: String },
-    /// A concurrency cap is full (`scope`: wave, rollout, fleet, rack,
-    /// nvlink_domain, cluster, node).
-    InFlightCap { scope: String, limit: u32 },
-    /// Retrying after a transient BMC error; the earliest retry is at `at`.
-    Backoff { at: DateTime<Utc> },
-    /// The rollout is paused.
-    Paused,
-    /// The previous wave is not promoted yet.
-    PreviousWave { wave: String },
-    /// Only the canary may run until the release is qualified: its
-    /// qualification `state` and the policy's gates it has not passed.
-    AwaitingQualification { state: String, missing_gates: Vec<String> },
-}
 
 /// The lease a controller must hold to execute, and the token that proves it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -340,7 +168,9 @@ pub struct ExecWave {
     pub bake_started_at: Option<DateTime<Utc>>,
     pub ended_at: Option<DateTime<Utc>>,
     pub decision: Option<String>,
-    pub verdict: Option<serde_json::Value>,
+    /// The health verdict, decoded from the stored column (rows of every
+    /// earlier version have this shape).
+    pub verdict: Option<WaveVerdict>,
     /// For rollback waves: what is rolled back.
     pub scope: Option<serde_json::Value>,
     pub blockers: Vec<Blocker>,
@@ -383,6 +213,9 @@ pub struct ExecStep {
     pub rollback_of: Option<StepId>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+    /// When the step entered its current state: its deadline runs from here.
+    /// Steps stored before this was kept fall back to their last update.
+    pub state_entered_at: DateTime<Utc>,
 }
 
 /// A step with where its node sits, for concurrency caps.
@@ -424,7 +257,7 @@ pub struct WaveChange {
     pub bake_started_at: Option<DateTime<Utc>>,
     pub ended_at: Option<DateTime<Utc>>,
     pub decision: Option<String>,
-    pub verdict: Option<serde_json::Value>,
+    pub verdict: Option<WaveVerdict>,
     pub approvals_required: Option<i32>,
 }
 
@@ -447,23 +280,16 @@ pub struct Approval {
     pub approver: String,
     pub comment: Option<String>,
     pub approved_at: DateTime<Utc>,
+    /// The wave state the approval was given in; `None` for approvals stored
+    /// before this was kept (they count for nothing).
+    pub wave_state: Option<WaveState>,
+    /// The outcome of the verdict the approver saw; `None` when given
+    /// before this was kept (or with no verdict on the wave).
+    pub verdict_outcome: Option<Outcome>,
 }
 
 /// Step counts by state.
 pub type StepCounts = BTreeMap<StepState, u64>;
-
-impl PartialOrd for StepState {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for StepState {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        let pos = |s: &StepState| StepState::ALL.iter().position(|x| x == s).unwrap_or(0);
-        pos(self).cmp(&pos(other))
-    }
-}
 
 fn parse<T: FromStr<Err = String>>(what: &'static str, raw: &str) -> Result<T, DbError> {
     raw.parse().map_err(|e: String| DbError::corrupt(what, e))
@@ -523,7 +349,10 @@ fn to_exec_wave(row: waves::Model) -> Result<ExecWave, DbError> {
         bake_started_at: row.bake_started_at,
         ended_at: row.ended_at,
         decision: row.decision,
-        verdict: row.verdict,
+        verdict: match row.verdict {
+            None | Some(serde_json::Value::Null) => None,
+            Some(v) => Some(serde_json::from_value(v).map_err(|e| DbError::corrupt("wave verdict", e))?),
+        },
         scope: row.scope,
     })
 }
@@ -557,6 +386,7 @@ fn to_exec_step(row: update_steps::Model) -> Result<ExecStep, DbError> {
         started_at: row.started_at,
         finished_at: row.finished_at,
         rollback_of: row.rollback_of.map(StepId),
+        state_entered_at: row.state_entered_at.unwrap_or(row.updated_at),
         created_at: row.created_at,
         updated_at: row.updated_at,
     })
@@ -966,8 +796,9 @@ impl Db {
             updated_at: Set(now),
             ..Default::default()
         };
-        if let Some(state) = change.state {
+        if let Some(state) = change.state.filter(|to| *to != from) {
             active.state = Set(state.as_str().to_owned());
+            active.state_entered_at = Set(Some(now));
         }
         set_opt(&mut active.task_uri, &change.task_uri);
         if let Some(attempts) = change.attempts {
@@ -1125,7 +956,19 @@ impl Db {
     ) -> Result<ExecRollout, DbError> {
         let txn = self.conn.begin().await?;
         check_fence(&txn, fence).await?;
-        let row = set_rollout_state(&txn, self.clock.now(), rollout, from, to, reason, ENGINE_ACTOR, details).await?;
+        let row = set_rollout_state(
+            &txn,
+            RolloutMove {
+                at: self.clock.now(),
+                rollout,
+                from,
+                to,
+                reason,
+                actor: ENGINE_ACTOR,
+                details,
+            },
+        )
+        .await?;
         txn.commit().await?;
         to_exec_rollout(row)
     }
@@ -1202,13 +1045,15 @@ impl Db {
         .await?;
         set_rollout_state(
             &txn,
-            now,
-            rollout,
-            &[state],
-            RolloutState::RollingBack,
-            Some(reason),
-            actor,
-            json!({ "scope": scope, "rollback_wave": wave.id }),
+            RolloutMove {
+                at: now,
+                rollout,
+                from: &[state],
+                to: RolloutState::RollingBack,
+                reason: Some(reason),
+                actor,
+                details: json!({ "scope": scope, "rollback_wave": wave.id }),
+            },
         )
         .await?;
         txn.commit().await?;
@@ -1315,18 +1160,26 @@ impl Db {
             });
         }
         let state: WaveState = parse("wave state", &wave_row.state)?;
-        if matches!(state, WaveState::Promoted | WaveState::Halted | WaveState::RolledBack) {
-            return Err(DbError::Stale {
+        // An approval is for the verdict the approver read: given earlier
+        // (while the wave still flashes or bakes) it would be counted for a
+        // verdict nobody saw, so it is refused, never kept for later.
+        if state != WaveState::AwaitingApproval {
+            return Err(DbError::Conflict {
                 what: "wave",
-                key: wave.to_string(),
-                expected: "open for approval".into(),
+                key: wave_row.name.clone(),
+                reason: format!(
+                    "the wave is {state}: approvals are taken only while it awaits one after its health verdict"
+                ),
             });
         }
+        let verdict = to_exec_wave(wave_row.clone())?.verdict;
         let inserted = wave_approvals::ActiveModel {
             wave_id: Set(wave.0),
             approver: Set(approver.to_owned()),
             comment: Set(comment.map(str::to_owned)),
             approved_at: Set(now),
+            wave_state: Set(Some(state.as_str().to_owned())),
+            verdict_outcome: Set(verdict.as_ref().map(|v| v.outcome.as_str().to_owned())),
             ..Default::default()
         }
         .insert(&txn)
@@ -1348,7 +1201,12 @@ impl Db {
             "wave.approve",
             "wave",
             &wave.to_string(),
-            json!({ "rollout_id": wave_row.rollout_id, "wave": wave_row.name, "comment": comment }),
+            json!({
+                "rollout_id": wave_row.rollout_id,
+                "wave": wave_row.name,
+                "comment": comment,
+                "verdict": verdict.as_ref().map(|v| v.outcome),
+            }),
         )
         .await?;
         txn.commit().await?;
@@ -1368,6 +1226,10 @@ impl Db {
                 approver: row.approver,
                 comment: row.comment,
                 approved_at: row.approved_at,
+                // An unreadable stored state makes the approval count for
+                // nothing rather than fail every read of the wave.
+                wave_state: row.wave_state.as_deref().and_then(|s| s.parse().ok()),
+                verdict_outcome: row.verdict_outcome.as_deref().and_then(|s| s.parse().ok()),
             })
             .collect())
     }
@@ -1384,9 +1246,65 @@ impl Db {
         actor: &str,
     ) -> Result<ExecRollout, DbError> {
         let txn = self.conn.begin().await?;
-        let row = set_rollout_state(&txn, self.clock.now(), rollout, from, to, reason, actor, json!({})).await?;
+        let row = set_rollout_state(
+            &txn,
+            RolloutMove {
+                at: self.clock.now(),
+                rollout,
+                from,
+                to,
+                reason,
+                actor,
+                details: json!({}),
+            },
+        )
+        .await?;
         txn.commit().await?;
         to_exec_rollout(row)
+    }
+
+    /// An admin stops a rollback that cannot finish (a BMC task that never
+    /// ends, a node that will not answer): the rollout moves from rolling
+    /// back to aborted, and the audit entry records each node's last known
+    /// version, so whoever picks the fleet up knows what runs where. Steps
+    /// in flight still finish or meet their deadline; nothing new starts.
+    pub async fn abort_rollback(
+        &self,
+        rollout: RolloutId,
+        reason: &str,
+        actor: &str,
+    ) -> Result<(ExecRollout, Vec<NodeVersion>), DbError> {
+        let steps = self
+            .steps(&StepFilter {
+                rollout_id: Some(rollout),
+                ..Default::default()
+            })
+            .await?;
+        let node_ids: Vec<i64> = steps.iter().map(|s| s.node_id.0).collect();
+        let names: BTreeMap<i64, String> = nodes::Entity::find()
+            .filter(nodes::Column::Id.is_in(node_ids))
+            .all(&self.conn)
+            .await?
+            .into_iter()
+            .map(|n| (n.id, n.name))
+            .collect();
+        let versions = last_known_versions(&steps, &names);
+        let txn = self.conn.begin().await?;
+        let row = set_rollout_state(
+            &txn,
+            RolloutMove {
+                at: self.clock.now(),
+                rollout,
+                from: &[RolloutState::RollingBack],
+                to: RolloutState::Aborted,
+                reason: Some(reason),
+                actor,
+                details: json!({ "rollback_aborted": true, "nodes": to_json(&versions) }),
+            },
+        )
+        .await?;
+        txn.commit().await?;
+        Ok((to_exec_rollout(row)?, versions))
     }
 }
 
@@ -1460,7 +1378,7 @@ async fn update_wave_row<C: ConnectionTrait>(
         active.decision = Set(Some(decision.clone()));
     }
     if let Some(verdict) = &change.verdict {
-        active.verdict = Set(Some(verdict.clone()));
+        active.verdict = Set(Some(to_json(verdict)));
     }
     if let Some(n) = change.approvals_required {
         active.approvals_required = Set(n);
@@ -1491,16 +1409,84 @@ async fn update_wave_row<C: ConnectionTrait>(
         })
 }
 
-#[allow(clippy::too_many_arguments)] // one private helper shared by the fenced and user paths
+/// What is known of one node's version when a rollback is abandoned.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct NodeVersion {
+    #[cfg_attr(feature = "openapi", schema(value_type = i64))]
+    pub node_id: NodeId,
+    pub node: String,
+    /// The state of the node's latest step in the rollout.
+    pub step_state: StepState,
+    /// The version last read or confirmed on the node; `None` when a flash
+    /// may or may not have landed (see `unconfirmed`).
+    pub last_known_version: Option<String>,
+    /// The versions it may run when a flash was under way: `[from, to]`.
+    pub unconfirmed: Option<[String; 2]>,
+}
+
+/// Each node's last known version from its latest step (rollback steps are
+/// created after update steps, so the highest id is the latest).
+fn last_known_versions(steps: &[ExecStep], names: &BTreeMap<i64, String>) -> Vec<NodeVersion> {
+    let mut latest: BTreeMap<i64, &ExecStep> = BTreeMap::new();
+    for step in steps {
+        let entry = latest.entry(step.node_id.0).or_insert(step);
+        if step.id.0 > entry.id.0 {
+            *entry = step;
+        }
+    }
+    latest
+        .into_values()
+        .map(|step| {
+            let before = step
+                .previous_version
+                .clone()
+                .unwrap_or_else(|| step.expected_from_version.clone());
+            // A step that never pushed left the node where it was; one that
+            // pushed and did not confirm may have landed either way.
+            let (known, unconfirmed) = match step.state {
+                StepState::Succeeded | StepState::Skipped => (Some(step.target_version.clone()), None),
+                StepState::Pending | StepState::Prechecked => (Some(before), None),
+                StepState::Failed if step.push_started_at.is_none() && step.task_uri.is_none() => (Some(before), None),
+                _ => (None, Some([before, step.target_version.clone()])),
+            };
+            NodeVersion {
+                node_id: step.node_id,
+                node: names.get(&step.node_id.0).cloned().unwrap_or_default(),
+                step_state: step.state,
+                last_known_version: known,
+                unconfirmed,
+            }
+        })
+        .collect()
+}
+
+/// One conditional move of a rollout's state, by the engine or a user.
+#[derive(Debug)]
+struct RolloutMove<'a> {
+    at: DateTime<Utc>,
+    rollout: RolloutId,
+    /// The states it may be moved from; anything else is `Stale`.
+    from: &'a [RolloutState],
+    to: RolloutState,
+    reason: Option<&'a str>,
+    actor: &'a str,
+    /// Audit details; `from`, `to` and `reason` are added.
+    details: serde_json::Value,
+}
+
+/// The one writer of rollout states, shared by the fenced and user paths.
 async fn set_rollout_state<C: ConnectionTrait>(
     conn: &C,
-    now: DateTime<Utc>,
-    rollout: RolloutId,
-    from: &[RolloutState],
-    to: RolloutState,
-    reason: Option<&str>,
-    actor: &str,
-    details: serde_json::Value,
+    RolloutMove {
+        at: now,
+        rollout,
+        from,
+        to,
+        reason,
+        actor,
+        details,
+    }: RolloutMove<'_>,
 ) -> Result<rollouts::Model, DbError> {
     let current = rollouts::Entity::find_by_id(rollout.0)
         .one(conn)

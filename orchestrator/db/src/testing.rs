@@ -193,3 +193,39 @@ mod tests {
         );
     }
 }
+
+/// Moves `wave` to awaiting approval with `verdict`, as the engine does at
+/// the end of a bake, for tests of approvals without an engine. Takes (and
+/// releases) a lease of its own, so it never fences out a running engine
+/// under test; refuses when another test holds it.
+pub async fn await_approval(
+    db: &Db,
+    wave: orchestrator_types::WaveId,
+    verdict: orchestrator_types::WaveVerdict,
+) -> Result<crate::execution::ExecWave, crate::DbError> {
+    use crate::execution::{WaveChange, WaveState};
+    let from = db.wave(wave).await?.state;
+    let fence = db
+        .acquire_lease("test-await-approval", "test", chrono::Duration::minutes(1))
+        .await?
+        .ok_or(crate::DbError::Stale {
+            what: "lease",
+            key: "test-await-approval".into(),
+            expected: "free".into(),
+        })?;
+    let moved = db
+        .transition_wave(
+            &fence,
+            wave,
+            from,
+            &WaveChange {
+                state: Some(WaveState::AwaitingApproval),
+                verdict: Some(verdict),
+                ..Default::default()
+            },
+            serde_json::json!({ "test": true }),
+        )
+        .await;
+    db.release_lease(&fence).await?;
+    moved
+}

@@ -6,23 +6,9 @@ use crate::error::DetectError;
 use crate::sequential::Look;
 use crate::stats::MwuMethod;
 
-/// The outcome of a gate, ordered from best to worst so that combining gates is `max`.
-///
-/// Fail is worse than Error: a gate that proved a regression must roll back even if another gate
-/// could not be evaluated. Error is worse than Inconclusive because it needs a human to fix something.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Outcome {
-    /// End of bake, enough data, no boundary crossed: promote.
-    Pass,
-    /// Keep baking, or (at the end of the bake) hold for a human.
-    Inconclusive,
-    /// The gate could not be evaluated (bad configuration or measurements): hold.
-    Error,
-    /// A boundary was crossed: the canary is worse than control by more than the smallest effect that
-    /// matters, with the gate's false-alarm rate.
-    Fail,
-}
+/// The outcome of a gate (and of a wave): one set shared with the engine and every reader, defined
+/// in `orchestrator-types`.
+pub use orchestrator_types::Outcome;
 
 /// Why a gate is inconclusive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -95,6 +95,24 @@ impl QualificationState {
     }
 }
 
+/// The policy gates a release has not passed yet, when its qualification keeps a rollout from going
+/// past the canary wave; `None` when the release may roll out to the fleet.
+///
+/// The one place this rule lives: the planner asks it before storing a plan, the engine before each
+/// wave after the canary starts, so the two can never disagree on what "qualified enough" means.
+pub fn qualification_hold<'a>(
+    state: QualificationState,
+    required_gates: impl IntoIterator<Item = &'a String>,
+    passed: impl Fn(&str) -> bool,
+) -> Option<Vec<String>> {
+    let missing: Vec<String> = required_gates
+        .into_iter()
+        .filter(|g| !passed(g.as_str()))
+        .cloned()
+        .collect();
+    (!state.may_roll_out_to_fleet() || !missing.is_empty()).then_some(missing)
+}
+
 #[cfg(test)]
 mod tests {
     use super::QualificationState::*;
@@ -176,6 +194,16 @@ mod tests {
             QualificationState::ALL.len() * QualificationState::ALL.len(),
             "every pair listed"
         );
+    }
+
+    #[test]
+    fn hold_names_missing_gates_or_an_unqualified_state() {
+        let required = ["burn_in".to_owned(), "nccl".to_owned()];
+        let passed = |g: &str| g == "burn_in";
+        assert_eq!(qualification_hold(Qualified, &required, passed), Some(vec!["nccl".to_owned()]));
+        assert_eq!(qualification_hold(Qualifying, &required[..1], passed), Some(vec![]));
+        assert_eq!(qualification_hold(Default, &required[..1], passed), None);
+        assert_eq!(qualification_hold(Qualified, &[], |_| false), None);
     }
 
     #[test]

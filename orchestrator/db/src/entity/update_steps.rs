@@ -30,6 +30,7 @@ pub struct Model {
     pub started_at: Option<DateTimeUtc>,
     pub finished_at: Option<DateTimeUtc>,
     pub rollback_of: Option<i64>,
+    pub state_entered_at: Option<DateTimeUtc>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

@@ -9,6 +9,8 @@ pub struct Model {
     pub approver: String,
     pub comment: Option<String>,
     pub approved_at: DateTimeUtc,
+    pub wave_state: Option<String>,
+    pub verdict_outcome: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

@@ -1,0 +1,203 @@
+//! What the wave decision reads from the database, on every backend: wave
+//! verdicts decoded through their type (old rows of every evidence shape
+//! included), approvals bound to the state and verdict they were given
+//! under, and an admin's abort of a stuck rollback.
+
+use orchestrator_db::execution::{NewPlan, NewStep, NewWave, RolloutState, StepState, WaveState};
+use orchestrator_db::model::{NewNode, NewRelease, NewRollout, NodeLabels};
+use orchestrator_db::testing::{TestDb, await_approval};
+use orchestrator_db::{AuditFilter, Db, DbError};
+use orchestrator_types::{ComponentKind, Outcome, RolloutId, WaveId, WaveVerdict};
+use serde_json::json;
+
+/// A rollout of one wave over two nodes, started by alice.
+async fn rollout(db: &Db) -> (RolloutId, WaveId) {
+    let nodes: Vec<NewNode> = (0..2)
+        .map(|i| NewNode {
+            name: format!("node-{i}"),
+            bmc_url: format!("https://10.0.0.{i}"),
+            credential_ref: "default".into(),
+            platform_sku: "hgx".into(),
+            labels: NodeLabels {
+                region: "r".into(),
+                cluster: "c".into(),
+                rack: "k".into(),
+                nvlink_domain: "n".into(),
+            },
+        })
+        .collect();
+    db.import_nodes(&nodes, "test").await.unwrap();
+    let nodes = db.list_nodes(&Default::default()).await.unwrap();
+    let release = db
+        .add_release(
+            &NewRelease {
+                component_kind: ComponentKind::Gpu,
+                version: "96.00.61.00.01".parse().unwrap(),
+                image_uri: "https://images.example/g.fw".into(),
+                sha256: "ab".repeat(32),
+                size_bytes: 1,
+                platforms: vec!["hgx".into()],
+                release_notes: String::new(),
+            },
+            "alice",
+        )
+        .await
+        .unwrap();
+    let rollout = db
+        .start_rollout(
+            &NewRollout {
+                release_id: release.id,
+                policy_name: "p".into(),
+                policy_commit: "c0ffee".into(),
+                policy_blob: "b".into(),
+                seed: 1,
+            },
+            "name: p\n",
+            &NewPlan {
+                waves: vec![NewWave {
+                    name: "canary".into(),
+                    bake_seconds: 60,
+                    approvals_required: 1,
+                    max_in_flight: 2,
+                    gates: vec!["xid".into()],
+                    control_nodes: vec![],
+                    steps: nodes
+                        .iter()
+                        .map(|n| NewStep {
+                            node_id: n.id,
+                            inventory_id: "GPU_*".into(),
+                            expected_from_version: "96.00.5E.00.01".into(),
+                        })
+                        .collect(),
+                }],
+                rollback_assessment: json!({}),
+            },
+            "alice",
+        )
+        .await
+        .unwrap();
+    let wave = db.rollout_waves(rollout.id).await.unwrap()[0].id;
+    (rollout.id, wave)
+}
+
+/// Verdicts as every earlier version stored them: the gateless judge's,
+/// the detector's watch judge (gates with per-look verdicts), an early
+/// failure, and the judge's error shape.
+fn old_rows() -> Vec<(serde_json::Value, Outcome)> {
+    vec![
+        (
+            json!({ "outcome": "pass", "summary": "the wave has no health gates", "evidence": { "gates": [] } }),
+            Outcome::Pass,
+        ),
+        (
+            json!({ "outcome": "inconclusive", "summary": "no detector is configured for gates xid: a human must approve",
+                    "evidence": { "gates": ["xid"] } }),
+            Outcome::Inconclusive,
+        ),
+        (
+            json!({ "outcome": "error", "summary": "wave canary has no bake start",
+                    "evidence": { "error": "wave canary has no bake start" } }),
+            Outcome::Error,
+        ),
+        (
+            json!({ "outcome": "fail", "summary": "xid: canary 14 events vs control 41",
+                    "evidence": { "alpha": 0.05, "correction": "bonferroni", "spending": "OBrienFleming",
+                                  "bake_seconds": 3600, "bake_started_at": "2026-12-02T12:00:00Z", "control_nodes": 8,
+                                  "gates": [{ "gate": "xid", "outcome": "fail", "look": 3, "planned_looks": 12,
+                                              "summary": "xid: ...", "verdict": { "outcome": "fail", "evidence": {} } }] } }),
+            Outcome::Fail,
+        ),
+    ]
+}
+
+#[tokio::test]
+async fn stored_verdicts_of_every_shape_decode_through_the_type() {
+    for t in TestDb::all_backends().await {
+        let (_, wave) = rollout(&t.db).await;
+        assert_eq!(t.db.wave(wave).await.unwrap().verdict, None);
+        for (row, outcome) in old_rows() {
+            let sql = format!(
+                "UPDATE waves SET verdict = '{}' WHERE id = {}",
+                row.to_string().replace('\'', "''"),
+                wave.0
+            );
+            t.execute_raw(&sql).await.unwrap();
+            let read = t.db.wave(wave).await.unwrap().verdict.expect("a verdict");
+            assert_eq!(read.outcome, outcome, "{row}");
+            assert_eq!(read.evidence, row["evidence"], "the evidence is kept whole");
+            // What the engine writes now reads back the same.
+            assert_eq!(serde_json::to_value(&read).unwrap(), row);
+        }
+        // A row no version wrote is corrupt, not silently "no verdict".
+        t.execute_raw(&format!("UPDATE waves SET verdict = '{{\"state\":\"x\"}}' WHERE id = {}", wave.0))
+            .await
+            .unwrap();
+        assert!(matches!(t.db.wave(wave).await, Err(DbError::Corrupt { .. })));
+    }
+}
+
+#[tokio::test]
+async fn approvals_are_taken_only_after_the_verdict_and_remember_it() {
+    for t in TestDb::all_backends().await {
+        let (_, wave) = rollout(&t.db).await;
+        // While the wave has not been judged, an approval would be counted
+        // for a verdict nobody read: refused, and nothing is kept.
+        let early = t.db.approve_wave(wave, "bob", Some("ship it")).await.unwrap_err();
+        assert!(matches!(early, DbError::Conflict { .. }), "{early}");
+        assert!(early.to_string().contains("after its health verdict"), "{early}");
+        assert!(t.db.wave_approvals(wave).await.unwrap().is_empty());
+
+        let verdict = WaveVerdict {
+            outcome: Outcome::Inconclusive,
+            summary: "xid inconclusive".into(),
+            evidence: json!({ "gates": [] }),
+        };
+        await_approval(&t.db, wave, verdict).await.unwrap();
+        let given = t.db.approve_wave(wave, "bob", Some("read it")).await.unwrap();
+        assert_eq!(given.len(), 1);
+        assert_eq!(given[0].wave_state, Some(WaveState::AwaitingApproval));
+        assert_eq!(given[0].verdict_outcome, Some(Outcome::Inconclusive));
+        let audit =
+            t.db.audit_entries(&AuditFilter {
+                action: Some("wave.approve".into()),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(audit.len(), 1);
+        assert_eq!(audit[0].details["verdict"], "inconclusive");
+    }
+}
+
+#[tokio::test]
+async fn an_admin_aborts_a_stuck_rollback_and_each_node_version_is_recorded() {
+    for t in TestDb::all_backends().await {
+        let (id, _) = rollout(&t.db).await;
+        let refused = t.db.abort_rollback(id, "stuck", "root").await.unwrap_err();
+        assert!(matches!(refused, DbError::Stale { .. }), "only a rollback is aborted this way: {refused}");
+        t.db.begin_rollback(None, id, json!({ "scope": "rollout" }), "regression", "bob")
+            .await
+            .unwrap();
+        let (rollout, versions) = t.db.abort_rollback(id, "BMC task never ends", "root").await.unwrap();
+        assert_eq!(rollout.state, RolloutState::Aborted);
+        assert_eq!(versions.len(), 2);
+        for v in &versions {
+            // No step ever pushed: the nodes still run what they ran.
+            assert_eq!(v.step_state, StepState::Pending);
+            assert_eq!(v.last_known_version.as_deref(), Some("96.00.5E.00.01"));
+            assert_eq!(v.unconfirmed, None);
+            assert!(v.node.starts_with("node-"), "{v:?}");
+        }
+        let audit =
+            t.db.audit_entries(&AuditFilter {
+                action: Some("rollout.aborted".into()),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(audit.len(), 1);
+        assert_eq!(audit[0].actor, "root");
+        assert_eq!(audit[0].details["from"], "rolling_back");
+        assert_eq!(audit[0].details["nodes"][0]["last_known_version"], "96.00.5E.00.01");
+    }
+}

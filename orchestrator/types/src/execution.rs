@@ -1,0 +1,223 @@
+//! Where rollouts, waves and steps stand, and why they are not moving: the
+//! execution vocabulary every layer names (engine, database, API, UI), kept
+//! here so none of them needs the database crate to say "halted".
+//!
+//! The text forms are the stored and serialized spellings; changing one is a
+//! migration.
+
+use std::fmt;
+use std::str::FromStr;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+#[cfg(feature = "openapi")]
+use utoipa::ToSchema;
+
+macro_rules! string_enum {
+    ($(#[$doc:meta])* $name:ident { $($(#[$vdoc:meta])* $variant:ident => $text:literal),* $(,)? }) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+        #[cfg_attr(feature = "openapi", derive(ToSchema))]
+        #[serde(rename_all = "snake_case")]
+        pub enum $name { $($(#[$vdoc])* $variant),* }
+
+        impl $name {
+            /// The stored and serialized spelling.
+            pub fn as_str(self) -> &'static str {
+                match self { $($name::$variant => $text),* }
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = String;
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                match s {
+                    $($text => Ok($name::$variant),)*
+                    other => Err(format!("unknown {} {other:?}", stringify!($name))),
+                }
+            }
+        }
+    };
+}
+
+string_enum!(
+    /// Where one per-node update stands. See the engine's crate docs for
+    /// what each state means after a crash.
+    StepState {
+        /// Planned, nothing done yet.
+        Pending => "pending",
+        /// Inventory read and as expected; admitted under the caps.
+        Prechecked => "prechecked",
+        /// Intent to push written; whether the BMC accepted it is unknown.
+        Pushing => "pushing",
+        /// The BMC accepted the push; its task URI is stored.
+        Flashing => "flashing",
+        /// The image is staged; a reset activates it.
+        Activating => "activating",
+        /// The new version should be running; inventory must say so.
+        Verifying => "verifying",
+        /// Inventory read back the target version.
+        Succeeded => "succeeded",
+        /// Gave up; `error` says why.
+        Failed => "failed",
+        /// Already at the target: nothing flashed.
+        Skipped => "skipped",
+    }
+);
+
+impl StepState {
+    /// No further transition happens.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, StepState::Succeeded | StepState::Failed | StepState::Skipped)
+    }
+
+    /// Counts against concurrency caps: admitted and not finished.
+    pub fn is_in_flight(self) -> bool {
+        !self.is_terminal() && self != StepState::Pending
+    }
+
+    /// Every state, in lifecycle order.
+    pub const ALL: [StepState; 9] = [
+        StepState::Pending,
+        StepState::Prechecked,
+        StepState::Pushing,
+        StepState::Flashing,
+        StepState::Activating,
+        StepState::Verifying,
+        StepState::Succeeded,
+        StepState::Failed,
+        StepState::Skipped,
+    ];
+}
+
+string_enum!(
+    /// Why a step exists.
+    StepPurpose {
+        /// Move the node to the release.
+        Update => "update",
+        /// Move an updated node back to its recorded previous version.
+        Rollback => "rollback",
+    }
+);
+
+string_enum!(
+    /// A wave's lifecycle: planned → running → baking → awaiting approval →
+    /// promoted, or halted, or rolled back.
+    WaveState {
+        /// Not started.
+        Planned => "planned",
+        /// Its steps are being executed.
+        Running => "running",
+        /// Every step is done; health is watched until the bake ends.
+        Baking => "baking",
+        /// Bake over; waits for approvals (or a human verdict).
+        AwaitingApproval => "awaiting_approval",
+        /// Done; the next wave may start.
+        Promoted => "promoted",
+        /// Stopped by the failure budget, a bricked node, a failed verdict or a user.
+        Halted => "halted",
+        /// Its nodes were moved back to their previous versions.
+        RolledBack => "rolled_back",
+    }
+);
+
+impl WaveState {
+    /// Every state, in lifecycle order.
+    pub const ALL: [WaveState; 7] = [
+        WaveState::Planned,
+        WaveState::Running,
+        WaveState::Baking,
+        WaveState::AwaitingApproval,
+        WaveState::Promoted,
+        WaveState::Halted,
+        WaveState::RolledBack,
+    ];
+
+    /// Closed: nothing moves the wave any more.
+    pub fn is_closed(self) -> bool {
+        matches!(self, WaveState::Promoted | WaveState::Halted | WaveState::RolledBack)
+    }
+}
+
+string_enum!(
+    /// A rollout's lifecycle.
+    RolloutState {
+        /// Executing waves.
+        Running => "running",
+        /// A user paused it: no new flash starts; in-flight ones finish.
+        Paused => "paused",
+        /// Stopped by the engine (budget, bricked node, failed verdict).
+        Halted => "halted",
+        /// Stopped by a user: no new flash; in-flight ones finish; rollback is left to the user.
+        Aborted => "aborted",
+        /// Moving updated nodes back to their previous versions.
+        RollingBack => "rolling_back",
+        /// Rollback finished.
+        RolledBack => "rolled_back",
+        /// Every wave promoted.
+        Completed => "completed",
+    }
+);
+
+string_enum!(
+    /// What a wave is for.
+    WaveKind {
+        /// A planned wave of the release.
+        Update => "update",
+        /// Rollback steps, created when a rollback starts.
+        Rollback => "rollback",
+    }
+);
+
+/// Why something is not moving, as data the UI shows ("waiting on: ...").
+/// A closed set: the engine never reports a free-text wait.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Blocker {
+    /// No maintenance window is open; the next opens at `at`.
+    WindowOpensAt { at: Option<DateTime<Utc>> },
+    /// The bake ends at `at`.
+    BakeEndsAt { at: DateTime<Utc> },
+    /// Approvals given and needed.
+    Approvals { have: u32, need: u32 },
+    /// The health verdict is not a pass; a human must decide.
+    Verdict { verdict: crate::Outcome, summary: String },
+    /// A concurrency cap is full (`scope`: wave, rollout, fleet, rack,
+    /// nvlink_domain, cluster, node).
+    InFlightCap { scope: String, limit: u32 },
+    /// Retrying after a transient BMC error; the earliest retry is at `at`.
+    Backoff { at: DateTime<Utc> },
+    /// The rollout is paused.
+    Paused,
+    /// The previous wave is not promoted yet.
+    PreviousWave { wave: String },
+    /// Only the canary may run until the release is qualified: its
+    /// qualification `state` and the policy's gates it has not passed.
+    AwaitingQualification { state: String, missing_gates: Vec<String> },
+    /// `nodes` steps are in `state`, the first of which fails at `at` unless
+    /// it moves on: every step state has a deadline, so a BMC task that never
+    /// ends cannot hold a wave for good.
+    StepDeadline { state: StepState, nodes: u32, at: DateTime<Utc> },
+}
+
+impl PartialOrd for StepState {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for StepState {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        let pos = |s: &StepState| StepState::ALL.iter().position(|x| x == s).unwrap_or(0);
+        pos(self).cmp(&pos(other))
+    }
+}
+
