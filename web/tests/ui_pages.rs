@@ -107,7 +107,20 @@ async fn fixture() -> Fixture {
         )
         .await
         .unwrap();
-    let canary = db.rollout_waves(rollout.id).await.unwrap()[0].id.0;
+    let canary = db.rollout_waves(rollout.id).await.unwrap()[0].id;
+    // Approvals are taken only after the verdict: the canary has baked.
+    orchestrator_db::testing::await_approval(
+        &db,
+        canary,
+        orchestrator_types::WaveVerdict {
+            outcome: orchestrator_types::Outcome::Pass,
+            summary: "healthy".into(),
+            evidence: serde_json::json!({}),
+        },
+    )
+    .await
+    .unwrap();
+    let canary = canary.0;
     Fixture {
         _t: t,
         app: app(AppState::new(db.clone())),

@@ -29,7 +29,7 @@
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Duration, DurationRound, Utc};
-use orchestrator_types::{NodeId, RolloutId, WaveId};
+use orchestrator_types::{NodeId, Outcome, RolloutId, WaveId};
 use sea_orm::sea_query::Expr;
 use sea_orm::{ActiveModelTrait, ColumnTrait, EntityTrait, QueryFilter, QueryOrder, Set, TransactionTrait};
 use serde::{Deserialize, Serialize};
@@ -205,8 +205,8 @@ pub struct NewHealthLook {
     pub gate: String,
     pub look_number: u32,
     pub planned_looks: u32,
-    /// `pass`, `fail`, `inconclusive` or `error`.
-    pub outcome: String,
+    /// The gate's outcome at this look (its own column, for queries).
+    pub outcome: Outcome,
     /// The detector's verdict with its evidence.
     pub verdict: serde_json::Value,
 }
@@ -257,8 +257,8 @@ fn to_sample(row: health_samples::Model) -> Result<HealthSample, DbError> {
     })
 }
 
-fn to_look(row: health_looks::Model) -> HealthLook {
-    HealthLook {
+fn to_look(row: health_looks::Model) -> Result<HealthLook, DbError> {
+    Ok(HealthLook {
         id: row.id,
         look: NewHealthLook {
             rollout_id: RolloutId(row.rollout_id),
@@ -266,11 +266,14 @@ fn to_look(row: health_looks::Model) -> HealthLook {
             gate: row.gate,
             look_number: u32::try_from(row.look_number).unwrap_or(0),
             planned_looks: u32::try_from(row.planned_looks).unwrap_or(0),
-            outcome: row.outcome,
+            outcome: row
+                .outcome
+                .parse()
+                .map_err(|e| DbError::corrupt("health look outcome", e))?,
             verdict: row.verdict,
         },
         evaluated_at: row.evaluated_at,
-    }
+    })
 }
 
 fn units_json(units: &BTreeMap<String, LevelAgg>) -> Option<serde_json::Value> {
@@ -500,7 +503,7 @@ impl Db {
             gate: Set(look.gate.clone()),
             look_number: Set(i32::try_from(look.look_number).unwrap_or(i32::MAX)),
             planned_looks: Set(i32::try_from(look.planned_looks).unwrap_or(i32::MAX)),
-            outcome: Set(look.outcome.clone()),
+            outcome: Set(look.outcome.as_str().to_owned()),
             verdict: Set(look.verdict.clone()),
             evaluated_at: Set(now),
             ..Default::default()
@@ -535,7 +538,7 @@ impl Db {
         )
         .await?;
         txn.commit().await?;
-        Ok(to_look(row))
+        to_look(row)
     }
 
     /// Evaluated looks, oldest first: of one wave, or of every wave of a rollout.
@@ -546,12 +549,12 @@ impl Db {
                 health_looks::Entity::find().filter(health_looks::Column::RolloutId.eq(rollout.0))
             }
         };
-        Ok(query
+        query
             .order_by_asc(health_looks::Column::Id)
             .all(&self.conn)
             .await?
             .into_iter()
             .map(to_look)
-            .collect())
+            .collect()
     }
 }

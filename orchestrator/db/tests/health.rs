@@ -129,7 +129,7 @@ async fn each_look_is_recorded_once_and_audited() {
             gate: "xid_errors".into(),
             look_number: 3,
             planned_looks: 12,
-            outcome: "inconclusive".into(),
+            outcome: orchestrator_types::Outcome::Inconclusive,
             verdict: json!({ "outcome": "inconclusive" }),
         };
         let recorded = db.record_health_look(&look, "detector").await.unwrap();
@@ -139,7 +139,7 @@ async fn each_look_is_recorded_once_and_audited() {
         let again = db
             .record_health_look(
                 &NewHealthLook {
-                    outcome: "fail".into(),
+                    outcome: orchestrator_types::Outcome::Fail,
                     ..look.clone()
                 },
                 "detector",
@@ -148,7 +148,7 @@ async fn each_look_is_recorded_once_and_audited() {
         assert!(matches!(again, Err(DbError::AlreadyExists { .. })), "{again:?}");
         let looks = db.health_looks(SampleScope::Wave(WaveId(1))).await.unwrap();
         assert_eq!(looks.len(), 1);
-        assert_eq!(looks[0].look.outcome, "inconclusive");
+        assert_eq!(looks[0].look.outcome, orchestrator_types::Outcome::Inconclusive);
         let audit = db
             .audit_entries(&orchestrator_db::AuditFilter {
                 action: Some("health.look".into()),

@@ -1,4 +1,5 @@
 use chrono::Duration;
+use orchestrator_types::StepState;
 
 /// The engine's knobs. Every duration is simulated time (read from the
 /// shared clock) except the pass interval and lease renewal cadence, which
@@ -34,6 +35,38 @@ pub struct EngineConfig {
     pub activation_timeout: Duration,
     /// Resets tried before a step that will not activate fails.
     pub max_resets: u32,
+    /// Every step state that waits on a BMC has a deadline, measured from
+    /// when the step entered it; past it the step fails with the reason, so
+    /// a task that never ends cannot hold a rollout (or a rollback) for good.
+    pub deadlines: StepDeadlines,
+}
+
+/// How long a step may stay in each state that waits on a BMC. Each must
+/// exceed what a slow but healthy BMC takes, retries included.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StepDeadlines {
+    /// Prechecked or pushing: the push accepted (with its retries and
+    /// backoff, at most `max_attempts` × `max_backoff`).
+    pub push: Duration,
+    /// Flashing: the BMC's update task finished. A GPU flash takes minutes;
+    /// hours mean the task is stuck.
+    pub task: Duration,
+    /// Activating: the new version runs (every reset with its activation
+    /// timeout, `max_resets` × `activation_timeout`, and a brick timeout).
+    pub activation: Duration,
+    /// Verifying: inventory read back.
+    pub verification: Duration,
+}
+
+impl Default for StepDeadlines {
+    fn default() -> Self {
+        Self {
+            push: Duration::hours(1),
+            task: Duration::hours(2),
+            activation: Duration::hours(2),
+            verification: Duration::minutes(45),
+        }
+    }
 }
 
 /// Name of the lease the executor holds.
@@ -59,11 +92,25 @@ impl Default for EngineConfig {
             brick_timeout: Duration::minutes(30),
             activation_timeout: Duration::minutes(20),
             max_resets: 3,
+            deadlines: StepDeadlines::default(),
         }
     }
 }
 
 impl EngineConfig {
+    /// How long a step may stay in `state`; `None` for states that do not
+    /// wait on a BMC (pending waits for admission, which other blockers
+    /// explain) and for terminal states.
+    pub fn step_deadline(&self, state: StepState) -> Option<Duration> {
+        match state {
+            StepState::Prechecked | StepState::Pushing => Some(self.deadlines.push),
+            StepState::Flashing => Some(self.deadlines.task),
+            StepState::Activating => Some(self.deadlines.activation),
+            StepState::Verifying => Some(self.deadlines.verification),
+            StepState::Pending | StepState::Succeeded | StepState::Failed | StepState::Skipped => None,
+        }
+    }
+
     /// Delay before retry number `attempt` (1-based).
     pub fn backoff(&self, attempt: i32) -> Duration {
         let shift = u32::try_from(attempt.saturating_sub(1)).unwrap_or(0).min(16);

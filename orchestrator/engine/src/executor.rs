@@ -14,13 +14,17 @@ use orchestrator_db::execution::{
 };
 use orchestrator_db::{Db, DbError};
 use orchestrator_policy::{Policy, RollbackScope, next_window_start, window_open_at};
-use orchestrator_types::{Clock, ComponentKind, QualificationState, RolloutId, TransitionRequest, WaveId};
+use orchestrator_types::{
+    Clock, ComponentKind, Outcome, QualificationState, RolloutId, TransitionRequest, WaveId, WaveVerdict,
+    qualification_hold,
+};
 use serde_json::json;
 
 use crate::config::EngineConfig;
 use crate::connector::BmcConnector;
-use crate::health::{HealthJudge, Verdict, VerdictOutcome};
+use crate::health::HealthJudge;
 use crate::step::StepCtx;
+use crate::wave::{ReleaseStanding, WaveAction, WaveFacts, decide};
 
 /// Long-lived state of the executor: caches that are safe to lose.
 #[derive(Debug)]
@@ -38,13 +42,34 @@ pub(crate) struct Executor {
 /// verdict stays on the wave.
 const MAX_BLOCK_EVIDENCE: usize = 4000;
 
-/// Why a wave of a rollout may not start or go on.
+/// The working set of one pass's walk over the rollouts: the open steps,
+/// what is in flight (for the caps) and what this pass admitted.
 #[derive(Debug)]
-enum ReleaseHold {
-    /// The release is blocked: the rollout halts.
-    Blocked(String),
-    /// Waves after the canary wait for qualification.
-    AwaitingQualification(Blocker),
+struct Walk<'a> {
+    fence: &'a Fence,
+    open: &'a [PlacedStep],
+    load: Load,
+    cluster_sizes: BTreeMap<String, u64>,
+    admitted: Vec<PlacedStep>,
+}
+
+/// One blocker per step state with a deadline among the wave's steps in
+/// flight: how many are in it and when the first of them fails.
+fn step_deadline_blockers(config: &EngineConfig, open: &[PlacedStep], wave: &ExecWave) -> Vec<Blocker> {
+    let mut earliest: BTreeMap<StepState, (u32, chrono::DateTime<chrono::Utc>)> = BTreeMap::new();
+    for step in open.iter().map(|p| &p.step).filter(|s| s.wave_id == wave.id) {
+        let Some(deadline) = config.step_deadline(step.state) else {
+            continue;
+        };
+        let at = step.state_entered_at + deadline;
+        let entry = earliest.entry(step.state).or_insert((0, at));
+        entry.0 += 1;
+        entry.1 = entry.1.min(at);
+    }
+    earliest
+        .into_iter()
+        .map(|(state, (nodes, at))| Blocker::StepDeadline { state, nodes, at })
+        .collect()
 }
 
 /// In-flight counts across every rollout, for the caps.
@@ -181,12 +206,16 @@ impl Executor {
 
         // 2. Waves and admissions, with caps computed after the moves.
         let open = self.db.open_steps().await?;
-        let mut load = Load::default();
+        let mut walk = Walk {
+            fence,
+            open: &open,
+            load: Load::default(),
+            cluster_sizes: self.db.cluster_sizes().await?,
+            admitted: Vec::new(),
+        };
         for placed in open.iter().filter(|p| p.step.state.is_in_flight()) {
-            load.add(placed);
+            walk.load.add(placed);
         }
-        let cluster_sizes = self.db.cluster_sizes().await?;
-        let mut admitted: Vec<PlacedStep> = Vec::new();
         for rollout in &rollouts {
             let rollout = match self.db.exec_rollout(rollout.id).await {
                 Ok(r) => r,
@@ -202,19 +231,10 @@ impl Executor {
                     continue;
                 }
             };
-            let result = self
-                .reconcile_rollout(
-                    fence,
-                    &rollout,
-                    &policy,
-                    &open,
-                    &mut load,
-                    &cluster_sizes,
-                    &mut admitted,
-                )
-                .await;
+            let result = self.reconcile_rollout(&mut walk, &rollout, &policy).await;
             absorb(result, "rollout pass failed")?;
         }
+        let admitted = walk.admitted;
 
         // 3. Prechecks of the admitted steps (reads only), concurrently.
         let lost = Mutex::new(None);
@@ -239,17 +259,8 @@ impl Executor {
         Ok(())
     }
 
-    #[allow(clippy::too_many_arguments)] // the pass's shared working set
-    async fn reconcile_rollout(
-        &self,
-        fence: &Fence,
-        rollout: &ExecRollout,
-        policy: &Policy,
-        open: &[PlacedStep],
-        load: &mut Load,
-        cluster_sizes: &BTreeMap<String, u64>,
-        admitted: &mut Vec<PlacedStep>,
-    ) -> Result<(), DbError> {
+    async fn reconcile_rollout(&self, walk: &mut Walk<'_>, rollout: &ExecRollout, policy: &Policy) -> Result<(), DbError> {
+        let fence = walk.fence;
         let waves = self.db.rollout_waves(rollout.id).await?;
         match rollout.state {
             RolloutState::Running => {
@@ -269,13 +280,9 @@ impl Executor {
                         .await?;
                     return Ok(());
                 };
-                self.reconcile_wave(fence, rollout, policy, wave, open, load, cluster_sizes, admitted)
-                    .await
+                self.reconcile_wave(walk, rollout, policy, wave).await
             }
-            RolloutState::RollingBack => {
-                self.reconcile_rollback(fence, rollout, policy, &waves, open, load, cluster_sizes, admitted)
-                    .await
-            }
+            RolloutState::RollingBack => self.reconcile_rollback(walk, rollout, policy, &waves).await,
             RolloutState::Paused => self.set_rollout_blockers(fence, rollout, vec![Blocker::Paused]).await,
             // Halted and aborted rollouts only let in-flight steps finish (step 1).
             _ => self.set_rollout_blockers(fence, rollout, Vec::new()).await,
@@ -301,34 +308,86 @@ impl Executor {
         Ok(())
     }
 
-    #[allow(clippy::too_many_arguments)] // the pass's shared working set
+    /// One move of the rollout's current update wave: gather its facts,
+    /// ask the pure decision ([`crate::wave::decide`]), apply the answer.
     async fn reconcile_wave(
         &self,
-        fence: &Fence,
+        walk: &mut Walk<'_>,
         rollout: &ExecRollout,
         policy: &Policy,
         wave: &ExecWave,
-        open: &[PlacedStep],
-        load: &mut Load,
-        cluster_sizes: &BTreeMap<String, u64>,
-        admitted: &mut Vec<PlacedStep>,
     ) -> Result<(), DbError> {
-        self.set_rollout_blockers(fence, rollout, Vec::new()).await?;
+        self.set_rollout_blockers(walk.fence, rollout, Vec::new()).await?;
+        let facts = self.wave_facts(walk.open, rollout, policy, wave).await?;
+        let action = decide(&facts);
+        self.apply(walk, rollout, policy, wave, action).await
+    }
+
+    /// What the decision needs to know about `wave`, read only as far as
+    /// its state needs (the judge is asked only while the wave bakes).
+    async fn wave_facts(
+        &self,
+        open: &[PlacedStep],
+        rollout: &ExecRollout,
+        policy: &Policy,
+        wave: &ExecWave,
+    ) -> Result<WaveFacts, DbError> {
         let now = self.clock.now();
-        if !matches!(
-            wave.state,
-            WaveState::Promoted | WaveState::Halted | WaveState::RolledBack
-        ) {
-            match self.release_hold(rollout, policy, wave).await? {
-                Some(ReleaseHold::Blocked(reason)) => return self.halt(fence, rollout, wave, &reason).await,
-                Some(ReleaseHold::AwaitingQualification(blocker)) => {
-                    return self.set_wave_blockers(fence, wave, vec![blocker]).await;
-                }
-                None => {}
-            }
+        let mut facts = WaveFacts {
+            state: wave.state,
+            position: wave.position,
+            node_count: usize::try_from(wave.node_count).unwrap_or(0),
+            now,
+            release: ReleaseStanding::Usable,
+            failed_steps: 0,
+            unfinished_steps: 0,
+            failure_budget: policy.failure_budget,
+            bake_ends_at: wave.bake_started_at.unwrap_or(now) + Duration::seconds(wave.bake_seconds),
+            verdict: wave.verdict.clone(),
+            approvals_required: wave.approvals_required,
+            approvals: Vec::new(),
+            step_deadlines: Vec::new(),
+            rollback_automatic: policy.rollback.automatic,
+        };
+        if wave.state.is_closed() {
+            return Ok(facts);
         }
+        facts.release = self.release_standing(rollout, policy, wave).await?;
         match wave.state {
-            WaveState::Planned => {
+            WaveState::Running => {
+                let counts = self.db.step_counts(rollout.id, Some(wave.id)).await?;
+                facts.failed_steps = counts.get(&StepState::Failed).copied().unwrap_or(0);
+                facts.unfinished_steps = counts.iter().filter(|(s, _)| !s.is_terminal()).map(|(_, n)| *n).sum();
+                facts.step_deadlines = step_deadline_blockers(&self.config, open, wave);
+            }
+            WaveState::Baking => {
+                facts.verdict = if now < facts.bake_ends_at {
+                    self.judge.check(rollout, wave, policy).await
+                } else {
+                    Some(self.judge.judge(rollout, wave, policy).await)
+                };
+            }
+            WaveState::AwaitingApproval => facts.approvals = self.db.wave_approvals(wave.id).await?,
+            _ => {}
+        }
+        Ok(facts)
+    }
+
+    /// Applies the decision's action; every write is conditional on the
+    /// state the facts were read in, so a pass that lost a race does nothing.
+    async fn apply(
+        &self,
+        walk: &mut Walk<'_>,
+        rollout: &ExecRollout,
+        policy: &Policy,
+        wave: &ExecWave,
+        action: WaveAction,
+    ) -> Result<(), DbError> {
+        let fence = walk.fence;
+        let now = self.clock.now();
+        match action {
+            WaveAction::Nothing => Ok(()),
+            WaveAction::Start => {
                 self.db
                     .transition_wave(
                         fence,
@@ -344,185 +403,131 @@ impl Executor {
                     .await?;
                 Ok(())
             }
-            WaveState::Running => {
+            WaveAction::Admit { blockers: extra } => {
+                let mut blockers = self.admit(walk, rollout, policy, wave, true);
+                blockers.extend(extra);
+                self.set_wave_blockers(fence, wave, blockers).await
+            }
+            WaveAction::StartBake => {
                 let counts = self.db.step_counts(rollout.id, Some(wave.id)).await?;
-                let failed = counts.get(&StepState::Failed).copied().unwrap_or(0);
-                let node_count = usize::try_from(wave.node_count).unwrap_or(0);
-                if policy
-                    .failure_budget
-                    .exceeded(usize::try_from(failed).unwrap_or(usize::MAX), node_count)
-                {
-                    let reason = format!("failure budget exceeded: {failed} of {node_count} updates failed");
-                    self.halt(fence, rollout, wave, &reason).await?;
-                    return Ok(());
-                }
-                let unfinished: u64 = counts.iter().filter(|(s, _)| !s.is_terminal()).map(|(_, n)| *n).sum();
-                if unfinished == 0 {
-                    self.db
-                        .transition_wave(
-                            fence,
-                            wave.id,
-                            WaveState::Running,
-                            &WaveChange {
-                                state: Some(WaveState::Baking),
-                                bake_started_at: Some(now),
-                                ..Default::default()
-                            },
-                            json!({ "counts": counts.iter().map(|(k, v)| (k.as_str(), *v)).collect::<BTreeMap<_, _>>() }),
-                        )
-                        .await?;
-                    return Ok(());
-                }
-                let blockers = self.admit(rollout, policy, wave, open, load, cluster_sizes, admitted, true);
-                self.set_wave_blockers(fence, wave, blockers).await
+                self.db
+                    .transition_wave(
+                        fence,
+                        wave.id,
+                        WaveState::Running,
+                        &WaveChange {
+                            state: Some(WaveState::Baking),
+                            bake_started_at: Some(now),
+                            ..Default::default()
+                        },
+                        json!({ "counts": counts.iter().map(|(k, v)| (k.as_str(), *v)).collect::<BTreeMap<_, _>>() }),
+                    )
+                    .await?;
+                Ok(())
             }
-            WaveState::Baking => {
-                let bake_end = wave.bake_started_at.unwrap_or(now) + Duration::seconds(wave.bake_seconds);
-                let verdict = if now < bake_end {
-                    match self.judge.check(rollout, wave, policy).await {
-                        // A regression is acted on at once, not at the bake's end.
-                        Some(verdict) if verdict.outcome == VerdictOutcome::Fail => verdict,
-                        _ => {
-                            return self
-                                .set_wave_blockers(fence, wave, vec![Blocker::BakeEndsAt { at: bake_end }])
-                                .await;
-                        }
-                    }
-                } else {
-                    self.judge.judge(rollout, wave, policy).await
-                };
-                let verdict_json = serde_json::to_value(&verdict).unwrap_or_default();
-                match verdict.outcome {
-                    VerdictOutcome::Pass if wave.approvals_required <= 0 => {
-                        self.db
-                            .transition_wave(
-                                fence,
-                                wave.id,
-                                WaveState::Baking,
-                                &WaveChange {
-                                    state: Some(WaveState::Promoted),
-                                    ended_at: Some(now),
-                                    decision: Some("promote".into()),
-                                    verdict: Some(verdict_json.clone()),
-                                    ..Default::default()
-                                },
-                                json!({ "verdict": verdict_json, "by": "engine" }),
-                            )
-                            .await?;
-                        self.set_wave_blockers(fence, wave, Vec::new()).await
-                    }
-                    VerdictOutcome::Pass | VerdictOutcome::Inconclusive | VerdictOutcome::Error => {
-                        let need = wave.approvals_required.max(1);
-                        self.db
-                            .transition_wave(
-                                fence,
-                                wave.id,
-                                WaveState::Baking,
-                                &WaveChange {
-                                    state: Some(WaveState::AwaitingApproval),
-                                    verdict: Some(verdict_json.clone()),
-                                    approvals_required: Some(need),
-                                    ..Default::default()
-                                },
-                                json!({ "verdict": verdict_json }),
-                            )
-                            .await?;
-                        Ok(())
-                    }
-                    VerdictOutcome::Fail => {
-                        let reason = format!("health verdict failed: {}", verdict.summary);
-                        let halted = self
-                            .db
-                            .transition_wave(
-                                fence,
-                                wave.id,
-                                WaveState::Baking,
-                                &WaveChange {
-                                    state: Some(WaveState::Halted),
-                                    state_reason: Some(Some(reason.clone())),
-                                    ended_at: Some(now),
-                                    decision: Some(if policy.rollback.automatic { "rollback" } else { "halt" }.into()),
-                                    verdict: Some(verdict_json.clone()),
-                                    ..Default::default()
-                                },
-                                json!({ "verdict": verdict_json }),
-                            )
-                            .await?;
-                        self.finish_halted_wave(fence, rollout, policy, &halted).await
-                    }
-                }
+            WaveAction::Wait { blockers } => self.set_wave_blockers(fence, wave, blockers).await,
+            WaveAction::Halt { reason } => self.halt(fence, rollout, wave, &reason).await,
+            WaveAction::Promote {
+                decision,
+                verdict,
+                approvers,
+            } => {
+                let details = json!({
+                    "decision": decision.as_str(),
+                    "verdict": verdict.as_ref().or(wave.verdict.as_ref()).map(|v| v.outcome),
+                    "approvers": approvers,
+                    "by": if approvers.is_empty() { "engine" } else { "approvers" },
+                });
+                self.db
+                    .transition_wave(
+                        fence,
+                        wave.id,
+                        wave.state,
+                        &WaveChange {
+                            state: Some(WaveState::Promoted),
+                            ended_at: Some(now),
+                            decision: Some(decision.as_str().into()),
+                            verdict,
+                            ..Default::default()
+                        },
+                        details,
+                    )
+                    .await?;
+                self.set_wave_blockers(fence, wave, Vec::new()).await
             }
-            WaveState::AwaitingApproval => {
-                let approvals = self.db.wave_approvals(wave.id).await?;
-                let have = u32::try_from(approvals.len()).unwrap_or(u32::MAX);
-                let need = u32::try_from(wave.approvals_required.max(0)).unwrap_or(0);
-                if have >= need {
-                    self.db
-                        .transition_wave(
-                            fence,
-                            wave.id,
-                            WaveState::AwaitingApproval,
-                            &WaveChange {
-                                state: Some(WaveState::Promoted),
-                                ended_at: Some(now),
-                                decision: Some("promote".into()),
-                                ..Default::default()
-                            },
-                            json!({ "approvers": approvals.iter().map(|a| a.approver.clone()).collect::<Vec<_>>() }),
-                        )
-                        .await?;
-                    return self.set_wave_blockers(fence, wave, Vec::new()).await;
-                }
-                let mut blockers = vec![Blocker::Approvals { have, need }];
-                if let Some(outcome) = wave
-                    .verdict
-                    .as_ref()
-                    .and_then(|v| v.get("outcome"))
-                    .and_then(|o| o.as_str())
-                    .filter(|o| *o != "pass")
-                {
-                    let summary = wave
-                        .verdict
-                        .as_ref()
-                        .and_then(|v| v.get("summary"))
-                        .and_then(|s| s.as_str())
-                        .unwrap_or_default();
-                    blockers.push(Blocker::Verdict {
-                        verdict: outcome.to_owned(),
-                        summary: summary.to_owned(),
-                    });
-                }
-                self.set_wave_blockers(fence, wave, blockers).await
+            WaveAction::AwaitApproval { verdict, need } => {
+                let outcome = verdict.outcome;
+                self.db
+                    .transition_wave(
+                        fence,
+                        wave.id,
+                        WaveState::Baking,
+                        &WaveChange {
+                            state: Some(WaveState::AwaitingApproval),
+                            verdict: Some(verdict),
+                            approvals_required: Some(need),
+                            ..Default::default()
+                        },
+                        json!({ "verdict": outcome }),
+                    )
+                    .await?;
+                Ok(())
             }
-            // Halted while the rollout still runs: a crash came between
-            // halting the wave and deciding for the rollout; decide again.
-            WaveState::Halted => self.finish_halted_wave(fence, rollout, policy, wave).await,
-            WaveState::Promoted | WaveState::RolledBack => Ok(()),
+            WaveAction::Failed {
+                verdict,
+                decision,
+                reason,
+            } => {
+                let outcome = verdict.outcome;
+                let halted = self
+                    .db
+                    .transition_wave(
+                        fence,
+                        wave.id,
+                        WaveState::Baking,
+                        &WaveChange {
+                            state: Some(WaveState::Halted),
+                            state_reason: Some(Some(reason)),
+                            ended_at: Some(now),
+                            decision: Some(decision.as_str().into()),
+                            verdict: Some(verdict),
+                            ..Default::default()
+                        },
+                        json!({ "verdict": outcome }),
+                    )
+                    .await?;
+                self.finish_halted_wave(fence, rollout, policy, &halted).await
+            }
+            WaveAction::FinishHalted => self.finish_halted_wave(fence, rollout, policy, wave).await,
         }
     }
 
-    /// What the release's qualification says about starting (or going on
-    /// with) `wave`: a blocked release halts every rollout of it, whatever
-    /// the wave is doing (in-flight flashes finish); waves after
-    /// the canary wait until the release is qualified and has passed every
-    /// gate the policy requires (the planner let an unqualified canary run
-    /// only because the policy allows it).
-    async fn release_hold(
+    /// What the release's qualification says about `wave`: a blocked
+    /// release halts every rollout of it, whatever the wave is doing
+    /// (in-flight flashes finish); waves after the canary wait until the
+    /// release is qualified and has passed every gate the policy requires
+    /// (the planner let an unqualified canary run only because the policy
+    /// allows it).
+    async fn release_standing(
         &self,
         rollout: &ExecRollout,
         policy: &Policy,
         wave: &ExecWave,
-    ) -> Result<Option<ReleaseHold>, DbError> {
+    ) -> Result<ReleaseStanding, DbError> {
         let release = self.db.release(rollout.release_id).await?;
         if release.qualification_state == QualificationState::Blocked {
-            return Ok(Some(ReleaseHold::Blocked(format!(
-                "release {} is blocked: {}",
-                release.id,
-                release.state_reason.as_deref().unwrap_or("no reason recorded")
-            ))));
+            return Ok(ReleaseStanding::Blocked {
+                reason: format!(
+                    "release {} is blocked: {}",
+                    release.id,
+                    release.state_reason.as_deref().unwrap_or("no reason recorded")
+                ),
+            });
         }
+        // Only a wave about to start after the canary is held; the gate
+        // results are read for it alone.
         if wave.state != WaveState::Planned || wave.position == 0 {
-            return Ok(None);
+            return Ok(ReleaseStanding::Usable);
         }
         let passed: HashSet<String> = self
             .db
@@ -532,22 +537,17 @@ impl Executor {
             .filter(|g| g.passed)
             .map(|g| g.gate)
             .collect();
-        let missing_gates: Vec<String> = policy
-            .qualification
-            .required_gates
-            .iter()
-            .filter(|g| !passed.contains(*g))
-            .cloned()
-            .collect();
-        if release.qualification_state.may_roll_out_to_fleet() && missing_gates.is_empty() {
-            return Ok(None);
-        }
-        Ok(Some(ReleaseHold::AwaitingQualification(
-            Blocker::AwaitingQualification {
-                state: release.qualification_state.to_string(),
-                missing_gates,
+        Ok(
+            match qualification_hold(release.qualification_state, &policy.qualification.required_gates, |g| {
+                passed.contains(g)
+            }) {
+                None => ReleaseStanding::Usable,
+                Some(missing_gates) => ReleaseStanding::AwaitingQualification {
+                    state: release.qualification_state,
+                    missing_gates,
+                },
             },
-        )))
+        )
     }
 
     /// After a wave halted on a failed verdict (or anything else) while the
@@ -568,12 +568,8 @@ impl Executor {
             .state_reason
             .clone()
             .unwrap_or_else(|| format!("wave {} halted", wave.name));
-        let failed_verdict = wave
-            .verdict
-            .as_ref()
-            .and_then(|v| serde_json::from_value::<Verdict>(v.clone()).ok())
-            .filter(|v| v.outcome == VerdictOutcome::Fail);
-        if let Some(verdict) = &failed_verdict {
+        let failed_verdict = wave.verdict.as_ref().filter(|v| v.outcome == Outcome::Fail);
+        if let Some(verdict) = failed_verdict {
             self.block_release(rollout, wave, verdict).await?;
         }
         if failed_verdict.is_some() && wave.decision.as_deref() == Some("rollback") && policy.rollback.automatic {
@@ -611,7 +607,12 @@ impl Executor {
     /// A failed verdict blocks the release for every rollout, with the
     /// evidence as the reason (audited by the datastore). Already blocked
     /// (by the detector, or a human): nothing to do.
-    async fn block_release(&self, rollout: &ExecRollout, wave: &ExecWave, verdict: &Verdict) -> Result<(), DbError> {
+    async fn block_release(
+        &self,
+        rollout: &ExecRollout,
+        wave: &ExecWave,
+        verdict: &WaveVerdict,
+    ) -> Result<(), DbError> {
         let release = self.db.release(rollout.release_id).await?;
         if release.qualification_state == QualificationState::Blocked {
             return Ok(());
@@ -682,18 +683,21 @@ impl Executor {
 
     /// Picks pending steps of `wave` that the caps allow, counting them into
     /// `load`; returns what holds the rest back.
-    #[allow(clippy::too_many_arguments)] // the pass's shared working set
     fn admit(
         &self,
+        walk: &mut Walk<'_>,
         rollout: &ExecRollout,
         policy: &Policy,
         wave: &ExecWave,
-        open: &[PlacedStep],
-        load: &mut Load,
-        cluster_sizes: &BTreeMap<String, u64>,
-        admitted: &mut Vec<PlacedStep>,
         respect_windows: bool,
     ) -> Vec<Blocker> {
+        let Walk {
+            open,
+            load,
+            cluster_sizes,
+            admitted,
+            ..
+        } = walk;
         let now = self.clock.now();
         if respect_windows && !window_open_at(policy, now) {
             return vec![Blocker::WindowOpensAt {
@@ -785,18 +789,14 @@ impl Executor {
     /// Rolling back: add a rollback step for every updated node in scope
     /// (as in-flight updates finish, more appear), run them under the caps
     /// without bake or windows, and finish when nothing is left.
-    #[allow(clippy::too_many_arguments)] // the pass's shared working set
     async fn reconcile_rollback(
         &self,
-        fence: &Fence,
+        walk: &mut Walk<'_>,
         rollout: &ExecRollout,
         policy: &Policy,
         waves: &[ExecWave],
-        open: &[PlacedStep],
-        load: &mut Load,
-        cluster_sizes: &BTreeMap<String, u64>,
-        admitted: &mut Vec<PlacedStep>,
     ) -> Result<(), DbError> {
+        let fence = walk.fence;
         let Some(rollback_wave) = waves.iter().rev().find(|w| w.kind == WaveKind::Rollback) else {
             tracing::error!(rollout = %rollout.id, "rolling back without a rollback wave");
             return Ok(());
@@ -923,16 +923,8 @@ impl Executor {
                 .await?;
             return Ok(());
         }
-        let blockers = self.admit(
-            rollout,
-            policy,
-            rollback_wave,
-            open,
-            load,
-            cluster_sizes,
-            admitted,
-            false,
-        );
+        let mut blockers = self.admit(walk, rollout, policy, rollback_wave, false);
+        blockers.extend(step_deadline_blockers(&self.config, walk.open, rollback_wave));
         self.set_wave_blockers(fence, rollback_wave, blockers).await
     }
 }

@@ -1,43 +1,19 @@
 use async_trait::async_trait;
 use orchestrator_db::execution::{ExecRollout, ExecWave};
 use orchestrator_policy::Policy;
-use serde::{Deserialize, Serialize};
-
-/// A health verdict: a closed set, the worst wins.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum VerdictOutcome {
-    /// Healthy: the wave may be promoted.
-    Pass,
-    /// Not enough evidence either way: hold for a human.
-    Inconclusive,
-    /// The detector could not judge (missing data source): hold for a human.
-    Error,
-    /// Regression: halt, and roll back if the policy says so.
-    Fail,
-}
-
-/// A verdict with its evidence.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Verdict {
-    pub outcome: VerdictOutcome,
-    /// One line for the UI.
-    pub summary: String,
-    /// Whatever the judge measured (statistics, p-values, cohorts).
-    pub evidence: serde_json::Value,
-}
+use orchestrator_types::{Outcome, WaveVerdict};
 
 /// What the engine asks at the end of a wave's bake. The detector
 /// (issue 6) implements it; the engine only acts on the outcome.
 #[async_trait]
 pub trait HealthJudge: Send + Sync + std::fmt::Debug {
     /// Judges a baked wave against its control cohort.
-    async fn judge(&self, rollout: &ExecRollout, wave: &ExecWave, policy: &Policy) -> Verdict;
+    async fn judge(&self, rollout: &ExecRollout, wave: &ExecWave, policy: &Policy) -> WaveVerdict;
 
     /// Asked on every pass while a wave bakes: a verdict reached before the
     /// bake's end (only a Fail is acted on: a regression must not wait for
     /// the bake to finish). `None` while nothing is decided.
-    async fn check(&self, _rollout: &ExecRollout, _wave: &ExecWave, _policy: &Policy) -> Option<Verdict> {
+    async fn check(&self, _rollout: &ExecRollout, _wave: &ExecWave, _policy: &Policy) -> Option<WaveVerdict> {
         None
     }
 }
@@ -49,16 +25,16 @@ pub struct GatelessJudge;
 
 #[async_trait]
 impl HealthJudge for GatelessJudge {
-    async fn judge(&self, _rollout: &ExecRollout, wave: &ExecWave, _policy: &Policy) -> Verdict {
+    async fn judge(&self, _rollout: &ExecRollout, wave: &ExecWave, _policy: &Policy) -> WaveVerdict {
         if wave.gates.is_empty() {
-            Verdict {
-                outcome: VerdictOutcome::Pass,
+            WaveVerdict {
+                outcome: Outcome::Pass,
                 summary: "the wave has no health gates".into(),
                 evidence: serde_json::json!({ "gates": [] }),
             }
         } else {
-            Verdict {
-                outcome: VerdictOutcome::Inconclusive,
+            WaveVerdict {
+                outcome: Outcome::Inconclusive,
                 summary: format!(
                     "no detector is configured for gates {}: a human must approve",
                     wave.gates.join(", ")

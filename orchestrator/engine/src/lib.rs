@@ -65,13 +65,15 @@ mod runner;
 mod start;
 mod step;
 pub mod watch;
+pub mod wave;
 
-pub use config::{DEFAULT_FLEET_MAX_IN_FLIGHT, EXECUTOR_LEASE, EngineConfig};
+pub use config::{DEFAULT_FLEET_MAX_IN_FLIGHT, EXECUTOR_LEASE, EngineConfig, StepDeadlines};
 pub use connector::{BmcConnector, EndpointResolver, RedfishConnector};
 pub use error::EngineError;
-pub use health::{GatelessJudge, HealthJudge, Verdict, VerdictOutcome};
+pub use health::{GatelessJudge, HealthJudge};
 pub use inventory::{InventoryReadings, inventory_readings};
-pub use orchestrator_db::execution::{Blocker, ENGINE_ACTOR};
+pub use orchestrator_db::execution::ENGINE_ACTOR;
+pub use orchestrator_types::{Blocker, Outcome, WaveVerdict};
 pub use runner::{Engine, Nudge};
 pub use start::start_rollout_planned;
 pub use start::{StartRollout, fleet_snapshot, parse_policy, plan_to_rows, rollout, start_rollout};

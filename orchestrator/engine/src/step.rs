@@ -330,9 +330,35 @@ impl StepCtx {
         Ok(())
     }
 
+    /// Why `step` has been in its state too long, if it has: every state
+    /// that waits on a BMC has a deadline ([`EngineConfig::step_deadline`]).
+    fn past_deadline(&self, step: &ExecStep) -> Option<String> {
+        let deadline = self.config.step_deadline(step.state)?;
+        let since = step.state_entered_at;
+        if self.now() - since < deadline {
+            return None;
+        }
+        let what = match step.state {
+            StepState::Prechecked | StepState::Pushing => "the BMC never accepted the push",
+            StepState::Flashing => "the BMC's update task never finished (it may still run: read the node's inventory before retrying)",
+            StepState::Activating => "the new version never became active",
+            _ => "inventory never read back",
+        };
+        Some(format!(
+            "deadline passed: {} since {since} (limit {} min): {what}",
+            step.state,
+            deadline.num_minutes()
+        ))
+    }
+
     /// One move of an admitted step.
     pub async fn advance(&self, placed: &PlacedStep, bmc: &dyn Bmc, kind: ComponentKind) -> Result<(), DbError> {
         let step = &placed.step;
+        // Before the backoff: a step retrying forever is as stuck as one
+        // whose task never ends.
+        if let Some(reason) = self.past_deadline(step) {
+            return self.fail(step, reason).await;
+        }
         if step.next_attempt_at.is_some_and(|at| at > self.now()) {
             return Ok(());
         }

@@ -16,7 +16,8 @@ use orchestrator_db::health::{Cohort, SampleScope};
 use orchestrator_engine::prometheus::{PrometheusClient, PrometheusConfig};
 use orchestrator_engine::watch::{DetectorJudge, RedfishHealthBmcs};
 use orchestrator_engine::{StartRollout, start_rollout};
-use orchestrator_types::QualificationState;
+use orchestrator_detect::{InconclusiveReason, Verdict};
+use orchestrator_types::{Outcome, QualificationState};
 
 /// The bad image: a firmware entry whose effect triples the XID rate.
 const GPU_BAD: &str = "96.00.66.00.01";
@@ -185,13 +186,13 @@ async fn tripled_xid_rate_is_rolled_back(postgres: bool) {
     let canary = waves.iter().find(|w| w.name == "canary").unwrap();
     assert_eq!(canary.state, WaveState::RolledBack);
     let verdict = canary.verdict.as_ref().expect("the canary's verdict is stored");
-    assert_eq!(verdict["outcome"], "fail", "{verdict:#}");
-    let summary = verdict["summary"].as_str().unwrap();
+    assert_eq!(verdict.outcome, Outcome::Fail, "{verdict:#?}");
+    let summary = &verdict.summary;
     assert!(summary.starts_with("xid_errors:"), "{summary}");
 
     // Caught before the bake's end: the failing look was not the last one.
     let looks = h.db.health_looks(SampleScope::Wave(canary.id)).await.unwrap();
-    let failed: Vec<_> = looks.iter().filter(|l| l.look.outcome == "fail").collect();
+    let failed: Vec<_> = looks.iter().filter(|l| l.look.outcome == Outcome::Fail).collect();
     assert_eq!(failed.len(), 1, "{looks:#?}");
     assert_eq!(failed[0].look.gate, "xid_errors");
     assert!(
@@ -200,9 +201,10 @@ async fn tripled_xid_rate_is_rolled_back(postgres: bool) {
         failed[0].look.look_number,
         failed[0].look.planned_looks
     );
-    let evidence = &failed[0].look.verdict["evidence"];
-    let ratio = evidence["effect"]["estimate"].as_f64().unwrap();
-    assert!((2.0..5.0).contains(&ratio), "rate ratio {ratio}: {evidence:#}");
+    let verdict: Verdict = serde_json::from_value(failed[0].look.verdict.clone()).unwrap();
+    let evidence = verdict.evidence().expect("a failed look has evidence");
+    let ratio = evidence.effect.estimate.unwrap();
+    assert!((2.0..5.0).contains(&ratio), "rate ratio {ratio}: {evidence:#?}");
     // Each look of each gate was evaluated at most once.
     let mut keys: Vec<_> = looks
         .iter()
@@ -298,11 +300,11 @@ async fn healthy_firmware_under_a_fleet_wide_heat_event_is_promoted() {
     let canary = waves.iter().find(|w| w.name == "canary").unwrap();
     assert_eq!(canary.state, WaveState::Promoted);
     let verdict = canary.verdict.as_ref().expect("the canary's verdict is stored");
-    assert_eq!(verdict["outcome"], "pass", "{verdict:#}");
+    assert_eq!(verdict.outcome, Outcome::Pass, "{verdict:#?}");
 
     // Every gate reached its final look and passed there; no look failed.
     let looks = h.db.health_looks(SampleScope::Wave(canary.id)).await.unwrap();
-    assert!(looks.iter().all(|l| l.look.outcome != "fail"), "{looks:#?}");
+    assert!(looks.iter().all(|l| l.look.outcome != Outcome::Fail), "{looks:#?}");
     for gate in ["xid_errors", "gpu_temp"] {
         let last = looks
             .iter()
@@ -310,7 +312,7 @@ async fn healthy_firmware_under_a_fleet_wide_heat_event_is_promoted() {
             .max_by_key(|l| l.look.look_number)
             .unwrap_or_else(|| panic!("{gate} was looked at"));
         assert_eq!(last.look.look_number, last.look.planned_looks, "{gate}");
-        assert_eq!(last.look.outcome, "pass", "{gate}: {:#}", last.look.verdict);
+        assert_eq!(last.look.outcome, Outcome::Pass, "{gate}: {:#}", last.look.verdict);
     }
 
     // The heat event did reach the canary: its hottest GPU window is well
@@ -361,8 +363,8 @@ async fn a_canary_too_short_for_its_gate_holds_for_a_human() {
     h.stop_engine().await;
     assert_eq!(canary.state, WaveState::AwaitingApproval, "{:?}", canary.blockers);
     let verdict = canary.verdict.as_ref().unwrap();
-    assert_eq!(verdict["outcome"], "inconclusive", "{verdict:#}");
-    assert_eq!(verdict["summary"], "link_degraded inconclusive", "{verdict:#}");
+    assert_eq!(verdict.outcome, Outcome::Inconclusive, "{verdict:#?}");
+    assert_eq!(verdict.summary, "link_degraded inconclusive", "{verdict:#?}");
     let rollout = h.db.exec_rollout(id).await.unwrap();
     assert_eq!(rollout.state, RolloutState::Running);
     let looks = h.db.health_looks(SampleScope::Wave(canary.id)).await.unwrap();
@@ -370,10 +372,10 @@ async fn a_canary_too_short_for_its_gate_holds_for_a_human() {
         .iter()
         .find(|l| l.look.gate == "link_degraded" && l.look.look_number == l.look.planned_looks)
         .expect("the final look of link_degraded");
-    assert_eq!(
-        final_link.look.verdict["reason"], "insufficient_data",
-        "{:#}",
-        final_link.look.verdict
+    let verdict: Verdict = serde_json::from_value(final_link.look.verdict.clone()).unwrap();
+    assert!(
+        matches!(verdict, Verdict::Inconclusive { reason: InconclusiveReason::InsufficientData, .. }),
+        "{verdict:#?}"
     );
     // The next wave has not started: nothing outside the canary was flashed.
     let flashed = h
@@ -473,14 +475,15 @@ async fn a_prometheus_level_gate_is_judged_against_the_control_cohort() {
         .max_by_key(|l| l.look.look_number)
         .expect("the Prometheus gate was looked at");
     assert_eq!(last.look.look_number, last.look.planned_looks);
-    assert_eq!(last.look.outcome, "pass", "{:#}", last.look.verdict);
+    assert_eq!(last.look.outcome, Outcome::Pass, "{:#}", last.look.verdict);
     // One value per GPU and cohort went into the test.
-    let evidence = &last.look.verdict["evidence"];
-    assert_eq!(evidence["canary"]["samples"], 80, "{evidence:#}");
+    let verdict: Verdict = serde_json::from_value(last.look.verdict.clone()).unwrap();
+    let evidence = verdict.evidence().expect("a passed look has evidence");
+    assert_eq!(evidence.canary.samples, Some(80), "{evidence:#?}");
     assert_eq!(
-        evidence["control"]["samples"],
-        8 * canary.control_nodes.len(),
-        "{evidence:#}"
+        evidence.control.samples,
+        u64::try_from(8 * canary.control_nodes.len()).ok(),
+        "{evidence:#?}"
     );
     h.shutdown().await;
 }

@@ -14,7 +14,7 @@ use common::{GPU_FROM, GPU_TO, Harness, policy};
 use orchestrator_db::AuditFilter;
 use orchestrator_db::execution::{ExecRollout, ExecWave, RolloutState, StepFilter, StepState, WaveState};
 use orchestrator_db::model::NewGateResult;
-use orchestrator_engine::{Blocker, HealthJudge, StartRollout, Verdict, VerdictOutcome, start_rollout};
+use orchestrator_engine::{Blocker, HealthJudge, Outcome, StartRollout, WaveVerdict, start_rollout};
 use orchestrator_policy::Policy;
 use orchestrator_types::{QualificationState, ReleaseId, RolloutId, TransitionRequest};
 
@@ -165,16 +165,16 @@ struct FailingJudge {
 
 #[async_trait]
 impl HealthJudge for FailingJudge {
-    async fn judge(&self, _rollout: &ExecRollout, wave: &ExecWave, _policy: &Policy) -> Verdict {
+    async fn judge(&self, _rollout: &ExecRollout, wave: &ExecWave, _policy: &Policy) -> WaveVerdict {
         if wave.name == self.wave {
-            Verdict {
-                outcome: VerdictOutcome::Fail,
+            WaveVerdict {
+                outcome: Outcome::Fail,
                 summary: "xid_errors: canary 4.1/h vs control 0.2/h (p=0.0003)".into(),
                 evidence: serde_json::json!({ "metric": "xid_errors", "p_value": 0.0003, "canary_nodes": 10 }),
             }
         } else {
-            Verdict {
-                outcome: VerdictOutcome::Pass,
+            WaveVerdict {
+                outcome: Outcome::Pass,
                 summary: "healthy".into(),
                 evidence: serde_json::json!({}),
             }
@@ -200,7 +200,7 @@ async fn a_failed_verdict_rolls_back_and_blocks_the_release_with_its_evidence() 
     assert_eq!(done.state, RolloutState::RolledBack, "{:?}", done.state_reason);
     let waves = h.db.rollout_waves(id).await.unwrap();
     assert_eq!(waves[0].decision.as_deref(), Some("rollback"));
-    assert_eq!(waves[0].verdict.as_ref().unwrap()["outcome"], "fail");
+    assert_eq!(waves[0].verdict.as_ref().unwrap().outcome, Outcome::Fail);
     assert_eq!(
         waves[1].state,
         WaveState::Planned,

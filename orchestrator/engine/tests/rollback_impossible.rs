@@ -15,7 +15,7 @@ use orchestrator_bmc::{Bmc, BmcEndpoint, Credentials, HttpClients, RedfishBmc};
 use orchestrator_db::execution::{ExecRollout, ExecWave, RolloutState, WaveKind};
 use orchestrator_db::model::{ComponentReading, DiscoveredComponent, ReleaseRollback};
 use orchestrator_db::{AuditFilter, DbError};
-use orchestrator_engine::{HealthJudge, StartRollout, Verdict, VerdictOutcome, start_rollout};
+use orchestrator_engine::{HealthJudge, Outcome, StartRollout, WaveVerdict, start_rollout};
 use orchestrator_policy::Policy;
 use orchestrator_types::{ComponentKind, FirmwareVersion, QualificationState, ReleaseId, RolloutId};
 
@@ -45,13 +45,13 @@ struct FailingCanary;
 
 #[async_trait]
 impl HealthJudge for FailingCanary {
-    async fn judge(&self, _rollout: &ExecRollout, wave: &ExecWave, _policy: &Policy) -> Verdict {
+    async fn judge(&self, _rollout: &ExecRollout, wave: &ExecWave, _policy: &Policy) -> WaveVerdict {
         let outcome = if wave.name == "canary" {
-            VerdictOutcome::Fail
+            Outcome::Fail
         } else {
-            VerdictOutcome::Pass
+            Outcome::Pass
         };
-        Verdict {
+        WaveVerdict {
             outcome,
             summary: "xid_errors: canary 4.1/h vs control 0.2/h".into(),
             evidence: serde_json::json!({ "metric": "xid_errors" }),

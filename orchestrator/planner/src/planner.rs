@@ -175,15 +175,17 @@ pub fn plan(input: &PlanInput<'_>) -> Result<Plan, PlanError> {
         let selected = &a.nodes;
         let spec = &policy.waves[k];
         let control = control_cohort(
+            &CohortInputs {
+                wave_count,
+                nodes: &nodes,
+                classes: &classes,
+                wave_of: &wave_of,
+                verdicts: &verdicts,
+                wave_names: &wave_names,
+                seed,
+            },
             w,
-            wave_count,
             selected,
-            &nodes,
-            &classes,
-            &wave_of,
-            &verdicts,
-            &wave_names,
-            seed,
         );
         if let ControlPlan::Cohort { shortfalls, .. } = &control {
             for s in shortfalls {
@@ -321,16 +323,13 @@ fn check_release(policy: &Policy, release: &ReleaseSpec) -> Result<Option<WaveBl
         }
         _ => {}
     }
-    let missing_gates: Vec<String> = policy
-        .qualification
-        .required_gates
-        .iter()
-        .filter(|g| !release.passed_gates.contains(*g))
-        .cloned()
-        .collect();
-    if release.qualification.may_roll_out_to_fleet() && missing_gates.is_empty() {
+    let Some(missing_gates) = orchestrator_types::qualification_hold(
+        release.qualification,
+        &policy.qualification.required_gates,
+        |g| release.passed_gates.contains(g),
+    ) else {
         return Ok(None);
-    }
+    };
     if policy.qualification.allow_unqualified_canary {
         Ok(Some(WaveBlocker::AwaitingQualification {
             state: release.qualification,
@@ -392,19 +391,30 @@ fn class_of(node: &NodeSnapshot, policy: &Policy) -> Option<ClassKey> {
     (!versions.is_empty()).then(|| (node.platform.clone(), versions.into_iter().collect()))
 }
 
-/// Picks wave `w`'s control cohort (see the crate documentation).
-#[allow(clippy::too_many_arguments)]
-fn control_cohort(
-    w: usize,
+/// What every wave's control cohort is drawn from: the whole plan's nodes
+/// and where each went.
+#[derive(Debug, Clone, Copy)]
+struct CohortInputs<'a> {
     wave_count: usize,
-    wave: &[Idx],
-    nodes: &[&NodeSnapshot],
-    classes: &[Option<ClassKey>],
-    wave_of: &BTreeMap<Idx, usize>,
-    verdicts: &[Result<Eligible, ExclusionReason>],
-    wave_names: &[&str],
+    nodes: &'a [&'a NodeSnapshot],
+    classes: &'a [Option<ClassKey>],
+    wave_of: &'a BTreeMap<Idx, usize>,
+    verdicts: &'a [Result<Eligible, ExclusionReason>],
+    wave_names: &'a [&'a str],
     seed: u64,
-) -> ControlPlan {
+}
+
+/// Picks wave `w`'s control cohort (see the crate documentation).
+fn control_cohort(inputs: &CohortInputs<'_>, w: usize, wave: &[Idx]) -> ControlPlan {
+    let CohortInputs {
+        wave_count,
+        nodes,
+        classes,
+        wave_of,
+        verdicts,
+        wave_names,
+        seed,
+    } = *inputs;
     let total_wanted = wave.len().clamp(MIN_CONTROL_COHORT, MAX_CONTROL_COHORT);
     let wave_clusters: BTreeSet<&str> = wave.iter().map(|&i| nodes[i].cluster.as_str()).collect();
     let mut per_class: BTreeMap<&ClassKey, usize> = BTreeMap::new();

@@ -481,13 +481,11 @@ fn headline(reason: &str) -> String {
     }
 }
 
-fn verdict_summary(verdict: Option<&serde_json::Value>) -> Option<String> {
+fn verdict_summary(verdict: Option<&orchestrator_types::WaveVerdict>) -> Option<String> {
     let v = verdict?;
-    let outcome = v.get("outcome")?.as_str()?;
-    let summary = v.get("summary").and_then(|s| s.as_str()).unwrap_or_default();
-    Some(if summary.is_empty() {
-        format!("verdict {outcome}")
+    Some(if v.summary.is_empty() {
+        format!("verdict {}", v.outcome)
     } else {
-        format!("verdict {outcome}: {summary}")
+        format!("verdict {}: {}", v.outcome, v.summary)
     })
 }

@@ -986,9 +986,7 @@ fn skip_idle(world: &SimWorld, waves: &[ExecWave], skip_bake: bool) {
 fn verdict_failed(wave: &ExecWave) -> bool {
     wave.verdict
         .as_ref()
-        .and_then(|v| v.get("outcome"))
-        .and_then(|o| o.as_str())
-        == Some("fail")
+        .is_some_and(|v| v.outcome == orchestrator_types::Outcome::Fail)
 }
 
 fn seconds_since(start: DateTime<Utc>, at: Option<DateTime<Utc>>) -> Option<i64> {
@@ -997,7 +995,9 @@ fn seconds_since(start: DateTime<Utc>, at: Option<DateTime<Utc>>) -> Option<i64>
 
 fn decision_name(wave: &ExecWave) -> Option<String> {
     match wave.decision.as_deref() {
-        Some("promote") => Some("promote".into()),
+        // The report's contract predates "promote anyway" (a hold promoted
+        // by people): both are promotions to its readers.
+        Some("promote" | "promote_anyway") => Some("promote".into()),
         Some(d) if d.starts_with("rollback") => Some("rollback".into()),
         Some("halt") => Some("halt".into()),
         Some(other) => Some(other.to_owned()),
@@ -1023,8 +1023,8 @@ fn gate_metric(policy: &Policy, gate: &str) -> String {
 /// Per-gate verdicts from a stored wave verdict. The detector's evidence
 /// lists `gates: [{gate, outcome, verdict: {outcome, evidence: {gate,
 /// p_value, effect: {estimate}}}}]`; a judge without gates gives none.
-fn gate_verdicts(policy: &Policy, verdict: Option<&serde_json::Value>) -> Vec<GateVerdict> {
-    let Some(evidence) = verdict.and_then(|v| v.get("evidence")) else {
+fn gate_verdicts(policy: &Policy, verdict: Option<&orchestrator_types::WaveVerdict>) -> Vec<GateVerdict> {
+    let Some(evidence) = verdict.map(|v| &v.evidence) else {
         return Vec::new();
     };
     let list = evidence

@@ -453,7 +453,7 @@ rollback:
                 gate: "xid_errors".into(),
                 look_number: 1,
                 planned_looks: 2,
-                outcome: "inconclusive".into(),
+                outcome: orchestrator_types::Outcome::Inconclusive,
                 verdict: json!({ "outcome": "inconclusive", "gate": "xid_errors", "reason": "bake_in_progress" }),
             },
             "detector",

@@ -7,6 +7,7 @@
 
 use std::collections::BTreeMap;
 
+use axum::Extension;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -18,7 +19,7 @@ use orchestrator_db::execution::{
 use orchestrator_db::model::{FieldError, Release};
 use orchestrator_engine::{EngineError, StartRollout, start_rollout_planned};
 use orchestrator_planner::Plan;
-use orchestrator_types::{NodeId, ReleaseId, RolloutId};
+use orchestrator_types::{NodeId, ReleaseId, Role, RolloutId};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -26,6 +27,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::{Actor, ApiJson, ApiPath, ApiQuery};
 use crate::AppState;
+use crate::auth::Principal;
 use crate::error::{ApiError, ErrorBody};
 
 /// Most steps one page returns.
@@ -572,16 +574,46 @@ pub(crate) async fn resume(
 
 #[utoipa::path(post, path = "/api/v1/rollouts/{id}/abort", tag = "rollouts",
     params(("id" = i64, Path, description = "Rollout id")),
-    request_body(content = Option<CommandBody>, description = "Optional reason"),
+    request_body(content = Option<CommandBody>, description = "Optional reason; required to abort a rollback"),
     responses((status = 200, body = RolloutDetail,
-               description = "Aborted: no new flash; in-flight ones finish; rollback is left to the user"),
-              (status = 404, body = ErrorBody), (status = 409, body = ErrorBody, description = "Already finished")))]
+               description = "Aborted: no new flash; in-flight ones finish (or meet their deadline); rollback is left \
+                              to the user. A rollback in progress is aborted only by an admin, with a reason; the \
+                              audit entry records each node's last known version"),
+              (status = 403, body = ErrorBody, description = "A rollback in progress and the caller is not an admin"),
+              (status = 404, body = ErrorBody), (status = 409, body = ErrorBody, description = "Already finished"),
+              (status = 422, body = ErrorBody, description = "A rollback aborted without a reason")))]
 pub(crate) async fn abort(
     State(state): State<AppState>,
     actor: Actor,
+    Extension(principal): Extension<Principal>,
     ApiPath(id): ApiPath<i64>,
     body: Bytes,
 ) -> Result<ApiJson<RolloutDetail>, ApiError> {
+    let current = state.db.exec_rollout(RolloutId(id)).await?;
+    if current.state == RolloutState::RollingBack {
+        // A rollback that cannot finish (a task that never ends) must not
+        // hold the fleet for good, but stopping one leaves nodes between
+        // versions: an admin's call, with a reason on record.
+        if principal.user.role < Role::Admin {
+            return Err(ApiError::Forbidden(
+                "the rollout is rolling back: only an admin may abort a rollback".into(),
+            ));
+        }
+        let body: CommandBody = optional_body(&body)?;
+        let reason = body
+            .reason
+            .as_deref()
+            .map(str::trim)
+            .filter(|r| !r.is_empty())
+            .ok_or_else(|| invalid("reason", "aborting a rollback needs a reason"))?;
+        state
+            .db
+            .abort_rollback(current.id, reason, &actor.0)
+            .await
+            .map_err(command_error)?;
+        state.nudge_engine();
+        return Ok(ApiJson(detail(&state, current.id).await?));
+    }
     command(
         &state,
         &actor,

@@ -57,6 +57,9 @@ fn describe_blocker(blocker: &Blocker) -> String {
         Blocker::Backoff { at: t } => format!("retry after a BMC error at {}", at(t)),
         Blocker::Paused => "the rollout is paused".into(),
         Blocker::PreviousWave { wave } => format!("wave {wave} to be promoted"),
+        Blocker::StepDeadline { state, nodes, at: t } => {
+            format!("{nodes} node(s) {state}; the first fails its deadline {}", at(t))
+        }
         Blocker::AwaitingQualification { state, missing_gates } if missing_gates.is_empty() => {
             format!("the release to be qualified (it is {state})")
         }

@@ -14,11 +14,11 @@ use orchestrator_detect::{
     evaluate_level, evaluate_rate,
 };
 use orchestrator_policy::{Direction, GateKind, GateSource, HealthGate, Policy, RedfishMetric};
-use orchestrator_types::{Clock, NodeId, WaveId};
+use orchestrator_types::{Clock, NodeId, WaveId, WaveVerdict};
 use serde_json::json;
 
 use super::collector::{Collector, HealthBmcs};
-use crate::health::{HealthJudge, Verdict, VerdictOutcome};
+use crate::health::HealthJudge;
 use crate::prometheus::PrometheusClient;
 
 /// The actor the audit log records for the detector's looks.
@@ -222,24 +222,6 @@ struct GateState {
     verdict: serde_json::Value,
 }
 
-fn outcome_of(text: &str) -> Outcome {
-    match text {
-        "pass" => Outcome::Pass,
-        "fail" => Outcome::Fail,
-        "inconclusive" => Outcome::Inconclusive,
-        _ => Outcome::Error,
-    }
-}
-
-fn outcome_str(outcome: Outcome) -> &'static str {
-    match outcome {
-        Outcome::Pass => "pass",
-        Outcome::Fail => "fail",
-        Outcome::Inconclusive => "inconclusive",
-        Outcome::Error => "error",
-    }
-}
-
 fn state_from_look(look: &HealthLook) -> GateState {
     let verdict: Option<orchestrator_detect::Verdict> = serde_json::from_value(look.look.verdict.clone()).ok();
     let summary = verdict
@@ -248,7 +230,7 @@ fn state_from_look(look: &HealthLook) -> GateState {
         .unwrap_or_else(|| format!("{}: {}", look.look.gate, look.look.outcome));
     GateState {
         gate: look.look.gate.clone(),
-        outcome: outcome_of(&look.look.outcome),
+        outcome: look.look.outcome,
         look: Some(look.look.look_number),
         planned: Some(look.look.planned_looks),
         summary,
@@ -419,7 +401,7 @@ impl DetectorJudge {
             gate: gate.name().to_owned(),
             look_number,
             planned_looks: look.planned,
-            outcome: outcome_str(verdict.outcome()).to_owned(),
+            outcome: verdict.outcome(),
             verdict: serde_json::to_value(&verdict).unwrap_or_default(),
         };
         match self.db.record_health_look(&new, DETECTOR_ACTOR).await {
@@ -441,17 +423,17 @@ impl DetectorJudge {
 
     /// One round: poll if due, evaluate due looks, decide. `None` while
     /// nothing is decided before the bake's end.
-    async fn round(&self, rollout: &ExecRollout, wave: &ExecWave, policy: &Policy, last: bool) -> Option<Verdict> {
+    async fn round(&self, rollout: &ExecRollout, wave: &ExecWave, policy: &Policy, last: bool) -> Option<WaveVerdict> {
         if wave.gates.is_empty() {
-            return last.then(|| Verdict {
-                outcome: VerdictOutcome::Pass,
+            return last.then(|| WaveVerdict {
+                outcome: Outcome::Pass,
                 summary: "the wave has no health gates".into(),
                 evidence: json!({ "gates": [] }),
             });
         }
         let error = |summary: String| {
-            last.then(|| Verdict {
-                outcome: VerdictOutcome::Error,
+            last.then(|| WaveVerdict {
+                outcome: Outcome::Error,
                 evidence: json!({ "error": summary }),
                 summary,
             })
@@ -583,7 +565,7 @@ impl DetectorJudge {
             "control_nodes": wave.control_nodes.len(),
             "gates": states.iter().map(|s| json!({
                 "gate": s.gate,
-                "outcome": outcome_str(s.outcome),
+                "outcome": s.outcome,
                 "look": s.look,
                 "planned_looks": s.planned,
                 "summary": s.summary,
@@ -597,8 +579,8 @@ impl DetectorJudge {
                 .map(|s| s.summary.clone())
                 .collect::<Vec<_>>()
                 .join("; ");
-            return Some(Verdict {
-                outcome: VerdictOutcome::Fail,
+            return Some(WaveVerdict {
+                outcome: Outcome::Fail,
                 summary,
                 evidence,
             });
@@ -608,11 +590,11 @@ impl DetectorJudge {
         }
         let (outcome, summary) = match worst {
             Outcome::Pass => (
-                VerdictOutcome::Pass,
+                Outcome::Pass,
                 format!("every gate passed against {} control nodes", wave.control_nodes.len()),
             ),
             Outcome::Inconclusive => (
-                VerdictOutcome::Inconclusive,
+                Outcome::Inconclusive,
                 states
                     .iter()
                     .filter(|s| s.outcome == Outcome::Inconclusive)
@@ -621,7 +603,7 @@ impl DetectorJudge {
                     .join("; "),
             ),
             _ => (
-                VerdictOutcome::Error,
+                Outcome::Error,
                 states
                     .iter()
                     .filter(|s| s.outcome == Outcome::Error)
@@ -630,7 +612,7 @@ impl DetectorJudge {
                     .join("; "),
             ),
         };
-        Some(Verdict {
+        Some(WaveVerdict {
             outcome,
             summary,
             evidence,
@@ -649,15 +631,15 @@ fn unreachable_gate() -> orchestrator_detect::Verdict {
 
 #[async_trait]
 impl HealthJudge for DetectorJudge {
-    async fn check(&self, rollout: &ExecRollout, wave: &ExecWave, policy: &Policy) -> Option<Verdict> {
+    async fn check(&self, rollout: &ExecRollout, wave: &ExecWave, policy: &Policy) -> Option<WaveVerdict> {
         self.round(rollout, wave, policy, false).await
     }
 
-    async fn judge(&self, rollout: &ExecRollout, wave: &ExecWave, policy: &Policy) -> Verdict {
+    async fn judge(&self, rollout: &ExecRollout, wave: &ExecWave, policy: &Policy) -> WaveVerdict {
         self.round(rollout, wave, policy, true)
             .await
-            .unwrap_or_else(|| Verdict {
-                outcome: VerdictOutcome::Error,
+            .unwrap_or_else(|| WaveVerdict {
+                outcome: Outcome::Error,
                 summary: "the detector reached no verdict".into(),
                 evidence: json!({}),
             })
