@@ -873,45 +873,60 @@ fleet:
         world.fleet.shutdown().await;
     }
 
-    /// A BMC whose push call never ends, as when the driver keeps retrying a
-    /// busy BMC (its retry deadline outlasts a lease).
+    /// A simulated BMC stuck in one place: a push call that never ends, as
+    /// when the driver keeps retrying a busy BMC (its retry deadline
+    /// outlasts a lease), or an update task that runs forever.
     #[derive(Debug)]
-    struct EndlessPush<'a>(&'a RedfishBmc);
+    struct Stuck<'a> {
+        bmc: &'a RedfishBmc,
+        push: bool,
+        task: bool,
+    }
 
     #[async_trait::async_trait]
-    impl Bmc for EndlessPush<'_> {
+    impl Bmc for Stuck<'_> {
         fn endpoint(&self) -> &str {
-            self.0.endpoint()
+            self.bmc.endpoint()
         }
         async fn probe(&self) -> Result<orchestrator_bmc::ServiceInfo, BmcError> {
-            self.0.probe().await
+            self.bmc.probe().await
         }
         async fn firmware_inventory(&self) -> Result<Vec<FirmwareComponent>, BmcError> {
-            self.0.firmware_inventory().await
+            self.bmc.firmware_inventory().await
         }
-        async fn start_update(&self, _request: &UpdateRequest) -> Result<TaskHandle, BmcError> {
-            std::future::pending().await
+        async fn start_update(&self, request: &UpdateRequest) -> Result<TaskHandle, BmcError> {
+            if self.push {
+                return std::future::pending().await;
+            }
+            self.bmc.start_update(request).await
         }
         async fn list_tasks(&self) -> Result<Vec<String>, BmcError> {
-            self.0.list_tasks().await
+            self.bmc.list_tasks().await
         }
         async fn poll_task(&self, task: &TaskHandle) -> Result<orchestrator_bmc::TaskStatus, BmcError> {
-            self.0.poll_task(task).await
+            if self.task {
+                return Ok(orchestrator_bmc::TaskStatus {
+                    state: orchestrator_bmc::TaskState::Running,
+                    percent_complete: Some(42),
+                    messages: Vec::new(),
+                });
+            }
+            self.bmc.poll_task(task).await
         }
         async fn reset(&self, target: &ResetTarget, kind: ResetKind) -> Result<Option<TaskHandle>, BmcError> {
-            self.0.reset(target, kind).await
+            self.bmc.reset(target, kind).await
         }
         async fn read_sensors(&self) -> Result<Vec<orchestrator_bmc::SensorReading>, BmcError> {
-            self.0.read_sensors().await
+            self.bmc.read_sensors().await
         }
         async fn read_events(
             &self,
             since: &orchestrator_bmc::EventCursor,
         ) -> Result<orchestrator_bmc::EventBatch, BmcError> {
-            self.0.read_events(since).await
+            self.bmc.read_events(since).await
         }
         async fn logout(&self) -> Result<(), BmcError> {
-            self.0.logout().await
+            self.bmc.logout().await
         }
     }
 
@@ -926,7 +941,11 @@ fleet:
         let ctx = world.ctx(Duration::seconds(2)).await;
         let placed = world.prechecked(&ctx).await;
         let started = std::time::Instant::now();
-        let stuck = EndlessPush(&world.bmc);
+        let stuck = Stuck {
+            bmc: &world.bmc,
+            push: true,
+            task: false,
+        };
         tokio::time::timeout(
             std::time::Duration::from_secs(10),
             ctx.advance(&placed, &stuck, ComponentKind::Gpu),
@@ -960,6 +979,45 @@ fleet:
         );
         let step = world.db.step(placed.step.id).await.expect("step");
         assert_eq!(step.state, StepState::Flashing);
+        world.fleet.shutdown().await;
+    }
+
+    /// Issue 24's endless task: a BMC task that reports "running" forever
+    /// held the rollout for good (1,400 polls over 21 hours). Now the step
+    /// fails at the task deadline, with a reason that says what is stuck.
+    #[tokio::test]
+    async fn a_task_that_never_ends_fails_at_its_deadline() {
+        let world = OneStep::start().await;
+        let ctx = world.ctx(Duration::seconds(60)).await;
+        let placed = world.prechecked(&ctx).await;
+        let stuck = Stuck {
+            bmc: &world.bmc,
+            push: false,
+            task: true,
+        };
+        ctx.advance(&placed, &stuck, ComponentKind::Gpu).await.expect("push");
+        let flashing = world.db.open_steps().await.expect("steps").remove(0);
+        assert_eq!(flashing.step.state, StepState::Flashing);
+        let deadline = ctx.config.deadlines.task;
+
+        // Polled for just under the deadline: still flashing.
+        world.clock.advance(deadline - Duration::minutes(1));
+        let ctx = world.ctx(Duration::seconds(60)).await;
+        ctx.advance(&flashing, &stuck, ComponentKind::Gpu).await.expect("poll");
+        let placed = world.db.open_steps().await.expect("steps").remove(0);
+        assert_eq!(placed.step.state, StepState::Flashing);
+
+        // Past it: failed, with the reason.
+        world.clock.advance(Duration::minutes(2));
+        let ctx = world.ctx(Duration::seconds(60)).await;
+        ctx.advance(&placed, &stuck, ComponentKind::Gpu).await.expect("poll");
+        let step = world.db.step(placed.step.id).await.expect("step");
+        assert_eq!(step.state, StepState::Failed);
+        let error = step.error.unwrap_or_default();
+        assert!(
+            error.starts_with("deadline passed: flashing since") && error.contains("update task never finished"),
+            "{error}"
+        );
         world.fleet.shutdown().await;
     }
 }

@@ -517,7 +517,7 @@ impl DetectorJudge {
             };
             let done: Vec<&HealthLook> = stored.iter().filter(|l| l.look.gate == gate.name()).collect();
             // A failed look stands: the wave failed then, whatever came later.
-            if let Some(failed) = done.iter().find(|l| l.look.outcome == "fail") {
+            if let Some(failed) = done.iter().find(|l| l.look.outcome == Outcome::Fail) {
                 states.push(state_from_look(failed));
                 continue;
             }
