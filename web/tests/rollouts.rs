@@ -505,6 +505,32 @@ async fn pause_resume_abort_and_rollback_change_state_and_are_audited() {
         let (status, body) = call(&app, Method::POST, &uri("rollback"), Some(r#"{"reason":"again"}"#)).await;
         assert_eq!(status, StatusCode::CONFLICT, "{body}");
 
+        // A rollback that cannot finish can always be stopped, but only by
+        // an admin and with a reason: it leaves nodes between versions.
+        let rita = web::auth::provision_api_token(&t.db, "rita", orchestrator_types::Role::ReleaseManager, "t", "test")
+            .await
+            .unwrap();
+        let request = Request::post(uri("abort"))
+            .header(header::AUTHORIZATION, format!("Bearer {rita}"))
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::from(r#"{"reason":"stuck"}"#))
+            .unwrap();
+        assert_eq!(
+            app.clone().oneshot(request).await.unwrap().status(),
+            StatusCode::FORBIDDEN
+        );
+        let (status, body) = call(&app, Method::POST, &uri("abort"), None).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+        let (status, aborted) = call(
+            &app,
+            Method::POST,
+            &uri("abort"),
+            Some(r#"{"reason":"BMC task never ends"}"#),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{aborted}");
+        assert_eq!(aborted["state"], "aborted");
+
         let actions = audit_actions(&app, "rollout", id).await;
         let api_actions: Vec<&str> = actions
             .iter()
@@ -514,6 +540,7 @@ async fn pause_resume_abort_and_rollback_change_state_and_are_audited() {
         assert_eq!(
             api_actions,
             [
+                "rollout.aborted",
                 "rollout.rolling_back",
                 "rollout.aborted",
                 "rollout.running",

@@ -129,9 +129,12 @@ async fn stored_verdicts_of_every_shape_decode_through_the_type() {
             assert_eq!(serde_json::to_value(&read).unwrap(), row);
         }
         // A row no version wrote is corrupt, not silently "no verdict".
-        t.execute_raw(&format!("UPDATE waves SET verdict = '{{\"state\":\"x\"}}' WHERE id = {}", wave.0))
-            .await
-            .unwrap();
+        t.execute_raw(&format!(
+            "UPDATE waves SET verdict = '{{\"state\":\"x\"}}' WHERE id = {}",
+            wave.0
+        ))
+        .await
+        .unwrap();
         assert!(matches!(t.db.wave(wave).await, Err(DbError::Corrupt { .. })));
     }
 }
@@ -174,7 +177,10 @@ async fn an_admin_aborts_a_stuck_rollback_and_each_node_version_is_recorded() {
     for t in TestDb::all_backends().await {
         let (id, _) = rollout(&t.db).await;
         let refused = t.db.abort_rollback(id, "stuck", "root").await.unwrap_err();
-        assert!(matches!(refused, DbError::Stale { .. }), "only a rollback is aborted this way: {refused}");
+        assert!(
+            matches!(refused, DbError::Stale { .. }),
+            "only a rollback is aborted this way: {refused}"
+        );
         t.db.begin_rollback(None, id, json!({ "scope": "rollout" }), "regression", "bob")
             .await
             .unwrap();

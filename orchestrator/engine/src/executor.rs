@@ -259,7 +259,12 @@ impl Executor {
         Ok(())
     }
 
-    async fn reconcile_rollout(&self, walk: &mut Walk<'_>, rollout: &ExecRollout, policy: &Policy) -> Result<(), DbError> {
+    async fn reconcile_rollout(
+        &self,
+        walk: &mut Walk<'_>,
+        rollout: &ExecRollout,
+        policy: &Policy,
+    ) -> Result<(), DbError> {
         let fence = walk.fence;
         let waves = self.db.rollout_waves(rollout.id).await?;
         match rollout.state {

@@ -340,7 +340,9 @@ impl StepCtx {
         }
         let what = match step.state {
             StepState::Prechecked | StepState::Pushing => "the BMC never accepted the push",
-            StepState::Flashing => "the BMC's update task never finished (it may still run: read the node's inventory before retrying)",
+            StepState::Flashing => {
+                "the BMC's update task never finished (it may still run: read the node's inventory before retrying)"
+            }
             StepState::Activating => "the new version never became active",
             _ => "inventory never read back",
         };

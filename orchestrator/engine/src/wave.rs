@@ -144,14 +144,12 @@ pub fn decide(facts: &WaveFacts) -> WaveAction {
     }
     match facts.state {
         WaveState::Planned => match &facts.release {
-            ReleaseStanding::AwaitingQualification { state, missing_gates } if facts.position > 0 => {
-                WaveAction::Wait {
-                    blockers: vec![Blocker::AwaitingQualification {
-                        state: state.to_string(),
-                        missing_gates: missing_gates.clone(),
-                    }],
-                }
-            }
+            ReleaseStanding::AwaitingQualification { state, missing_gates } if facts.position > 0 => WaveAction::Wait {
+                blockers: vec![Blocker::AwaitingQualification {
+                    state: state.to_string(),
+                    missing_gates: missing_gates.clone(),
+                }],
+            },
             _ => WaveAction::Start,
         },
         WaveState::Running => {
@@ -196,9 +194,7 @@ fn decide_baked(facts: &WaveFacts) -> WaveAction {
         // The bake is a minimum: nothing but a Fail ends it early.
         _ if !bake_over => {
             return WaveAction::Wait {
-                blockers: vec![Blocker::BakeEndsAt {
-                    at: facts.bake_ends_at,
-                }],
+                blockers: vec![Blocker::BakeEndsAt { at: facts.bake_ends_at }],
             };
         }
         Some(v) => v.clone(),

@@ -13,10 +13,10 @@ use orchestrator_bmc::{BmcEndpoint, Credentials, HttpClients, RetryPolicy, Timeo
 use orchestrator_db::AuditFilter;
 use orchestrator_db::execution::{RolloutState, StepFilter, StepPurpose, StepState, WaveState};
 use orchestrator_db::health::{Cohort, SampleScope};
+use orchestrator_detect::{InconclusiveReason, Verdict};
 use orchestrator_engine::prometheus::{PrometheusClient, PrometheusConfig};
 use orchestrator_engine::watch::{DetectorJudge, RedfishHealthBmcs};
 use orchestrator_engine::{StartRollout, start_rollout};
-use orchestrator_detect::{InconclusiveReason, Verdict};
 use orchestrator_types::{Outcome, QualificationState};
 
 /// The bad image: a firmware entry whose effect triples the XID rate.
@@ -374,7 +374,13 @@ async fn a_canary_too_short_for_its_gate_holds_for_a_human() {
         .expect("the final look of link_degraded");
     let verdict: Verdict = serde_json::from_value(final_link.look.verdict.clone()).unwrap();
     assert!(
-        matches!(verdict, Verdict::Inconclusive { reason: InconclusiveReason::InsufficientData, .. }),
+        matches!(
+            verdict,
+            Verdict::Inconclusive {
+                reason: InconclusiveReason::InsufficientData,
+                ..
+            }
+        ),
         "{verdict:#?}"
     );
     // The next wave has not started: nothing outside the canary was flashed.

@@ -232,8 +232,8 @@ fn kind(action: &WaveAction) -> Want {
 }
 
 use Event as E;
-use WaveState as S;
 use Want as W;
+use WaveState as S;
 
 /// Every wave state × event. Closed states ignore everything; a blocked
 /// release halts any open wave; the rest is per state.
@@ -431,7 +431,13 @@ fn an_early_approval_never_promotes_a_held_wave() {
     match decide(&f) {
         WaveAction::Wait { blockers } => {
             assert_eq!(blockers[0], Blocker::Approvals { have: 0, need: 1 });
-            assert!(matches!(blockers[1], Blocker::Verdict { verdict: Outcome::Error, .. }));
+            assert!(matches!(
+                blockers[1],
+                Blocker::Verdict {
+                    verdict: Outcome::Error,
+                    ..
+                }
+            ));
         }
         other => panic!("promoted on approvals nobody gave for this verdict: {other:?}"),
     }

@@ -323,11 +323,11 @@ fn check_release(policy: &Policy, release: &ReleaseSpec) -> Result<Option<WaveBl
         }
         _ => {}
     }
-    let Some(missing_gates) = orchestrator_types::qualification_hold(
-        release.qualification,
-        &policy.qualification.required_gates,
-        |g| release.passed_gates.contains(g),
-    ) else {
+    let Some(missing_gates) =
+        orchestrator_types::qualification_hold(release.qualification, &policy.qualification.required_gates, |g| {
+            release.passed_gates.contains(g)
+        })
+    else {
         return Ok(None);
     };
     if policy.qualification.allow_unqualified_canary {

@@ -1020,54 +1020,27 @@ fn gate_metric(policy: &Policy, gate: &str) -> String {
     )
 }
 
-/// Per-gate verdicts from a stored wave verdict. The detector's evidence
-/// lists `gates: [{gate, outcome, verdict: {outcome, evidence: {gate,
-/// p_value, effect: {estimate}}}}]`; a judge without gates gives none.
+/// Per-gate verdicts from a stored wave verdict, read through the
+/// detector's evidence type; a judge without gates gives none.
 fn gate_verdicts(policy: &Policy, verdict: Option<&orchestrator_types::WaveVerdict>) -> Vec<GateVerdict> {
-    let Some(evidence) = verdict.map(|v| &v.evidence) else {
+    let Some(evidence) = verdict
+        .and_then(|v| serde_json::from_value::<orchestrator_engine::watch::DetectorEvidence>(v.evidence.clone()).ok())
+    else {
         return Vec::new();
     };
-    let list = evidence
-        .get("verdicts")
-        .or_else(|| evidence.get("gates"))
-        .and_then(|v| v.as_array());
-    let Some(list) = list else {
-        return Vec::new();
-    };
-    list.iter()
-        .filter_map(|item| {
-            // The detector nests each gate's statistics as
-            // `verdict.evidence`; accept them one level up too.
-            let inner = item
-                .get("evidence")
-                .or_else(|| item.get("verdict").and_then(|v| v.get("evidence")))
-                .filter(|e| e.is_object());
-            let gate = item
-                .get("gate")
-                .or_else(|| inner.and_then(|e| e.get("gate")))
-                .and_then(|g| g.as_str())?;
-            let outcome = item
-                .get("outcome")
-                .or_else(|| item.get("verdict"))
-                .and_then(|o| o.as_str())
-                .unwrap_or("error");
-            let p_value = item
-                .get("p_value")
-                .or_else(|| inner.and_then(|e| e.get("p_value")))
-                .and_then(serde_json::Value::as_f64);
-            let effect = item
-                .get("effect")
-                .or_else(|| inner.and_then(|e| e.get("effect")))
-                .and_then(|e| {
-                    e.as_f64()
-                        .or_else(|| e.get("estimate").and_then(serde_json::Value::as_f64))
-                });
-            Some(GateVerdict {
-                metric: gate_metric(policy, gate),
-                verdict: outcome.to_owned(),
-                p_value,
-                effect,
-            })
+    evidence
+        .gates
+        .iter()
+        .map(|look| {
+            // The look's statistics, when it was evaluated.
+            let detected = serde_json::from_value::<orchestrator_detect::Verdict>(look.verdict.clone()).ok();
+            let stats = detected.as_ref().and_then(orchestrator_detect::Verdict::evidence);
+            GateVerdict {
+                metric: gate_metric(policy, &look.gate),
+                verdict: look.outcome.as_str().to_owned(),
+                p_value: stats.map(|e| e.p_value),
+                effect: stats.and_then(|e| e.effect.estimate),
+            }
         })
         .collect()
 }

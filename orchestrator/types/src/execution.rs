@@ -205,7 +205,11 @@ pub enum Blocker {
     /// `nodes` steps are in `state`, the first of which fails at `at` unless
     /// it moves on: every step state has a deadline, so a BMC task that never
     /// ends cannot hold a wave for good.
-    StepDeadline { state: StepState, nodes: u32, at: DateTime<Utc> },
+    StepDeadline {
+        state: StepState,
+        nodes: u32,
+        at: DateTime<Utc>,
+    },
 }
 
 impl PartialOrd for StepState {
@@ -220,4 +224,3 @@ impl Ord for StepState {
         pos(self).cmp(&pos(other))
     }
 }
-

@@ -200,7 +200,10 @@ mod tests {
     fn hold_names_missing_gates_or_an_unqualified_state() {
         let required = ["burn_in".to_owned(), "nccl".to_owned()];
         let passed = |g: &str| g == "burn_in";
-        assert_eq!(qualification_hold(Qualified, &required, passed), Some(vec!["nccl".to_owned()]));
+        assert_eq!(
+            qualification_hold(Qualified, &required, passed),
+            Some(vec!["nccl".to_owned()])
+        );
         assert_eq!(qualification_hold(Qualifying, &required[..1], passed), Some(vec![]));
         assert_eq!(qualification_hold(Default, &required[..1], passed), None);
         assert_eq!(qualification_hold(Qualified, &[], |_| false), None);

@@ -15,6 +15,7 @@ use orchestrator_detect::{
 };
 use orchestrator_policy::{Direction, GateKind, GateSource, HealthGate, Policy, RedfishMetric};
 use orchestrator_types::{Clock, NodeId, WaveId, WaveVerdict};
+use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use super::collector::{Collector, HealthBmcs};
@@ -209,6 +210,39 @@ fn describe(evidence: &Evidence) -> String {
             p = evidence.p_value,
         ),
     }
+}
+
+/// The evidence of a [`DetectorJudge`] wave verdict (the `evidence` of its
+/// [`WaveVerdict`]): how the gates shared the false-alarm rate and each
+/// gate's latest look. Readers (the simulate report, the evidence package)
+/// decode it with this type.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DetectorEvidence {
+    /// The policy's family-wise false-alarm rate.
+    pub alpha: f64,
+    /// How the gates share it.
+    pub correction: String,
+    /// The alpha-spending function over the looks.
+    pub spending: String,
+    pub bake_seconds: i64,
+    pub bake_started_at: DateTime<Utc>,
+    /// Size of the control cohort.
+    pub control_nodes: usize,
+    pub gates: Vec<GateLook>,
+}
+
+/// One gate's latest look in a wave verdict.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GateLook {
+    pub gate: String,
+    pub outcome: Outcome,
+    /// The look's number, `None` before the first look.
+    pub look: Option<u32>,
+    pub planned_looks: Option<u32>,
+    pub summary: String,
+    /// The detector's per-gate verdict ([`orchestrator_detect::Verdict`]
+    /// when the look was evaluated; a reason otherwise).
+    pub verdict: serde_json::Value,
 }
 
 /// A gate's state after this round: its latest look's verdict.
@@ -556,22 +590,26 @@ impl DetectorJudge {
             states.push(state);
         }
         let worst = states.iter().map(|s| s.outcome).max().unwrap_or(Outcome::Inconclusive);
-        let evidence = json!({
-            "alpha": policy.health.alpha,
-            "correction": "bonferroni",
-            "spending": format!("{:?}", self.spending),
-            "bake_seconds": wave.bake_seconds,
-            "bake_started_at": bake_start,
-            "control_nodes": wave.control_nodes.len(),
-            "gates": states.iter().map(|s| json!({
-                "gate": s.gate,
-                "outcome": s.outcome,
-                "look": s.look,
-                "planned_looks": s.planned,
-                "summary": s.summary,
-                "verdict": s.verdict,
-            })).collect::<Vec<_>>(),
-        });
+        let evidence = DetectorEvidence {
+            alpha: policy.health.alpha,
+            correction: "bonferroni".into(),
+            spending: format!("{:?}", self.spending),
+            bake_seconds: wave.bake_seconds,
+            bake_started_at: bake_start,
+            control_nodes: wave.control_nodes.len(),
+            gates: states
+                .iter()
+                .map(|s| GateLook {
+                    gate: s.gate.clone(),
+                    outcome: s.outcome,
+                    look: s.look,
+                    planned_looks: s.planned,
+                    summary: s.summary.clone(),
+                    verdict: s.verdict.clone(),
+                })
+                .collect(),
+        };
+        let evidence = serde_json::to_value(&evidence).unwrap_or_default();
         if worst == Outcome::Fail {
             let summary = states
                 .iter()

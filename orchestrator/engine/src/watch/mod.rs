@@ -15,6 +15,6 @@ mod judge;
 
 pub use collector::{CollectReport, Collector, DEFAULT_GPUS_PER_NODE, HealthBmcs, RedfishHealthBmcs};
 pub use judge::{
-    DEFAULT_POLL_CONCURRENCY, DETECTOR_ACTOR, DetectorJudge, MAX_LOOKS, MIN_CANARY_EVENTS_FOR_FAIL, MIN_EXPOSURE,
-    MIN_LEVEL_UNITS,
+    DEFAULT_POLL_CONCURRENCY, DETECTOR_ACTOR, DetectorEvidence, DetectorJudge, GateLook, MAX_LOOKS,
+    MIN_CANARY_EVENTS_FOR_FAIL, MIN_EXPOSURE, MIN_LEVEL_UNITS,
 };
