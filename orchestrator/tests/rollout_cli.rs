@@ -256,6 +256,27 @@ async fn steer(t: &TestDb) {
     let own = waveguard(d, url, &["rollout", "approve", "1", "--wave", "canary"]);
     expect_exit(&own, 2, "author approves");
     assert!(text(&own.stderr).contains("two-person rule"), "{}", text(&own.stderr));
+    // Before the canary's verdict an approval would be counted for a
+    // verdict nobody read: refused, with the reason.
+    let early = waveguard(d, url, &["rollout", "approve", "1", "--wave", "0", "--as", "bob"]);
+    expect_exit(&early, 2, "bob approves before the verdict");
+    assert!(
+        text(&early.stderr).contains("after its health verdict"),
+        "{}",
+        text(&early.stderr)
+    );
+    let canary = t.db.rollout_waves(orchestrator_types::RolloutId(1)).await.unwrap()[0].id;
+    orchestrator_db::testing::await_approval(
+        &t.db,
+        canary,
+        orchestrator_types::WaveVerdict {
+            outcome: orchestrator_types::Outcome::Pass,
+            summary: "healthy".into(),
+            evidence: serde_json::json!({}),
+        },
+    )
+    .await
+    .unwrap();
     let bob = waveguard(d, url, &["rollout", "approve", "1", "--wave", "0", "--as", "bob"]);
     expect_exit(&bob, 0, "bob approves");
     assert!(

@@ -33,7 +33,9 @@ use orchestrator_db::execution::{
     Blocker, ExecRollout, ExecWave, RolloutState, StepFilter, StepPurpose, StepState, WaveState,
 };
 use orchestrator_db::model::{ComponentReading, NewGateResult, NewNode, NewRelease, NodeLabels, Release};
-use orchestrator_engine::{BmcConnector, Engine, EngineConfig, HealthJudge, RedfishConnector, StartRollout};
+use orchestrator_engine::{
+    BmcConnector, Engine, EngineConfig, HealthJudge, RedfishConnector, StartRollout, StepDeadlines,
+};
 use orchestrator_policy::Policy;
 use orchestrator_types::{Clock, ComponentKind, FirmwareVersion, QualificationState, TransitionRequest};
 use serde::Serialize;
@@ -528,6 +530,7 @@ impl SimWorld {
     /// request timeout, a slow pass) are scaled so that they still do.
     pub fn engine_config(&self, holder: &str) -> EngineConfig {
         let real = |secs: u64| self.clock.sim_duration(StdDuration::from_secs(secs));
+        let defaults = StepDeadlines::default();
         EngineConfig {
             holder: holder.into(),
             // One controller: the lease must not lapse between passes however
@@ -538,6 +541,15 @@ impl SimWorld {
             // timeouts) before they are called bricked.
             brick_timeout: Duration::minutes(30).max(real(20)),
             activation_timeout: Duration::minutes(20).max(real(5)),
+            // A step's deadline must also outlast a slow pass in real time
+            // (at two simulated hours per real second, one busy pass would
+            // otherwise spend a whole deadline).
+            deadlines: StepDeadlines {
+                push: defaults.push.max(real(60)),
+                task: defaults.task.max(real(60)),
+                activation: defaults.activation.max(real(60)),
+                verification: defaults.verification.max(real(60)),
+            },
             ..EngineConfig::default()
         }
     }
