@@ -11,7 +11,11 @@ stop_pid() {
     for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.1; done
     kill -9 "$pid" 2>/dev/null || true
 }
-# Jobs' slurmstepd processes are children of their slurmd's session; slurmd stops them on exit.
+# Cancel this cluster's jobs first (SLURM_CONF names it): their slurmstepd processes outlive slurmd.
+if [ -f "$dir/slurm.conf" ] && command -v scancel >/dev/null; then
+    SLURM_CONF="$dir/slurm.conf" timeout 10 scancel --user=root >/dev/null 2>&1 || true
+    sleep 1
+fi
 for f in "$dir"/slurmd-*.launcher.pid "$dir"/slurmctld.launcher.pid; do
     [ -f "$f" ] && stop_pid "$(cat "$f")"
 done

@@ -18,7 +18,7 @@ use orchestrator_policy::OnDrainTimeout;
 use orchestrator_types::RolloutId;
 use serde::Serialize;
 
-use crate::state::{NodeState, Reason, ReasonTag, Service, TagKind};
+use crate::state::{BaseState, NodeState, Reason, ReasonTag, Service, TagKind};
 
 /// How far a drain has got, as the engine records it. Each phase is written
 /// *before* the effect it announces, so a crash leaves at worst a phase
@@ -232,11 +232,13 @@ pub fn decide_resume(state: &NodeState, record: Option<&DrainRecord>) -> ResumeD
             reason: state.reason.clone(),
         });
     }
+    // Not drained and not DOWN is resumed, responding or not: Slurm marks a
+    // node it just resumed not-responding (`idle*`) until its next ping.
+    if !state.drain && state.base != BaseState::Down {
+        return ResumeDecision::Done;
+    }
     if !state.responding {
         return ResumeDecision::Wait(Waiting::NotResponding);
-    }
-    if !state.drain && state.service() != Service::Down {
-        return ResumeDecision::Done;
     }
     if record.still_ours(state) {
         if state
@@ -297,8 +299,9 @@ pub fn capacity_allows(cap_percent: f64, out: u64, adding: u64, total: u64) -> b
         return true;
     }
     // Integer comparison of (out + adding) * 100 <= cap * total, with the
-    // cap in hundredths of a percent, so 10% of 10 GPUs is exactly 1.
-    let cap_centi = (cap_percent.clamp(0.0, 100.0) * 100.0).round() as u128;
+    // cap in hundredths of a percent (rounded down: never above the cap),
+    // so 10% of 10 GPUs is exactly 1.
+    let cap_centi = (cap_percent.clamp(0.0, 100.0) * 100.0).floor() as u128;
     let want = u128::from(out.saturating_add(adding)) * 10_000;
     want <= cap_centi * u128::from(total)
 }
@@ -364,7 +367,7 @@ pub fn orphaned_drains(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::{BaseState, UNEXPECTED_REBOOT_REASON};
+    use crate::state::UNEXPECTED_REBOOT_REASON;
 
     const R: RolloutId = RolloutId(7);
 
@@ -536,6 +539,8 @@ mod tests {
         check("alloc+drain", ours(), rec(Held), D::Resume);
         // Our resume landed before a crash.
         check("idle", None, rec(ResumeIntended), D::Done);
+        // Slurm shows a node it just resumed as `idle*` until its next ping.
+        check("idle*", None, rec(ResumeIntended), D::Done);
         // After a reboot: `*` until slurmd registers, then DOWN "unexpectedly
         // rebooted" (ReturnToService<2) is ours to resume.
         check("idle+drain*", ours(), rec(Held), D::Wait(Waiting::NotResponding));

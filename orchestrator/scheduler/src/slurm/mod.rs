@@ -14,7 +14,7 @@ use crate::Scheduler;
 use crate::error::SchedulerError;
 use crate::exec::{Output, Runner};
 use crate::name::SchedulerNodeName;
-use crate::state::{NodeState, ReasonTag, Service};
+use crate::state::{BaseState, NodeState, ReasonTag};
 
 /// Where node state is read from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -180,8 +180,10 @@ impl Scheduler for SlurmScheduler {
                 // scontrol refuses RESUME of a node that is not drained or
                 // down ("Invalid node state specified"): a replayed resume
                 // whose first attempt landed. Idempotent only in that case.
+                // Right after a RESUME Slurm shows the node `idle*` until
+                // it pings it, so responding is not required here.
                 match self.node_state(node).await {
-                    Ok(state) if matches!(state.service(), Service::InService { .. }) => Ok(()),
+                    Ok(state) if !state.drain && state.base != BaseState::Down => Ok(()),
                     _ => Err(err),
                 }
             }
