@@ -59,7 +59,7 @@ struct Cluster {
 }
 
 impl Cluster {
-    fn start(nodes: &[&str]) -> anyhow::Result<Self> {
+    fn start(nodes: &[&str], return_to_service: u8) -> anyhow::Result<Self> {
         let dir = tempfile::Builder::new().prefix("waveguard-slurm-").tempdir()?;
         let ports: Vec<String> = nodes
             .iter()
@@ -71,6 +71,7 @@ impl Cluster {
             .env("SLURM_NODES", nodes.join(" "))
             .env("SLURMCTLD_PORT", free_port()?.to_string())
             .env("SLURMD_PORTS", ports.join(" "))
+            .env("SLURM_RETURN_TO_SERVICE", return_to_service.to_string())
             .output()
             .context("running start.sh")?;
         let cluster = Self {
@@ -162,24 +163,103 @@ async fn poll<T>(
     }
 }
 
+/// True when the Slurm programs are present; otherwise skips loudly (or
+/// fails under `WAVEGUARD_REQUIRE_ALL=1`).
+fn slurm_present(test: &str) -> bool {
+    let missing: Vec<&str> = PROGRAMS.iter().copied().filter(|p| find_program(p).is_none()).collect();
+    if missing.is_empty() {
+        return true;
+    }
+    let require_all = std::env::var(REQUIRE_ALL_ENV).is_ok_and(|v| v == "1");
+    assert!(
+        !require_all,
+        "{REQUIRE_ALL_ENV}=1 but {missing:?} not on PATH; run integration-tests/ci-setup.sh"
+    );
+    eprintln!("\n\n*** SKIPPED {test}: {missing:?} not on PATH (run integration-tests/ci-setup.sh) ***\n\n");
+    false
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drains_wait_for_jobs_resume_only_our_nodes_and_leave_operators_alone() {
-    let missing: Vec<&str> = PROGRAMS.iter().copied().filter(|p| find_program(p).is_none()).collect();
-    if !missing.is_empty() {
-        let require_all = std::env::var(REQUIRE_ALL_ENV).is_ok_and(|v| v == "1");
-        assert!(
-            !require_all,
-            "{REQUIRE_ALL_ENV}=1 but {missing:?} not on PATH; run integration-tests/ci-setup.sh"
-        );
-        eprintln!(
-            "\n\n*** SKIPPED Slurm loopback test: {missing:?} not on PATH (run integration-tests/ci-setup.sh) ***\n\n"
-        );
+    if !slurm_present("Slurm loopback test") {
         return;
     }
-    let cluster = Cluster::start(&["wg1", "wg2", "wg3"]).expect("start the loopback Slurm cluster");
+    let cluster = Cluster::start(&["wg1", "wg2", "wg3"], 2).expect("start the loopback Slurm cluster");
     if let Err(err) = run(&cluster).await {
         panic!("{err:?}\n\nSlurm logs:\n{}", cluster.logs());
     }
+}
+
+/// Without `ReturnToService=2` a rebooted node comes back DOWN: with our
+/// drain still on it (`DOWN+DRAIN`, reason kept), or, when it was not
+/// drained, `DOWN` "Node unexpectedly rebooted". The first is ours to
+/// resume after the flash; the second is not (we never drained it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drained_node_that_reboots_without_return_to_service_is_resumed_from_down() {
+    if !slurm_present("Slurm loopback reboot test") {
+        return;
+    }
+    let cluster = Cluster::start(&["rb1", "rb2"], 1).expect("start the loopback Slurm cluster");
+    if let Err(err) = run_reboot(&cluster).await {
+        panic!("{err:?}\n\nSlurm logs:\n{}", cluster.logs());
+    }
+}
+
+async fn run_reboot(cluster: &Cluster) -> anyhow::Result<()> {
+    let slurm = cluster.scheduler(StateSource::ScontrolShowNode);
+    let (rb1, rb2) = (name("rb1"), name("rb2"));
+    let tag = ReasonTag::maintenance(ROLLOUT);
+    let record = DrainRecord {
+        rollout: ROLLOUT,
+        node: "rb1".into(),
+        phase: DrainPhase::Held,
+    };
+    slurm.drain(&rb1, &tag).await?;
+    confirm_drain(&slurm, &rb1, &tag).await?;
+    // The flash reboots the host.
+    restart_slurmd_as_rebooted(cluster, "rb1")?;
+    restart_slurmd_as_rebooted(cluster, "rb2")?;
+    let down = poll("rb1 DOWN after its reboot", Duration::from_secs(30), async || {
+        let state = slurm.node_state(&rb1).await?;
+        Ok((state.base == BaseState::Down && state.responding).then_some(state))
+    })
+    .await?;
+    ensure!(
+        down.drain && down.tag() == Some(tag.clone()),
+        "drain and reason kept: {down:?}"
+    );
+    ensure!(
+        flash_readiness(&down, Some(&record)) == Readiness::Wait(Waiting::Down),
+        "{down:?}"
+    );
+    ensure!(
+        decide_resume(&down, Some(&record)) == ResumeDecision::Resume,
+        "{down:?}"
+    );
+    slurm.resume(&rb1).await?;
+    poll("rb1 back in service", Duration::from_secs(60), async || {
+        let state = slurm.node_state(&rb1).await?;
+        Ok(matches!(state.service(), Service::InService { .. }).then_some(()))
+    })
+    .await?;
+
+    // rb2 was not drained by us: DOWN "unexpectedly rebooted" is Slurm's,
+    // and with no record of ours it is left for the operator.
+    let rb2_down = poll("rb2 DOWN after its reboot", Duration::from_secs(30), async || {
+        let state = slurm.node_state(&rb2).await?;
+        Ok((state.base == BaseState::Down && state.responding).then_some(state))
+    })
+    .await?;
+    ensure!(rb2_down.rebooted_unexpectedly() && !rb2_down.drain, "{rb2_down:?}");
+    ensure!(decide_resume(&rb2_down, None) == ResumeDecision::LeaveAlone(LeaveAlone::NoDrainRecord));
+    ensure!(
+        matches!(
+            decide_drain(&rb2_down, None, ROLLOUT),
+            DrainDecision::Skip(LeaveAlone::Down { .. })
+        ),
+        "a DOWN node is not drained"
+    );
+    Ok(())
 }
 
 async fn run(cluster: &Cluster) -> anyhow::Result<()> {
