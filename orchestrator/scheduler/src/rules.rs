@@ -678,7 +678,94 @@ mod tests {
 
         use super::*;
 
+        fn arb_state() -> impl Strategy<Value = NodeState> {
+            let base = prop_oneof![
+                Just(BaseState::Idle),
+                Just(BaseState::Allocated),
+                Just(BaseState::Mixed),
+                Just(BaseState::Down),
+                Just(BaseState::Future),
+                Just(BaseState::Unknown),
+            ];
+            let reason = proptest::option::of(prop_oneof![
+                Just("waveguard rollout=7 firmware maintenance".to_owned()),
+                Just("waveguard rollout=8 firmware maintenance".to_owned()),
+                Just("waveguard rollout=7 quarantine: GPU lost".to_owned()),
+                Just("Node unexpectedly rebooted boot_time=1".to_owned()),
+                Just("bad DIMM".to_owned()),
+                Just("Not responding".to_owned()),
+            ]);
+            (base, any::<(bool, bool, bool, bool)>(), 0u32..4, reason).prop_map(
+                |(base, (drain, responding, completing, reboot_pending), alloc_cpus, reason)| NodeState {
+                    name: "n1".into(),
+                    base,
+                    drain,
+                    responding,
+                    completing,
+                    reboot_pending,
+                    alloc_cpus,
+                    reason: reason.map(|text| Reason {
+                        text,
+                        set_by: Some("root".into()),
+                        set_at: None,
+                    }),
+                    boot_time: None,
+                },
+            )
+        }
+
+        fn arb_record() -> impl Strategy<Value = Option<DrainRecord>> {
+            let phase = prop_oneof![
+                Just(DrainPhase::DrainIntended),
+                Just(DrainPhase::Held),
+                Just(DrainPhase::ResumeIntended),
+                Just(DrainPhase::Quarantined),
+            ];
+            proptest::option::of((phase, 7i64..=8)).prop_map(|r| {
+                r.map(|(phase, id)| DrainRecord {
+                    rollout: RolloutId(id),
+                    node: "n1".into(),
+                    phase,
+                })
+            })
+        }
+
         proptest! {
+            /// Never drain over an existing drain.
+            #[test]
+            fn a_drain_is_never_issued_over_a_drain(state in arb_state(), record in arb_record()) {
+                if decide_drain(&state, record.as_ref(), R) == DrainDecision::Drain {
+                    prop_assert!(!state.drain);
+                    prop_assert!(state.responding && state.base != BaseState::Down);
+                }
+            }
+
+            /// Flash only an empty, responding node drained by this record's
+            /// rollout, and only once the drain is held.
+            #[test]
+            fn ready_means_idle_drain_responding_and_ours(state in arb_state(), record in arb_record()) {
+                if flash_readiness(&state, record.as_ref()) == Readiness::Ready {
+                    let record = record.unwrap();
+                    prop_assert_eq!(record.phase, DrainPhase::Held);
+                    prop_assert!(state.base == BaseState::Idle && state.drain && state.responding);
+                    prop_assert!(!state.completing && state.alloc_cpus == 0);
+                    prop_assert_eq!(state.tag().map(|t| t.rollout), Some(record.rollout));
+                }
+            }
+
+            /// Resume only with a record, never a quarantine, and only when
+            /// the node proves the drain is still the record's.
+            #[test]
+            fn resume_needs_a_record_and_proof(state in arb_state(), record in arb_record()) {
+                if decide_resume(&state, record.as_ref()) == ResumeDecision::Resume {
+                    let record = record.unwrap();
+                    prop_assert!(record.phase != DrainPhase::Quarantined && state.responding);
+                    let tagged = state.tag().is_some_and(|t| t.rollout == record.rollout && t.kind == TagKind::Maintenance);
+                    let rebooted = state.rebooted_unexpectedly() && record.phase >= DrainPhase::Held;
+                    prop_assert!(tagged || rebooted, "{state:?} {record:?}");
+                }
+            }
+
             /// Never more than the cap out at once, beyond the single node
             /// always allowed when nothing else is out.
             #[test]
