@@ -50,7 +50,8 @@ munged --force \
 for _ in $(seq 1 50); do [ -S "$munge_socket" ] && break; sleep 0.1; done
 [ -S "$munge_socket" ] || { echo "start.sh: munged did not create $munge_socket" >&2; cat "$dir/munge/munged.log" >&2; exit 1; }
 
-host=$(hostname -s)
+# The short host name, as slurmd reports it (hostname(1) may be missing in a minimal image).
+host=$(uname -n); host=${host%%.*}
 conf="$dir/slurm.conf"
 {
     cat <<CONF
