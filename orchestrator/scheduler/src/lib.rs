@@ -14,6 +14,8 @@
 //! - [`rules`]: the pure decisions (drain? flash now? resume? give up on a
 //!   node that never empties? capacity cap? drains left behind?) over a
 //!   [`NodeState`] and Waveguard's durable [`rules::DrainRecord`].
+//! - [`config`]: the `[scheduler]` configuration section and building the
+//!   adapter from it (for `serve`, next round).
 //! - [`name`]: validated scheduler node names and the configurable mapping
 //!   from a Waveguard node name.
 //!
@@ -24,6 +26,7 @@
 //! for the step-table rows.
 
 pub mod command;
+pub mod config;
 mod error;
 pub mod exec;
 pub mod name;

@@ -8,6 +8,8 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use serde::Deserialize;
+
 use crate::error::NameError;
 
 /// Longest accepted scheduler node name (a DNS label is 63; FQDNs are longer).
@@ -65,7 +67,8 @@ fn truncate(name: &str) -> String {
 /// while Slurm knows `r12u07`. Explicit entries win; otherwise `template`
 /// is applied, where `{node}` is the Waveguard name and `{short}` the part
 /// before its first dot.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct NameMapping {
     /// Template for nodes without an explicit entry (default `{node}`).
     pub template: String,

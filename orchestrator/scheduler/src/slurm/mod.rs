@@ -17,7 +17,8 @@ use crate::name::SchedulerNodeName;
 use crate::state::{BaseState, NodeState, ReasonTag};
 
 /// Where node state is read from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum StateSource {
     /// `sinfo --json`: structured, with the reason's user and Unix time.
     /// Lists the whole cluster on every call (22.05 ignores `--nodes`
