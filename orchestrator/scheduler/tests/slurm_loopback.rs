@@ -106,6 +106,8 @@ impl Cluster {
     }
 
     /// Runs a Slurm client command as an operator would, returning stdout.
+    /// (Jobs here write to `/dev/null`: sbatch's default `slurm-<id>.out`
+    /// would land in the crate directory.)
     fn client(&self, program: &str, args: &[&str]) -> anyhow::Result<String> {
         let out = Command::new(program)
             .args(args)
@@ -280,7 +282,17 @@ async fn run(cluster: &Cluster) -> anyhow::Result<()> {
     // Given a job running on wg1.
     let job = cluster.client(
         "sbatch",
-        &["--parsable", "-w", "wg1", "-J", "training", "--wrap", "sleep 600"],
+        &[
+            "--parsable",
+            "-o",
+            "/dev/null",
+            "-w",
+            "wg1",
+            "-J",
+            "training",
+            "--wrap",
+            "sleep 600",
+        ],
     )?;
     poll("the job to run", Duration::from_secs(30), async || {
         let state = cluster.client("squeue", &["-h", "-j", &job, "-o", "%T"])?;
@@ -327,7 +339,20 @@ async fn run(cluster: &Cluster) -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     // ...and no new job lands on the draining node.
-    let blocked = cluster.client("sbatch", &["--parsable", "-w", "wg1", "-J", "late", "--wrap", "true"])?;
+    let blocked = cluster.client(
+        "sbatch",
+        &[
+            "--parsable",
+            "-o",
+            "/dev/null",
+            "-w",
+            "wg1",
+            "-J",
+            "late",
+            "--wrap",
+            "true",
+        ],
+    )?;
     // When the job ends, the node is DRAINED (IDLE+DRAIN) and the flash may go.
     cluster.client("scancel", &[&job])?;
     let drained = poll("wg1 to be DRAINED", Duration::from_secs(60), async || {
