@@ -218,6 +218,42 @@ pub struct Wave {
     pub stratify_by: Vec<String>,
     /// Names of the health gates evaluated during this wave's bake.
     pub gates: Vec<String>,
+    /// Draining nodes through their workload scheduler before the flash.
+    pub drain: DrainRules,
+}
+
+/// How long a wave waits for a drained node to empty, and what then.
+/// Only used where a scheduler is configured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DrainRules {
+    /// Longest wait for a node's jobs to finish after its drain.
+    pub timeout: TimeDelta,
+    /// What to do with a node still busy after `timeout`.
+    pub on_timeout: OnDrainTimeout,
+}
+
+/// Default `drain_timeout`: long enough for typical batch jobs to end,
+/// short enough that a wave does not stall for a day on one long job.
+pub const DEFAULT_DRAIN_TIMEOUT_HOURS: i64 = 4;
+
+impl Default for DrainRules {
+    fn default() -> Self {
+        Self {
+            timeout: TimeDelta::hours(DEFAULT_DRAIN_TIMEOUT_HOURS),
+            on_timeout: OnDrainTimeout::Skip,
+        }
+    }
+}
+
+/// What happens to a node that does not empty within `drain_timeout`.
+/// Neither counts against the failure budget: a busy node is not a
+/// firmware failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnDrainTimeout {
+    /// Resume it (Waveguard drained it) and leave it out of this wave.
+    Skip,
+    /// Keep it drained and hold the wave for a human.
+    Hold,
 }
 
 /// Blast-radius limits.
@@ -231,6 +267,9 @@ pub struct Concurrency {
     pub per_nvlink_domain: Option<u32>,
     /// Percent of a cluster's nodes, in (0, 100].
     pub per_cluster_percent: Option<f64>,
+    /// Percent of a cluster's GPUs out of service at once (drained,
+    /// draining or flashing), in (0, 100]; counts drains, not only flashes.
+    pub max_out_of_service_percent: Option<f64>,
 }
 
 /// Health gates and alert rules.

@@ -99,6 +99,17 @@ pub(crate) struct RawWave {
     pub stratify_by: Vec<S<String>>,
     #[serde(default)]
     pub gates: Option<Vec<S<String>>>,
+    #[serde(default)]
+    pub drain_timeout: Option<S<String>>,
+    #[serde(default)]
+    pub on_drain_timeout: Option<S<OnDrainTimeoutRaw>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum OnDrainTimeoutRaw {
+    Skip,
+    Hold,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -118,6 +129,8 @@ pub(crate) struct RawConcurrency {
     pub per_nvlink_domain: Option<S<i64>>,
     #[serde(default)]
     pub per_cluster_percent: Option<S<f64>>,
+    #[serde(default)]
+    pub max_out_of_service_percent: Option<S<f64>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -16,6 +16,8 @@ use crate::model::{
     Approval, Concurrency, DEFAULT_ALPHA, FailureBudget, Health, IdPattern, LabelSelector, Policy, QualificationRules,
     RollbackPolicy, RollbackScope, Target, VersionRules, Wave, WaveSize,
 };
+use crate::model::{DrainRules, OnDrainTimeout};
+use crate::raw::OnDrainTimeoutRaw;
 use crate::raw::{
     ActionRaw, ApprovalKind, DirectionRaw, KindRaw, OneOrMany, RawAlert, RawConcurrency, RawFailureBudget, RawGate,
     RawHealth, RawPolicy, RawRollback, RawTarget, RawVersions, RawWave, RawWindow, S, ScopeRaw, SourceKind,
@@ -300,11 +302,16 @@ fn concurrency(sink: &mut Sink, raw: &RawConcurrency) -> Option<Concurrency> {
         .per_cluster_percent
         .as_ref()
         .map(|v| percent(sink, "concurrency.per_cluster_percent", v, true));
+    let max_out_of_service_percent = raw
+        .max_out_of_service_percent
+        .as_ref()
+        .map(|v| percent(sink, "concurrency.max_out_of_service_percent", v, true));
     Some(Concurrency {
         max_in_flight: max_in_flight?,
         per_rack: optional(per_rack)?,
         per_nvlink_domain: optional(per_nvlink_domain)?,
         per_cluster_percent: optional(per_cluster_percent)?,
+        max_out_of_service_percent: optional(max_out_of_service_percent)?,
     })
 }
 
@@ -777,20 +784,63 @@ fn waves(sink: &mut Sink, raw: &RawPolicy, health: Option<&Health>, conc: Option
             }
         }
         let gates = wave_gates(sink, raw_w, health, bake);
-        match (size, bake, approval, max_in_flight, gates) {
-            (Some((size, _)), Some(bake), Some(approval), Some(max_in_flight), Some(gates)) => out.push(Wave {
-                name,
-                size,
-                bake,
-                approval,
-                max_in_flight,
-                stratify_by: raw_w.stratify_by.iter().map(|l| l.value.clone()).collect(),
-                gates,
-            }),
+        let drain = drain_rules(sink, raw_w);
+        match (size, bake, approval, max_in_flight, gates, drain) {
+            (Some((size, _)), Some(bake), Some(approval), Some(max_in_flight), Some(gates), Some(drain)) => {
+                out.push(Wave {
+                    name,
+                    size,
+                    bake,
+                    approval,
+                    max_in_flight,
+                    stratify_by: raw_w.stratify_by.iter().map(|l| l.value.clone()).collect(),
+                    gates,
+                    drain,
+                })
+            }
             _ => ok = false,
         }
     }
     ok.then_some(out)
+}
+
+/// Longest `drain_timeout`: a node kept drained for longer than a week is
+/// stranded capacity, whatever the policy meant.
+const MAX_DRAIN_TIMEOUT_DAYS: i64 = 7;
+
+fn drain_rules(sink: &mut Sink, w: &RawWave) -> Option<DrainRules> {
+    let name = &w.name.value;
+    let mut rules = DrainRules::default();
+    if let Some(raw) = &w.drain_timeout {
+        let timeout = duration(sink, &format!("wave {name:?} drain_timeout"), raw)?;
+        if timeout > TimeDelta::days(MAX_DRAIN_TIMEOUT_DAYS) {
+            sink.error(
+                at(raw),
+                format!(
+                    "wave {name:?} drain_timeout {} is longer than {MAX_DRAIN_TIMEOUT_DAYS} days; drained nodes are capacity out of service",
+                    raw.value
+                ),
+            );
+            return None;
+        }
+        if timeout < TimeDelta::minutes(1) {
+            sink.warning(
+                at(raw),
+                format!(
+                    "wave {name:?} drain_timeout {} is under a minute: nearly every busy node will time out",
+                    raw.value
+                ),
+            );
+        }
+        rules.timeout = timeout;
+    }
+    if let Some(raw) = &w.on_drain_timeout {
+        rules.on_timeout = match raw.value {
+            OnDrainTimeoutRaw::Skip => OnDrainTimeout::Skip,
+            OnDrainTimeoutRaw::Hold => OnDrainTimeout::Hold,
+        };
+    }
+    Some(rules)
 }
 
 fn approval(sink: &mut Sink, w: &RawWave) -> Option<Approval> {

@@ -60,7 +60,7 @@ const CASES: &[Case] = &[
         "typo in a key",
         &[("    bake: 1h\n  - name: rest", "    bake_tme: 1h\n  - name: rest")],
         &[
-            "t.yaml:8:5: unknown field `bake_tme`, expected one of name, count, percent, rest, bake, approval, approvers, max_in_flight, stratify_by, gates",
+            "t.yaml:8:5: unknown field `bake_tme`, expected one of name, count, percent, rest, bake, approval, approvers, max_in_flight, stratify_by, gates, drain_timeout, on_drain_timeout",
         ],
     ),
     (
@@ -383,6 +383,56 @@ const CASES: &[Case] = &[
             "t.yaml:16:15: maintenance window duration: invalid duration \"4\"; write a number followed by a unit s, m, h, d or w, e.g. `30m`, `1h30m`",
             "t.yaml:17:15: unknown time zone \"utc/x\"; use an IANA name such as \"UTC\" or \"America/Los_Angeles\"",
         ],
+    ),
+    (
+        "drain keys are optional and valid",
+        &[
+            (
+                "    count: 2\n    bake: 1h\n",
+                "    count: 2\n    bake: 1h\n    drain_timeout: 2h\n    on_drain_timeout: hold\n",
+            ),
+            (
+                "  max_in_flight: 4\n",
+                "  max_in_flight: 4\n  max_out_of_service_percent: 10\n",
+            ),
+        ],
+        &[],
+    ),
+    (
+        "drain timeout longer than a week",
+        &[(
+            "    count: 2\n    bake: 1h\n",
+            "    count: 2\n    bake: 1h\n    drain_timeout: 8d\n",
+        )],
+        &[
+            "t.yaml:9:20: wave \"canary\" drain_timeout 8d is longer than 7 days; drained nodes are capacity out of service",
+        ],
+    ),
+    (
+        "drain timeout under a minute",
+        &[(
+            "    count: 2\n    bake: 1h\n",
+            "    count: 2\n    bake: 1h\n    drain_timeout: 30s\n",
+        )],
+        &[
+            "t.yaml:9:20: warning: wave \"canary\" drain_timeout 30s is under a minute: nearly every busy node will time out",
+        ],
+    ),
+    (
+        "unknown on_drain_timeout",
+        &[(
+            "    count: 2\n    bake: 1h\n",
+            "    count: 2\n    bake: 1h\n    on_drain_timeout: fail\n",
+        )],
+        &["t.yaml:9:23: unknown variant `fail`, expected one of skip, hold"],
+    ),
+    (
+        "capacity cap out of range",
+        &[(
+            "  max_in_flight: 4\n",
+            "  max_in_flight: 4\n  max_out_of_service_percent: 0\n",
+        )],
+        &["t.yaml:14:31: concurrency.max_out_of_service_percent must be a percentage in (0, 100], got 0"],
     ),
 ];
 
