@@ -35,6 +35,10 @@ pub struct LevelEProcess {
     config: LevelEConfig,
     nodes: u64,
     sum: f64,
+    /// Variance of `sum` (the mixture's intrinsic time).
+    variance: f64,
+    /// The mixture's scale, fixed at the first batch (a predictable choice keeps the guarantee).
+    rho: Option<f64>,
 }
 
 /// What a level gate's evidence says at one look.
@@ -59,20 +63,39 @@ impl LevelEProcess {
             config,
             nodes: 0,
             sum: 0.0,
+            variance: 0.0,
+            rho: None,
         }
     }
 
-    /// Adds one updated node's concurrent difference from the control (harmful direction positive:
-    /// negate lower-is-worse metrics first).
-    pub fn observe_node(&mut self, difference: f64) -> Result<(), FleetError> {
+    /// Adds a batch of updated nodes whose measurement windows ended together: each one's difference
+    /// from the mean of the same `control_nodes` controls over the same window (harmful direction
+    /// positive: negate lower-is-worse metrics first). `node_sd` is the sd of one node's value over
+    /// the window, estimated from the controls' spread.
+    ///
+    /// Why a batch: the nodes share one control mean, whose error does not shrink with the batch's
+    /// size; the batch's variance `n sd^2 + n^2 sd^2 / control_nodes` counts it, so a large last wave
+    /// against a small holdback is not taken for more evidence than it is.
+    pub fn observe_batch(&mut self, differences: &[f64], node_sd: f64, control_nodes: usize) -> Result<(), FleetError> {
+        check("node sd", "finite and > 0", node_sd, node_sd.is_finite() && node_sd > 0.0)?;
         check(
-            "level difference",
-            "finite with magnitude <= 1e12",
-            difference,
-            difference.is_finite() && difference.abs() <= 1e12,
+            "control nodes",
+            ">= 2",
+            control_nodes as f64,
+            control_nodes >= 2,
         )?;
-        self.nodes += 1;
-        self.sum += difference;
+        for &d in differences {
+            check("level difference", "finite with magnitude <= 1e12", d, d.is_finite() && d.abs() <= 1e12)?;
+        }
+        if differences.is_empty() {
+            return Ok(());
+        }
+        let n = differences.len() as f64;
+        let var = node_sd * node_sd;
+        self.nodes += differences.len() as u64;
+        self.sum += differences.iter().sum::<f64>();
+        self.variance += n * var + n * n * var / control_nodes as f64;
+        self.rho.get_or_insert(self.config.tight_at_nodes.max(1.0) * var);
         Ok(())
     }
 
@@ -81,21 +104,9 @@ impl LevelEProcess {
         self.nodes
     }
 
-    /// Bounds and decisions at one look. `sigma` is the sd of one node's difference (from the control).
-    pub fn look(
-        &self,
-        null_shift: f64,
-        must_detect: f64,
-        alpha: f64,
-        beta: f64,
-        sigma: f64,
-    ) -> Result<LevelLook, FleetError> {
-        check(
-            "null shift",
-            "finite and >= 0",
-            null_shift,
-            null_shift.is_finite() && null_shift >= 0.0,
-        )?;
+    /// Bounds and decisions at one look.
+    pub fn look(&self, null_shift: f64, must_detect: f64, alpha: f64, beta: f64) -> Result<LevelLook, FleetError> {
+        check("null shift", "finite and >= 0", null_shift, null_shift.is_finite() && null_shift >= 0.0)?;
         check(
             "must_detect",
             "finite and > the null shift",
@@ -104,8 +115,7 @@ impl LevelEProcess {
         )?;
         check("alpha", "in (0, 1)", alpha, alpha > 0.0 && alpha < 1.0)?;
         check("beta", "in (0, 1)", beta, beta > 0.0 && beta < 1.0)?;
-        check("sigma", "finite and > 0", sigma, sigma.is_finite() && sigma > 0.0)?;
-        if self.nodes == 0 {
+        let Some(rho) = self.rho.filter(|_| self.nodes > 0) else {
             return Ok(LevelLook {
                 fail: false,
                 pass_ready: false,
@@ -113,10 +123,9 @@ impl LevelEProcess {
                 upper: f64::INFINITY,
                 estimate: None,
             });
-        }
+        };
         let n = self.nodes as f64;
-        let v = n * sigma * sigma;
-        let rho = self.config.tight_at_nodes.max(1.0) * sigma * sigma;
+        let v = self.variance;
         let boundary = |level: f64| ((v + rho) * (((v + rho) / rho).ln() + 2.0 * (1.0 / level).ln())).sqrt() / n;
         let mean = self.sum / n;
         let lower = mean - boundary(alpha);
@@ -135,27 +144,41 @@ impl LevelEProcess {
 mod tests {
     use super::*;
 
+    fn alternating(n: usize, centre: f64, spread: f64) -> Vec<f64> {
+        (0..n).map(|i| centre + if i % 2 == 0 { spread } else { -spread }).collect()
+    }
+
     #[test]
     fn clear_shift_fails_small_noise_passes_and_few_nodes_decide_nothing() {
         let mut hot = LevelEProcess::new(LevelEConfig::default());
-        for i in 0..32 {
-            hot.observe_node(3.0 + if i % 2 == 0 { 0.5 } else { -0.5 }).unwrap();
-        }
-        let look = hot.look(0.0, 2.0, 0.01, 0.05, 1.0).unwrap();
+        hot.observe_batch(&alternating(32, 3.0, 0.5), 1.0, 900).unwrap();
+        let look = hot.look(0.0, 2.0, 0.01, 0.05).unwrap();
         assert!(look.fail && !look.pass_ready, "{look:?}");
 
         let mut calm = LevelEProcess::new(LevelEConfig::default());
-        for i in 0..64 {
-            calm.observe_node(if i % 2 == 0 { 0.3 } else { -0.3 }).unwrap();
-        }
-        let look = calm.look(0.0, 2.0, 0.01, 0.05, 1.0).unwrap();
+        calm.observe_batch(&alternating(64, 0.0, 0.3), 1.0, 900).unwrap();
+        let look = calm.look(0.0, 2.0, 0.01, 0.05).unwrap();
         assert!(!look.fail && look.pass_ready, "{look:?}");
 
         let mut few = LevelEProcess::new(LevelEConfig::default());
-        few.observe_node(1.0).unwrap();
-        let look = few.look(0.0, 2.0, 0.01, 0.05, 1.0).unwrap();
+        few.observe_batch(&[1.0], 1.0, 900).unwrap();
+        let look = few.look(0.0, 2.0, 0.01, 0.05).unwrap();
         assert!(!look.fail && !look.pass_ready, "{look:?}");
-        assert!(few.observe_node(f64::INFINITY).is_err());
-        assert!(few.look(0.0, 2.0, 0.01, 0.05, 0.0).is_err());
+        assert!(few.observe_batch(&[f64::INFINITY], 1.0, 900).is_err());
+        assert!(few.observe_batch(&[1.0], 0.0, 900).is_err());
+        assert!(few.look(0.0, 0.0, 0.01, 0.05).is_err());
+    }
+
+    #[test]
+    fn a_shared_small_control_limits_what_a_large_batch_proves() {
+        // 800 nodes 0.3 above a 50-node holdback: the holdback's mean alone is uncertain by
+        // 1/sqrt(50) = 0.14 node sd, so a 0.3 shift is not proven beyond 0.1 ...
+        let mut against_holdback = LevelEProcess::new(LevelEConfig::default());
+        against_holdback.observe_batch(&alternating(800, 0.3, 1.0), 1.0, 50).unwrap();
+        assert!(!against_holdback.look(0.1, 2.0, 0.01, 0.05).unwrap().fail);
+        // ... while against 5,000 controls it is.
+        let mut against_fleet = LevelEProcess::new(LevelEConfig::default());
+        against_fleet.observe_batch(&alternating(800, 0.3, 1.0), 1.0, 5000).unwrap();
+        assert!(against_fleet.look(0.1, 2.0, 0.01, 0.05).unwrap().fail);
     }
 }
