@@ -22,7 +22,7 @@ use orchestrator_db::model::{NewNode, NodeLabels};
 use orchestrator_engine::{GatelessJudge, StartRollout};
 use orchestrator_types::{ComponentKind, FirmwareVersion};
 
-use super::detection_sim;
+use orchestrator_detect::fleet::sim as detection_sim;
 use super::simulate::{SIM_AUTHOR, SimWorld, WatchOptions, watch};
 use crate::Context;
 

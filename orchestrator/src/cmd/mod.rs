@@ -2,7 +2,6 @@
 
 pub mod bench;
 pub mod demo;
-pub mod detection_sim;
 pub mod fleet;
 pub mod policy;
 pub mod release;

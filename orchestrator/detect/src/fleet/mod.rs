@@ -27,6 +27,7 @@ mod decision;
 mod dispersion;
 mod level;
 mod rate;
+pub mod sim;
 mod soak;
 
 pub use decision::{GateLook, SoakDecision, WaveDecision, WaveTiming, decide_soak, decide_wave};

@@ -1,19 +1,20 @@
-//! The I/O-free fleet simulation behind `waveguard bench --only detection` (issue 22): one rollout
+//! The I/O-free fleet simulation behind `waveguard bench --only detection` (issue 22) and the
+//! Monte Carlo power of the fleet-scale method: one rollout
 //! of a 1,000-node HGX fleet judged by the fleet-scale method (`orchestrator_detect::fleet`) or by the
 //! current per-wave method (`evaluate_rate` / `evaluate_level` with group-sequential spending), on
 //! the same kind of simulated world, hour by hour.
 //!
 //! The world: 1,000 nodes of 8 GPUs in 4 strata (rack rows); XID episodes at the base rate per
-//! GPU-hour that cascade over 1 + Binomial(7, 0.1) GPUs; PCIe AER at 0.002 per node-hour; GPU
+//! GPU-hour that cascade over 1 + Binomial(7, 0.1) GPUs; PCIe AER at 0.02 per node-hour; GPU
 //! temperature and power with a persistent offset per node (sd 2.5 °C, 25 W) plus hourly noise
 //! (1 °C, 12 W). Flashes are instantaneous at a wave's start (this is a detection benchmark, not a
 //! throughput one). Every number here is a model of a fleet, stated so the figures can be judged.
 
-use orchestrator_detect::fleet::{
+use super::{
     ErrorBudget, GateLook, LevelEConfig, LevelEProcess, NodeCount, RateCell, RateEConfig, RateEProcess, SoakDecision,
     WaveDecision, WaveTiming, decide_soak, decide_wave, quasi_poisson_dispersion,
 };
-use orchestrator_detect::{
+use crate::{
     Direction, LevelCohorts, LevelGate, Outcome, RateCohorts, RateGate, RateSample, SequentialPlan, SpendingFunction,
     combine, evaluate_level, evaluate_rate,
 };
@@ -27,7 +28,7 @@ const STRATA: usize = 4;
 const GPUS: f64 = 8.0;
 /// Mean GPUs per XID episode (1 + Binomial(7, 0.1)).
 const MEAN_BURST: f64 = 1.7;
-const AER_PER_NODE_HOUR: f64 = 0.002;
+const AER_PER_NODE_HOUR: f64 = 0.02;
 const TEMP_OFFSET_SD: f64 = 2.5;
 const TEMP_HOURLY_SD: f64 = 1.0;
 const POWER_OFFSET_SD: f64 = 25.0;
@@ -327,7 +328,7 @@ impl World {
 /// Information needed to detect `effect` at one-sided `alpha` with `power`, in expected baseline events
 /// (rates, against a known control) or in nodes (levels, known node sd): the bound of issue 22.
 fn information_needed(effect: Effect, null: [f64; 4], sd: (f64, f64), alpha: f64, power: f64) -> Option<f64> {
-    let z = orchestrator_detect::stats::norm_isf(alpha) + orchestrator_detect::stats::norm_isf(1.0 - power);
+    let z = crate::stats::norm_isf(alpha) + crate::stats::norm_isf(1.0 - power);
     match effect {
         Effect::Rate { ratio, .. } => {
             let gap = ratio.sqrt() - null[0].sqrt();
@@ -344,6 +345,8 @@ struct Bound {
     need: Option<(f64, f64)>,
     rate: bool,
     got: f64,
+    /// The last hour's information and its end, to extrapolate a bound not reached before the run ended.
+    last: (f64, f64),
     at: [Option<f64>; 2],
 }
 
@@ -357,6 +360,7 @@ impl Bound {
             need: median.zip(p95),
             rate: matches!(cell.effect, Effect::Rate { .. }),
             got: 0.0,
+            last: (0.0, 0.0),
             at: [None, None],
         }
     }
@@ -364,7 +368,9 @@ impl Bound {
     /// Adds an hour's information: baseline events of the updated side (rates) or updated nodes measured (levels).
     fn add(&mut self, hour_end: f64, baseline_events: f64, nodes_measured: f64) {
         let Some((m, p)) = self.need else { return };
-        self.got += if self.rate { baseline_events } else { nodes_measured };
+        let gained = if self.rate { baseline_events } else { nodes_measured };
+        self.got += gained;
+        self.last = (gained, hour_end);
         for (slot, need) in self.at.iter_mut().zip([m, p]) {
             if slot.is_none() && self.got >= need {
                 *slot = Some(hour_end);
@@ -372,8 +378,15 @@ impl Bound {
         }
     }
 
+    /// Hours to the bound (median, p95 power). A bound not reached when the run ended (an early
+    /// catch) is extrapolated at the last hour's rate of information.
     fn result(&self) -> Option<(f64, f64)> {
-        self.at[0].zip(self.at[1])
+        let (need_m, need_p) = self.need?;
+        let (gained, hour_end) = self.last;
+        let extrapolate = |slot: Option<f64>, need: f64| {
+            slot.or_else(|| (gained > 0.0).then(|| hour_end + (need - self.got) / gained))
+        };
+        extrapolate(self.at[0], need_m).zip(extrapolate(self.at[1], need_p))
     }
 }
 
@@ -622,14 +635,14 @@ pub fn run_current_method(cell: &Cell, policy: &BenchPolicy, seed: u64) -> Run {
     let rate_gate = |name: &str, min: f64| RateGate {
         name: name.into(),
         min_effect_ratio: min,
-        min_canary_events_for_fail: orchestrator_detect::judging::MIN_CANARY_EVENTS_FOR_FAIL,
-        min_exposure: orchestrator_detect::judging::MIN_EXPOSURE,
+        min_canary_events_for_fail: crate::judging::MIN_CANARY_EVENTS_FOR_FAIL,
+        min_exposure: crate::judging::MIN_EXPOSURE,
     };
     let level_gate = |name: &str, min: f64| LevelGate {
         name: name.into(),
         direction: Direction::HigherIsWorse,
         min_shift: min,
-        min_samples: orchestrator_detect::judging::MIN_LEVEL_UNITS,
+        min_samples: crate::judging::MIN_LEVEL_UNITS,
     };
     let gates = (
         rate_gate("xid", policy.nulls[0]),
