@@ -34,6 +34,8 @@ pub(crate) struct RawPolicy {
     pub health: Option<S<RawHealth>>,
     pub failure_budget: S<RawFailureBudget>,
     pub rollback: S<RawRollback>,
+    #[serde(default)]
+    pub detection: Option<S<crate::detection::RawDetection>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -89,6 +91,8 @@ pub(crate) struct RawWave {
     #[serde(default)]
     pub rest: Option<S<bool>>,
     pub bake: S<String>,
+    #[serde(default)]
+    pub max_bake: Option<S<String>>,
     #[serde(default)]
     pub approval: Option<S<ApprovalKind>>,
     #[serde(default)]

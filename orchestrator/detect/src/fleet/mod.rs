@@ -18,7 +18,9 @@
 //!   data rule out;
 //! - [`ErrorBudget`]: the rollout's false-rollback and false-pass budgets, split over gates once;
 //! - [`counted_hours`] and [`holdback_events_needed`]: the post-reset exclusion rule and the
-//!   holdback's size.
+//!   holdback's size;
+//! - [`hours_to_pass`] / [`hours_to_catch`]: median and p95 time to decide, for `policy power`;
+//! - [`sim`]: an I/O-free 1,000-node rollout simulation (the detection bench).
 //!
 //! The method, its assumptions and its guarantees are in the crate's `README.md` ("Fleet-scale
 //! detection").
@@ -29,12 +31,14 @@ mod level;
 mod rate;
 pub mod sim;
 mod soak;
+mod timing;
 
 pub use decision::{GateLook, SoakDecision, WaveDecision, WaveTiming, decide_soak, decide_wave};
 pub use dispersion::{NodeCount, quasi_poisson_dispersion};
 pub use level::{LevelEConfig, LevelEProcess, LevelLook};
 pub use rate::{RateCell, RateEConfig, RateEProcess, RateLook};
 pub use soak::{counted_hours, holdback_events_needed, holdback_fraction};
+pub use timing::{Hours, RateTimingInput, hours_to_catch, hours_to_pass};
 
 /// Why fleet-scale evidence cannot be built or updated. Outside input never panics; it becomes one
 /// of these, and the engine holds the wave with the message.
