@@ -204,9 +204,10 @@ DETECTION";
             .filter(|d| d.is_error())
             .map(|d| d.render("p.yaml"))
             .collect();
-        assert_eq!(errors.len(), expected.len(), "{errors:#?}");
-        for (e, want) in errors.iter().zip(expected) {
-            assert!(e.contains(want), "{e} does not contain {want}");
+        // Every expected fragment is in the one error, or there is no error when none is expected.
+        assert_eq!(errors.len(), usize::from(!expected.is_empty()), "{errors:#?}");
+        for want in expected {
+            assert!(errors[0].contains(want), "{} does not contain {want}", errors[0]);
         }
     }
 
@@ -232,7 +233,7 @@ DETECTION";
     fn errors_point_at_the_key() {
         check("6h", "", &["p.yaml:9:15", "max_bake 6h is shorter than its bake 12h"]);
         check("soon", "", &["p.yaml:9:15"]);
-        check("12h", "detection:\n  false_rollback: 0.9\n", &["p.yaml:21:19: error: detection.false_rollback"]);
+        check("12h", "detection:\n  false_rollback: 0.9\n", &["p.yaml:21:19: detection.false_rollback"]);
         check(
             "12h",
             "detection:\n  soak:\n    min: 2d\n    max: 1d\n    holdback_percent: 5\n",

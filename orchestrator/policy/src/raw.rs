@@ -92,8 +92,6 @@ pub(crate) struct RawWave {
     pub rest: Option<S<bool>>,
     pub bake: S<String>,
     #[serde(default)]
-    pub max_bake: Option<S<String>>,
-    #[serde(default)]
     pub approval: Option<S<ApprovalKind>>,
     #[serde(default)]
     pub approvers: Option<S<i64>>,
@@ -103,6 +101,8 @@ pub(crate) struct RawWave {
     pub stratify_by: Vec<S<String>>,
     #[serde(default)]
     pub gates: Option<Vec<S<String>>>,
+    #[serde(default)]
+    pub max_bake: Option<S<String>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

@@ -570,10 +570,31 @@ fn detection(effect_seeds: u32, healthy_seeds: u32) {
         "\n== detection: {} nodes x 8 GPUs, 4 strata; fleet-scale method (issue 22) vs the current per-wave method ==",
         detection_sim::NODES
     );
+    let [canary, early] = policy.waves;
     println!(
-        "policy: canary 32 (bake 12 h, max 120 h, xid must_detect 2x), 10% (8 h, max 96 h, 1.5x), rest (4 h), \
-         holdback 48, soak 24..400 h (1.5x); nulls xid 1.1x, aer 1.25x, temp +0.5 C, power +10 W; budgets: \
-         false rollback {:.0}%, false pass {:.0}% (current method: alpha {} per wave)",
+        "policy: canary {} (bake {} h, max {} h, xid must_detect {}x), 10% {} (bake {} h, max {} h, {}x), rest (bake {} h), \
+         holdback {}, soak {}..{} h ({}x); nulls xid {}x, aer {}x, temp +{} C, power +{} W; must_detect aer {}x, \
+         temp +{} C, power +{} W; budgets: false rollback {:.0}%, false pass {:.0}% (current method: alpha {} per wave)",
+        canary.per_stratum * 4,
+        canary.bake_h,
+        canary.max_bake_h,
+        canary.xid_must_detect,
+        early.per_stratum * 4,
+        early.bake_h,
+        early.max_bake_h,
+        early.xid_must_detect,
+        policy.rest_bake_h,
+        policy.holdback_per_stratum * 4,
+        policy.soak_h.0,
+        policy.soak_h.1,
+        policy.soak_xid_must_detect,
+        policy.nulls[0],
+        policy.nulls[1],
+        policy.nulls[2],
+        policy.nulls[3],
+        policy.must_detect[0],
+        policy.must_detect[1],
+        policy.must_detect[2],
         policy.budget.false_rollback * 100.0,
         policy.budget.false_pass * 100.0,
         policy.current_alpha

@@ -237,7 +237,10 @@ impl RateEProcess {
     }
 
     fn rejects(&self, i: usize, upward: bool, level: f64, dispersion: f64, start: usize) -> bool {
-        let threshold = (1.0 / (level * self.weight(start))).ln();
+        // Only Fail is shared with the fresh processes; Pass uses the cumulative process alone and so
+        // its whole level.
+        let weight = if upward { self.weight(start) } else { 1.0 };
+        let threshold = (1.0 / (level * weight)).ln();
         self.ln_mixture(&self.starts[start], i, upward, dispersion) >= threshold
     }
 

@@ -4,7 +4,7 @@
 //! current per-wave method (`evaluate_rate` / `evaluate_level` with group-sequential spending), on
 //! the same kind of simulated world, hour by hour.
 //!
-//! The world: 1,000 nodes of 8 GPUs in 4 strata (rack rows); XID episodes at the base rate per
+//! The world: 1,000 nodes of 8 GPUs in 4 strata (rack rows); XIDs at the base rate per
 //! GPU-hour that cascade over 1 + Binomial(7, 0.1) GPUs; PCIe AER at 0.02 per node-hour; GPU
 //! temperature and power with a persistent offset per node (sd 2.5 °C, 25 W) plus hourly noise
 //! (1 °C, 12 W). Flashes are instantaneous at a wave's start (this is a detection benchmark, not a
@@ -130,13 +130,13 @@ impl Default for BenchPolicy {
                 WavePlan {
                     per_stratum: 8,
                     bake_h: 12,
-                    max_bake_h: 120,
+                    max_bake_h: 240,
                     xid_must_detect: 2.0,
                 },
                 WavePlan {
                     per_stratum: 25,
                     bake_h: 8,
-                    max_bake_h: 96,
+                    max_bake_h: 168,
                     xid_must_detect: 1.5,
                 },
             ],
@@ -288,8 +288,9 @@ impl World {
         self.nodes.iter().filter(|n| n.updated_at.is_some()).count()
     }
 
-    /// One node's XID and AER events in hour `hour`.
-    fn events(&mut self, i: usize, hour: u32) -> (u64, u64) {
+    /// One node's XID events (GPU-level), XID episodes (de-duplicated across the node's GPUs) and
+    /// AER events in hour `hour`.
+    fn events(&mut self, i: usize, hour: u32) -> (u64, u64, u64) {
         let confounder = if self.confounded(hour) { 2.0 } else { 1.0 };
         let node = &self.nodes[i];
         let on_release = node.updated_at.is_some();
@@ -306,7 +307,7 @@ impl World {
             };
         }
         let aer = poisson(&mut self.rng, AER_PER_NODE_HOUR * confounder);
-        (xid, aer)
+        (xid, episodes, aer)
     }
 
     fn level_effect(&self) -> (f64, f64) {
@@ -325,8 +326,9 @@ impl World {
     }
 }
 
-/// Information needed to detect `effect` at one-sided `alpha` with `power`, in expected baseline events
-/// (rates, against a known control) or in nodes (levels, known node sd): the bound of issue 22.
+/// Information needed to detect `effect` at one-sided `alpha` with `power`, in expected baseline XID
+/// episodes (rates, against a known control; episodes, because GPU-level events are over-dispersed
+/// and carry less information than their count) or in nodes (levels, known node sd): the bound of issue 22.
 fn information_needed(effect: Effect, null: [f64; 4], sd: (f64, f64), alpha: f64, power: f64) -> Option<f64> {
     let z = crate::stats::norm_isf(alpha) + crate::stats::norm_isf(1.0 - power);
     match effect {
@@ -434,7 +436,8 @@ pub fn run_fleet_method(cell: &Cell, policy: &BenchPolicy, seed: u64) -> Run {
         let mut aer_cells = vec![RateCell::default(); STRATA];
         let mut baseline = 0.0;
         for i in 0..NODES {
-            let (x, a) = world.events(i, hour);
+            // The fleet method counts XID episodes per node: a cascade over a node's GPUs is one event.
+            let (_, x, a) = world.events(i, hour);
             let node = &world.nodes[i];
             let (xc, ac) = (&mut xid_cells[node.stratum], &mut aer_cells[node.stratum]);
             match node.updated_at {
@@ -444,7 +447,7 @@ pub fn run_fleet_method(cell: &Cell, policy: &BenchPolicy, seed: u64) -> Run {
                     xc.updated_exposure += GPUS;
                     ac.updated_events += a;
                     ac.updated_exposure += 1.0;
-                    baseline += cell.base * GPUS;
+                    baseline += cell.base * GPUS / MEAN_BURST;
                 }
                 None => {
                     xc.control_events += x;
@@ -678,14 +681,14 @@ pub fn run_current_method(cell: &Cell, policy: &BenchPolicy, seed: u64) -> Run {
         for look_number in 1..=wave.bake_h {
             for (side, nodes) in [(0, &canary), (1, &control)] {
                 for &i in nodes {
-                    let (x, a) = world.events(i, hour);
+                    let (x, _, a) = world.events(i, hour);
                     samples[0][side].events += x;
                     samples[0][side].exposure += GPUS;
                     samples[1][side].events += a;
                     samples[1][side].exposure += 1.0;
                 }
             }
-            bound.add(f64::from(hour + 1), cell.base * GPUS * world.updated_count() as f64, 0.0);
+            bound.add(f64::from(hour + 1), cell.base * GPUS / MEAN_BURST * world.updated_count() as f64, 0.0);
             hour += 1;
             let Ok(look) = plan.look(look_number) else { break };
             // A node's running mean over the bake so far: offset + effect + shared confounder + noise / sqrt(hours).
@@ -724,7 +727,7 @@ pub fn run_current_method(cell: &Cell, policy: &BenchPolicy, seed: u64) -> Run {
     let rest: Vec<usize> = world.order.iter().flat_map(|o| o[taken..].to_vec()).collect();
     world.update(&rest, hour);
     for _ in 0..policy.rest_bake_h {
-        bound.add(f64::from(hour + 1), cell.base * GPUS * NODES as f64, 0.0);
+        bound.add(f64::from(hour + 1), cell.base * GPUS / MEAN_BURST * NODES as f64, 0.0);
         hour += 1;
     }
     Run {

@@ -6,7 +6,7 @@
 //! grid alternative `R1 = R` against the null `R0`, after `mu` expected baseline events on the
 //! updated side, has mean `mu (R ln(R/R0) - (R - R0))` and variance `phi mu R ln(R/R0)^2`. The
 //! mixture crosses when that exceeds `phi ln(32 / (level w))` (the mixture's cost for not knowing the
-//! effect, the gate's level and the cumulative process's share `w` = 1/2). The normal approximation
+//! effect, the gate's level and the cumulative process's share `w`: 1/2 to fail, 1 to pass). The normal approximation
 //! of the crossing gives the median (z = 0) and the p95 (z = 1.645). `mu` grows with the updated
 //! nodes' exposure, so the caller says how many baseline events came before the wave and how many
 //! accrue per hour during it (all nodes on the release so far).
@@ -15,7 +15,7 @@ use super::{FleetError, check};
 
 /// The mixture's alternatives (see `rate.rs`): the cost of the mixture in nats is `ln` of this.
 const MIX_POINTS: f64 = 32.0;
-/// Share of the gate's level given to the cumulative process.
+/// Share of the gate's false-rollback level given to the cumulative process (Pass has it all).
 const CUMULATIVE_SHARE: f64 = 0.5;
 const Z95: f64 = 1.644_853_626_951_472_2;
 
@@ -63,11 +63,11 @@ fn validate(i: &RateTimingInput) -> Result<(), FleetError> {
 }
 
 /// Hours (median, p95) until the evidence with true ratio `truth` rejects `null_ratio` at `level`.
-fn crossing(i: &RateTimingInput, truth: f64, null_ratio: f64, level: f64) -> Hours {
+fn crossing(i: &RateTimingInput, truth: f64, null_ratio: f64, level: f64, share: f64) -> Hours {
     let l = (truth / null_ratio).ln();
     let drift = truth * l - (truth - null_ratio);
     let variance = i.dispersion * truth * l * l;
-    let threshold = i.dispersion * (MIX_POINTS / (level * CUMULATIVE_SHARE)).ln();
+    let threshold = i.dispersion * (MIX_POINTS / (level * share)).ln();
     let at = |z: f64| {
         if !(drift > 0.0) {
             return f64::INFINITY;
@@ -85,7 +85,7 @@ fn crossing(i: &RateTimingInput, truth: f64, null_ratio: f64, level: f64) -> Hou
 /// passes at the later of this and its bake; beyond `max_bake` it holds.
 pub fn hours_to_pass(input: &RateTimingInput) -> Result<Hours, FleetError> {
     validate(input)?;
-    Ok(crossing(input, 1.0, input.must_detect, input.beta))
+    Ok(crossing(input, 1.0, input.must_detect, input.beta, 1.0))
 }
 
 /// Hours into the wave for a release at `ratio` to fail (infinite when `ratio` does not exceed the
@@ -99,7 +99,7 @@ pub fn hours_to_catch(input: &RateTimingInput, ratio: f64) -> Result<Hours, Flee
             p95: f64::INFINITY,
         });
     }
-    Ok(crossing(input, ratio, input.null, input.alpha))
+    Ok(crossing(input, ratio, input.null, input.alpha, CUMULATIVE_SHARE))
 }
 
 #[cfg(test)]
