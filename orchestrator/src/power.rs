@@ -663,7 +663,9 @@ pub fn fleet_timing(policy: &Policy, waves: &[WaveShape], options: &PowerOptions
         let alpha = policy.detection.false_rollback / gates;
         let beta = policy.detection.false_pass / gates;
         for gate in wave.gates.iter().filter_map(|name| policy.health.gate(name)) {
-            let GateSource::Redfish { metric } = gate.source else { continue };
+            let GateSource::Redfish { metric } = gate.source else {
+                continue;
+            };
             if gate.kind != GateKind::Rate || fixed_at_judge(gate).is_some() {
                 continue;
             }
@@ -674,7 +676,11 @@ pub fn fleet_timing(policy: &Policy, waves: &[WaveShape], options: &PowerOptions
                 continue;
             };
             let (unit, _, per_hour) = rate_exposure_unit(metric);
-            let per_node = if unit == "gpu" { f64::from(options.gpus_per_node.max(1)) } else { 1.0 };
+            let per_node = if unit == "gpu" {
+                f64::from(options.gpus_per_node.max(1))
+            } else {
+                1.0
+            };
             let events_per_hour = updated_nodes as f64 * per_node * per_hour * rate;
             let before = prior.get(&gate.name).copied().unwrap_or(0.0);
             let input = RateTimingInput {
@@ -688,7 +694,11 @@ pub fn fleet_timing(policy: &Policy, waves: &[WaveShape], options: &PowerOptions
             };
             let Ok(pass) = hours_to_pass(&input) else { continue };
             let mut ratios = vec![gate.must_detect];
-            ratios.extend([1.5, 2.0, 3.0, 6.0].into_iter().filter(|r| *r > gate.min_effect && *r != gate.must_detect));
+            ratios.extend(
+                [1.5, 2.0, 3.0, 6.0]
+                    .into_iter()
+                    .filter(|r| *r > gate.min_effect && *r != gate.must_detect),
+            );
             let catch_hours = ratios
                 .into_iter()
                 .filter_map(|r| hours_to_catch(&input, r).ok().map(|h| (r, h.median, h.p95)))
@@ -718,7 +728,13 @@ mod tests {
         let policy = policy();
         let options = PowerOptions::default();
         let waves = [shape(8, 400, 12), shape(40, 400, 12)];
-        let waves = [waves[0].clone(), WaveShape { name: "canary".into(), ..waves[1].clone() }];
+        let waves = [
+            waves[0].clone(),
+            WaveShape {
+                name: "canary".into(),
+                ..waves[1].clone()
+            },
+        ];
         let timing = fleet_timing(&policy, &waves, &options);
         let xid: Vec<&FleetGateTiming> = timing.iter().filter(|t| t.gate == "xid_errors").collect();
         assert_eq!(xid.len(), 2, "{timing:#?}");

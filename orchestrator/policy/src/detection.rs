@@ -80,7 +80,10 @@ fn budget(sink: &mut Sink, what: &str, raw: Option<&S<f64>>, default: f64) -> Op
     if v.is_finite() && v > 0.0 && v <= 0.5 {
         Some(v)
     } else {
-        sink.error(at(raw), format!("detection.{what} is a probability and must be in (0, 0.5], got {v}"));
+        sink.error(
+            at(raw),
+            format!("detection.{what} is a probability and must be in (0, 0.5], got {v}"),
+        );
         None
     }
 }
@@ -101,7 +104,12 @@ pub(crate) fn detection(sink: &mut Sink, raw: Option<&S<RawDetection>>) -> Optio
         return Some(Detection::default());
     };
     let d = &raw.value;
-    let false_rollback = budget(sink, "false_rollback", d.false_rollback.as_ref(), DEFAULT_FALSE_ROLLBACK);
+    let false_rollback = budget(
+        sink,
+        "false_rollback",
+        d.false_rollback.as_ref(),
+        DEFAULT_FALSE_ROLLBACK,
+    );
     let false_pass = budget(sink, "false_pass", d.false_pass.as_ref(), DEFAULT_FALSE_PASS);
     let reset_exclusion = match &d.reset_exclusion {
         None => Some(TimeDelta::seconds(DEFAULT_RESET_EXCLUSION_SECONDS)),
@@ -151,7 +159,12 @@ fn soak(sink: &mut Sink, raw: &RawSoak) -> Option<Soak> {
 }
 
 /// A wave's `max_bake`: at least its bake (absent: the bake, so the wave never extends).
-pub(crate) fn max_bake(sink: &mut Sink, wave: &str, raw: Option<&S<String>>, bake: Option<TimeDelta>) -> Option<TimeDelta> {
+pub(crate) fn max_bake(
+    sink: &mut Sink,
+    wave: &str,
+    raw: Option<&S<String>>,
+    bake: Option<TimeDelta>,
+) -> Option<TimeDelta> {
     let Some(raw) = raw else { return bake };
     let max = duration(sink, &format!("wave {wave:?} max_bake"), raw)?;
     if let Some(bake) = bake
@@ -223,7 +236,10 @@ DETECTION";
         let policy = crate::parse_policy(&source).unwrap();
         assert_eq!(policy.waves[0].max_bake, policy.waves[0].bake);
         assert_eq!(policy.detection, super::Detection::default());
-        let source = BASE.replace("MAXBAKE", "3d").replace("DETECTION", "detection:\n  soak: {min: 1d, max: 10d, holdback_percent: 2}\n");
+        let source = BASE.replace("MAXBAKE", "3d").replace(
+            "DETECTION",
+            "detection:\n  soak: {min: 1d, max: 10d, holdback_percent: 2}\n",
+        );
         let policy = crate::parse_policy(&source).unwrap();
         assert_eq!(policy.waves[0].max_bake, chrono::TimeDelta::days(3));
         assert_eq!(policy.detection.soak.unwrap().holdback_percent, 2.0);
@@ -233,7 +249,11 @@ DETECTION";
     fn errors_point_at_the_key() {
         check("6h", "", &["p.yaml:9:15", "max_bake 6h is shorter than its bake 12h"]);
         check("soon", "", &["p.yaml:9:15"]);
-        check("12h", "detection:\n  false_rollback: 0.9\n", &["p.yaml:21:19: detection.false_rollback"]);
+        check(
+            "12h",
+            "detection:\n  false_rollback: 0.9\n",
+            &["p.yaml:21:19: detection.false_rollback"],
+        );
         check(
             "12h",
             "detection:\n  soak:\n    min: 2d\n    max: 1d\n    holdback_percent: 5\n",

@@ -781,16 +781,17 @@ fn waves(sink: &mut Sink, raw: &RawPolicy, health: Option<&Health>, conc: Option
         let gates = wave_gates(sink, raw_w, health, bake);
         let max_bake = crate::detection::max_bake(sink, &name, raw_w.max_bake.as_ref(), bake);
         match (size, bake, approval, max_in_flight, gates, max_bake) {
-            (Some((size, _)), Some(bake), Some(approval), Some(max_in_flight), Some(gates), Some(max_bake)) => out.push(Wave {
-                name,
-                size,
-                bake,
-                max_bake,
-                approval,
-                max_in_flight,
-                stratify_by: raw_w.stratify_by.iter().map(|l| l.value.clone()).collect(),
-                gates,
-            }),
+            (Some((size, _)), Some(bake), Some(approval), Some(max_in_flight), Some(gates), Some(max_bake)) => out
+                .push(Wave {
+                    name,
+                    size,
+                    bake,
+                    max_bake,
+                    approval,
+                    max_in_flight,
+                    stratify_by: raw_w.stratify_by.iter().map(|l| l.value.clone()).collect(),
+                    gates,
+                }),
             _ => ok = false,
         }
     }

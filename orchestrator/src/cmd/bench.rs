@@ -22,9 +22,9 @@ use orchestrator_db::model::{NewNode, NodeLabels};
 use orchestrator_engine::{GatelessJudge, StartRollout};
 use orchestrator_types::{ComponentKind, FirmwareVersion};
 
-use orchestrator_detect::fleet::sim as detection_sim;
 use super::simulate::{SIM_AUTHOR, SimWorld, WatchOptions, watch};
 use crate::Context;
+use orchestrator_detect::fleet::sim as detection_sim;
 
 /// Which benchmark.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -602,7 +602,18 @@ fn detection(effect_seeds: u32, healthy_seeds: u32) {
     println!("seeds: {effect_seeds} per effect cell, {healthy_seeds} healthy");
     println!(
         "\n{:<28} {:<7} {:>7} {:>7} {:>7} {:>9} {:>9} {:>10} {:>8} {:>6} {:>7} {:>7}",
-        "harmful cell", "method", "caught", "canary", "<15%", "nodes50/90", "hours50/95", "x bound", "held", "proven", "unjudg", "seeds"
+        "harmful cell",
+        "method",
+        "caught",
+        "canary",
+        "<15%",
+        "nodes50/90",
+        "hours50/95",
+        "x bound",
+        "held",
+        "proven",
+        "unjudg",
+        "seeds"
     );
     let cells = detection_sim::cells(effect_seeds, healthy_seeds);
     let run_all = |cell: &detection_sim::Cell, fleet: bool| -> Vec<detection_sim::Run> {
@@ -622,7 +633,18 @@ fn detection(effect_seeds: u32, healthy_seeds: u32) {
     }
     println!(
         "\n{:<28} {:<7} {:>7} {:>8} {:>7} {:>9} {:>9} {:>9} {:>7} {:>9} {:>7} {:>6}",
-        "healthy cell", "method", "rollbk", "up95", "held", "hold+h", "canary h", "10% h", "proven", "proven h", "unjudg", "seeds"
+        "healthy cell",
+        "method",
+        "rollbk",
+        "up95",
+        "held",
+        "hold+h",
+        "canary h",
+        "10% h",
+        "proven",
+        "proven h",
+        "unjudg",
+        "seeds"
     );
     for cell in cells.iter().filter(|c| !c.harmful()) {
         report_cell(cell, "fleet", &run_all(cell, true));

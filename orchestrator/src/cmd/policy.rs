@@ -857,7 +857,13 @@ fn fleet_timing_text(policy: &orchestrator_policy::Policy, timing: &[crate::powe
     if timing.is_empty() {
         return String::new();
     }
-    let hours = |h: f64| if h.is_finite() { format!("{h:.0} h") } else { "never".to_owned() };
+    let hours = |h: f64| {
+        if h.is_finite() {
+            format!("{h:.0} h")
+        } else {
+            "never".to_owned()
+        }
+    };
     let mut out = format!(
         "\nfleet-scale method (anytime-valid, evidence pooled across waves; false rollback {}, false pass {} per \
          rollout): hours into each wave's bake, median / p95\n",

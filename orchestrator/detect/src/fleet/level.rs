@@ -77,15 +77,20 @@ impl LevelEProcess {
     /// size; the batch's variance `n sd^2 + n^2 sd^2 / control_nodes` counts it, so a large last wave
     /// against a small holdback is not taken for more evidence than it is.
     pub fn observe_batch(&mut self, differences: &[f64], node_sd: f64, control_nodes: usize) -> Result<(), FleetError> {
-        check("node sd", "finite and > 0", node_sd, node_sd.is_finite() && node_sd > 0.0)?;
         check(
-            "control nodes",
-            ">= 2",
-            control_nodes as f64,
-            control_nodes >= 2,
+            "node sd",
+            "finite and > 0",
+            node_sd,
+            node_sd.is_finite() && node_sd > 0.0,
         )?;
+        check("control nodes", ">= 2", control_nodes as f64, control_nodes >= 2)?;
         for &d in differences {
-            check("level difference", "finite with magnitude <= 1e12", d, d.is_finite() && d.abs() <= 1e12)?;
+            check(
+                "level difference",
+                "finite with magnitude <= 1e12",
+                d,
+                d.is_finite() && d.abs() <= 1e12,
+            )?;
         }
         if differences.is_empty() {
             return Ok(());
@@ -106,7 +111,12 @@ impl LevelEProcess {
 
     /// Bounds and decisions at one look.
     pub fn look(&self, null_shift: f64, must_detect: f64, alpha: f64, beta: f64) -> Result<LevelLook, FleetError> {
-        check("null shift", "finite and >= 0", null_shift, null_shift.is_finite() && null_shift >= 0.0)?;
+        check(
+            "null shift",
+            "finite and >= 0",
+            null_shift,
+            null_shift.is_finite() && null_shift >= 0.0,
+        )?;
         check(
             "must_detect",
             "finite and > the null shift",
@@ -145,7 +155,9 @@ mod tests {
     use super::*;
 
     fn alternating(n: usize, centre: f64, spread: f64) -> Vec<f64> {
-        (0..n).map(|i| centre + if i % 2 == 0 { spread } else { -spread }).collect()
+        (0..n)
+            .map(|i| centre + if i % 2 == 0 { spread } else { -spread })
+            .collect()
     }
 
     #[test]
@@ -174,11 +186,15 @@ mod tests {
         // 800 nodes 0.3 above a 50-node holdback: the holdback's mean alone is uncertain by
         // 1/sqrt(50) = 0.14 node sd, so a 0.3 shift is not proven beyond 0.1 ...
         let mut against_holdback = LevelEProcess::new(LevelEConfig::default());
-        against_holdback.observe_batch(&alternating(800, 0.3, 1.0), 1.0, 50).unwrap();
+        against_holdback
+            .observe_batch(&alternating(800, 0.3, 1.0), 1.0, 50)
+            .unwrap();
         assert!(!against_holdback.look(0.1, 2.0, 0.01, 0.05).unwrap().fail);
         // ... while against 5,000 controls it is.
         let mut against_fleet = LevelEProcess::new(LevelEConfig::default());
-        against_fleet.observe_batch(&alternating(800, 0.3, 1.0), 1.0, 5000).unwrap();
+        against_fleet
+            .observe_batch(&alternating(800, 0.3, 1.0), 1.0, 5000)
+            .unwrap();
         assert!(against_fleet.look(0.1, 2.0, 0.01, 0.05).unwrap().fail);
     }
 }

@@ -355,7 +355,10 @@ struct Bound {
 impl Bound {
     fn new(cell: &Cell, policy: &BenchPolicy) -> Self {
         let (alpha, _) = policy.budget.per_gate(4);
-        let sd = (TEMP_HOURLY_SD * (2.0 / f64::from(LEVEL_WINDOW_H)).sqrt(), POWER_HOURLY_SD * (2.0 / f64::from(LEVEL_WINDOW_H)).sqrt());
+        let sd = (
+            TEMP_HOURLY_SD * (2.0 / f64::from(LEVEL_WINDOW_H)).sqrt(),
+            POWER_HOURLY_SD * (2.0 / f64::from(LEVEL_WINDOW_H)).sqrt(),
+        );
         let median = information_needed(cell.effect, policy.nulls, sd, alpha, 0.5);
         let p95 = information_needed(cell.effect, policy.nulls, sd, alpha, 0.95);
         Self {
@@ -509,7 +512,12 @@ pub fn run_fleet_method(cell: &Cell, policy: &BenchPolicy, seed: u64) -> Run {
             _ => policy.soak_xid_must_detect,
         };
         let looks = [
-            ("xid", xid.look(policy.nulls[0], xid_md, alpha, beta, phi).ok().map(|l| (l.fail, l.pass_ready))),
+            (
+                "xid",
+                xid.look(policy.nulls[0], xid_md, alpha, beta, phi)
+                    .ok()
+                    .map(|l| (l.fail, l.pass_ready)),
+            ),
             (
                 "aer",
                 aer.look(policy.nulls[1], policy.must_detect[0], alpha, beta, 1.0)
@@ -518,11 +526,16 @@ pub fn run_fleet_method(cell: &Cell, policy: &BenchPolicy, seed: u64) -> Run {
             ),
             (
                 "temp",
-                temp.look(policy.nulls[2], policy.must_detect[1], alpha, beta).ok().map(|l| (l.fail, l.pass_ready)),
+                temp.look(policy.nulls[2], policy.must_detect[1], alpha, beta)
+                    .ok()
+                    .map(|l| (l.fail, l.pass_ready)),
             ),
             (
                 "power",
-                power.look(policy.nulls[3], policy.must_detect[2], alpha, beta).ok().map(|l| (l.fail, l.pass_ready)),
+                power
+                    .look(policy.nulls[3], policy.must_detect[2], alpha, beta)
+                    .ok()
+                    .map(|l| (l.fail, l.pass_ready)),
             ),
         ];
         let gates: Vec<GateLook> = looks
@@ -589,14 +602,26 @@ pub fn run_fleet_method(cell: &Cell, policy: &BenchPolicy, seed: u64) -> Run {
                         };
                     }
                     SoakDecision::Hold { .. } => {
-                        return held(hour_end, exposed, elapsed - f64::from(policy.soak_h.0), wave_pass_h, &bound);
+                        return held(
+                            hour_end,
+                            exposed,
+                            elapsed - f64::from(policy.soak_h.0),
+                            wave_pass_h,
+                            &bound,
+                        );
                     }
                     SoakDecision::Extend { .. } => {}
                 }
             }
         }
     }
-    held(f64::from(HORIZON_H), world.updated_count(), f64::NAN, wave_pass_h, &bound)
+    held(
+        f64::from(HORIZON_H),
+        world.updated_count(),
+        f64::NAN,
+        wave_pass_h,
+        &bound,
+    )
 }
 
 fn detected(hour: f64, exposed: usize, wave_pass_h: [Option<f64>; 2], bound: &Bound) -> Run {
@@ -661,23 +686,28 @@ pub fn run_current_method(cell: &Cell, policy: &BenchPolicy, seed: u64) -> Run {
             .flat_map(|o| o[taken..taken + wave.per_stratum].to_vec())
             .collect();
         taken += wave.per_stratum;
-        let mut pool: Vec<usize> = world
-            .order
-            .iter()
-            .flat_map(|o| o[taken..].to_vec())
-            .collect();
+        let mut pool: Vec<usize> = world.order.iter().flat_map(|o| o[taken..].to_vec()).collect();
         pool.shuffle(&mut world.rng);
         let control: Vec<usize> = pool.into_iter().take(canary.len()).collect();
         world.update(&canary, hour);
         let start = hour;
-        let Ok(plan) = SequentialPlan::bonferroni(policy.current_alpha, 4, wave.bake_h, SpendingFunction::OBrienFleming)
+        let Ok(plan) =
+            SequentialPlan::bonferroni(policy.current_alpha, 4, wave.bake_h, SpendingFunction::OBrienFleming)
         else {
             break;
         };
-        let mut samples = [[RateSample { events: 0, exposure: 0.0 }; 2]; 2];
-        let z_canary: Vec<(f64, f64)> = canary.iter().map(|_| (normal(&mut world.rng), normal(&mut world.rng))).collect();
-        let z_control: Vec<(f64, f64)> =
-            control.iter().map(|_| (normal(&mut world.rng), normal(&mut world.rng))).collect();
+        let mut samples = [[RateSample {
+            events: 0,
+            exposure: 0.0,
+        }; 2]; 2];
+        let z_canary: Vec<(f64, f64)> = canary
+            .iter()
+            .map(|_| (normal(&mut world.rng), normal(&mut world.rng)))
+            .collect();
+        let z_control: Vec<(f64, f64)> = control
+            .iter()
+            .map(|_| (normal(&mut world.rng), normal(&mut world.rng)))
+            .collect();
         for look_number in 1..=wave.bake_h {
             for (side, nodes) in [(0, &canary), (1, &control)] {
                 for &i in nodes {
@@ -688,7 +718,11 @@ pub fn run_current_method(cell: &Cell, policy: &BenchPolicy, seed: u64) -> Run {
                     samples[1][side].exposure += 1.0;
                 }
             }
-            bound.add(f64::from(hour + 1), cell.base * GPUS / MEAN_BURST * world.updated_count() as f64, 0.0);
+            bound.add(
+                f64::from(hour + 1),
+                cell.base * GPUS / MEAN_BURST * world.updated_count() as f64,
+                0.0,
+            );
             hour += 1;
             let Ok(look) = plan.look(look_number) else { break };
             // A node's running mean over the bake so far: offset + effect + shared confounder + noise / sqrt(hours).
@@ -698,18 +732,53 @@ pub fn run_current_method(cell: &Cell, policy: &BenchPolicy, seed: u64) -> Run {
                 let n = &world.nodes[i];
                 (
                     n.temp_offset + conf.0 + if on { temp_effect } else { 0.0 } + TEMP_HOURLY_SD * z.0 / elapsed.sqrt(),
-                    n.power_offset + conf.1 + if on { power_effect } else { 0.0 } + POWER_HOURLY_SD * z.1 / elapsed.sqrt(),
+                    n.power_offset
+                        + conf.1
+                        + if on { power_effect } else { 0.0 }
+                        + POWER_HOURLY_SD * z.1 / elapsed.sqrt(),
                 )
             };
             let c: Vec<(f64, f64)> = canary.iter().zip(&z_canary).map(|(&i, &z)| level(i, z, true)).collect();
-            let k: Vec<(f64, f64)> = control.iter().zip(&z_control).map(|(&i, &z)| level(i, z, false)).collect();
+            let k: Vec<(f64, f64)> = control
+                .iter()
+                .zip(&z_control)
+                .map(|(&i, &z)| level(i, z, false))
+                .collect();
             let (ct, cp): (Vec<f64>, Vec<f64>) = c.into_iter().unzip();
             let (kt, kp): (Vec<f64>, Vec<f64>) = k.into_iter().unzip();
             let verdict = combine(vec![
-                evaluate_rate(&gates.0, &RateCohorts { canary: samples[0][0], control: samples[0][1] }, &look),
-                evaluate_rate(&gates.1, &RateCohorts { canary: samples[1][0], control: samples[1][1] }, &look),
-                evaluate_level(&gates.2, &LevelCohorts { canary: &ct, control: &kt }, &look),
-                evaluate_level(&gates.3, &LevelCohorts { canary: &cp, control: &kp }, &look),
+                evaluate_rate(
+                    &gates.0,
+                    &RateCohorts {
+                        canary: samples[0][0],
+                        control: samples[0][1],
+                    },
+                    &look,
+                ),
+                evaluate_rate(
+                    &gates.1,
+                    &RateCohorts {
+                        canary: samples[1][0],
+                        control: samples[1][1],
+                    },
+                    &look,
+                ),
+                evaluate_level(
+                    &gates.2,
+                    &LevelCohorts {
+                        canary: &ct,
+                        control: &kt,
+                    },
+                    &look,
+                ),
+                evaluate_level(
+                    &gates.3,
+                    &LevelCohorts {
+                        canary: &cp,
+                        control: &kp,
+                    },
+                    &look,
+                ),
             ]);
             match verdict.outcome {
                 Outcome::Fail => {
@@ -814,7 +883,13 @@ mod tests {
     fn the_same_seed_gives_the_same_rollout() {
         let policy = BenchPolicy::default();
         let c = cell(Effect::Temp(3.0));
-        assert_eq!(run_fleet_method(&c, &policy, 5).end, run_fleet_method(&c, &policy, 5).end);
-        assert_eq!(run_current_method(&c, &policy, 5).end, run_current_method(&c, &policy, 5).end);
+        assert_eq!(
+            run_fleet_method(&c, &policy, 5).end,
+            run_fleet_method(&c, &policy, 5).end
+        );
+        assert_eq!(
+            run_current_method(&c, &policy, 5).end,
+            run_current_method(&c, &policy, 5).end
+        );
     }
 }

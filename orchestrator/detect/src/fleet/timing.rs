@@ -48,18 +48,38 @@ pub struct Hours {
 }
 
 fn validate(i: &RateTimingInput) -> Result<(), FleetError> {
-    check("prior events", "finite and >= 0", i.prior_events, i.prior_events.is_finite() && i.prior_events >= 0.0)?;
+    check(
+        "prior events",
+        "finite and >= 0",
+        i.prior_events,
+        i.prior_events.is_finite() && i.prior_events >= 0.0,
+    )?;
     check(
         "events per hour",
         "finite and > 0",
         i.events_per_hour,
         i.events_per_hour.is_finite() && i.events_per_hour > 0.0,
     )?;
-    check("null ratio", "finite and > 0", i.null, i.null.is_finite() && i.null > 0.0)?;
-    check("must_detect", "finite and > null", i.must_detect, i.must_detect.is_finite() && i.must_detect > i.null)?;
+    check(
+        "null ratio",
+        "finite and > 0",
+        i.null,
+        i.null.is_finite() && i.null > 0.0,
+    )?;
+    check(
+        "must_detect",
+        "finite and > null",
+        i.must_detect,
+        i.must_detect.is_finite() && i.must_detect > i.null,
+    )?;
     check("alpha", "in (0, 1)", i.alpha, i.alpha > 0.0 && i.alpha < 1.0)?;
     check("beta", "in (0, 1)", i.beta, i.beta > 0.0 && i.beta < 1.0)?;
-    check("dispersion", "finite and >= 1", i.dispersion, i.dispersion.is_finite() && i.dispersion >= 1.0)
+    check(
+        "dispersion",
+        "finite and >= 1",
+        i.dispersion,
+        i.dispersion.is_finite() && i.dispersion >= 1.0,
+    )
 }
 
 /// Hours (median, p95) until the evidence with true ratio `truth` rejects `null_ratio` at `level`.
@@ -160,11 +180,19 @@ mod tests {
         let median = sim[sim.len() / 2];
         // The conditional test against a finite control and the grid make the process a little
         // slower than the known-control approximation; within 35% is what `policy power` promises.
-        assert!((median / catch.median - 1.0).abs() < 0.35, "sim {median} vs predicted {}", catch.median);
+        assert!(
+            (median / catch.median - 1.0).abs() < 0.35,
+            "sim {median} vs predicted {}",
+            catch.median
+        );
         let pass = hours_to_pass(&input).unwrap();
         let sim = simulate(1.0, 0.5, true, 200);
         let median = sim[sim.len() / 2];
-        assert!((median / pass.median - 1.0).abs() < 0.35, "sim {median} vs predicted {}", pass.median);
+        assert!(
+            (median / pass.median - 1.0).abs() < 0.35,
+            "sim {median} vs predicted {}",
+            pass.median
+        );
         assert!(pass.p95 > pass.median && catch.p95 > catch.median);
     }
 
@@ -181,10 +209,24 @@ mod tests {
         };
         assert!(hours_to_catch(&input, 1.2).unwrap().median.is_infinite());
         let fresh = hours_to_pass(&input).unwrap();
-        let pooled = hours_to_pass(&RateTimingInput { prior_events: 10.0, ..input }).unwrap();
+        let pooled = hours_to_pass(&RateTimingInput {
+            prior_events: 10.0,
+            ..input
+        })
+        .unwrap();
         assert!(pooled.median < fresh.median);
-        let bursty = hours_to_pass(&RateTimingInput { dispersion: 3.0, ..input }).unwrap();
+        let bursty = hours_to_pass(&RateTimingInput {
+            dispersion: 3.0,
+            ..input
+        })
+        .unwrap();
         assert!(bursty.median > 2.5 * fresh.median);
-        assert!(hours_to_pass(&RateTimingInput { events_per_hour: 0.0, ..input }).is_err());
+        assert!(
+            hours_to_pass(&RateTimingInput {
+                events_per_hour: 0.0,
+                ..input
+            })
+            .is_err()
+        );
     }
 }
