@@ -72,7 +72,8 @@ pub fn decide_wave(timing: WaveTiming, gates: &[GateLook]) -> WaveDecision {
         return WaveDecision::Fail { gates: failing };
     }
     // NaN elapsed time is treated as "not yet": never a reason to pass.
-    if !(timing.elapsed_hours >= timing.bake_hours) {
+    let bake_over = timing.elapsed_hours >= timing.bake_hours;
+    if !bake_over {
         return WaveDecision::Extend {
             waiting_on: Vec::new(),
             in_planned_bake: true,

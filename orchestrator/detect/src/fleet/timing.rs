@@ -89,7 +89,8 @@ fn crossing(i: &RateTimingInput, truth: f64, null_ratio: f64, level: f64, share:
     let variance = i.dispersion * truth * l * l;
     let threshold = i.dispersion * (MIX_POINTS / (level * share)).ln();
     let at = |z: f64| {
-        if !(drift > 0.0) {
+        let drifts_away = drift > 0.0;
+        if !drifts_away {
             return f64::INFINITY;
         }
         let s = (z * variance.sqrt() + (z * z * variance + 4.0 * drift * threshold).sqrt()) / (2.0 * drift);
