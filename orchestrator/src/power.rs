@@ -619,9 +619,135 @@ pub fn canary_findings(policy: &Policy, canary: &WaveShape, options: &PowerOptio
     out
 }
 
+/// Time for the fleet-scale method (issue 22) to decide one rate gate in one wave, in hours into the
+/// wave's bake: a healthy release ruling out `must_detect`, and releases at several ratios failing.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FleetGateTiming {
+    /// Wave name.
+    pub wave: String,
+    /// Gate name.
+    pub gate: String,
+    /// The wave's planned bake and `max_bake`, hours.
+    pub bake_hours: f64,
+    /// See `bake_hours`.
+    pub max_bake_hours: f64,
+    /// Healthy release: median and p95 hours until the evidence rules out `must_detect` (the wave
+    /// passes at the later of this and the bake).
+    pub pass_hours: (f64, f64),
+    /// Whether the p95 time to pass exceeds `max_bake`: more than 5% of healthy rollouts would hold here.
+    pub likely_hold: bool,
+    /// `(ratio, median hours, p95 hours)` to fail, for `must_detect` and 1.5x, 2x, 3x, 6x above the null.
+    pub catch_hours: Vec<(f64, f64, f64)>,
+}
+
+/// [`FleetGateTiming`] for every judged rate gate of every wave, from the fleet's base rates (given or
+/// default). Evidence pools across waves: a wave starts with the baseline events its predecessors
+/// gathered, each assumed to have baked for the later of its bake and its healthy median (capped at
+/// `max_bake`). Counts are assumed Poisson (dispersion 1); bursty metrics take longer, by about their
+/// dispersion. Kept apart from [`power_table`] so that it can move to the planner (issue 19).
+pub fn fleet_timing(policy: &Policy, waves: &[WaveShape], options: &PowerOptions) -> Vec<FleetGateTiming> {
+    use orchestrator_detect::fleet::{RateTimingInput, hours_to_catch, hours_to_pass};
+    let mut out = Vec::new();
+    // Per gate: baseline events gathered by earlier waves, and nodes on the release so far.
+    let mut prior: BTreeMap<String, f64> = BTreeMap::new();
+    let mut updated_nodes = 0usize;
+    for wave in waves {
+        updated_nodes += wave.canary_nodes;
+        let bake_hours = wave.bake_seconds.max(0) as f64 / 3600.0;
+        let max_bake_hours = policy
+            .waves
+            .iter()
+            .find(|w| w.name == wave.name)
+            .map_or(bake_hours, |w| w.max_bake.num_seconds().max(0) as f64 / 3600.0);
+        let gates = wave.gates.len().max(1) as f64;
+        let alpha = policy.detection.false_rollback / gates;
+        let beta = policy.detection.false_pass / gates;
+        for gate in wave.gates.iter().filter_map(|name| policy.health.gate(name)) {
+            let GateSource::Redfish { metric } = gate.source else {
+                continue;
+            };
+            if gate.kind != GateKind::Rate || fixed_at_judge(gate).is_some() {
+                continue;
+            }
+            let Some(rate) = lookup(&options.baselines.rates, gate, Some(metric))
+                .copied()
+                .or_else(|| default_baseline(metric))
+            else {
+                continue;
+            };
+            let (unit, _, per_hour) = rate_exposure_unit(metric);
+            let per_node = if unit == "gpu" {
+                f64::from(options.gpus_per_node.max(1))
+            } else {
+                1.0
+            };
+            let events_per_hour = updated_nodes as f64 * per_node * per_hour * rate;
+            let before = prior.get(&gate.name).copied().unwrap_or(0.0);
+            let input = RateTimingInput {
+                prior_events: before,
+                events_per_hour,
+                null: gate.min_effect,
+                must_detect: gate.must_detect,
+                alpha,
+                beta,
+                dispersion: 1.0,
+            };
+            let Ok(pass) = hours_to_pass(&input) else { continue };
+            let mut ratios = vec![gate.must_detect];
+            ratios.extend(
+                [1.5, 2.0, 3.0, 6.0]
+                    .into_iter()
+                    .filter(|r| *r > gate.min_effect && *r != gate.must_detect),
+            );
+            let catch_hours = ratios
+                .into_iter()
+                .filter_map(|r| hours_to_catch(&input, r).ok().map(|h| (r, h.median, h.p95)))
+                .collect();
+            let baked = pass.median.max(bake_hours).min(max_bake_hours.max(bake_hours));
+            prior.insert(gate.name.clone(), before + events_per_hour * baked);
+            out.push(FleetGateTiming {
+                wave: wave.name.clone(),
+                gate: gate.name.clone(),
+                bake_hours,
+                max_bake_hours,
+                pass_hours: (pass.median, pass.p95),
+                likely_hold: pass.p95 > max_bake_hours,
+                catch_hours,
+            });
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fleet_timing_pools_evidence_and_flags_a_likely_hold() {
+        let policy = policy();
+        let options = PowerOptions::default();
+        let waves = [shape(8, 400, 12), shape(40, 400, 12)];
+        let waves = [
+            waves[0].clone(),
+            WaveShape {
+                name: "canary".into(),
+                ..waves[1].clone()
+            },
+        ];
+        let timing = fleet_timing(&policy, &waves, &options);
+        let xid: Vec<&FleetGateTiming> = timing.iter().filter(|t| t.gate == "xid_errors").collect();
+        assert_eq!(xid.len(), 2, "{timing:#?}");
+        let (first, second) = (xid[0], xid[1]);
+        assert!(first.pass_hours.0.is_finite() && first.pass_hours.1 > first.pass_hours.0);
+        // The second wave starts with the first one's evidence and five times the nodes.
+        assert!(second.pass_hours.0 < first.pass_hours.0, "{first:?} {second:?}");
+        let at_must_detect = first.catch_hours[0];
+        assert_eq!(at_must_detect.0, policy.health.gate("xid_errors").unwrap().must_detect);
+        assert!(at_must_detect.1.is_finite());
+        // Without max_bake the wave cannot extend, so a pass slower than the bake is a likely hold.
+        assert_eq!(first.likely_hold, first.pass_hours.1 > first.max_bake_hours);
+    }
 
     const POLICY: &str = include_str!("../../policies/gpu-fast-canary.yaml");
 

@@ -96,9 +96,22 @@ fn power_json_has_every_key_and_sane_numbers() {
         "gpus_per_node",
         "ignored_selector_labels",
         "waves",
+        "fleet_timing",
     ] {
         assert!(doc.get(key).is_some(), "missing {key}: {doc:#}");
     }
+    // The fleet-scale method's time to decide: one row per wave and judged rate gate, with a
+    // median below its p95.
+    let timing = doc["fleet_timing"].as_array().unwrap();
+    let first = timing
+        .iter()
+        .find(|t| t["wave"] == "canary" && t["gate"] == "xid_errors")
+        .unwrap();
+    let (median, p95) = (
+        first["pass_hours"][0].as_f64().unwrap(),
+        first["pass_hours"][1].as_f64().unwrap(),
+    );
+    assert!(median > 0.0 && median < p95, "{first:#}");
     assert_eq!(doc["policy"], "gpu-fast-canary");
     assert_eq!(doc["fleet_nodes"], 400);
     assert_eq!(doc["target_power"], 0.8);

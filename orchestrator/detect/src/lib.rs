@@ -47,6 +47,7 @@
 //! ```
 
 pub mod error;
+pub mod fleet;
 pub mod judging;
 pub mod level;
 pub mod power;

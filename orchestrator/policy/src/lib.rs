@@ -10,6 +10,7 @@
 //! The format is documented in `policies/README.md`, with a JSON Schema
 //! beside it.
 
+mod detection;
 mod diag;
 mod duration;
 mod health;
@@ -20,6 +21,7 @@ mod validate;
 mod version_constraint;
 mod window;
 
+pub use detection::{DEFAULT_FALSE_PASS, DEFAULT_FALSE_ROLLBACK, Detection, Soak};
 pub use diag::{Diagnostic, Position, Severity};
 pub use duration::{DurationError, MAX_DURATION_DAYS, format_duration, parse_duration};
 pub use health::{

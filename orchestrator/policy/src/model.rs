@@ -38,6 +38,8 @@ pub struct Policy {
     pub failure_budget: FailureBudget,
     /// What happens on a regression.
     pub rollback: RollbackPolicy,
+    /// Error budgets, soak and holdback of fleet-scale detection.
+    pub detection: crate::detection::Detection,
 }
 
 /// Label selector: every listed label must have one of the listed values.
@@ -208,6 +210,9 @@ pub struct Wave {
     /// How long health is watched after the wave's last flash before the
     /// next wave may start.
     pub bake: TimeDelta,
+    /// The longest the bake may extend, on the evidence, before a human decides (>= `bake`; the bake
+    /// when the policy does not say, so the wave never extends).
+    pub max_bake: TimeDelta,
     /// Auto or manual.
     pub approval: Approval,
     /// Flashes in flight at once within this wave (never above the

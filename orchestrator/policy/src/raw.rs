@@ -34,6 +34,8 @@ pub(crate) struct RawPolicy {
     pub health: Option<S<RawHealth>>,
     pub failure_budget: S<RawFailureBudget>,
     pub rollback: S<RawRollback>,
+    #[serde(default)]
+    pub detection: Option<S<crate::detection::RawDetection>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -99,6 +101,8 @@ pub(crate) struct RawWave {
     pub stratify_by: Vec<S<String>>,
     #[serde(default)]
     pub gates: Option<Vec<S<String>>>,
+    #[serde(default)]
+    pub max_bake: Option<S<String>>,
     #[serde(default)]
     pub drain_timeout: Option<S<String>>,
     #[serde(default)]

@@ -141,6 +141,7 @@ pub(crate) fn validate(raw: &RawPolicy, sink: &mut Sink) -> Option<Policy> {
     let waves = waves(sink, raw, health.as_ref(), concurrency.as_ref());
     let failure_budget = failure_budget(sink, &raw.failure_budget);
     let rollback = rollback(&raw.rollback.value);
+    let detection = crate::detection::detection(sink, raw.detection.as_ref());
     if sink.has_errors() {
         return None;
     }
@@ -156,6 +157,7 @@ pub(crate) fn validate(raw: &RawPolicy, sink: &mut Sink) -> Option<Policy> {
         health: health?,
         failure_budget: failure_budget?,
         rollback,
+        detection: detection?,
     })
 }
 
@@ -785,19 +787,27 @@ fn waves(sink: &mut Sink, raw: &RawPolicy, health: Option<&Health>, conc: Option
         }
         let gates = wave_gates(sink, raw_w, health, bake);
         let drain = drain_rules(sink, raw_w);
-        match (size, bake, approval, max_in_flight, gates, drain) {
-            (Some((size, _)), Some(bake), Some(approval), Some(max_in_flight), Some(gates), Some(drain)) => {
-                out.push(Wave {
-                    name,
-                    size,
-                    bake,
-                    approval,
-                    max_in_flight,
-                    stratify_by: raw_w.stratify_by.iter().map(|l| l.value.clone()).collect(),
-                    gates,
-                    drain,
-                })
-            }
+        let max_bake = crate::detection::max_bake(sink, &name, raw_w.max_bake.as_ref(), bake);
+        match (size, bake, approval, max_in_flight, gates, drain, max_bake) {
+            (
+                Some((size, _)),
+                Some(bake),
+                Some(approval),
+                Some(max_in_flight),
+                Some(gates),
+                Some(drain),
+                Some(max_bake),
+            ) => out.push(Wave {
+                name,
+                size,
+                bake,
+                max_bake,
+                approval,
+                max_in_flight,
+                stratify_by: raw_w.stratify_by.iter().map(|l| l.value.clone()).collect(),
+                gates,
+                drain,
+            }),
             _ => ok = false,
         }
     }

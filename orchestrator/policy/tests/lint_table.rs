@@ -60,14 +60,14 @@ const CASES: &[Case] = &[
         "typo in a key",
         &[("    bake: 1h\n  - name: rest", "    bake_tme: 1h\n  - name: rest")],
         &[
-            "t.yaml:8:5: unknown field `bake_tme`, expected one of name, count, percent, rest, bake, approval, approvers, max_in_flight, stratify_by, gates, drain_timeout, on_drain_timeout",
+            "t.yaml:8:5: unknown field `bake_tme`, expected one of name, count, percent, rest, bake, approval, approvers, max_in_flight, stratify_by, gates, max_bake, drain_timeout, on_drain_timeout",
         ],
     ),
     (
         "unknown top-level key",
         &[("name: t\n", "name: t\nowner: me\n")],
         &[
-            "t.yaml:2:1: unknown field `owner`, expected one of name, description, target, versions, qualification, waves, concurrency, maintenance_windows, health, failure_budget, rollback",
+            "t.yaml:2:1: unknown field `owner`, expected one of name, description, target, versions, qualification, waves, concurrency, maintenance_windows, health, failure_budget, rollback, detection",
         ],
     ),
     (

@@ -6,9 +6,11 @@
 //!   fleet runs on a runtime of its own);
 //! - scale: process RSS and latency of the main API list endpoints with a
 //!   large fleet in the database (in-process router, no network);
-//! - detection: the detector's statistics alone (pure `orchestrator-detect`),
-//!   for a grid of effect sizes and canary sizes: detection rate, time to
-//!   detect, false alarms on healthy firmware.
+//! - detection: whole rollouts of a 1,000-node fleet simulated without I/O
+//!   (`detection_sim`), judged by the fleet-scale method and by the current
+//!   per-wave method in the same run: detection rate, nodes exposed and time
+//!   at detection against the information bound, false rollbacks, holds,
+//!   time for each wave to pass, fleet-proven.
 
 use std::process::ExitCode;
 use std::time::{Duration as StdDuration, Instant};
@@ -17,15 +19,12 @@ use anyhow::Context as _;
 use bmc_sim::Scenario;
 use orchestrator_db::execution::{StepFilter, StepState};
 use orchestrator_db::model::{NewNode, NodeLabels};
-use orchestrator_detect::{
-    Outcome, RateCohorts, RateGate, RateSample, SequentialPlan, SpendingFunction, evaluate_rate,
-};
 use orchestrator_engine::{GatelessJudge, StartRollout};
 use orchestrator_types::{ComponentKind, FirmwareVersion};
-use rand::{Rng, SeedableRng};
 
 use super::simulate::{SIM_AUTHOR, SimWorld, WatchOptions, watch};
 use crate::Context;
+use orchestrator_detect::fleet::sim as detection_sim;
 
 /// Which benchmark.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -54,9 +53,12 @@ pub struct BenchArgs {
     /// after); empty to skip PostgreSQL.
     #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432/test", value_name = "URL")]
     postgres_url: String,
-    /// Monte Carlo trials per detection cell.
-    #[arg(long, default_value_t = 400, value_name = "N")]
-    trials: u32,
+    /// Seeds (simulated rollouts) per harmful, confounder and hot-node detection cell.
+    #[arg(long, default_value_t = 200, value_name = "N")]
+    seeds: u32,
+    /// Seeds for the healthy detection cell.
+    #[arg(long, default_value_t = 1000, value_name = "N")]
+    healthy_seeds: u32,
 }
 
 /// `waveguard bench`.
@@ -65,7 +67,7 @@ pub async fn run(args: BenchArgs, _context: &Context) -> anyhow::Result<ExitCode
     let wants = |w: Which| all || args.only.contains(&w);
     println!("machine: {}", machine());
     if wants(Which::Detection) {
-        detection(args.trials);
+        detection(args.seeds, args.healthy_seeds);
     }
     if wants(Which::Throughput) {
         let nodes = fitting_nodes(args.nodes);
@@ -447,102 +449,206 @@ async fn scale(nodes: usize) -> anyhow::Result<()> {
 
 // ---------------------------------------------------------------------------
 
-/// Poisson draw (Knuth for small means, summed chunks for large ones).
-fn poisson(rng: &mut impl Rng, mean: f64) -> u64 {
-    let mut left = mean;
-    let mut total = 0;
-    while left > 0.0 {
-        let chunk = left.min(20.0);
-        left -= chunk;
-        let limit = (-chunk).exp();
-        let mut p = 1.0;
-        let mut k = 0u64;
-        loop {
-            p *= rng.random::<f64>();
-            if p <= limit {
-                break;
-            }
-            k += 1;
-        }
-        total += k;
+fn quantile(sorted: &[f64], q: f64) -> Option<f64> {
+    if sorted.is_empty() {
+        return None;
     }
-    total
+    let index = ((sorted.len() - 1) as f64 * q).round() as usize;
+    sorted.get(index).copied()
 }
 
-/// One simulated bake: the look at which the XID gate fails, if any.
-fn one_bake(
-    rng: &mut impl Rng,
-    plan: &SequentialPlan,
-    gate: &RateGate,
-    canary_nodes: u32,
-    control_nodes: u32,
-    ratio: f64,
-) -> Option<u32> {
-    const BASE_RATE: f64 = 0.05; // XID per GPU-hour, as in bmc-sim/scenarios/simulate-1000.yaml
-    const LOOKS: u32 = 12;
-    const HOURS_PER_LOOK: f64 = 0.5;
-    let gpu_hours = |nodes: u32| f64::from(nodes) * 8.0 * HOURS_PER_LOOK;
-    let (mut canary, mut control) = (
-        RateSample {
-            events: 0,
-            exposure: 0.0,
-        },
-        RateSample {
-            events: 0,
-            exposure: 0.0,
-        },
-    );
-    for number in 1..=LOOKS {
-        canary.exposure += gpu_hours(canary_nodes);
-        control.exposure += gpu_hours(control_nodes);
-        canary.events += poisson(rng, BASE_RATE * ratio * gpu_hours(canary_nodes));
-        control.events += poisson(rng, BASE_RATE * gpu_hours(control_nodes));
-        let Ok(look) = plan.look(number) else {
-            return None;
-        };
-        let verdict = evaluate_rate(gate, &RateCohorts { canary, control }, &look);
-        if verdict.outcome() == Outcome::Fail {
-            return Some(number);
-        }
-    }
-    None
+fn fmt(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".to_owned(), |v| format!("{v:.0}"))
 }
 
-fn detection(trials: u32) {
-    println!(
-        "\n== detection: XID rate gate (min effect 1.5x, alpha 0.05, O'Brien-Fleming, 12 looks over a 6 h bake) =="
-    );
-    println!("baseline 0.05 XID/GPU-hour, 8 GPUs/node, control cohort = canary size; {trials} trials per cell");
-    let Ok(plan) = SequentialPlan::bonferroni(0.05, 1, 12, SpendingFunction::OBrienFleming) else {
-        println!("cannot build the sequential plan");
-        return;
-    };
-    let gate = RateGate {
-        name: "xid_errors".into(),
-        min_effect_ratio: 1.5,
-        min_canary_events_for_fail: 3,
-        min_exposure: 1.0,
-    };
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(42);
-    println!(
-        "{:>8} {:>7} {:>10} {:>16}",
-        "ratio", "canary", "detected", "median time (h)"
-    );
-    for ratio in [1.0, 1.5, 2.0, 3.0, 5.0] {
-        for canary in [4u32, 8, 16, 32, 64] {
-            let mut hits = Vec::new();
-            for _ in 0..trials {
-                if let Some(look) = one_bake(&mut rng, &plan, &gate, canary, canary, ratio) {
-                    hits.push(look);
+fn pct(hits: usize, n: usize) -> String {
+    format!("{:.1}%", 100.0 * hits as f64 / n.max(1) as f64)
+}
+
+/// The 95% one-sided Clopper-Pearson upper bound of a rate, in percent.
+fn upper95(hits: usize, n: usize) -> f64 {
+    100.0 * orchestrator_detect::stats::clopper_pearson_upper(hits as u64, n as u64, 0.05)
+}
+
+fn sorted(mut v: Vec<f64>) -> Vec<f64> {
+    v.sort_by(f64::total_cmp);
+    v
+}
+
+/// One cell's figures for one method.
+fn report_cell(cell: &detection_sim::Cell, method: &str, runs: &[detection_sim::Run]) {
+    use detection_sim::End;
+    let n = runs.len();
+    let mut detect_h = Vec::new();
+    let mut exposed = Vec::new();
+    let mut ratio_median = Vec::new();
+    let mut ratio_p95 = Vec::new();
+    let (mut holds, mut proven, mut unjudged, mut canary_only, mut before_15) = (0, 0, 0, 0, 0);
+    let mut hold_ext = Vec::new();
+    let mut proven_h = Vec::new();
+    for run in runs {
+        match run.end {
+            End::Detected { hour, exposed: e } => {
+                detect_h.push(hour);
+                exposed.push(e as f64);
+                canary_only += usize::from(e <= 32);
+                before_15 += usize::from(e * 100 < 15 * detection_sim::NODES);
+                if let Some((m, p)) = run.bound_h {
+                    ratio_median.push(hour / m);
+                    ratio_p95.push(hour / p);
                 }
             }
-            hits.sort_unstable();
-            let rate = hits.len() as f64 / f64::from(trials);
-            let median = hits
-                .get(hits.len() / 2)
-                .map_or("-".to_owned(), |l| format!("{:.1}", f64::from(*l) * 0.5));
-            let label = if ratio == 1.0 { " (false alarms)" } else { "" };
-            println!("{ratio:>8.1} {canary:>7} {:>9.1}% {median:>16}{label}", rate * 100.0);
+            End::Held { extension, .. } => {
+                holds += 1;
+                if extension.is_finite() {
+                    hold_ext.push(extension);
+                }
+            }
+            End::FleetProven { hour } => {
+                proven += 1;
+                proven_h.push(hour);
+            }
+            End::CompletedUnjudged { .. } => unjudged += 1,
         }
     }
+    let detect_h = sorted(detect_h);
+    let exposed = sorted(exposed);
+    let wave = |k: usize| sorted(runs.iter().filter_map(|r| r.wave_pass_h[k]).collect());
+    let (w0, w1) = (wave(0), wave(1));
+    let hold_ext = sorted(hold_ext);
+    let proven_h = sorted(proven_h);
+    if cell.harmful() {
+        let bound_m = sorted(runs.iter().filter_map(|r| r.bound_h.map(|b| b.0)).collect());
+        let bound_p = sorted(runs.iter().filter_map(|r| r.bound_h.map(|b| b.1)).collect());
+        let ratio = |t: Option<f64>, b: Option<f64>| match (t, b) {
+            (Some(t), Some(b)) if b > 0.0 => format!("{:.1}", t / b),
+            _ => "-".into(),
+        };
+        println!(
+            "{:<28} {:<7} {:>7} {:>7} {:>7} {:>9} {:>9} {:>10} {:>8} {:>6} {:>7} {:>7}",
+            cell.label,
+            method,
+            pct(detect_h.len(), n),
+            pct(canary_only, n),
+            pct(before_15, n),
+            format!("{}/{}", fmt(quantile(&exposed, 0.5)), fmt(quantile(&exposed, 0.9))),
+            format!("{}/{}", fmt(quantile(&detect_h, 0.5)), fmt(quantile(&detect_h, 0.95))),
+            format!(
+                "{}/{}",
+                ratio(quantile(&detect_h, 0.5), quantile(&bound_m, 0.5)),
+                ratio(quantile(&detect_h, 0.95), quantile(&bound_p, 0.5))
+            ),
+            pct(holds, n),
+            pct(proven, n),
+            pct(unjudged, n),
+            n
+        );
+    } else {
+        let fails = detect_h.len();
+        println!(
+            "{:<28} {:<7} {:>7} {:>7.1}% {:>7} {:>9} {:>9} {:>9} {:>7} {:>9} {:>7} {:>6}",
+            cell.label,
+            method,
+            pct(fails, n),
+            upper95(fails, n),
+            pct(holds, n),
+            fmt(quantile(&hold_ext, 0.5)),
+            format!("{}/{}", fmt(quantile(&w0, 0.5)), fmt(quantile(&w0, 0.95))),
+            format!("{}/{}", fmt(quantile(&w1, 0.5)), fmt(quantile(&w1, 0.95))),
+            pct(proven, n),
+            fmt(quantile(&proven_h, 0.5)),
+            pct(unjudged, n),
+            n
+        );
+    }
+}
+
+fn detection(effect_seeds: u32, healthy_seeds: u32) {
+    let policy = detection_sim::BenchPolicy::default();
+    let started = Instant::now();
+    println!(
+        "\n== detection: {} nodes x 8 GPUs, 4 strata; fleet-scale method (issue 22) vs the current per-wave method ==",
+        detection_sim::NODES
+    );
+    let [canary, early] = policy.waves;
+    println!(
+        "policy: canary {} (bake {} h, max {} h, xid must_detect {}x), 10% {} (bake {} h, max {} h, {}x), rest (bake {} h), \
+         holdback {}, soak {}..{} h ({}x); nulls xid {}x, aer {}x, temp +{} C, power +{} W; must_detect aer {}x, \
+         temp +{} C, power +{} W; budgets: false rollback {:.0}%, false pass {:.0}% (current method: alpha {} per wave)",
+        canary.per_stratum * 4,
+        canary.bake_h,
+        canary.max_bake_h,
+        canary.xid_must_detect,
+        early.per_stratum * 4,
+        early.bake_h,
+        early.max_bake_h,
+        early.xid_must_detect,
+        policy.rest_bake_h,
+        policy.holdback_per_stratum * 4,
+        policy.soak_h.0,
+        policy.soak_h.1,
+        policy.soak_xid_must_detect,
+        policy.nulls[0],
+        policy.nulls[1],
+        policy.nulls[2],
+        policy.nulls[3],
+        policy.must_detect[0],
+        policy.must_detect[1],
+        policy.must_detect[2],
+        policy.budget.false_rollback * 100.0,
+        policy.budget.false_pass * 100.0,
+        policy.current_alpha
+    );
+    println!("seeds: {effect_seeds} per effect cell, {healthy_seeds} healthy");
+    println!(
+        "\n{:<28} {:<7} {:>7} {:>7} {:>7} {:>9} {:>9} {:>10} {:>8} {:>6} {:>7} {:>7}",
+        "harmful cell",
+        "method",
+        "caught",
+        "canary",
+        "<15%",
+        "nodes50/90",
+        "hours50/95",
+        "x bound",
+        "held",
+        "proven",
+        "unjudg",
+        "seeds"
+    );
+    let cells = detection_sim::cells(effect_seeds, healthy_seeds);
+    let run_all = |cell: &detection_sim::Cell, fleet: bool| -> Vec<detection_sim::Run> {
+        (0..u64::from(cell.seeds))
+            .map(|seed| {
+                if fleet {
+                    detection_sim::run_fleet_method(cell, &policy, seed)
+                } else {
+                    detection_sim::run_current_method(cell, &policy, seed)
+                }
+            })
+            .collect()
+    };
+    for cell in cells.iter().filter(|c| c.harmful()) {
+        report_cell(cell, "fleet", &run_all(cell, true));
+        report_cell(cell, "current", &run_all(cell, false));
+    }
+    println!(
+        "\n{:<28} {:<7} {:>7} {:>8} {:>7} {:>9} {:>9} {:>9} {:>7} {:>9} {:>7} {:>6}",
+        "healthy cell",
+        "method",
+        "rollbk",
+        "up95",
+        "held",
+        "hold+h",
+        "canary h",
+        "10% h",
+        "proven",
+        "proven h",
+        "unjudg",
+        "seeds"
+    );
+    for cell in cells.iter().filter(|c| !c.harmful()) {
+        report_cell(cell, "fleet", &run_all(cell, true));
+        report_cell(cell, "current", &run_all(cell, false));
+    }
+    println!("\ndetection bench took {:.0} s", started.elapsed().as_secs_f64());
 }

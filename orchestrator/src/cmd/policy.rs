@@ -756,6 +756,7 @@ fn power(args: &PowerArgs) -> anyhow::Result<String> {
     let (shapes, ignored) = fleet_shapes(&policy, &nodes, release.as_ref(), args.seed)
         .map_err(|e| BadInput(format!("{}: {e}", args.fleet.display())))?;
     let waves = power_table(&policy, &shapes, &options);
+    let timing = crate::power::fleet_timing(&policy, &shapes, &options);
     if args.json {
         let doc = serde_json::json!({
             "policy": policy.name,
@@ -769,6 +770,7 @@ fn power(args: &PowerArgs) -> anyhow::Result<String> {
             "gpus_per_node": args.gpus_per_node,
             "ignored_selector_labels": ignored,
             "waves": waves,
+            "fleet_timing": timing,
         });
         return Ok(format!("{}\n", serde_json::to_string_pretty(&doc)?));
     }
@@ -845,7 +847,47 @@ fn power(args: &PowerArgs) -> anyhow::Result<String> {
             }
         }
     }
+    out.push_str(&fleet_timing_text(&policy, &timing));
     Ok(out)
+}
+
+/// The fleet-scale method's time to decide, per wave and rate gate (issue 22): what a tight
+/// `must_detect` costs in bake time, before anyone approves the policy.
+fn fleet_timing_text(policy: &orchestrator_policy::Policy, timing: &[crate::power::FleetGateTiming]) -> String {
+    if timing.is_empty() {
+        return String::new();
+    }
+    let hours = |h: f64| {
+        if h.is_finite() {
+            format!("{h:.0} h")
+        } else {
+            "never".to_owned()
+        }
+    };
+    let mut out = format!(
+        "\nfleet-scale method (anytime-valid, evidence pooled across waves; false rollback {}, false pass {} per \
+         rollout): hours into each wave's bake, median / p95\n",
+        policy.detection.false_rollback, policy.detection.false_pass
+    );
+    for t in timing {
+        let catches: Vec<String> = t
+            .catch_hours
+            .iter()
+            .map(|(r, m, p)| format!("{r}x {} / {}", hours(*m), hours(*p)))
+            .collect();
+        out.push_str(&format!(
+            "{:<10} {:<14} pass {} / {} (bake {}, max_bake {}){}; catch {}\n",
+            t.wave,
+            t.gate,
+            hours(t.pass_hours.0),
+            hours(t.pass_hours.1),
+            hours(t.bake_hours),
+            hours(t.max_bake_hours),
+            if t.likely_hold { " LIKELY HOLD" } else { "" },
+            catches.join(", ")
+        ));
+    }
+    out
 }
 
 fn render(reports: &[FileReport]) -> (ExitCode, String) {

@@ -1,0 +1,895 @@
+//! The I/O-free fleet simulation behind `waveguard bench --only detection` (issue 22) and the
+//! Monte Carlo power of the fleet-scale method: one rollout
+//! of a 1,000-node HGX fleet judged by the fleet-scale method (`orchestrator_detect::fleet`) or by the
+//! current per-wave method (`evaluate_rate` / `evaluate_level` with group-sequential spending), on
+//! the same kind of simulated world, hour by hour.
+//!
+//! The world: 1,000 nodes of 8 GPUs in 4 strata (rack rows); XIDs at the base rate per
+//! GPU-hour that cascade over 1 + Binomial(7, 0.1) GPUs; PCIe AER at 0.02 per node-hour; GPU
+//! temperature and power with a persistent offset per node (sd 2.5 °C, 25 W) plus hourly noise
+//! (1 °C, 12 W). Flashes are instantaneous at a wave's start (this is a detection benchmark, not a
+//! throughput one). Every number here is a model of a fleet, stated so the figures can be judged.
+
+use super::{
+    ErrorBudget, GateLook, LevelEConfig, LevelEProcess, NodeCount, RateCell, RateEConfig, RateEProcess, SoakDecision,
+    WaveDecision, WaveTiming, decide_soak, decide_wave, quasi_poisson_dispersion,
+};
+use crate::{
+    Direction, LevelCohorts, LevelGate, Outcome, RateCohorts, RateGate, RateSample, SequentialPlan, SpendingFunction,
+    combine, evaluate_level, evaluate_rate,
+};
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+/// Nodes in the simulated fleet.
+pub const NODES: usize = 1000;
+const STRATA: usize = 4;
+const GPUS: f64 = 8.0;
+/// Mean GPUs per XID episode (1 + Binomial(7, 0.1)).
+const MEAN_BURST: f64 = 1.7;
+const AER_PER_NODE_HOUR: f64 = 0.02;
+const TEMP_OFFSET_SD: f64 = 2.5;
+const TEMP_HOURLY_SD: f64 = 1.0;
+const POWER_OFFSET_SD: f64 = 25.0;
+const POWER_HOURLY_SD: f64 = 12.0;
+/// Hours after a reset that count on neither side (see `orchestrator_detect::fleet::counted_hours`).
+const EXCLUSION_H: u32 = 1;
+/// Hours over which a node's level is averaged, before and after its flash.
+const LEVEL_WINDOW_H: u32 = 2;
+/// The confounder cell: hours during which the whole fleet runs hot and logs twice the XIDs.
+const CONFOUNDER_HOURS: std::ops::Range<u32> = 10..34;
+/// Simulated hours before a rollout is cut off (counted as a hold).
+const HORIZON_H: u32 = 1200;
+
+/// What the release does to the fleet in one bench cell.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Effect {
+    /// Nothing.
+    Healthy,
+    /// The XID rate, as a fleet average, multiplied by `ratio`; on all nodes (`share` 1) or
+    /// concentrated on a `share` of them (each of those at `1 + (ratio - 1) / share`).
+    Rate {
+        /// Fleet-average ratio.
+        ratio: f64,
+        /// Share of nodes affected.
+        share: f64,
+    },
+    /// GPU temperature raised by this many °C.
+    Temp(f64),
+    /// Power raised by this many W.
+    Power(f64),
+    /// Healthy, with a fleet-wide hot spell that doubles XIDs and adds 3 °C and 30 W to every node.
+    Confounder,
+    /// Healthy, with 5% of nodes (either side) at 8x the XID rate in bursts of 8 GPUs.
+    HotNodes,
+}
+
+/// One bench cell.
+#[derive(Debug, Clone)]
+pub struct Cell {
+    /// Row label.
+    pub label: String,
+    /// XID base rate per GPU-hour.
+    pub base: f64,
+    /// The release's effect.
+    pub effect: Effect,
+    /// Seeds (rollouts) to simulate.
+    pub seeds: u32,
+}
+
+impl Cell {
+    /// Whether a rollout of this cell should be stopped (the release is harmful).
+    pub fn harmful(&self) -> bool {
+        matches!(self.effect, Effect::Rate { .. } | Effect::Temp(_) | Effect::Power(_))
+    }
+}
+
+/// A wave of the bench policy (issue 22's new-user policy: a 32-node canary stratified by rack, a 10%
+/// wave, the rest; XID and AER rate gates, temperature and power level gates).
+#[derive(Debug, Clone, Copy)]
+pub struct WavePlan {
+    /// Nodes per stratum.
+    pub per_stratum: usize,
+    /// Planned bake (hours).
+    pub bake_h: u32,
+    /// Longest bake before a hold (hours).
+    pub max_bake_h: u32,
+    /// XID `must_detect` for this wave.
+    pub xid_must_detect: f64,
+}
+
+/// The bench policy. The numbers are the example's, with `max_bake` and `must_detect` chosen so that
+/// the promises of issue 22 are physically possible (see BENCHMARKS.md).
+#[derive(Debug, Clone)]
+pub struct BenchPolicy {
+    /// Canary and the 10% wave (judged each with its own bake).
+    pub waves: [WavePlan; 2],
+    /// The last wave's bake: it only watches for failures; the soak judges it.
+    pub rest_bake_h: u32,
+    /// Holdback nodes per stratum (5% of the fleet).
+    pub holdback_per_stratum: usize,
+    /// Soak minimum and maximum (hours).
+    pub soak_h: (u32, u32),
+    /// XID `must_detect` over the soak: what "fleet-proven" rules out.
+    pub soak_xid_must_detect: f64,
+    /// Nulls: XID and AER ratios, temperature (°C) and power (W) shifts.
+    pub nulls: [f64; 4],
+    /// `must_detect` of AER, temperature and power (all waves).
+    pub must_detect: [f64; 3],
+    /// The rollout's error budgets.
+    pub budget: ErrorBudget,
+    /// The current method's family-wise alpha per wave (the example policy's `health.alpha`).
+    pub current_alpha: f64,
+}
+
+impl Default for BenchPolicy {
+    fn default() -> Self {
+        Self {
+            waves: [
+                WavePlan {
+                    per_stratum: 8,
+                    bake_h: 12,
+                    max_bake_h: 240,
+                    xid_must_detect: 2.0,
+                },
+                WavePlan {
+                    per_stratum: 25,
+                    bake_h: 8,
+                    max_bake_h: 168,
+                    xid_must_detect: 1.5,
+                },
+            ],
+            rest_bake_h: 4,
+            holdback_per_stratum: 12,
+            soak_h: (24, 400),
+            soak_xid_must_detect: 1.5,
+            nulls: [1.1, 1.25, 0.5, 10.0],
+            must_detect: [2.0, 2.0, 40.0],
+            budget: ErrorBudget::default(),
+            current_alpha: 0.05,
+        }
+    }
+}
+
+/// How one simulated rollout ended.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum End {
+    /// A gate failed and the rollout rolled back.
+    Detected {
+        /// Hours since the rollout started.
+        hour: f64,
+        /// Nodes on the release at that moment.
+        exposed: usize,
+    },
+    /// A wave (or the soak) reached its maximum without enough evidence.
+    Held {
+        /// Hours since the rollout started.
+        hour: f64,
+        /// Nodes on the release while held.
+        exposed: usize,
+        /// Hours the held wave baked beyond its planned bake.
+        extension: f64,
+    },
+    /// Every wave and the soak passed: fleet-proven.
+    FleetProven {
+        /// Hours since the rollout started.
+        hour: f64,
+    },
+    /// The current method: every node updated with no judgment of the last wave (it has no control).
+    CompletedUnjudged {
+        /// Hours since the rollout started.
+        hour: f64,
+    },
+}
+
+/// One rollout's result.
+#[derive(Debug, Clone)]
+pub struct Run {
+    /// How it ended.
+    pub end: End,
+    /// Hours each judged wave baked before it passed (canary, 10%), `None` if it did not.
+    pub wave_pass_h: [Option<f64>; 2],
+    /// Hour at which the information bound is reached (median / p95 power), for harmful cells.
+    pub bound_h: Option<(f64, f64)>,
+}
+
+struct Node {
+    stratum: usize,
+    temp_offset: f64,
+    power_offset: f64,
+    /// XID multiplier when on the release (the effect).
+    xid_effect: f64,
+    /// Persistent XID multiplier (hot nodes) and episode size override.
+    hot: bool,
+    updated_at: Option<u32>,
+}
+
+struct World {
+    rng: ChaCha8Rng,
+    cell: Cell,
+    nodes: Vec<Node>,
+    /// Node indices per stratum in wave order (canary first, holdback last).
+    order: Vec<Vec<usize>>,
+}
+
+fn normal(rng: &mut impl Rng) -> f64 {
+    // Box-Muller; 1 - u keeps the logarithm finite.
+    let u: f64 = 1.0 - rng.random::<f64>();
+    let v: f64 = rng.random::<f64>();
+    (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
+}
+
+fn poisson(rng: &mut impl Rng, mean: f64) -> u64 {
+    if mean <= 0.0 {
+        return 0;
+    }
+    let mut left = mean;
+    let mut total = 0;
+    while left > 0.0 {
+        let chunk = left.min(20.0);
+        left -= chunk;
+        let limit = (-chunk).exp();
+        let mut p = rng.random::<f64>();
+        while p > limit {
+            total += 1;
+            p *= rng.random::<f64>();
+        }
+    }
+    total
+}
+
+impl World {
+    fn new(cell: &Cell, seed: u64) -> Self {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let mut nodes = Vec::with_capacity(NODES);
+        for i in 0..NODES {
+            let affected_share = match cell.effect {
+                Effect::Rate { share, .. } => share,
+                _ => 0.0,
+            };
+            let xid_effect = match cell.effect {
+                Effect::Rate { ratio, share } if rng.random::<f64>() < affected_share => 1.0 + (ratio - 1.0) / share,
+                _ => 1.0,
+            };
+            let hot = matches!(cell.effect, Effect::HotNodes) && rng.random::<f64>() < 0.05;
+            nodes.push(Node {
+                stratum: i % STRATA,
+                temp_offset: TEMP_OFFSET_SD * normal(&mut rng),
+                power_offset: POWER_OFFSET_SD * normal(&mut rng),
+                xid_effect,
+                hot,
+                updated_at: None,
+            });
+        }
+        let mut order: Vec<Vec<usize>> = (0..STRATA).map(|s| (s..NODES).step_by(STRATA).collect()).collect();
+        for o in &mut order {
+            o.shuffle(&mut rng);
+        }
+        Self {
+            rng,
+            cell: cell.clone(),
+            nodes,
+            order,
+        }
+    }
+
+    fn confounded(&self, hour: u32) -> bool {
+        matches!(self.cell.effect, Effect::Confounder) && CONFOUNDER_HOURS.contains(&hour)
+    }
+
+    fn update(&mut self, nodes: &[usize], hour: u32) {
+        for &i in nodes {
+            self.nodes[i].updated_at = Some(hour);
+        }
+    }
+
+    fn updated_count(&self) -> usize {
+        self.nodes.iter().filter(|n| n.updated_at.is_some()).count()
+    }
+
+    /// One node's XID events (GPU-level), XID episodes (de-duplicated across the node's GPUs) and
+    /// AER events in hour `hour`.
+    fn events(&mut self, i: usize, hour: u32) -> (u64, u64, u64) {
+        let confounder = if self.confounded(hour) { 2.0 } else { 1.0 };
+        let node = &self.nodes[i];
+        let on_release = node.updated_at.is_some();
+        let effect = if on_release { node.xid_effect } else { 1.0 };
+        let (hot_mult, burst) = if node.hot { (8.0, 8.0) } else { (1.0, MEAN_BURST) };
+        let rate = self.cell.base * GPUS * confounder * effect * hot_mult;
+        let episodes = poisson(&mut self.rng, rate / burst);
+        let mut xid = 0;
+        for _ in 0..episodes {
+            xid += if node.hot {
+                8
+            } else {
+                1 + (0..7).filter(|_| self.rng.random::<f64>() < 0.1).count() as u64
+            };
+        }
+        let aer = poisson(&mut self.rng, AER_PER_NODE_HOUR * confounder);
+        (xid, episodes, aer)
+    }
+
+    fn level_effect(&self) -> (f64, f64) {
+        match self.cell.effect {
+            Effect::Temp(t) => (t, 0.0),
+            Effect::Power(w) => (0.0, w),
+            _ => (0.0, 0.0),
+        }
+    }
+
+    /// Mean confounder over hours `[from, to)`: (°C, W).
+    fn level_confounder(&self, from: u32, to: u32) -> (f64, f64) {
+        let hours = to.saturating_sub(from).max(1);
+        let hot = (from..to).filter(|&h| self.confounded(h)).count() as f64 / f64::from(hours);
+        (3.0 * hot, 30.0 * hot)
+    }
+}
+
+/// Information needed to detect `effect` at one-sided `alpha` with `power`, in expected baseline XID
+/// episodes (rates, against a known control; episodes, because GPU-level events are over-dispersed
+/// and carry less information than their count) or in nodes (levels, known node sd): the bound of issue 22.
+fn information_needed(effect: Effect, null: [f64; 4], sd: (f64, f64), alpha: f64, power: f64) -> Option<f64> {
+    let z = crate::stats::norm_isf(alpha) + crate::stats::norm_isf(1.0 - power);
+    match effect {
+        Effect::Rate { ratio, .. } => {
+            let gap = ratio.sqrt() - null[0].sqrt();
+            (gap > 0.0).then(|| (z / (2.0 * gap)).powi(2))
+        }
+        Effect::Temp(t) => (t > null[2]).then(|| (z * sd.0 / (t - null[2])).powi(2)),
+        Effect::Power(w) => (w > null[3]).then(|| (z * sd.1 / (w - null[3])).powi(2)),
+        _ => None,
+    }
+}
+
+/// Tracks when the information bound is reached in one rollout.
+struct Bound {
+    need: Option<(f64, f64)>,
+    rate: bool,
+    got: f64,
+    /// The last hour's information and its end, to extrapolate a bound not reached before the run ended.
+    last: (f64, f64),
+    at: [Option<f64>; 2],
+}
+
+impl Bound {
+    fn new(cell: &Cell, policy: &BenchPolicy) -> Self {
+        let (alpha, _) = policy.budget.per_gate(4);
+        let sd = (
+            TEMP_HOURLY_SD * (2.0 / f64::from(LEVEL_WINDOW_H)).sqrt(),
+            POWER_HOURLY_SD * (2.0 / f64::from(LEVEL_WINDOW_H)).sqrt(),
+        );
+        let median = information_needed(cell.effect, policy.nulls, sd, alpha, 0.5);
+        let p95 = information_needed(cell.effect, policy.nulls, sd, alpha, 0.95);
+        Self {
+            need: median.zip(p95),
+            rate: matches!(cell.effect, Effect::Rate { .. }),
+            got: 0.0,
+            last: (0.0, 0.0),
+            at: [None, None],
+        }
+    }
+
+    /// Adds an hour's information: baseline events of the updated side (rates) or updated nodes measured (levels).
+    fn add(&mut self, hour_end: f64, baseline_events: f64, nodes_measured: f64) {
+        let Some((m, p)) = self.need else { return };
+        let gained = if self.rate { baseline_events } else { nodes_measured };
+        self.got += gained;
+        self.last = (gained, hour_end);
+        for (slot, need) in self.at.iter_mut().zip([m, p]) {
+            if slot.is_none() && self.got >= need {
+                *slot = Some(hour_end);
+            }
+        }
+    }
+
+    /// Hours to the bound (median, p95 power). A bound not reached when the run ended (an early
+    /// catch) is extrapolated at the last hour's rate of information.
+    fn result(&self) -> Option<(f64, f64)> {
+        let (need_m, need_p) = self.need?;
+        let (gained, hour_end) = self.last;
+        let extrapolate = |slot: Option<f64>, need: f64| {
+            slot.or_else(|| (gained > 0.0).then(|| hour_end + (need - self.got) / gained))
+        };
+        extrapolate(self.at[0], need_m).zip(extrapolate(self.at[1], need_p))
+    }
+}
+
+/// One rollout judged by the fleet-scale method.
+pub fn run_fleet_method(cell: &Cell, policy: &BenchPolicy, seed: u64) -> Run {
+    let mut world = World::new(cell, seed);
+    let (alpha, beta) = policy.budget.per_gate(4);
+    let mut xid = RateEProcess::new(RateEConfig::default());
+    let mut aer = RateEProcess::new(RateEConfig::default());
+    let mut temp = LevelEProcess::new(LevelEConfig::default());
+    let mut power = LevelEProcess::new(LevelEConfig::default());
+    let mut bound = Bound::new(cell, policy);
+    // Control nodes' counts since the start, for the dispersion estimate.
+    let mut control_xid = vec![0u64; NODES];
+    let mut control_hours = vec![0u32; NODES];
+    let mut wave_pass_h = [None, None];
+    // Phases: 0, 1 = judged waves, 2 = the rest baking, 3 = soak.
+    let mut phase = 0usize;
+    let mut phase_start = 0u32;
+    let mut pending_levels: Vec<(u32, Vec<usize>)> = Vec::new();
+    let start_phase = |world: &mut World, phase: usize, hour: u32, pending: &mut Vec<(u32, Vec<usize>)>| {
+        let mut taken = 0;
+        for w in policy.waves.iter().take(phase) {
+            taken += w.per_stratum;
+        }
+        let nodes: Vec<usize> = world
+            .order
+            .iter()
+            .flat_map(|o| {
+                let end = if phase < 2 {
+                    taken + policy.waves[phase].per_stratum
+                } else {
+                    o.len() - policy.holdback_per_stratum
+                };
+                o[taken..end].to_vec()
+            })
+            .collect();
+        world.update(&nodes, hour);
+        pending.push((hour + EXCLUSION_H + LEVEL_WINDOW_H, nodes));
+    };
+    start_phase(&mut world, 0, 0, &mut pending_levels);
+    for hour in 0..HORIZON_H {
+        let hour_end = f64::from(hour + 1);
+        let mut xid_cells = vec![RateCell::default(); STRATA];
+        let mut aer_cells = vec![RateCell::default(); STRATA];
+        let mut baseline = 0.0;
+        for i in 0..NODES {
+            // The fleet method counts XID episodes per node: a cascade over a node's GPUs is one event.
+            let (_, x, a) = world.events(i, hour);
+            let node = &world.nodes[i];
+            let (xc, ac) = (&mut xid_cells[node.stratum], &mut aer_cells[node.stratum]);
+            match node.updated_at {
+                Some(at) if hour < at + EXCLUSION_H => {}
+                Some(_) => {
+                    xc.updated_events += x;
+                    xc.updated_exposure += GPUS;
+                    ac.updated_events += a;
+                    ac.updated_exposure += 1.0;
+                    baseline += cell.base * GPUS / MEAN_BURST;
+                }
+                None => {
+                    xc.control_events += x;
+                    xc.control_exposure += GPUS;
+                    ac.control_events += a;
+                    ac.control_exposure += 1.0;
+                    control_xid[i] += x;
+                    control_hours[i] += 1;
+                }
+            }
+        }
+        // Level batches whose window ended with this hour.
+        let mut measured = 0.0;
+        let (temp_effect, power_effect) = world.level_effect();
+        let due: Vec<(u32, Vec<usize>)> = pending_levels.extract_if(.., |(at, _)| *at == hour + 1).collect();
+        for (_, batch) in due {
+            let flashed = hour + 1 - EXCLUSION_H - LEVEL_WINDOW_H;
+            let pre = world.level_confounder(flashed.saturating_sub(LEVEL_WINDOW_H), flashed);
+            let post = world.level_confounder(flashed + EXCLUSION_H, hour + 1);
+            let noise = |rng: &mut ChaCha8Rng, sd: f64| sd * (2.0 / f64::from(LEVEL_WINDOW_H)).sqrt() * normal(rng);
+            let controls: Vec<usize> = (0..NODES).filter(|&i| world.nodes[i].updated_at.is_none()).collect();
+            // Each control node's change (post - pre) over the same windows: offsets cancel.
+            let mut ctrl = (Vec::new(), Vec::new());
+            for _ in &controls {
+                ctrl.0.push(post.0 - pre.0 + noise(&mut world.rng, TEMP_HOURLY_SD));
+                ctrl.1.push(post.1 - pre.1 + noise(&mut world.rng, POWER_HOURLY_SD));
+            }
+            let (tm, tsd) = mean_sd(&ctrl.0);
+            let (pm, psd) = mean_sd(&ctrl.1);
+            let td: Vec<f64> = batch
+                .iter()
+                .map(|_| temp_effect + post.0 - pre.0 + noise(&mut world.rng, TEMP_HOURLY_SD) - tm)
+                .collect();
+            let pd: Vec<f64> = batch
+                .iter()
+                .map(|_| power_effect + post.1 - pre.1 + noise(&mut world.rng, POWER_HOURLY_SD) - pm)
+                .collect();
+            // The simulation's own inputs are always valid; an error here would be a bench bug.
+            let _ = temp.observe_batch(&td, tsd, controls.len());
+            let _ = power.observe_batch(&pd, psd, controls.len());
+            measured += batch.len() as f64;
+        }
+        let _ = xid.observe_bin(&xid_cells);
+        let _ = aer.observe_bin(&aer_cells);
+        bound.add(hour_end, baseline, measured);
+        let phi = quasi_poisson_dispersion(
+            &(0..NODES)
+                .filter(|&i| world.nodes[i].updated_at.is_none() && control_hours[i] > 0)
+                .map(|i| NodeCount {
+                    stratum: world.nodes[i].stratum as u32,
+                    events: control_xid[i],
+                    exposure: f64::from(control_hours[i]) * GPUS,
+                })
+                .collect::<Vec<_>>(),
+        )
+        .unwrap_or(1.0);
+        let xid_md = match phase {
+            0 | 1 => policy.waves[phase].xid_must_detect,
+            _ => policy.soak_xid_must_detect,
+        };
+        let looks = [
+            (
+                "xid",
+                xid.look(policy.nulls[0], xid_md, alpha, beta, phi)
+                    .ok()
+                    .map(|l| (l.fail, l.pass_ready)),
+            ),
+            (
+                "aer",
+                aer.look(policy.nulls[1], policy.must_detect[0], alpha, beta, 1.0)
+                    .ok()
+                    .map(|l| (l.fail, l.pass_ready)),
+            ),
+            (
+                "temp",
+                temp.look(policy.nulls[2], policy.must_detect[1], alpha, beta)
+                    .ok()
+                    .map(|l| (l.fail, l.pass_ready)),
+            ),
+            (
+                "power",
+                power
+                    .look(policy.nulls[3], policy.must_detect[2], alpha, beta)
+                    .ok()
+                    .map(|l| (l.fail, l.pass_ready)),
+            ),
+        ];
+        let gates: Vec<GateLook> = looks
+            .iter()
+            .map(|(name, l)| {
+                let (fail, pass_ready) = l.unwrap_or((false, false));
+                GateLook {
+                    gate: (*name).into(),
+                    fail,
+                    pass_ready,
+                    lower: f64::NAN,
+                    upper: f64::NAN,
+                    null: 0.0,
+                    must_detect: 0.0,
+                }
+            })
+            .collect();
+        let elapsed = f64::from(hour + 1 - phase_start);
+        let exposed = world.updated_count();
+        match phase {
+            0 | 1 => {
+                let w = policy.waves[phase];
+                let timing = WaveTiming {
+                    elapsed_hours: elapsed,
+                    bake_hours: f64::from(w.bake_h),
+                    max_bake_hours: f64::from(w.max_bake_h),
+                };
+                match decide_wave(timing, &gates) {
+                    WaveDecision::Fail { .. } => return detected(hour_end, exposed, wave_pass_h, &bound),
+                    WaveDecision::Hold { .. } => {
+                        return held(hour_end, exposed, elapsed - f64::from(w.bake_h), wave_pass_h, &bound);
+                    }
+                    WaveDecision::Pass => {
+                        wave_pass_h[phase] = Some(elapsed);
+                        phase += 1;
+                        phase_start = hour + 1;
+                        start_phase(&mut world, phase, hour + 1, &mut pending_levels);
+                    }
+                    WaveDecision::Extend { .. } => {}
+                }
+            }
+            2 => {
+                if gates.iter().any(|g| g.fail) {
+                    return detected(hour_end, exposed, wave_pass_h, &bound);
+                }
+                if elapsed >= f64::from(policy.rest_bake_h) {
+                    phase = 3;
+                    phase_start = hour + 1;
+                }
+            }
+            _ => {
+                let timing = WaveTiming {
+                    elapsed_hours: elapsed,
+                    bake_hours: f64::from(policy.soak_h.0),
+                    max_bake_hours: f64::from(policy.soak_h.1),
+                };
+                match decide_soak(timing, &gates) {
+                    SoakDecision::RollBackAndBlock { .. } => return detected(hour_end, exposed, wave_pass_h, &bound),
+                    SoakDecision::FleetProvenThenUpdateHoldback => {
+                        return Run {
+                            end: End::FleetProven { hour: hour_end },
+                            wave_pass_h,
+                            bound_h: bound.result(),
+                        };
+                    }
+                    SoakDecision::Hold { .. } => {
+                        return held(
+                            hour_end,
+                            exposed,
+                            elapsed - f64::from(policy.soak_h.0),
+                            wave_pass_h,
+                            &bound,
+                        );
+                    }
+                    SoakDecision::Extend { .. } => {}
+                }
+            }
+        }
+    }
+    held(
+        f64::from(HORIZON_H),
+        world.updated_count(),
+        f64::NAN,
+        wave_pass_h,
+        &bound,
+    )
+}
+
+fn detected(hour: f64, exposed: usize, wave_pass_h: [Option<f64>; 2], bound: &Bound) -> Run {
+    Run {
+        end: End::Detected { hour, exposed },
+        wave_pass_h,
+        bound_h: bound.result(),
+    }
+}
+
+fn held(hour: f64, exposed: usize, extension: f64, wave_pass_h: [Option<f64>; 2], bound: &Bound) -> Run {
+    Run {
+        end: End::Held {
+            hour,
+            exposed,
+            extension,
+        },
+        wave_pass_h,
+        bound_h: bound.result(),
+    }
+}
+
+fn mean_sd(values: &[f64]) -> (f64, f64) {
+    let n = values.len().max(1) as f64;
+    let mean = values.iter().sum::<f64>() / n;
+    let var = values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1.0).max(1.0);
+    (mean, var.sqrt().max(1e-9))
+}
+
+/// One rollout judged by the current method: each wave against a control sample of its own size,
+/// a test that starts from zero per wave, the null at `min_effect`, a fixed bake with hourly looks and
+/// O'Brien-Fleming spending, a pass when nothing was proven; the last wave has no control left.
+pub fn run_current_method(cell: &Cell, policy: &BenchPolicy, seed: u64) -> Run {
+    let mut world = World::new(cell, seed);
+    let mut bound = Bound::new(cell, policy);
+    let mut wave_pass_h = [None, None];
+    let mut hour = 0u32;
+    let mut taken = 0usize;
+    let rate_gate = |name: &str, min: f64| RateGate {
+        name: name.into(),
+        min_effect_ratio: min,
+        min_canary_events_for_fail: crate::judging::MIN_CANARY_EVENTS_FOR_FAIL,
+        min_exposure: crate::judging::MIN_EXPOSURE,
+    };
+    let level_gate = |name: &str, min: f64| LevelGate {
+        name: name.into(),
+        direction: Direction::HigherIsWorse,
+        min_shift: min,
+        min_samples: crate::judging::MIN_LEVEL_UNITS,
+    };
+    let gates = (
+        rate_gate("xid", policy.nulls[0]),
+        rate_gate("aer", policy.nulls[1]),
+        level_gate("temp", policy.nulls[2]),
+        level_gate("power", policy.nulls[3]),
+    );
+    let (temp_effect, power_effect) = world.level_effect();
+    for (index, wave) in policy.waves.iter().enumerate() {
+        let canary: Vec<usize> = world
+            .order
+            .iter()
+            .flat_map(|o| o[taken..taken + wave.per_stratum].to_vec())
+            .collect();
+        taken += wave.per_stratum;
+        let mut pool: Vec<usize> = world.order.iter().flat_map(|o| o[taken..].to_vec()).collect();
+        pool.shuffle(&mut world.rng);
+        let control: Vec<usize> = pool.into_iter().take(canary.len()).collect();
+        world.update(&canary, hour);
+        let start = hour;
+        let Ok(plan) =
+            SequentialPlan::bonferroni(policy.current_alpha, 4, wave.bake_h, SpendingFunction::OBrienFleming)
+        else {
+            break;
+        };
+        let mut samples = [[RateSample {
+            events: 0,
+            exposure: 0.0,
+        }; 2]; 2];
+        let z_canary: Vec<(f64, f64)> = canary
+            .iter()
+            .map(|_| (normal(&mut world.rng), normal(&mut world.rng)))
+            .collect();
+        let z_control: Vec<(f64, f64)> = control
+            .iter()
+            .map(|_| (normal(&mut world.rng), normal(&mut world.rng)))
+            .collect();
+        for look_number in 1..=wave.bake_h {
+            for (side, nodes) in [(0, &canary), (1, &control)] {
+                for &i in nodes {
+                    let (x, _, a) = world.events(i, hour);
+                    samples[0][side].events += x;
+                    samples[0][side].exposure += GPUS;
+                    samples[1][side].events += a;
+                    samples[1][side].exposure += 1.0;
+                }
+            }
+            bound.add(
+                f64::from(hour + 1),
+                cell.base * GPUS / MEAN_BURST * world.updated_count() as f64,
+                0.0,
+            );
+            hour += 1;
+            let Ok(look) = plan.look(look_number) else { break };
+            // A node's running mean over the bake so far: offset + effect + shared confounder + noise / sqrt(hours).
+            let elapsed = f64::from(hour - start);
+            let conf = world.level_confounder(start, hour);
+            let level = |i: usize, z: (f64, f64), on: bool| {
+                let n = &world.nodes[i];
+                (
+                    n.temp_offset + conf.0 + if on { temp_effect } else { 0.0 } + TEMP_HOURLY_SD * z.0 / elapsed.sqrt(),
+                    n.power_offset
+                        + conf.1
+                        + if on { power_effect } else { 0.0 }
+                        + POWER_HOURLY_SD * z.1 / elapsed.sqrt(),
+                )
+            };
+            let c: Vec<(f64, f64)> = canary.iter().zip(&z_canary).map(|(&i, &z)| level(i, z, true)).collect();
+            let k: Vec<(f64, f64)> = control
+                .iter()
+                .zip(&z_control)
+                .map(|(&i, &z)| level(i, z, false))
+                .collect();
+            let (ct, cp): (Vec<f64>, Vec<f64>) = c.into_iter().unzip();
+            let (kt, kp): (Vec<f64>, Vec<f64>) = k.into_iter().unzip();
+            let verdict = combine(vec![
+                evaluate_rate(
+                    &gates.0,
+                    &RateCohorts {
+                        canary: samples[0][0],
+                        control: samples[0][1],
+                    },
+                    &look,
+                ),
+                evaluate_rate(
+                    &gates.1,
+                    &RateCohorts {
+                        canary: samples[1][0],
+                        control: samples[1][1],
+                    },
+                    &look,
+                ),
+                evaluate_level(
+                    &gates.2,
+                    &LevelCohorts {
+                        canary: &ct,
+                        control: &kt,
+                    },
+                    &look,
+                ),
+                evaluate_level(
+                    &gates.3,
+                    &LevelCohorts {
+                        canary: &cp,
+                        control: &kp,
+                    },
+                    &look,
+                ),
+            ]);
+            match verdict.outcome {
+                Outcome::Fail => {
+                    return detected(f64::from(hour), world.updated_count(), wave_pass_h, &bound);
+                }
+                _ if look_number < wave.bake_h => {}
+                Outcome::Pass => wave_pass_h[index] = Some(elapsed),
+                Outcome::Inconclusive | Outcome::Error => {
+                    return held(f64::from(hour), world.updated_count(), 0.0, wave_pass_h, &bound);
+                }
+            }
+        }
+    }
+    // The rest: everything left, no control, nothing judges it.
+    let rest: Vec<usize> = world.order.iter().flat_map(|o| o[taken..].to_vec()).collect();
+    world.update(&rest, hour);
+    for _ in 0..policy.rest_bake_h {
+        bound.add(f64::from(hour + 1), cell.base * GPUS / MEAN_BURST * NODES as f64, 0.0);
+        hour += 1;
+    }
+    Run {
+        end: End::CompletedUnjudged { hour: f64::from(hour) },
+        wave_pass_h,
+        bound_h: bound.result(),
+    }
+}
+
+/// The cells issue 22 asks for, with `effect_seeds` per effect cell and `healthy_seeds` for the
+/// healthy one (the confounder and hot-node cells get `effect_seeds`).
+pub fn cells(effect_seeds: u32, healthy_seeds: u32) -> Vec<Cell> {
+    let mut cells = vec![Cell {
+        label: "healthy".into(),
+        base: 0.002,
+        effect: Effect::Healthy,
+        seeds: healthy_seeds,
+    }];
+    for (label, effect) in [("confounder", Effect::Confounder), ("hot nodes", Effect::HotNodes)] {
+        cells.push(Cell {
+            label: label.into(),
+            base: 0.002,
+            effect,
+            seeds: effect_seeds,
+        });
+    }
+    for base in [0.002, 0.0005] {
+        for share in [1.0, 0.25] {
+            for ratio in [1.5, 2.0, 3.0, 6.0] {
+                let on = if share < 1.0 { "25% nodes" } else { "all nodes" };
+                cells.push(Cell {
+                    label: format!("xid {ratio}x {on} @{base}"),
+                    base,
+                    effect: Effect::Rate { ratio, share },
+                    seeds: effect_seeds,
+                });
+            }
+        }
+    }
+    for t in [1.0, 2.0, 3.0] {
+        cells.push(Cell {
+            label: format!("temp +{t} C"),
+            base: 0.002,
+            effect: Effect::Temp(t),
+            seeds: effect_seeds,
+        });
+    }
+    for w in [20.0, 60.0] {
+        cells.push(Cell {
+            label: format!("power +{w} W"),
+            base: 0.002,
+            effect: Effect::Power(w),
+            seeds: effect_seeds,
+        });
+    }
+    cells
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cell(effect: Effect) -> Cell {
+        Cell {
+            label: "t".into(),
+            base: 0.002,
+            effect,
+            seeds: 1,
+        }
+    }
+
+    #[test]
+    fn a_six_fold_rise_is_caught_in_the_canary_by_the_fleet_method() {
+        let policy = BenchPolicy::default();
+        let run = run_fleet_method(&cell(Effect::Rate { ratio: 6.0, share: 1.0 }), &policy, 1);
+        match run.end {
+            End::Detected { exposed, .. } => assert_eq!(exposed, 32),
+            other => panic!("{other:?}"),
+        }
+        assert!(run.bound_h.is_some());
+    }
+
+    #[test]
+    fn the_same_seed_gives_the_same_rollout() {
+        let policy = BenchPolicy::default();
+        let c = cell(Effect::Temp(3.0));
+        assert_eq!(
+            run_fleet_method(&c, &policy, 5).end,
+            run_fleet_method(&c, &policy, 5).end
+        );
+        assert_eq!(
+            run_current_method(&c, &policy, 5).end,
+            run_current_method(&c, &policy, 5).end
+        );
+    }
+}

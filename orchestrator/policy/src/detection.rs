@@ -1,0 +1,268 @@
+//! The policy keys of fleet-scale detection (issue 22): each wave's `max_bake`, and the rollout's
+//! `detection` block (error budgets, soak and holdback). All optional, with defaults that keep an
+//! existing policy's meaning: without `max_bake` a wave never extends beyond its bake, and without
+//! `detection` the budgets are the detector's defaults (2% false rollback, 5% false pass).
+
+use chrono::TimeDelta;
+use serde::Deserialize;
+
+use crate::diag::Sink;
+use crate::duration::{format_duration, parse_duration};
+use crate::raw::S;
+use crate::validate::at;
+
+/// Default rollout-level false-rollback budget (kept equal to `orchestrator_detect::fleet`'s).
+pub const DEFAULT_FALSE_ROLLBACK: f64 = 0.02;
+/// Default rollout-level false-pass budget.
+pub const DEFAULT_FALSE_PASS: f64 = 0.05;
+/// Default hours excluded after any reset of a node, on both sides of a comparison.
+pub const DEFAULT_RESET_EXCLUSION_SECONDS: i64 = 3600;
+
+/// The rollout's detection settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Detection {
+    /// Probability of rolling back a healthy release anywhere in the rollout (all gates, waves, soak).
+    pub false_rollback: f64,
+    /// Probability of passing a release that is `must_detect` worse on some gate.
+    pub false_pass: f64,
+    /// Hours after a reset (a flash, a reboot) that count on neither side.
+    pub reset_exclusion: TimeDelta,
+    /// The soak against the holdback; `None`: no soak, the release is never fleet-proven by the detector.
+    pub soak: Option<Soak>,
+}
+
+impl Default for Detection {
+    fn default() -> Self {
+        Self {
+            false_rollback: DEFAULT_FALSE_ROLLBACK,
+            false_pass: DEFAULT_FALSE_PASS,
+            reset_exclusion: TimeDelta::seconds(DEFAULT_RESET_EXCLUSION_SECONDS),
+            soak: None,
+        }
+    }
+}
+
+/// The soak: after the last wave, the updated fleet against a stratified holdback on the old version.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Soak {
+    /// Shortest soak (the soak's bake).
+    pub min: TimeDelta,
+    /// Longest soak before a hold for a human.
+    pub max: TimeDelta,
+    /// Share of the eligible fleet held back, in percent (size it with `policy power`).
+    pub holdback_percent: f64,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawDetection {
+    #[serde(default)]
+    pub false_rollback: Option<S<f64>>,
+    #[serde(default)]
+    pub false_pass: Option<S<f64>>,
+    #[serde(default)]
+    pub reset_exclusion: Option<S<String>>,
+    #[serde(default)]
+    pub soak: Option<S<RawSoak>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawSoak {
+    pub min: S<String>,
+    pub max: S<String>,
+    pub holdback_percent: S<f64>,
+}
+
+fn budget(sink: &mut Sink, what: &str, raw: Option<&S<f64>>, default: f64) -> Option<f64> {
+    let Some(raw) = raw else { return Some(default) };
+    let v = raw.value;
+    if v.is_finite() && v > 0.0 && v <= 0.5 {
+        Some(v)
+    } else {
+        sink.error(
+            at(raw),
+            format!("detection.{what} is a probability and must be in (0, 0.5], got {v}"),
+        );
+        None
+    }
+}
+
+fn duration(sink: &mut Sink, what: &str, raw: &S<String>) -> Option<TimeDelta> {
+    match parse_duration(&raw.value) {
+        Ok(d) => Some(d),
+        Err(e) => {
+            sink.error(at(raw), format!("{what}: {e}"));
+            None
+        }
+    }
+}
+
+/// Validates the `detection` block (absent: the defaults).
+pub(crate) fn detection(sink: &mut Sink, raw: Option<&S<RawDetection>>) -> Option<Detection> {
+    let Some(raw) = raw else {
+        return Some(Detection::default());
+    };
+    let d = &raw.value;
+    let false_rollback = budget(
+        sink,
+        "false_rollback",
+        d.false_rollback.as_ref(),
+        DEFAULT_FALSE_ROLLBACK,
+    );
+    let false_pass = budget(sink, "false_pass", d.false_pass.as_ref(), DEFAULT_FALSE_PASS);
+    let reset_exclusion = match &d.reset_exclusion {
+        None => Some(TimeDelta::seconds(DEFAULT_RESET_EXCLUSION_SECONDS)),
+        Some(r) => duration(sink, "detection.reset_exclusion", r),
+    };
+    let soak = match &d.soak {
+        None => Some(None),
+        Some(s) => soak(sink, &s.value).map(Some),
+    };
+    Some(Detection {
+        false_rollback: false_rollback?,
+        false_pass: false_pass?,
+        reset_exclusion: reset_exclusion?,
+        soak: soak?,
+    })
+}
+
+fn soak(sink: &mut Sink, raw: &RawSoak) -> Option<Soak> {
+    let min = duration(sink, "detection.soak.min", &raw.min);
+    let max = duration(sink, "detection.soak.max", &raw.max);
+    if let (Some(min), Some(max)) = (min, max)
+        && max < min
+    {
+        sink.error(
+            at(&raw.max),
+            format!(
+                "detection.soak.max {} is shorter than detection.soak.min {}",
+                format_duration(max),
+                format_duration(min)
+            ),
+        );
+        return None;
+    }
+    let p = raw.holdback_percent.value;
+    if !(p.is_finite() && p > 0.0 && p < 50.0) {
+        sink.error(
+            at(&raw.holdback_percent),
+            format!("detection.soak.holdback_percent must be a percentage in (0, 50), got {p}"),
+        );
+        return None;
+    }
+    Some(Soak {
+        min: min?,
+        max: max?,
+        holdback_percent: p,
+    })
+}
+
+/// A wave's `max_bake`: at least its bake (absent: the bake, so the wave never extends).
+pub(crate) fn max_bake(
+    sink: &mut Sink,
+    wave: &str,
+    raw: Option<&S<String>>,
+    bake: Option<TimeDelta>,
+) -> Option<TimeDelta> {
+    let Some(raw) = raw else { return bake };
+    let max = duration(sink, &format!("wave {wave:?} max_bake"), raw)?;
+    if let Some(bake) = bake
+        && max < bake
+    {
+        sink.error(
+            at(raw),
+            format!(
+                "wave {wave:?} max_bake {} is shorter than its bake {}: the bake is a minimum and max_bake the most it may extend to",
+                format_duration(max),
+                format_duration(bake)
+            ),
+        );
+        return None;
+    }
+    Some(max)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::lint::check_source;
+
+    const BASE: &str = "name: p
+target:
+  component: gpu
+  platforms: [hgx]
+waves:
+  - name: canary
+    count: 8
+    bake: 12h
+    max_bake: MAXBAKE
+  - name: rest
+    rest: true
+    bake: 4h
+concurrency:
+  max_in_flight: 4
+failure_budget:
+  max_failed: 1
+rollback:
+  automatic: true
+  scope: wave
+DETECTION";
+
+    fn check(max_bake: &str, detection: &str, expected: &[&str]) {
+        let source = BASE.replace("MAXBAKE", max_bake).replace("DETECTION", detection);
+        let checked = check_source(&source);
+        let errors: Vec<String> = checked
+            .diagnostics
+            .iter()
+            .filter(|d| d.is_error())
+            .map(|d| d.render("p.yaml"))
+            .collect();
+        // Every expected fragment is in the one error, or there is no error when none is expected.
+        assert_eq!(errors.len(), usize::from(!expected.is_empty()), "{errors:#?}");
+        for want in expected {
+            assert!(errors[0].contains(want), "{} does not contain {want}", errors[0]);
+        }
+    }
+
+    #[test]
+    fn valid_keys_and_defaults() {
+        check("120h", "", &[]);
+        check(
+            "5d",
+            "detection:\n  false_rollback: 0.02\n  false_pass: 0.05\n  reset_exclusion: 1h\n  soak:\n    min: 24h\n    max: 14d\n    holdback_percent: 5\n",
+            &[],
+        );
+        let source = BASE.replace("    max_bake: MAXBAKE\n", "").replace("DETECTION", "");
+        let policy = crate::parse_policy(&source).unwrap();
+        assert_eq!(policy.waves[0].max_bake, policy.waves[0].bake);
+        assert_eq!(policy.detection, super::Detection::default());
+        let source = BASE.replace("MAXBAKE", "3d").replace(
+            "DETECTION",
+            "detection:\n  soak: {min: 1d, max: 10d, holdback_percent: 2}\n",
+        );
+        let policy = crate::parse_policy(&source).unwrap();
+        assert_eq!(policy.waves[0].max_bake, chrono::TimeDelta::days(3));
+        assert_eq!(policy.detection.soak.unwrap().holdback_percent, 2.0);
+    }
+
+    #[test]
+    fn errors_point_at_the_key() {
+        check("6h", "", &["p.yaml:9:15", "max_bake 6h is shorter than its bake 12h"]);
+        check("soon", "", &["p.yaml:9:15"]);
+        check(
+            "12h",
+            "detection:\n  false_rollback: 0.9\n",
+            &["p.yaml:21:19: detection.false_rollback"],
+        );
+        check(
+            "12h",
+            "detection:\n  soak:\n    min: 2d\n    max: 1d\n    holdback_percent: 5\n",
+            &["p.yaml:23:10", "soak.max 1d is shorter"],
+        );
+        check(
+            "12h",
+            "detection:\n  soak:\n    min: 1d\n    max: 2d\n    holdback_percent: 70\n",
+            &["holdback_percent must be a percentage in (0, 50)"],
+        );
+    }
+}
