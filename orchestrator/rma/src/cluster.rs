@@ -22,7 +22,8 @@
 use std::collections::{BTreeMap, HashMap};
 
 use chrono::{DateTime, TimeDelta, Utc};
-use orchestrator_detect::stats::{poisson_rate_test, rate_ratio_interval};
+use orchestrator_detect::stats::{binom_sf_ge, poisson_rate_test};
+use statrs::distribution::{Binomial, Discrete};
 use serde::Serialize;
 
 /// A part attribute that groups parts. Declared from most to least specific: identical groups keep
@@ -101,7 +102,10 @@ pub struct ClusterConfig {
     pub min_group_parts: usize,
     /// Characters of the serial number that form its prefix group; 0 turns the attribute off.
     pub serial_prefix_len: usize,
-    /// Upper edges of the age bands in days (ascending); the last band is open.
+    /// Upper edges of the age bands in days (ascending), applied to the age at the middle of each
+    /// part's exposure; the last band is open. Infant mortality and wear-out are the age effects a
+    /// lot (built at one time) would otherwise be blamed for; more bands mean smaller comparison
+    /// groups and less power.
     pub age_band_edges_days: Vec<f64>,
     /// Failures on one node closer than this are one incident.
     pub coincidence_window: TimeDelta,
@@ -111,11 +115,11 @@ impl Default for ClusterConfig {
     fn default() -> Self {
         Self {
             alpha: 0.01,
-            min_rate_ratio: 1.5,
+            min_rate_ratio: 1.25,
             min_failures: 5,
             min_group_parts: 30,
             serial_prefix_len: 5,
-            age_band_edges_days: vec![30.0, 90.0, 180.0, 365.0, 730.0],
+            age_band_edges_days: vec![60.0, 180.0, 365.0, 730.0],
             coincidence_window: TimeDelta::hours(1),
         }
     }
@@ -161,9 +165,9 @@ pub struct GroupTest {
     pub aliases: Vec<GroupKey>,
     /// Parts in it.
     pub parts: usize,
-    /// Failed parts counted.
+    /// Failed parts counted (in strata where the rest of the fleet has parts to compare with).
     pub failures: u64,
-    /// Failures expected at the rest of the fleet's (standardised) rate.
+    /// Failures expected at the rest of the fleet's rates, stratum by stratum.
     pub expected: f64,
     /// Standardised rate ratio, group over rest; None when the rest had no failures.
     pub rate_ratio: Option<f64>,
@@ -186,7 +190,8 @@ pub struct Cluster {
     pub test: GroupTest,
     /// Rejected groups inside it that were taken out before testing it (empty unless a remainder).
     pub excluding: Vec<GroupKey>,
-    /// Rejected groups that contain it (flagged because of it, not separate clusters).
+    /// Rejected coarser groups that contain or overlap it (flagged because of it, not separate
+    /// clusters).
     pub parents: Vec<GroupKey>,
     /// Serials of its failed parts, sorted.
     pub failed_serials: Vec<String>,
@@ -313,26 +318,42 @@ fn band(edges: &[f64], age: f64) -> usize {
     edges.iter().position(|e| age < *e).unwrap_or(edges.len())
 }
 
-/// Exposure of each part weighted by the fleet's failure rate in its stratum (age band, plus
-/// platform when `with_platform`), so that summing weights gives a group's expected share of
-/// failures under "no defect".
-fn standardized_weights(parts: &[FleetPart], failed: &[bool], edges: &[f64], with_platform: bool) -> Vec<f64> {
-    fn key<'a>(p: &'a FleetPart, edges: &[f64], with_platform: bool) -> (usize, &'a str) {
-        (band(edges, p.age_days), if with_platform { p.platform.as_str() } else { "" })
+/// Each part's stratum (age band, plus platform when `with_platform`) and the fleet's failures and
+/// exposure per stratum.
+struct Strata {
+    of_part: Vec<usize>,
+    failures: Vec<u64>,
+    exposure: Vec<f64>,
+}
+
+impl Strata {
+    fn new(parts: &[FleetPart], failed: &[bool], edges: &[f64], with_platform: bool) -> Strata {
+        let mut ids: HashMap<(usize, &str), usize> = HashMap::new();
+        let mut of_part = Vec::with_capacity(parts.len());
+        let (mut failures, mut exposure) = (Vec::new(), Vec::new());
+        for (p, f) in parts.iter().zip(failed) {
+            // The age that matters is the age the part had while exposed, so the band is taken at
+            // the middle of its exposure (a part installed mid-period is young all through it).
+            let key = (
+                band(edges, p.age_days + p.exposure_days / 2.0),
+                if with_platform { p.platform.as_str() } else { "" },
+            );
+            let next = ids.len();
+            let id = *ids.entry(key).or_insert(next);
+            if id == failures.len() {
+                failures.push(0);
+                exposure.push(0.0);
+            }
+            failures[id] += u64::from(*f);
+            exposure[id] += p.exposure_days;
+            of_part.push(id);
+        }
+        Strata {
+            of_part,
+            failures,
+            exposure,
+        }
     }
-    let mut strata: HashMap<(usize, &str), (f64, f64)> = HashMap::new();
-    for (p, f) in parts.iter().zip(failed) {
-        let s = strata.entry(key(p, edges, with_platform)).or_default();
-        s.0 += if *f { 1.0 } else { 0.0 };
-        s.1 += p.exposure_days;
-    }
-    parts
-        .iter()
-        .map(|p| {
-            let (events, exposure) = strata[&key(p, edges, with_platform)];
-            if exposure > 0.0 { p.exposure_days * events / exposure } else { 0.0 }
-        })
-        .collect()
 }
 
 fn groups(parts: &[FleetPart], config: &ClusterConfig) -> Vec<Group> {
@@ -371,54 +392,197 @@ fn groups(parts: &[FleetPart], config: &ClusterConfig) -> Vec<Group> {
     out
 }
 
-struct Totals {
-    failures: u64,
-    weight: f64,
+/// One stratum of a comparison: failures on both sides and each side's exposure.
+#[derive(Debug, Clone, Copy)]
+struct Stratum {
+    events: u64,
+    set_exposure: f64,
+    rest_exposure: f64,
 }
 
-fn make_test(group: &Group, failed: &[bool], weights: &[f64], total: &Totals, config: &ClusterConfig) -> GroupTest {
-    let failures = group.members.iter().filter(|&&i| failed[i as usize]).count() as u64;
-    let weight: f64 = group.members.iter().map(|&i| weights[i as usize]).sum();
-    let rest_failures = total.failures.saturating_sub(failures);
-    let rest_weight = (total.weight - weight).max(0.0);
-    let p = poisson_rate_test(failures, weight, rest_failures, rest_weight, config.min_rate_ratio);
-    let ci = rate_ratio_interval(failures, weight, rest_failures, rest_weight, 0.025, 0.025);
-    let rest_rate = if rest_weight > 0.0 { rest_failures as f64 / rest_weight } else { 0.0 };
-    let rate_ratio = (rest_failures > 0 && weight > 0.0)
-        .then(|| (failures as f64 / weight) / rest_rate)
-        .filter(|r| r.is_finite());
-    GroupTest {
+/// `P(X >= x)` where `X` is the set's failure count summed over strata and, conditional on each
+/// stratum's total, `X_s ~ Binomial(n_s, r e_set / (r e_set + e_rest))`: the exact conditional test
+/// of "the set's rate is at most `ratio` times the rest's in every stratum". The distribution is
+/// convolved only up to `x` (everything at or above `x` in one bucket), so the cost is
+/// O(strata * x * min(n_s, x)).
+fn stratified_sf(x: u64, table: &[Stratum], ratio: f64) -> f64 {
+    if x == 0 {
+        return 1.0;
+    }
+    let total: u64 = table.iter().map(|s| s.events).sum();
+    if x > total {
+        return 0.0;
+    }
+    if let [only] = table {
+        // One stratum: exactly the detector's two-rate test.
+        return poisson_rate_test(x, only.set_exposure, only.events - x, only.rest_exposure, ratio);
+    }
+    let cap = usize::try_from(x).unwrap_or(usize::MAX);
+    let mut dist = vec![0.0_f64; cap + 1];
+    dist[0] = 1.0;
+    for st in table.iter().filter(|s| s.events > 0) {
+        let p = (ratio * st.set_exposure / (ratio * st.set_exposure + st.rest_exposure)).clamp(0.0, 1.0);
+        let Ok(b) = Binomial::new(p, st.events) else {
+            return 1.0;
+        };
+        // The pmf below the cap, and the tail at the cap taken exactly (not as 1 - sum, which
+        // would lose the small tails that decisions use).
+        let pmf: Vec<f64> = if st.events < cap as u64 {
+            (0..=st.events).map(|k| b.pmf(k)).collect()
+        } else {
+            (0..cap as u64)
+                .map(|k| b.pmf(k))
+                .chain(std::iter::once(binom_sf_ge(cap as u64, st.events, p)))
+                .collect()
+        };
+        let mut next = vec![0.0_f64; cap + 1];
+        for (i, &d) in dist.iter().enumerate().filter(|(_, d)| **d > 0.0) {
+            for (k, &q) in pmf.iter().enumerate() {
+                next[(i + k).min(cap)] += d * q;
+            }
+        }
+        dist = next;
+    }
+    dist[cap].clamp(0.0, 1.0)
+}
+
+/// The `r` where `f(r)`, increasing in `r`, crosses `target` (bisection on ln r over e^-20..e^20);
+/// `None` when it does not cross there (an unbounded ratio).
+fn solve_ratio(f: impl Fn(f64) -> f64, target: f64) -> Option<f64> {
+    let (mut lo, mut hi) = (-20.0_f64, 20.0_f64);
+    if f(lo.exp()) > target || f(hi.exp()) < target {
+        return None;
+    }
+    for _ in 0..60 {
+        let mid = 0.5 * (lo + hi);
+        if f(mid.exp()) < target {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    Some((0.5 * (lo + hi)).exp())
+}
+
+/// Exact 95% interval for the common rate ratio, by inverting the stratified test in each tail:
+/// the lower bound is where `P(X >= x)` reaches 2.5%, the upper where `P(X <= x)` falls to 2.5%.
+fn stratified_interval(x: u64, table: &[Stratum]) -> (Option<f64>, Option<f64>) {
+    let total: u64 = table.iter().map(|s| s.events).sum();
+    let lower = if x == 0 {
+        Some(0.0)
+    } else {
+        solve_ratio(|r| stratified_sf(x, table, r), 0.025)
+    };
+    let upper = if x >= total {
+        None
+    } else {
+        solve_ratio(|r| stratified_sf(x + 1, table, r), 0.975)
+    };
+    (lower, upper)
+}
+
+/// The comparison of a set of parts with the rest of the fleet (minus `excluded`), stratum by
+/// stratum (age band, platform), so that a set that is younger or sits on another platform is
+/// compared with like parts and its own failures never inflate the rate it is compared with. The
+/// test is the exact conditional test of [`stratified_sf`] (the detector's two-rate test when there
+/// is one stratum); the estimate is the Mantel-Haenszel rate ratio; `expected` is the set's
+/// exposure at the rest's rates per stratum.
+fn make_test(
+    group: &Group,
+    members: &[u32],
+    excluded: Option<&[bool]>,
+    parts: &[FleetPart],
+    failed: &[bool],
+    strata: &Strata,
+    config: &ClusterConfig,
+) -> (GroupTest, Vec<Stratum>) {
+    let n = strata.failures.len();
+    // Per stratum: the set's failures and exposure, and those of the parts left out of the comparison.
+    let (mut set_f, mut set_e) = (vec![0u64; n], vec![0.0_f64; n]);
+    let (mut out_f, mut out_e) = (vec![0u64; n], vec![0.0_f64; n]);
+    for &i in members {
+        let i = i as usize;
+        set_f[strata.of_part[i]] += u64::from(failed[i]);
+        set_e[strata.of_part[i]] += parts[i].exposure_days;
+    }
+    if let Some(excluded) = excluded {
+        for (i, _) in excluded.iter().enumerate().filter(|(_, x)| **x) {
+            out_f[strata.of_part[i]] += u64::from(failed[i]);
+            out_e[strata.of_part[i]] += parts[i].exposure_days;
+        }
+    }
+    let mut table = Vec::with_capacity(n);
+    let (mut failures, mut expected) = (0u64, 0.0_f64);
+    let (mut mh_num, mut mh_den) = (0.0_f64, 0.0_f64);
+    for s in 0..n {
+        let rest_f = strata.failures[s].saturating_sub(set_f[s] + out_f[s]);
+        let rest_e = strata.exposure[s] - set_e[s] - out_e[s];
+        // A stratum with no comparable parts on one side says nothing about the set's rate: it
+        // leaves the comparison on both sides (an age band holding only one part number).
+        if rest_e <= 0.0 || set_e[s] <= 0.0 {
+            continue;
+        }
+        failures += set_f[s];
+        expected += set_e[s] * rest_f as f64 / rest_e;
+        let total_e = set_e[s] + rest_e;
+        mh_num += set_f[s] as f64 * rest_e / total_e;
+        mh_den += rest_f as f64 * set_e[s] / total_e;
+        table.push(Stratum {
+            events: set_f[s] + rest_f,
+            set_exposure: set_e[s],
+            rest_exposure: rest_e,
+        });
+    }
+    let p = stratified_sf(failures, &table, config.min_rate_ratio);
+    let rate_ratio = (mh_den > 0.0).then(|| mh_num / mh_den).filter(|r| r.is_finite());
+    let test = GroupTest {
         group: group.key.clone(),
         aliases: group.aliases.clone(),
-        parts: group.members.len(),
+        parts: members.len(),
         failures,
-        expected: weight * rest_rate,
+        expected,
         rate_ratio,
-        ci95_lower: ci.lower,
-        ci95_upper: ci.upper,
+        // Filled in for clusters only: inverting the stratified test costs dozens of evaluations.
+        ci95_lower: None,
+        ci95_upper: None,
         // A group below the failure floor cannot be a cluster: its p-value is taken as 1, which
         // only removes rejections.
         p_value: if failures >= config.min_failures { p } else { 1.0 },
         adjusted_p: 1.0,
         rejected: false,
-    }
+    };
+    (test, table)
 }
 
-/// Whether sorted `inner` is a proper subset of sorted `outer`.
-fn proper_subset(inner: &[u32], outer: &[u32]) -> bool {
-    if inner.len() >= outer.len() {
-        return false;
-    }
-    let mut j = 0;
-    for x in inner {
-        while j < outer.len() && outer[j] < *x {
-            j += 1;
+/// Fills in the exact interval of a reported cluster.
+fn with_interval(mut test: GroupTest, table: &[Stratum]) -> GroupTest {
+    (test.ci95_lower, test.ci95_upper) = stratified_interval(test.failures, table);
+    test
+}
+
+/// Size of the intersection of two sorted sets.
+fn intersection(a: &[u32], b: &[u32]) -> usize {
+    let (mut i, mut j, mut n) = (0, 0, 0);
+    while i < a.len() && j < b.len() {
+        match a[i].cmp(&b[j]) {
+            std::cmp::Ordering::Less => i += 1,
+            std::cmp::Ordering::Greater => j += 1,
+            std::cmp::Ordering::Equal => {
+                n += 1;
+                i += 1;
+                j += 1;
+            }
         }
-        if j == outer.len() || outer[j] != *x {
-            return false;
-        }
     }
-    true
+    n
+}
+
+/// Whether rejected group `h` is more specific than rejected group `g` and shares parts with it.
+/// Specificity follows the attribute order (lot, serial prefix, part number, platform): a lot is
+/// the unit a vendor traces a defect to, so a lot is reported rather than a serial range inside
+/// it or the part number around it.
+fn is_child(h: &Group, g: &Group) -> bool {
+    h.key.attribute < g.key.attribute && intersection(&h.members, &g.members) > 0
 }
 
 /// Scans one period of the fleet for defect clusters. Run it on fixed, non-overlapping periods:
@@ -429,32 +593,27 @@ pub fn scan(parts: &[FleetPart], failures: &[PartFailure], config: &ClusterConfi
     let index: HashMap<&str, u32> = parts.iter().enumerate().map(|(i, p)| (p.serial.as_str(), i as u32)).collect();
     let (failed, fw, system_incidents, system_incident_failures, unknown) =
         counted_failures(parts, &index, failures, config.coincidence_window);
-    let with_platform = standardized_weights(parts, &failed, &config.age_band_edges_days, true);
-    let without_platform = standardized_weights(parts, &failed, &config.age_band_edges_days, false);
+    let with_platform = Strata::new(parts, &failed, &config.age_band_edges_days, true);
+    let without_platform = Strata::new(parts, &failed, &config.age_band_edges_days, false);
     let counted = failed.iter().filter(|f| **f).count() as u64;
-    let totals = |w: &[f64]| Totals {
-        failures: counted,
-        weight: w.iter().sum(),
-    };
-    let (total_with, total_without) = (totals(&with_platform), totals(&without_platform));
     // Testing platform SKUs under platform stratification would compare each SKU with itself.
-    let weights_for = |g: &Group| {
+    let strata_for = |g: &Group| {
         if g.key.attribute == Attribute::Platform {
-            (&without_platform[..], &total_without)
+            &without_platform
         } else {
-            (&with_platform[..], &total_with)
+            &with_platform
         }
     };
 
     let groups = groups(parts, config);
-    let mut tests: Vec<(usize, GroupTest)> = groups
+    let (mut tests, tables): (Vec<(usize, GroupTest)>, Vec<Vec<Stratum>>) = groups
         .iter()
         .enumerate()
         .map(|(i, g)| {
-            let (w, t) = weights_for(g);
-            (i, make_test(g, &failed, w, t, config))
+            let (test, table) = make_test(g, &g.members, None, parts, &failed, strata_for(g), config);
+            ((i, test), table)
         })
-        .collect();
+        .unzip();
     let m = tests.len();
     // Holm: step down through the sorted p-values; adjusted p is the running maximum of (m-k)p.
     tests.sort_by(|a, b| a.1.p_value.total_cmp(&b.1.p_value).then(a.1.group.cmp(&b.1.group)));
@@ -483,25 +642,25 @@ pub fn scan(parts: &[FleetPart], failures: &[PartFailure], config: &ClusterConfi
         let children: Vec<usize> = rejected
             .iter()
             .copied()
-            .filter(|&j| proper_subset(&groups[j].members, &g.members))
+            .filter(|&j| j != *i && is_child(&groups[j], g))
             .collect();
         let parents: Vec<GroupKey> = rejected
             .iter()
-            .filter(|&&j| proper_subset(&g.members, &groups[j].members))
+            .filter(|&&j| j != *i && is_child(g, &groups[j]))
             .map(|&j| groups[j].key.clone())
             .collect();
         if children.is_empty() {
             clusters.push(Cluster {
-                test: t.clone(),
+                test: with_interval(t.clone(), &tables[*i]),
                 excluding: Vec::new(),
                 parents,
                 failed_serials: failed_serials(&g.members),
             });
             continue;
         }
-        // A parent of a cluster is a cluster of its own only if what remains without the rejected
-        // groups inside it still fails faster than the rest of the fleet. The remainder is an
-        // extra hypothesis, tested at the Bonferroni level alpha / m.
+        // A parent of a cluster (or a coarser group overlapping it) is a cluster of its own only if
+        // what remains without the more specific rejected groups still fails faster than the rest
+        // of the fleet. The remainder is an extra hypothesis, tested at the Bonferroni level.
         let mut inside = vec![false; parts.len()];
         for &j in &children {
             for &x in &groups[j].members {
@@ -513,25 +672,13 @@ pub fn scan(parts: &[FleetPart], failures: &[PartFailure], config: &ClusterConfi
             continue;
         }
         // The children leave the comparison entirely: they are neither the remainder nor "the rest".
-        let (w, total) = weights_for(g);
-        let child_failures = inside.iter().zip(&failed).filter(|(a, b)| **a && **b).count() as u64;
-        let child_weight: f64 = inside.iter().zip(w).filter(|(a, _)| **a).map(|(_, w)| *w).sum();
-        let rest = Totals {
-            failures: total.failures - child_failures,
-            weight: total.weight - child_weight,
-        };
-        let sub = Group {
-            key: g.key.clone(),
-            aliases: g.aliases.clone(),
-            members: remainder,
-        };
-        let mut rt = make_test(&sub, &failed, w, &rest, config);
+        let (mut rt, table) = make_test(g, &remainder, Some(&inside), parts, &failed, strata_for(g), config);
         rt.adjusted_p = (rt.p_value * m as f64).min(1.0);
         rt.rejected = rt.p_value <= config.alpha / m as f64;
         if rt.rejected {
             clusters.push(Cluster {
-                failed_serials: failed_serials(&sub.members),
-                test: rt,
+                failed_serials: failed_serials(&remainder),
+                test: with_interval(rt, &table),
                 excluding: children.iter().map(|&j| groups[j].key.clone()).collect(),
                 parents,
             });
