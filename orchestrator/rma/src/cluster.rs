@@ -8,16 +8,19 @@
 //!    the part statistics (NVIDIA's RMA process asks to rule out such system-level causes). Each
 //!    part counts at most once: the statistic is the rate of *failed parts*.
 //! 3. Every level of every attribute is a group; identical groups are tested once. Each is
-//!    compared with the rest of the fleet by the detector's exact conditional test of two Poisson
-//!    rates (`orchestrator_detect::stats::poisson_rate_test`) against the smallest rate ratio that
-//!    matters, on exposures standardised for age band and platform (indirect standardisation with the
-//!    fleet's own rates per stratum: under "no defect", each count is Poisson with mean proportional
-//!    to its standardised exposure, so the conditional test stays exact).
+//!    compared with the rest of the fleet within strata of age band and platform (a lot is built
+//!    at one time, so infant mortality or wear-out would otherwise be blamed on it) by the exact
+//!    conditional test of a common rate ratio: given each stratum's failures, the group's share is
+//!    binomial with the exposure split, and the p-value is the tail of the sum over strata against
+//!    the smallest ratio that matters. With one stratum this is the detector's two-rate test
+//!    (`orchestrator_detect::stats::poisson_rate_test`), which it calls. The estimate is the
+//!    Mantel-Haenszel rate ratio, the interval the exact one from inverting the same test.
 //! 4. Holm's step-down procedure over every group tested controls the family-wise error rate under
 //!    any dependence (the groups overlap).
-//! 5. Of rejected groups, the most specific are reported: a group containing a rejected group is a
-//!    parent, not a second cluster, unless its remainder (without the rejected groups inside it) is
-//!    itself significant at the Bonferroni level.
+//! 5. Of rejected groups, the most specific are reported (attribute order: lot, serial prefix, part
+//!    number, platform): a coarser rejected group sharing parts with a reported one is its parent,
+//!    not a second cluster, unless its remainder (without the more specific rejected groups) is
+//!    itself significant at the Bonferroni level `alpha / m`.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -695,4 +698,80 @@ pub fn scan(parts: &[FleetPart], failures: &[PartFailure], config: &ClusterConfi
         clusters,
         tests: tests.into_iter().map(|(_, t)| t).collect(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn st(events: u64, set_exposure: f64, rest_exposure: f64) -> Stratum {
+        Stratum {
+            events,
+            set_exposure,
+            rest_exposure,
+        }
+    }
+
+    #[test]
+    fn one_stratum_is_the_detector_test() {
+        let t = [st(40, 300.0, 9_700.0)];
+        assert_eq!(stratified_sf(12, &t, 1.25), poisson_rate_test(12, 300.0, 28, 9_700.0, 1.25));
+        assert_eq!(stratified_sf(41, &t, 1.0), 0.0);
+        assert_eq!(stratified_sf(0, &t, 1.0), 1.0);
+    }
+
+    #[test]
+    fn two_strata_match_brute_force() {
+        // X = X1 + X2, X1 ~ Bin(3, p1), X2 ~ Bin(4, p2), enumerated by hand.
+        let t = [st(3, 1.0, 3.0), st(4, 2.0, 2.0)];
+        let r = 1.5;
+        let p1 = r * 1.0 / (r * 1.0 + 3.0);
+        let p2 = r * 2.0 / (r * 2.0 + 2.0);
+        let choose = |n: u64, k: u64| (1..=k).fold(1.0, |acc, i| acc * (n - k + i) as f64 / i as f64);
+        let pmf = |n: u64, p: f64, k: u64| choose(n, k) * p.powi(k as i32) * (1.0 - p).powi((n - k) as i32);
+        for x in 0..=8 {
+            let mut want = 0.0;
+            for a in 0..=3 {
+                for b in 0..=4 {
+                    if a + b >= x {
+                        want += pmf(3, p1, a) * pmf(4, p2, b);
+                    }
+                }
+            }
+            let got = stratified_sf(x, &t, r);
+            assert!((got - want).abs() < 1e-12, "x = {x}: {got} vs {want}");
+        }
+    }
+
+    #[test]
+    fn interval_brackets_the_estimate_and_matches_one_stratum() {
+        // One stratum: the same as the detector's Clopper-Pearson based interval.
+        let t = [st(50, 300.0, 9_700.0)];
+        let (lo, hi) = stratified_interval(20, &t);
+        let want = orchestrator_detect::stats::rate_ratio_interval(20, 300.0, 30, 9_700.0, 0.025, 0.025);
+        assert!((lo.expect("lower") / want.lower.expect("lower") - 1.0).abs() < 1e-6);
+        assert!((hi.expect("upper") / want.upper.expect("upper") - 1.0).abs() < 1e-6);
+        // All failures in the set: no upper bound.
+        assert_eq!(stratified_interval(50, &t).1, None);
+    }
+
+    #[test]
+    fn invalid_input_is_refused() {
+        let part = |serial: &str, exposure_days: f64| FleetPart {
+            serial: serial.into(),
+            node: "n".into(),
+            part_number: "pn".into(),
+            lot: None,
+            platform: "p".into(),
+            age_days: 1.0,
+            exposure_days,
+        };
+        let c = ClusterConfig::default();
+        assert!(matches!(scan(&[part("a", f64::NAN)], &[], &c), Err(ClusterError::Part { .. })));
+        assert!(matches!(scan(&[part("a", 1.0), part("a", 1.0)], &[], &c), Err(ClusterError::DuplicateSerial { .. })));
+        let bad = ClusterConfig { alpha: 0.0, ..c.clone() };
+        assert!(matches!(scan(&[], &[], &bad), Err(ClusterError::Parameter { .. })));
+        let bad = ClusterConfig { min_rate_ratio: 0.5, ..c };
+        assert!(matches!(scan(&[], &[], &bad), Err(ClusterError::Parameter { .. })));
+    }
 }
