@@ -29,6 +29,7 @@ const LOT_NODES: usize = 38;
 const BASE_HAZARD: f64 = 1.45e-4;
 const NODE_EVENT_PROB: f64 = 0.04;
 const DEFECT_FACTOR: f64 = 5.0;
+const FLASH_DAY: f64 = 60.0;
 
 fn start() -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).single().expect("valid")
@@ -45,6 +46,8 @@ struct Fleet {
     defective: Option<String>,
     /// Expected counted failures of the defective lot.
     defective_expected: f64,
+    /// Lot key of the lot that took the bad flash (at `FLASH_DAY`).
+    flashed_lot: String,
 }
 
 fn hazard_multiplier(age: f64) -> f64 {
@@ -111,7 +114,7 @@ fn simulate(seed: u64, defective_lot: bool) -> Fleet {
         .collect();
     let defective = defective_lot.then(|| full_period[rng.random_range(0..full_period.len())].clone());
     let flashed_lot = full_period[rng.random_range(0..full_period.len())].clone();
-    let flash_day = 60.0;
+    let flash_day = FLASH_DAY;
 
     let mut parts = Vec::with_capacity(NODES * GPUS_PER_NODE);
     let mut failures = Vec::new();
@@ -174,6 +177,7 @@ fn simulate(seed: u64, defective_lot: bool) -> Fleet {
         failures,
         defective,
         defective_expected,
+        flashed_lot,
     }
 }
 
@@ -261,3 +265,121 @@ fn a_defective_lot_is_found_as_the_most_specific_group() {
     assert!(found >= 95, "lot found in only {found} of {fleets}");
 }
 
+
+const NVIDIA: &str = include_str!("../../../policies/rma/nvidia-gpu.yaml");
+
+/// End to end on one simulated fleet: every failure shows as three XID 79s within hours and a
+/// failed field diagnostic the next day; healthy GPUs show scattered single XID 79s; the flashed
+/// lot's GPUs carry the flash in their firmware history. Every failed GPU (and no other) becomes a
+/// candidate naming its serial and samples; the bad flash's failures are firmware-suspected; the
+/// candidates, as failures, show the defective lot with its rate ratio and interval.
+#[test]
+fn end_to_end_candidates_to_cluster_report() {
+    let fleet = simulate(777, true);
+    let lot = fleet.defective.clone().expect("defective lot");
+    let criteria = vec![parse_criteria(NVIDIA).expect("valid criteria")];
+    let mut rng = ChaCha8Rng::seed_from_u64(9);
+    let mut observations: std::collections::HashMap<&str, Vec<Observation>> = std::collections::HashMap::new();
+    for f in &fleet.failures {
+        let obs = observations.entry(f.serial.as_str()).or_default();
+        for k in 0..3 {
+            let at = f.at + TimeDelta::minutes(k * 90);
+            obs.push(Observation {
+                at,
+                source_id: format!("redfish/Systems/1/LogServices/SEL/Entries/{}-{}", f.serial, at.timestamp()),
+                kind: ObservationKind::Xid { code: 79 },
+            });
+        }
+        obs.push(Observation {
+            at: f.at + TimeDelta::days(1),
+            source_id: format!("upload/fielddiag-{}.log", f.serial),
+            kind: ObservationKind::FieldDiagnostic { passed: false },
+        });
+    }
+    // Scattered noise: one XID 79 on about 5% of GPUs, below the rule's three a day.
+    for p in &fleet.parts {
+        if rng.random::<f64>() < 0.05 {
+            observations.entry(p.serial.as_str()).or_default().push(Observation {
+                at: at_day(rng.random::<f64>() * PERIOD_DAYS),
+                source_id: format!("noise/{}", p.serial),
+                kind: ObservationKind::Xid { code: 79 },
+            });
+        }
+    }
+    let now = at_day(PERIOD_DAYS + 2.0);
+    let mut candidates = Vec::new();
+    for p in &fleet.parts {
+        let record = PartRecord {
+            serial: p.serial.clone(),
+            vendor: "nvidia".into(),
+            part_kind: "gpu".into(),
+            part_number: p.part_number.clone(),
+            node: p.node.clone(),
+            slot: "GPU".into(),
+        };
+        let lot_key = p.lot.as_ref().map(|l| format!("{}/{l}", p.part_number));
+        let firmware = if lot_key.as_deref() == Some(fleet.flashed_lot.as_str()) {
+            vec![FirmwareChange {
+                at: at_day(FLASH_DAY),
+                component: "gpu".into(),
+                from_version: "96.00.5E.00.01".into(),
+                to_version: "96.00.61.00.01".into(),
+                release: "gpu-96.00.61".into(),
+                rollout: Some("rollout-3".into()),
+            }]
+        } else {
+            Vec::new()
+        };
+        let obs = observations.get(p.serial.as_str()).map_or(&[][..], |v| &v[..]);
+        candidates.extend(find_candidates(&criteria, &record, obs, &firmware, now));
+    }
+    let failed: BTreeSet<&str> = fleet.failures.iter().map(|f| f.serial.as_str()).collect();
+    let found: BTreeSet<&str> = candidates.iter().map(|c| c.part.serial.as_str()).collect();
+    assert_eq!(found, failed, "every failed GPU and no other is a candidate");
+    for c in &candidates {
+        assert_eq!((c.rule.as_str(), c.status), ("fallen_off_bus", CandidateStatus::Met));
+        assert!(c.samples.len() >= 4 && c.samples.iter().all(|s| s.source_id.contains(&c.part.serial)), "{c:?}");
+    }
+    let suspected = candidates.iter().filter(|c| c.firmware_suspected.is_some()).count();
+    // A GPU whose first failure came from the bad flash is firmware-suspected, naming the release.
+    for c in &candidates {
+        let first = fleet.failures.iter().filter(|f| f.serial == c.part.serial).min_by_key(|f| f.at).expect("failure");
+        if first.firmware_suspected {
+            let fs = c.firmware_suspected.as_ref().expect("firmware-suspected");
+            assert_eq!((fs.change.release.as_str(), fs.change.rollout.as_deref()), ("gpu-96.00.61", Some("rollout-3")));
+        }
+    }
+    assert!(suspected > 0);
+
+    let as_failures: Vec<PartFailure> = candidates
+        .iter()
+        .map(|c| PartFailure {
+            serial: c.part.serial.clone(),
+            at: c.began_at,
+            firmware_suspected: c.firmware_suspected.is_some(),
+        })
+        .collect();
+    let report = scan(&fleet.parts, &as_failures, &config()).expect("scan");
+    assert_eq!(report.clusters.len(), 1, "{:?}", report.clusters);
+    let cluster = &report.clusters[0];
+    assert_eq!((cluster.test.group.attribute, cluster.test.group.value.as_str()), (Attribute::Lot, lot.as_str()));
+    let (ratio, lo, hi) = (
+        cluster.test.rate_ratio.expect("ratio"),
+        cluster.test.ci95_lower.expect("lower"),
+        cluster.test.ci95_upper.expect("upper"),
+    );
+    assert!(lo > 1.0 && lo < ratio && ratio < hi, "{lo} {ratio} {hi}");
+    assert!(!cluster.failed_serials.is_empty());
+    eprintln!(
+        "end to end: {} candidates ({} firmware-suspected), {} system incidents; cluster {} ratio {ratio:.2} [{lo:.2}, {hi:.2}], {} of {} groups",
+        candidates.len(),
+        suspected,
+        report.system_incidents,
+        cluster.test.group,
+        report.clusters.len(),
+        report.groups_tested
+    );
+    // The report exports as JSON for the vendor conversation.
+    let json = serde_json::to_string(&report).expect("json");
+    assert!(json.contains(&lot));
+}
