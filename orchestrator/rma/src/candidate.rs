@@ -161,7 +161,10 @@ pub fn find_candidates(
     let mut obs: Vec<&Observation> = observations.iter().filter(|o| o.at <= now).collect();
     obs.sort_by_key(|o| o.at);
     let mut out = Vec::new();
-    for c in criteria.iter().filter(|c| c.covers(&part.vendor, &part.part_kind, &part.part_number)) {
+    for c in criteria
+        .iter()
+        .filter(|c| c.covers(&part.vendor, &part.part_kind, &part.part_number))
+    {
         for rule in &c.rules {
             let Some(hit) = evaluate(&rule.condition, &obs, firmware) else {
                 continue;
@@ -199,15 +202,19 @@ fn evaluate(cond: &Condition, obs: &[&Observation], firmware: &[FirmwareChange])
                 began_at: o.at,
                 samples: vec![(*o).clone()],
             }),
-        Condition::Xid { codes, at_least, within } => xid(obs, codes, *at_least, *within),
+        Condition::Xid {
+            codes,
+            at_least,
+            within,
+        } => xid(obs, codes, *at_least, *within),
         Condition::SeriesVanished { for_ } => silent_run(obs, *for_, None, |k| match k {
             ObservationKind::SeriesScrape { present } => Some(!present),
             _ => None,
         }),
         Condition::BmcSilentAfterFlash { within, for_ } => firmware.iter().find_map(|change| {
-            let first_silence = obs.iter().find(|o| {
-                o.at >= change.at && matches!(o.kind, ObservationKind::BmcProbe { answered: false })
-            })?;
+            let first_silence = obs
+                .iter()
+                .find(|o| o.at >= change.at && matches!(o.kind, ObservationKind::BmcProbe { answered: false }))?;
             if first_silence.at - change.at > *within {
                 return None;
             }

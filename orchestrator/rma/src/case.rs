@@ -248,11 +248,7 @@ fn nonempty(case: &str, event: &'static str, field: &'static str, v: &str) -> Re
 
 impl Case {
     /// A new case in state [`CaseState::Candidate`].
-    pub fn open(
-        id: impl Into<String>,
-        candidate: &crate::candidate::Candidate,
-        opened_at: DateTime<Utc>,
-    ) -> Case {
+    pub fn open(id: impl Into<String>, candidate: &crate::candidate::Candidate, opened_at: DateTime<Utc>) -> Case {
         Case {
             id: id.into(),
             serial: candidate.part.serial.clone(),
@@ -335,7 +331,12 @@ impl Case {
                 S::Replaced
             }
             (CaseEvent::Verified, S::Replaced) => {
-                let replaced_by = self.history.iter().rev().find(|t| t.to == S::Replaced).map(|t| &t.actor);
+                let replaced_by = self
+                    .history
+                    .iter()
+                    .rev()
+                    .find(|t| t.to == S::Replaced)
+                    .map(|t| &t.actor);
                 if replaced_by == Some(&actor.name) {
                     return Err(CaseError::SameActor {
                         case: self.id.clone(),

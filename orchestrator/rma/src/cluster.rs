@@ -26,8 +26,8 @@ use std::collections::{BTreeMap, HashMap};
 
 use chrono::{DateTime, TimeDelta, Utc};
 use orchestrator_detect::stats::{binom_sf_ge, poisson_rate_test};
-use statrs::distribution::{Binomial, Discrete};
 use serde::Serialize;
+use statrs::distribution::{Binomial, Discrete};
 
 /// A part attribute that groups parts. Declared from most to least specific: identical groups keep
 /// the most specific name, and reports prefer it.
@@ -244,7 +244,9 @@ fn validate(config: &ClusterConfig, parts: &[FleetPart]) -> Result<(), ClusterEr
             expected: "finite and >= 1",
         });
     }
-    if config.age_band_edges_days.windows(2).any(|w| w[0] >= w[1]) || config.age_band_edges_days.iter().any(|e| !e.is_finite()) {
+    if config.age_band_edges_days.windows(2).any(|w| w[0] >= w[1])
+        || config.age_band_edges_days.iter().any(|e| !e.is_finite())
+    {
         return Err(ClusterError::Parameter {
             name: "age_band_edges_days",
             value: f64::NAN,
@@ -263,7 +265,9 @@ fn validate(config: &ClusterConfig, parts: &[FleetPart]) -> Result<(), ClusterEr
             }
         }
         if !seen.insert(p.serial.as_str()) {
-            return Err(ClusterError::DuplicateSerial { serial: p.serial.clone() });
+            return Err(ClusterError::DuplicateSerial {
+                serial: p.serial.clone(),
+            });
         }
     }
     Ok(())
@@ -290,7 +294,10 @@ fn counted_failures(
             fw += 1;
             continue;
         }
-        by_node.entry(parts[i as usize].node.as_str()).or_default().push((f.at, i));
+        by_node
+            .entry(parts[i as usize].node.as_str())
+            .or_default()
+            .push((f.at, i));
     }
     let (mut incidents, mut incident_failures) = (0, 0);
     for events in by_node.values_mut() {
@@ -370,7 +377,10 @@ fn groups(parts: &[FleetPart], config: &ClusterConfig) -> Vec<Group> {
             add(Attribute::Lot, format!("{}/{lot}", p.part_number));
         }
         if config.serial_prefix_len > 0 && p.serial.chars().count() > config.serial_prefix_len {
-            add(Attribute::SerialPrefix, p.serial.chars().take(config.serial_prefix_len).collect());
+            add(
+                Attribute::SerialPrefix,
+                p.serial.chars().take(config.serial_prefix_len).collect(),
+            );
         }
     }
     // Identical member sets are one hypothesis; BTreeMap order puts the most specific name first.
@@ -382,11 +392,14 @@ fn groups(parts: &[FleetPart], config: &ClusterConfig) -> Vec<Group> {
         match by_members.get_mut(&members) {
             Some(g) => g.aliases.push(key),
             None => {
-                by_members.insert(members.clone(), Group {
-                    key,
-                    aliases: Vec::new(),
-                    members,
-                });
+                by_members.insert(
+                    members.clone(),
+                    Group {
+                        key,
+                        aliases: Vec::new(),
+                        members,
+                    },
+                );
             }
         }
     }
@@ -591,9 +604,17 @@ fn is_child(h: &Group, g: &Group) -> bool {
 /// Scans one period of the fleet for defect clusters. Run it on fixed, non-overlapping periods:
 /// each scan spends the whole alpha once (repeated scans over overlapping data would need alpha
 /// spending across scans).
-pub fn scan(parts: &[FleetPart], failures: &[PartFailure], config: &ClusterConfig) -> Result<ClusterReport, ClusterError> {
+pub fn scan(
+    parts: &[FleetPart],
+    failures: &[PartFailure],
+    config: &ClusterConfig,
+) -> Result<ClusterReport, ClusterError> {
     validate(config, parts)?;
-    let index: HashMap<&str, u32> = parts.iter().enumerate().map(|(i, p)| (p.serial.as_str(), i as u32)).collect();
+    let index: HashMap<&str, u32> = parts
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (p.serial.as_str(), i as u32))
+        .collect();
     let (failed, fw, system_incidents, system_incident_failures, unknown) =
         counted_failures(parts, &index, failures, config.coincidence_window);
     let with_platform = Strata::new(parts, &failed, &config.age_band_edges_days, true);
@@ -715,7 +736,10 @@ mod tests {
     #[test]
     fn one_stratum_is_the_detector_test() {
         let t = [st(40, 300.0, 9_700.0)];
-        assert_eq!(stratified_sf(12, &t, 1.25), poisson_rate_test(12, 300.0, 28, 9_700.0, 1.25));
+        assert_eq!(
+            stratified_sf(12, &t, 1.25),
+            poisson_rate_test(12, 300.0, 28, 9_700.0, 1.25)
+        );
         assert_eq!(stratified_sf(41, &t, 1.0), 0.0);
         assert_eq!(stratified_sf(0, &t, 1.0), 1.0);
     }
@@ -767,11 +791,23 @@ mod tests {
             exposure_days,
         };
         let c = ClusterConfig::default();
-        assert!(matches!(scan(&[part("a", f64::NAN)], &[], &c), Err(ClusterError::Part { .. })));
-        assert!(matches!(scan(&[part("a", 1.0), part("a", 1.0)], &[], &c), Err(ClusterError::DuplicateSerial { .. })));
-        let bad = ClusterConfig { alpha: 0.0, ..c.clone() };
+        assert!(matches!(
+            scan(&[part("a", f64::NAN)], &[], &c),
+            Err(ClusterError::Part { .. })
+        ));
+        assert!(matches!(
+            scan(&[part("a", 1.0), part("a", 1.0)], &[], &c),
+            Err(ClusterError::DuplicateSerial { .. })
+        ));
+        let bad = ClusterConfig {
+            alpha: 0.0,
+            ..c.clone()
+        };
         assert!(matches!(scan(&[], &[], &bad), Err(ClusterError::Parameter { .. })));
-        let bad = ClusterConfig { min_rate_ratio: 0.5, ..c };
+        let bad = ClusterConfig {
+            min_rate_ratio: 0.5,
+            ..c
+        };
         assert!(matches!(scan(&[], &[], &bad), Err(ClusterError::Parameter { .. })));
     }
 }

@@ -418,7 +418,8 @@ fn name(sink: &mut Sink, what: &str, s: &S<String>) -> String {
     let v = s.value.trim();
     let ok = !v.is_empty()
         && v.len() <= MAX_NAME_LEN
-        && v.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-');
+        && v.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-');
     if !ok {
         sink.error(
             at(s),
@@ -455,7 +456,10 @@ fn validate(raw: &RawCriteria, sink: &mut Sink) -> Option<Criteria> {
         .map(|p| {
             let v = text(sink, "part number", p);
             if v.strip_suffix('*').is_some_and(|pre| pre.contains('*')) || (!v.ends_with('*') && v.contains('*')) {
-                sink.error(at(p), "a part number may end in one '*' (a prefix) and contain no other '*'");
+                sink.error(
+                    at(p),
+                    "a part number may end in one '*' (a prefix) and contain no other '*'",
+                );
             }
             v
         })
@@ -463,7 +467,10 @@ fn validate(raw: &RawCriteria, sink: &mut Sink) -> Option<Criteria> {
 
     let mut documents = BTreeMap::new();
     if raw.documents.value.is_empty() {
-        sink.error(at(&raw.documents), "documents: name at least one vendor document the rules come from");
+        sink.error(
+            at(&raw.documents),
+            "documents: name at least one vendor document the rules come from",
+        );
     }
     for (key, doc) in &raw.documents.value {
         let d = &doc.value;
@@ -475,7 +482,11 @@ fn validate(raw: &RawCriteria, sink: &mut Sink) -> Option<Criteria> {
             key.clone(),
             SourceDocument {
                 title: text(sink, "title", &d.title),
-                edition: text(sink, "edition (pin the edition the rules were written from)", &d.edition),
+                edition: text(
+                    sink,
+                    "edition (pin the edition the rules were written from)",
+                    &d.edition,
+                ),
                 url,
             },
         );
@@ -496,11 +507,17 @@ fn validate(raw: &RawCriteria, sink: &mut Sink) -> Option<Criteria> {
     let mut required_evidence = Vec::new();
     for e in &raw.required_evidence.value {
         match EvidenceKind::parse(e.value.trim()) {
-            Some(k) if required_evidence.contains(&k) => sink.error(at(e), format!("evidence {:?} listed twice", e.value)),
+            Some(k) if required_evidence.contains(&k) => {
+                sink.error(at(e), format!("evidence {:?} listed twice", e.value))
+            }
             Some(k) => required_evidence.push(k),
             None => sink.error(
                 at(e),
-                format!("unknown evidence {:?}; expected one of: {}", e.value, EvidenceKind::expected()),
+                format!(
+                    "unknown evidence {:?}; expected one of: {}",
+                    e.value,
+                    EvidenceKind::expected()
+                ),
             ),
         }
     }
@@ -543,7 +560,10 @@ fn validate_rule(r: &RawRule, documents: &BTreeMap<String, SourceDocument>, sink
     let severity = Severity::parse(r.severity.value.trim()).unwrap_or_else(|| {
         sink.error(
             at(&r.severity),
-            format!("unknown severity {:?}; expected low, medium, high or critical", r.severity.value),
+            format!(
+                "unknown severity {:?}; expected low, medium, high or critical",
+                r.severity.value
+            ),
         );
         Severity::Low
     });
@@ -558,10 +578,15 @@ fn validate_rule(r: &RawRule, documents: &BTreeMap<String, SourceDocument>, sink
     let section = text(sink, "source.section", &src.section);
 
     let w = &r.when.value;
-    let given = [w.flag.is_some(), w.xid.is_some(), w.series_vanished.is_some(), w.bmc_silent_after_flash.is_some()]
-        .iter()
-        .filter(|b| **b)
-        .count();
+    let given = [
+        w.flag.is_some(),
+        w.xid.is_some(),
+        w.series_vanished.is_some(),
+        w.bmc_silent_after_flash.is_some(),
+    ]
+    .iter()
+    .filter(|b| **b)
+    .count();
     if given != 1 {
         sink.error(
             at(&r.when),

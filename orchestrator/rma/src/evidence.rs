@@ -140,7 +140,9 @@ fn find_ci(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     if needle.is_empty() || needle.len() > haystack.len() {
         return None;
     }
-    haystack.windows(needle.len()).position(|w| w.eq_ignore_ascii_case(needle))
+    haystack
+        .windows(needle.len())
+        .position(|w| w.eq_ignore_ascii_case(needle))
 }
 
 /// Looks for secrets in a file's bytes: private keys, HTTP credentials, a JSON `Password` with a
@@ -151,7 +153,11 @@ pub fn secret_sweep(bytes: &[u8], known: &[&str]) -> Option<&'static str> {
     if find_ci(bytes, b"PRIVATE KEY-----").is_some() {
         return Some("a private key");
     }
-    for header in [&b"authorization: basic "[..], b"authorization: bearer ", b"x-auth-token: "] {
+    for header in [
+        &b"authorization: basic "[..],
+        b"authorization: bearer ",
+        b"x-auth-token: ",
+    ] {
         if find_ci(bytes, header).is_some() {
             return Some("an HTTP credential header");
         }
@@ -161,7 +167,11 @@ pub fn secret_sweep(bytes: &[u8], known: &[&str]) -> Option<&'static str> {
         let after = &rest[i + 10..];
         let value = after.iter().skip_while(|b| b.is_ascii_whitespace()).collect::<Vec<_>>();
         if value.first() == Some(&&b':') {
-            let v: Vec<&u8> = value[1..].iter().copied().skip_while(|b| b.is_ascii_whitespace()).collect();
+            let v: Vec<&u8> = value[1..]
+                .iter()
+                .copied()
+                .skip_while(|b| b.is_ascii_whitespace())
+                .collect();
             // A non-empty string value; `null` and `""` are how a redacted field reads.
             if v.first() == Some(&&b'"') && v.get(1).is_some_and(|b| **b != b'"') {
                 return Some("a password value");

@@ -28,6 +28,8 @@ pub use criteria::{
     CheckedCriteria, Condition, Criteria, CriteriaError, CriteriaReport, EvidenceKind, HealthFlag, Quota, Rule,
     Severity, SourceDocument, check_source, lint_files, parse_criteria,
 };
-pub use evidence::{EvidenceError, EvidenceFile, EvidencePackage, Manifest, ManifestEntry, build_package, secret_sweep};
+pub use evidence::{
+    EvidenceError, EvidenceFile, EvidencePackage, Manifest, ManifestEntry, build_package, secret_sweep,
+};
 pub use queue::{Admission, QuotaError, QuotaStatus, Waiting, queue_order, quota_status, request_submission};
 pub use velocity::{Acceptance, StateDays, Velocity, percentile, submissions_of, velocity};

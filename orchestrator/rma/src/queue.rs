@@ -62,7 +62,11 @@ pub struct QuotaStatus {
 /// Quota use at `now`, given the times of past submissions to this vendor (any order).
 pub fn quota_status(quota: &Quota, submissions: &[DateTime<Utc>], now: DateTime<Utc>) -> QuotaStatus {
     let start = now - quota.period;
-    let mut in_window: Vec<DateTime<Utc>> = submissions.iter().copied().filter(|t| *t > start && *t <= now).collect();
+    let mut in_window: Vec<DateTime<Utc>> = submissions
+        .iter()
+        .copied()
+        .filter(|t| *t > start && *t <= now)
+        .collect();
     in_window.sort();
     let used = in_window.len() as u64;
     let left = quota.limit_left(used);

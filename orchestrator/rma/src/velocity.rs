@@ -86,7 +86,9 @@ pub fn velocity(cases: &[Case], criteria: &[Criteria], now: DateTime<Utc>) -> Ve
             let days = (t.at - entered).num_seconds() as f64 / 86_400.0;
             stays.entry(t.from).or_default().push(days.max(0.0));
             entered = t.at;
-            let entry = answers.entry((case.vendor.clone(), case.failure_mode.clone())).or_default();
+            let entry = answers
+                .entry((case.vendor.clone(), case.failure_mode.clone()))
+                .or_default();
             match t.to {
                 CaseState::Accepted => entry.0 += 1,
                 CaseState::Rejected => entry.1 += 1,

@@ -65,7 +65,11 @@ fn simulate(seed: u64, defective_lot: bool) -> Fleet {
     let mut nodes: Vec<(f64, &str, f64)> = (0..NODES)
         .map(|_| {
             let age_end = rng.random::<f64>() * 1_100.0;
-            let platform = if rng.random::<f64>() < 0.6 { "hgx-h100-a" } else { "hgx-h100-b" };
+            let platform = if rng.random::<f64>() < 0.6 {
+                "hgx-h100-a"
+            } else {
+                "hgx-h100-b"
+            };
             (age_end, platform, frailty(&mut rng))
         })
         .collect();
@@ -76,7 +80,11 @@ fn simulate(seed: u64, defective_lot: bool) -> Fleet {
     let mut in_lot = 0;
     let mut last_pn = "";
     for node in &nodes {
-        let pn = if node.0 > 550.0 { "699-2G520-0200" } else { "699-2G520-0210" };
+        let pn = if node.0 > 550.0 {
+            "699-2G520-0200"
+        } else {
+            "699-2G520-0210"
+        };
         if pn != last_pn || in_lot == LOT_NODES {
             lot_index += 1;
             in_lot = 0;
@@ -130,7 +138,11 @@ fn simulate(seed: u64, defective_lot: bool) -> Fleet {
         let node_event = rng.random::<f64>() < NODE_EVENT_PROB;
         let event_day = installed_day + rng.random::<f64>() * exposure;
         let event_gpus = rng.random_range(2..=GPUS_PER_NODE);
-        let factor = if defective.as_deref() == Some(lot_key.as_str()) { DEFECT_FACTOR } else { 1.0 };
+        let factor = if defective.as_deref() == Some(lot_key.as_str()) {
+            DEFECT_FACTOR
+        } else {
+            1.0
+        };
         for g in 0..GPUS_PER_NODE {
             let serial = format!("{pn_digit}{week:03}{n:04}{g}");
             let mid_age = age_start + exposure / 2.0;
@@ -191,7 +203,11 @@ fn config() -> ClusterConfig {
 
 #[test]
 fn healthy_fleets_rarely_report_a_cluster() {
-    let fleets = std::env::var("RMA_SIM_FLEETS").ok().and_then(|v| v.parse().ok()).unwrap_or(300u64).max(300);
+    let fleets = std::env::var("RMA_SIM_FLEETS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(300u64)
+        .max(300);
     let mut with_cluster = 0;
     let mut groups_tested = Vec::new();
     for seed in 0..fleets {
@@ -201,12 +217,18 @@ fn healthy_fleets_rarely_report_a_cluster() {
         groups_tested.push(report.groups_tested);
         if !report.clusters.is_empty() {
             with_cluster += 1;
-            eprintln!("seed {seed}: false cluster {:?}", report.clusters.iter().map(|c| &c.test).collect::<Vec<_>>());
+            eprintln!(
+                "seed {seed}: false cluster {:?}",
+                report.clusters.iter().map(|c| &c.test).collect::<Vec<_>>()
+            );
         }
     }
     let (lo, hi) = (groups_tested.iter().min().copied(), groups_tested.iter().max().copied());
     eprintln!("healthy fleets: {with_cluster}/{fleets} reported a cluster; groups tested per fleet {lo:?}..{hi:?}");
-    assert!(with_cluster <= 3, "{with_cluster} of {fleets} healthy fleets reported a cluster");
+    assert!(
+        with_cluster <= 3,
+        "{with_cluster} of {fleets} healthy fleets reported a cluster"
+    );
 }
 
 #[test]
@@ -242,7 +264,10 @@ fn a_defective_lot_is_found_as_the_most_specific_group() {
                 );
             }
         } else {
-            let t = report.tests.iter().find(|t| is_lot(&t.group) || t.aliases.iter().any(is_lot));
+            let t = report
+                .tests
+                .iter()
+                .find(|t| is_lot(&t.group) || t.aliases.iter().any(is_lot));
             eprintln!(
                 "seed {seed}: lot {lot} missed (failures {:?}, expected {:?}, p {:?}); clusters {:?}",
                 t.map(|t| t.failures),
@@ -261,10 +286,12 @@ fn a_defective_lot_is_found_as_the_most_specific_group() {
         expected[expected.len() / 2],
         ratios.get(ratios.len() / 2).copied().unwrap_or(f64::NAN)
     );
-    assert!(expected[0] >= 30.0, "the fleet must give the lot at least 30 expected failures");
+    assert!(
+        expected[0] >= 30.0,
+        "the fleet must give the lot at least 30 expected failures"
+    );
     assert!(found >= 95, "lot found in only {found} of {fleets}");
 }
-
 
 const NVIDIA: &str = include_str!("../../../policies/rma/nvidia-gpu.yaml");
 
@@ -286,7 +313,11 @@ fn end_to_end_candidates_to_cluster_report() {
             let at = f.at + TimeDelta::minutes(k * 90);
             obs.push(Observation {
                 at,
-                source_id: format!("redfish/Systems/1/LogServices/SEL/Entries/{}-{}", f.serial, at.timestamp()),
+                source_id: format!(
+                    "redfish/Systems/1/LogServices/SEL/Entries/{}-{}",
+                    f.serial,
+                    at.timestamp()
+                ),
                 kind: ObservationKind::Xid { code: 79 },
             });
         }
@@ -338,15 +369,26 @@ fn end_to_end_candidates_to_cluster_report() {
     assert_eq!(found, failed, "every failed GPU and no other is a candidate");
     for c in &candidates {
         assert_eq!((c.rule.as_str(), c.status), ("fallen_off_bus", CandidateStatus::Met));
-        assert!(c.samples.len() >= 4 && c.samples.iter().all(|s| s.source_id.contains(&c.part.serial)), "{c:?}");
+        assert!(
+            c.samples.len() >= 4 && c.samples.iter().all(|s| s.source_id.contains(&c.part.serial)),
+            "{c:?}"
+        );
     }
     let suspected = candidates.iter().filter(|c| c.firmware_suspected.is_some()).count();
     // A GPU whose first failure came from the bad flash is firmware-suspected, naming the release.
     for c in &candidates {
-        let first = fleet.failures.iter().filter(|f| f.serial == c.part.serial).min_by_key(|f| f.at).expect("failure");
+        let first = fleet
+            .failures
+            .iter()
+            .filter(|f| f.serial == c.part.serial)
+            .min_by_key(|f| f.at)
+            .expect("failure");
         if first.firmware_suspected {
             let fs = c.firmware_suspected.as_ref().expect("firmware-suspected");
-            assert_eq!((fs.change.release.as_str(), fs.change.rollout.as_deref()), ("gpu-96.00.61", Some("rollout-3")));
+            assert_eq!(
+                (fs.change.release.as_str(), fs.change.rollout.as_deref()),
+                ("gpu-96.00.61", Some("rollout-3"))
+            );
         }
     }
     assert!(suspected > 0);
@@ -362,7 +404,10 @@ fn end_to_end_candidates_to_cluster_report() {
     let report = scan(&fleet.parts, &as_failures, &config()).expect("scan");
     assert_eq!(report.clusters.len(), 1, "{:?}", report.clusters);
     let cluster = &report.clusters[0];
-    assert_eq!((cluster.test.group.attribute, cluster.test.group.value.as_str()), (Attribute::Lot, lot.as_str()));
+    assert_eq!(
+        (cluster.test.group.attribute, cluster.test.group.value.as_str()),
+        (Attribute::Lot, lot.as_str())
+    );
     let (ratio, lo, hi) = (
         cluster.test.rate_ratio.expect("ratio"),
         cluster.test.ci95_lower.expect("lower"),

@@ -30,8 +30,15 @@ fn shipped_examples_parse() {
     );
     let odm = parse_criteria(ODM).expect("example-odm-baseboard.yaml is valid");
     assert!(matches!(odm.rules[0].condition, Condition::BmcSilentAfterFlash { .. }));
-    let reports = lint_files([("nvidia-gpu.yaml".to_owned(), NVIDIA.to_owned()), ("odm.yaml".to_owned(), ODM.to_owned())]);
-    assert!(reports.iter().all(|r| r.rendered().is_empty()), "{:?}", reports.iter().map(|r| r.rendered()).collect::<Vec<_>>());
+    let reports = lint_files([
+        ("nvidia-gpu.yaml".to_owned(), NVIDIA.to_owned()),
+        ("odm.yaml".to_owned(), ODM.to_owned()),
+    ]);
+    assert!(
+        reports.iter().all(|r| r.rendered().is_empty()),
+        "{:?}",
+        reports.iter().map(|r| r.rendered()).collect::<Vec<_>>()
+    );
 }
 
 /// Replaces the first occurrence of `from` in the NVIDIA example and returns the rendered findings.
@@ -40,7 +47,11 @@ fn findings(from: &str, to: &str) -> Vec<String> {
     let text = NVIDIA.replacen(from, to, 1);
     let checked = check_source(&text);
     assert!(checked.criteria.is_none(), "expected a refusal for {to:?}");
-    checked.diagnostics.iter().map(|d| d.render("nvidia-gpu.yaml")).collect()
+    checked
+        .diagnostics
+        .iter()
+        .map(|d| d.render("nvidia-gpu.yaml"))
+        .collect()
 }
 
 fn line_of(needle: &str) -> usize {
@@ -59,7 +70,10 @@ fn mistakes_point_at_their_line_and_column() {
     let l = line_of("per: 1w");
     let got = findings("per: 1w", "per: 1 fortnight");
     assert_eq!(got.len(), 1);
-    assert!(got[0].starts_with(&format!("nvidia-gpu.yaml:{l}:8: quota.per: invalid duration")), "{got:?}");
+    assert!(
+        got[0].starts_with(&format!("nvidia-gpu.yaml:{l}:8: quota.per: invalid duration")),
+        "{got:?}"
+    );
     let l = line_of("when: { flag: row_remap_failure }");
     assert_eq!(
         findings("when: { flag: row_remap_failure }", "when: { flag: row_remap_flag }"),
@@ -69,7 +83,12 @@ fn mistakes_point_at_their_line_and_column() {
     );
     let l = line_of("document: xid_errors");
     let got = findings("document: xid_errors", "document: xid_catalogue");
-    assert_eq!(got, [format!("nvidia-gpu.yaml:{l}:25: document \"xid_catalogue\" is not listed under documents")]);
+    assert_eq!(
+        got,
+        [format!(
+            "nvidia-gpu.yaml:{l}:25: document \"xid_catalogue\" is not listed under documents"
+        )]
+    );
 }
 
 #[test]
@@ -78,12 +97,18 @@ fn structural_mistakes_are_refused() {
     let got = findings("turnaround: 10d", "turnround: 10d");
     assert!(got[0].contains("turnround"), "{got:?}");
     // Two conditions in one rule.
-    let got = findings("when: { flag: row_remap_failure }", "when: { flag: row_remap_failure, series_vanished: { for: 1h } }");
+    let got = findings(
+        "when: { flag: row_remap_failure }",
+        "when: { flag: row_remap_failure, series_vanished: { for: 1h } }",
+    );
     assert!(got[0].contains("exactly one of"), "{got:?}");
     // Confirmation without the diagnostic among the required evidence.
     let got = findings("  - field_diagnostic\n", "");
     assert_eq!(got.len(), 4, "one per confirmed rule: {got:?}");
-    assert!(got.iter().all(|g| g.contains("needs field_diagnostic in required_evidence")));
+    assert!(
+        got.iter()
+            .all(|g| g.contains("needs field_diagnostic in required_evidence"))
+    );
     // Duplicate rule names and unknown evidence.
     let got = findings("name: sram_threshold_exceeded", "name: row_remap_failure");
     assert!(got[0].contains("used twice"), "{got:?}");
@@ -93,16 +118,25 @@ fn structural_mistakes_are_refused() {
     let got = findings("at_least: 3", "at_least: 0");
     assert!(got[0].contains("xid.at_least must be"), "{got:?}");
     // Not https.
-    let got = findings("url: https://docs.nvidia.com/deploy/rma-process/index.html", "url: http://example.com");
+    let got = findings(
+        "url: https://docs.nvidia.com/deploy/rma-process/index.html",
+        "url: http://example.com",
+    );
     assert!(got[0].contains("https://"), "{got:?}");
 }
 
 #[test]
 fn one_file_per_vendor_and_part_kind() {
-    let reports = lint_files([("a.yaml".to_owned(), NVIDIA.to_owned()), ("b.yaml".to_owned(), NVIDIA.to_owned())]);
+    let reports = lint_files([
+        ("a.yaml".to_owned(), NVIDIA.to_owned()),
+        ("b.yaml".to_owned(), NVIDIA.to_owned()),
+    ]);
     assert!(reports[0].checked.criteria.is_some());
     assert!(reports[1].checked.criteria.is_none());
-    assert_eq!(reports[1].rendered(), ["b.yaml:1:1: vendor \"nvidia\" part kind \"gpu\" is already defined by a.yaml"]);
+    assert_eq!(
+        reports[1].rendered(),
+        ["b.yaml:1:1: vendor \"nvidia\" part kind \"gpu\" is already defined by a.yaml"]
+    );
 }
 
 #[test]

@@ -35,7 +35,10 @@ fn obs(at: DateTime<Utc>, id: &str, kind: ObservationKind) -> Observation {
 }
 
 fn criteria() -> Vec<Criteria> {
-    vec![parse_criteria(NVIDIA).expect("valid"), parse_criteria(ODM).expect("valid")]
+    vec![
+        parse_criteria(NVIDIA).expect("valid"),
+        parse_criteria(ODM).expect("valid"),
+    ]
 }
 
 fn xid(at: DateTime<Utc>, n: u32) -> Observation {
@@ -53,25 +56,42 @@ fn rules(found: &[Candidate]) -> Vec<(&str, CandidateStatus)> {
 #[test]
 fn row_remap_failure_needs_a_failed_field_diagnostic() {
     let c = criteria();
-    let flag = obs(h(5), "prom/DCGM_FI_DEV_ROW_REMAP_FAILURE@5h", ObservationKind::Flag {
-        flag: HealthFlag::RowRemapFailure,
-        set: true,
-    });
-    let clear = obs(h(1), "prom/DCGM_FI_DEV_ROW_REMAP_FAILURE@1h", ObservationKind::Flag {
-        flag: HealthFlag::RowRemapFailure,
-        set: false,
-    });
+    let flag = obs(
+        h(5),
+        "prom/DCGM_FI_DEV_ROW_REMAP_FAILURE@5h",
+        ObservationKind::Flag {
+            flag: HealthFlag::RowRemapFailure,
+            set: true,
+        },
+    );
+    let clear = obs(
+        h(1),
+        "prom/DCGM_FI_DEV_ROW_REMAP_FAILURE@1h",
+        ObservationKind::Flag {
+            flag: HealthFlag::RowRemapFailure,
+            set: false,
+        },
+    );
     let now = h(100);
     let p = gpu("1654922001234");
-    let found = find_candidates(&c, &p, &[clear.clone()], &[], now);
+    let found = find_candidates(&c, &p, std::slice::from_ref(&clear), &[], now);
     assert!(found.is_empty());
     let found = find_candidates(&c, &p, &[clear.clone(), flag.clone()], &[], now);
-    assert_eq!(rules(&found), [("row_remap_failure", CandidateStatus::AwaitingConfirmation)]);
+    assert_eq!(
+        rules(&found),
+        [("row_remap_failure", CandidateStatus::AwaitingConfirmation)]
+    );
     let found = find_candidates(&c, &p, &[flag.clone(), diag(h(30), true)], &[], now);
-    assert_eq!(rules(&found), [("row_remap_failure", CandidateStatus::DiagnosticPassed)]);
+    assert_eq!(
+        rules(&found),
+        [("row_remap_failure", CandidateStatus::DiagnosticPassed)]
+    );
     // A failed diagnostic outside the 14 days does not confirm.
     let found = find_candidates(&c, &p, &[flag.clone(), diag(h(5 + 15 * 24), false)], &[], h(1000));
-    assert_eq!(rules(&found), [("row_remap_failure", CandidateStatus::AwaitingConfirmation)]);
+    assert_eq!(
+        rules(&found),
+        [("row_remap_failure", CandidateStatus::AwaitingConfirmation)]
+    );
     let found = find_candidates(&c, &p, &[diag(h(30), false), flag.clone()], &[], now);
     assert_eq!(rules(&found), [("row_remap_failure", CandidateStatus::Met)]);
     let cand = &found[0];
@@ -79,7 +99,11 @@ fn row_remap_failure_needs_a_failed_field_diagnostic() {
     assert_eq!(cand.began_at, h(5));
     let ids: Vec<&str> = cand.samples.iter().map(|s| s.source_id.as_str()).collect();
     assert_eq!(ids, ["prom/DCGM_FI_DEV_ROW_REMAP_FAILURE@5h", "upload/fielddiag.log"]);
-    assert!(cand.document_edition.contains("DA-09826-002"), "{}", cand.document_edition);
+    assert!(
+        cand.document_edition.contains("DA-09826-002"),
+        "{}",
+        cand.document_edition
+    );
     assert!(cand.firmware_suspected.is_none());
     // Samples from the future are ignored.
     assert!(find_candidates(&c, &p, &[flag], &[], h(4)).is_empty());
@@ -109,11 +133,15 @@ fn fallen_off_the_bus_counts_within_the_window() {
     assert!(find_candidates(&c, &p, &other, &[], h(100)).is_empty());
     // The exporter's windowed count: a count in its window, enough alone when the window is short enough.
     let windowed = |count, window_seconds| {
-        obs(h(3), "prom/DCGM_EXP_XID_ERRORS_COUNT", ObservationKind::XidWindowCount {
-            code: 79,
-            count,
-            window_seconds,
-        })
+        obs(
+            h(3),
+            "prom/DCGM_EXP_XID_ERRORS_COUNT",
+            ObservationKind::XidWindowCount {
+                code: 79,
+                count,
+                window_seconds,
+            },
+        )
     };
     let found = find_candidates(&c, &p, &[windowed(3, 600), d.clone()], &[], h(100));
     assert_eq!(rules(&found), [("fallen_off_bus", CandidateStatus::Met)]);
@@ -126,17 +154,31 @@ fn vanished_series_and_silent_bmc_are_proven_by_samples() {
     let c = criteria();
     let p = gpu("S2");
     let scrape = |min: i64, present| {
-        obs(t0() + TimeDelta::minutes(min), &format!("scrape@{min}m"), ObservationKind::SeriesScrape { present })
+        obs(
+            t0() + TimeDelta::minutes(min),
+            &format!("scrape@{min}m"),
+            ObservationKind::SeriesScrape { present },
+        )
     };
     let d = diag(h(2), false);
     // 25 minutes absent, then back: no.
-    let short: Vec<Observation> = (0..=5).map(|i| scrape(i * 5, false)).chain([scrape(30, true), d.clone()]).collect();
+    let short: Vec<Observation> = (0..=5)
+        .map(|i| scrape(i * 5, false))
+        .chain([scrape(30, true), d.clone()])
+        .collect();
     assert!(find_candidates(&c, &p, &short, &[], h(10)).is_empty());
-    let long: Vec<Observation> = std::iter::once(scrape(0, true)).chain((1..=7).map(|i| scrape(i * 5, false))).chain([d]).collect();
+    let long: Vec<Observation> = std::iter::once(scrape(0, true))
+        .chain((1..=7).map(|i| scrape(i * 5, false)))
+        .chain([d])
+        .collect();
     let found = find_candidates(&c, &p, &long, &[], h(10));
     assert_eq!(rules(&found), [("series_vanished", CandidateStatus::Met)]);
     assert_eq!(found[0].began_at, t0() + TimeDelta::minutes(5));
-    assert!(found[0].samples[1].source_id.contains("7 consecutive readings"), "{:?}", found[0].samples);
+    assert!(
+        found[0].samples[1].source_id.contains("7 consecutive readings"),
+        "{:?}",
+        found[0].samples
+    );
 
     // The BMC rule: silent from 10 minutes after the flash for 40 minutes.
     let mut board = gpu("BB-77");
@@ -151,13 +193,22 @@ fn vanished_series_and_silent_bmc_are_proven_by_samples() {
         rollout: Some("rollout-12".into()),
     };
     let probe = |min: i64, answered| {
-        obs(h(1) + TimeDelta::minutes(min), &format!("probe@{min}m"), ObservationKind::BmcProbe { answered })
+        obs(
+            h(1) + TimeDelta::minutes(min),
+            &format!("probe@{min}m"),
+            ObservationKind::BmcProbe { answered },
+        )
     };
-    let probes: Vec<Observation> = std::iter::once(probe(5, true)).chain((2..=10).map(|i| probe(i * 5, false))).collect();
+    let probes: Vec<Observation> = std::iter::once(probe(5, true))
+        .chain((2..=10).map(|i| probe(i * 5, false)))
+        .collect();
     let found = find_candidates(&c, &board, &probes, std::slice::from_ref(&flash), h(10));
     assert_eq!(rules(&found), [("bmc_silent_after_flash", CandidateStatus::Met)]);
     let fs = found[0].firmware_suspected.as_ref().expect("firmware-suspected");
-    assert_eq!((fs.change.release.as_str(), fs.change.rollout.as_deref()), ("bmc-1.3.0", Some("rollout-12")));
+    assert_eq!(
+        (fs.change.release.as_str(), fs.change.rollout.as_deref()),
+        ("bmc-1.3.0", Some("rollout-12"))
+    );
     assert_eq!(fs.after_seconds, 600);
     // Without a flash, silence alone is not this rule.
     assert!(find_candidates(&c, &board, &probes, &[], h(10)).is_empty());
@@ -181,8 +232,16 @@ fn failure_right_after_a_flash_is_firmware_suspected() {
     assert_eq!(fs.change.release, "gpu-96.00.61");
     assert_eq!(fs.after_seconds, 50 * 3600);
     // A flash 80 hours before, or after the failure began, does not make it suspected.
-    assert!(find_candidates(&c, &p, &signals, &[flash(h(20))], h(200))[0].firmware_suspected.is_none());
-    assert!(find_candidates(&c, &p, &signals, &[flash(h(101))], h(200))[0].firmware_suspected.is_none());
+    assert!(
+        find_candidates(&c, &p, &signals, &[flash(h(20))], h(200))[0]
+            .firmware_suspected
+            .is_none()
+    );
+    assert!(
+        find_candidates(&c, &p, &signals, &[flash(h(101))], h(200))[0]
+            .firmware_suspected
+            .is_none()
+    );
 }
 
 fn rm(name: &str) -> Actor {
@@ -217,12 +276,21 @@ fn case_transitions_need_the_right_state_role_and_people() {
     let collect = CaseEvent::CollectEvidence {
         manifest_sha256: "ab".repeat(32),
     };
-    assert!(matches!(case.apply(collect.clone(), &viewer, h(1)), Err(CaseError::Forbidden { .. })));
-    assert!(matches!(case.apply(CaseEvent::VendorAccepted, &rm("rita"), h(1)), Err(CaseError::NotAllowed { .. })));
+    assert!(matches!(
+        case.apply(collect.clone(), &viewer, h(1)),
+        Err(CaseError::Forbidden { .. })
+    ));
+    assert!(matches!(
+        case.apply(CaseEvent::VendorAccepted, &rm("rita"), h(1)),
+        Err(CaseError::NotAllowed { .. })
+    ));
     let blank = CaseEvent::CollectEvidence {
         manifest_sha256: " ".into(),
     };
-    assert!(matches!(case.apply(blank, &rm("rita"), h(1)), Err(CaseError::Missing { .. })));
+    assert!(matches!(
+        case.apply(blank, &rm("rita"), h(1)),
+        Err(CaseError::Missing { .. })
+    ));
     let c = case.apply(collect, &rm("rita"), h(1)).expect("collect");
     assert_eq!(c.state, CaseState::EvidenceCollected);
     assert_eq!(case.state, CaseState::Candidate, "apply returns a new case");
@@ -237,12 +305,18 @@ fn case_transitions_need_the_right_state_role_and_people() {
         opened_at: t0(),
     }];
     let admission = request_submission(&quota, "nvidia", &[], &waiting, "case-1", h(2)).expect("free quota");
-    let other = Case { id: "case-2".into(), ..c.clone() };
+    let other = Case {
+        id: "case-2".into(),
+        ..c.clone()
+    };
     let wrong = CaseEvent::Submit {
         admission: admission.clone(),
         vendor_reference: "NV-1".into(),
     };
-    assert!(matches!(other.apply(wrong, &rm("rita"), h(2)), Err(CaseError::WrongAdmission { .. })));
+    assert!(matches!(
+        other.apply(wrong, &rm("rita"), h(2)),
+        Err(CaseError::WrongAdmission { .. })
+    ));
     let c = c
         .apply(
             CaseEvent::Submit {
@@ -261,7 +335,10 @@ fn case_transitions_need_the_right_state_role_and_people() {
         name: "ada".into(),
         role: Role::Admin,
     };
-    assert!(matches!(c.apply(close.clone(), &admin, h(3)), Err(CaseError::NotAllowed { .. })));
+    assert!(matches!(
+        c.apply(close.clone(), &admin, h(3)),
+        Err(CaseError::NotAllowed { .. })
+    ));
     let rejected = c
         .apply(
             CaseEvent::VendorRejected {
@@ -271,10 +348,16 @@ fn case_transitions_need_the_right_state_role_and_people() {
             h(30),
         )
         .expect("reject");
-    assert_eq!(rejected.rejection_reason.as_deref(), Some("field diagnostic log missing"));
+    assert_eq!(
+        rejected.rejection_reason.as_deref(),
+        Some("field diagnostic log missing")
+    );
     // Still quarantined until a human decides: a release manager may not close it, an admin may.
     assert!(rejected.quarantine_reason().is_some());
-    assert!(matches!(rejected.apply(close.clone(), &rm("rita"), h(31)), Err(CaseError::Forbidden { .. })));
+    assert!(matches!(
+        rejected.apply(close.clone(), &rm("rita"), h(31)),
+        Err(CaseError::Forbidden { .. })
+    ));
     let closed = rejected.apply(close, &admin, h(31)).expect("admin closes");
     assert!(closed.quarantine_reason().is_none());
     assert_eq!(closed.rejection_reason.as_deref(), Some("field diagnostic log missing"));
@@ -315,23 +398,34 @@ fn case_transitions_need_the_right_state_role_and_people() {
             )
         })
         .expect("accepted and replaced");
-    assert!(matches!(done.apply(CaseEvent::Verified, &rm("tom"), h(101)), Err(CaseError::SameActor { .. })));
-    let verified = done.apply(CaseEvent::Verified, &rm("rita"), h(101)).expect("verified by another");
+    assert!(matches!(
+        done.apply(CaseEvent::Verified, &rm("tom"), h(101)),
+        Err(CaseError::SameActor { .. })
+    ));
+    let verified = done
+        .apply(CaseEvent::Verified, &rm("rita"), h(101))
+        .expect("verified by another");
     assert_eq!(verified.state, CaseState::Verified);
     assert!(verified.quarantine_reason().is_none());
-    let trail: Vec<(CaseState, CaseState, &str)> =
-        verified.history.iter().map(|t| (t.from, t.to, t.actor.as_str())).collect();
+    let trail: Vec<(CaseState, CaseState, &str)> = verified
+        .history
+        .iter()
+        .map(|t| (t.from, t.to, t.actor.as_str()))
+        .collect();
     use CaseState as S;
-    assert_eq!(trail, [
-        (S::Candidate, S::EvidenceCollected, "rita"),
-        (S::EvidenceCollected, S::Submitted, "rita"),
-        (S::Submitted, S::Rejected, "rita"),
-        (S::Rejected, S::EvidenceCollected, "rita"),
-        (S::EvidenceCollected, S::Submitted, "rita"),
-        (S::Submitted, S::Accepted, "rita"),
-        (S::Accepted, S::Replaced, "tom"),
-        (S::Replaced, S::Verified, "rita"),
-    ]);
+    assert_eq!(
+        trail,
+        [
+            (S::Candidate, S::EvidenceCollected, "rita"),
+            (S::EvidenceCollected, S::Submitted, "rita"),
+            (S::Submitted, S::Rejected, "rita"),
+            (S::Rejected, S::EvidenceCollected, "rita"),
+            (S::EvidenceCollected, S::Submitted, "rita"),
+            (S::Submitted, S::Accepted, "rita"),
+            (S::Accepted, S::Replaced, "tom"),
+            (S::Replaced, S::Verified, "rita"),
+        ]
+    );
 
     // Velocity over this one case: two vendor answers, one each way.
     let crit = criteria();
@@ -363,7 +457,12 @@ fn quota_of_five_a_week_queues_the_sixth_by_severity_and_age() {
         })
         .collect();
     let order: Vec<&str> = queue_order(&waiting).iter().map(|w| w.case_id.as_str()).collect();
-    assert_eq!(order, ["case-5", "case-0", "case-1", "case-2", "case-3", "case-4", "case-6", "case-7"]);
+    assert_eq!(
+        order,
+        [
+            "case-5", "case-0", "case-1", "case-2", "case-3", "case-4", "case-6", "case-7"
+        ]
+    );
     // A case behind the free slots cannot jump the queue while slots are free.
     let err = request_submission(&quota, "nvidia", &[], &waiting, "case-6", h(10)).expect_err("behind");
     assert!(matches!(err, QuotaError::Refused { position: 7, .. }), "{err}");
@@ -381,15 +480,18 @@ fn quota_of_five_a_week_queues_the_sixth_by_severity_and_age() {
     assert_eq!(status.next_slot_at, Some(h(10) + TimeDelta::weeks(1)));
     // The sixth is refused with its place in the queue, and the one behind it too.
     let err = request_submission(&quota, "nvidia", &submissions, &waiting, "case-4", h(20)).expect_err("quota used");
-    assert_eq!(err, QuotaError::Refused {
-        case_id: "case-4".into(),
-        vendor: "nvidia".into(),
-        position: 1,
-        queue_len: 3,
-        used: 5,
-        limit: 5,
-        next_slot_at: Some(h(10) + TimeDelta::weeks(1)),
-    });
+    assert_eq!(
+        err,
+        QuotaError::Refused {
+            case_id: "case-4".into(),
+            vendor: "nvidia".into(),
+            position: 1,
+            queue_len: 3,
+            used: 5,
+            limit: 5,
+            next_slot_at: Some(h(10) + TimeDelta::weeks(1)),
+        }
+    );
     assert!(err.to_string().contains("position 1 of 3"), "{err}");
     let err = request_submission(&quota, "nvidia", &submissions, &waiting, "case-7", h(20)).expect_err("quota used");
     assert!(matches!(err, QuotaError::Refused { position: 3, .. }));
@@ -422,10 +524,26 @@ fn files() -> Vec<EvidenceFile> {
 
 #[test]
 fn evidence_package_is_reproducible_byte_for_byte() {
-    let a = build_package("case-1", "S9", "NVIDIA RMA Process vR525", t0(), files(), &["hunter2-bmc"]).expect("build");
+    let a = build_package(
+        "case-1",
+        "S9",
+        "NVIDIA RMA Process vR525",
+        t0(),
+        files(),
+        &["hunter2-bmc"],
+    )
+    .expect("build");
     let mut reversed = files();
     reversed.reverse();
-    let b = build_package("case-1", "S9", "NVIDIA RMA Process vR525", t0(), reversed, &["hunter2-bmc"]).expect("build");
+    let b = build_package(
+        "case-1",
+        "S9",
+        "NVIDIA RMA Process vR525",
+        t0(),
+        reversed,
+        &["hunter2-bmc"],
+    )
+    .expect("build");
     assert_eq!(a.archive, b.archive);
     assert_eq!(a.manifest_sha256, b.manifest_sha256);
     let paths: Vec<&str> = a.manifest.files.iter().map(|f| f.path.as_str()).collect();
@@ -450,7 +568,15 @@ fn evidence_package_is_reproducible_byte_for_byte() {
         }
         names.push(name);
     }
-    assert_eq!(names, ["manifest.json", "diagnostics/fielddiag.log", "inventory.json", "logs/sel.json"]);
+    assert_eq!(
+        names,
+        [
+            "manifest.json",
+            "diagnostics/fielddiag.log",
+            "inventory.json",
+            "logs/sel.json"
+        ]
+    );
     // A changed file changes the manifest hash.
     let mut changed = files();
     changed[2].bytes.push(b'!');
@@ -470,21 +596,33 @@ fn evidence_package_refuses_secrets_and_bad_paths() {
     };
     for (bytes, what) in [
         (&br#"{"UserName":"root","Password": "calvin"}"#[..], "a password value"),
-        (b"GET /redfish/v1\r\nAuthorization: Basic cm9vdDpjYWx2aW4=\r\n", "an HTTP credential header"),
+        (
+            b"GET /redfish/v1\r\nAuthorization: Basic cm9vdDpjYWx2aW4=\r\n",
+            "an HTTP credential header",
+        ),
         (b"X-Auth-Token: 0123456789abcdef\n", "an HTTP credential header"),
         (b"-----BEGIN RSA PRIVATE KEY-----\nMIIE\n", "a private key"),
         (b"bmc password was hunter2-bmc", "a known credential"),
     ] {
         let err = with("extra.txt", bytes).expect_err("secret");
-        assert!(matches!(err, EvidenceError::SecretFound { what: w, .. } if w == what), "{err}");
+        assert!(
+            matches!(err, EvidenceError::SecretFound { what: w, .. } if w == what),
+            "{err}"
+        );
         assert!(!err.to_string().contains("calvin") && !err.to_string().contains("hunter2"));
     }
     // Redacted password fields are fine.
     assert!(with("extra.json", br#"{"Password": "", "password":null}"#).is_ok());
     for path in ["/etc/passwd", "../x", "a//b", "a/./b", "manifest.json", ""] {
-        assert!(matches!(with(path, b"x"), Err(EvidenceError::InvalidPath { .. })), "{path}");
+        assert!(
+            matches!(with(path, b"x"), Err(EvidenceError::InvalidPath { .. })),
+            "{path}"
+        );
     }
-    assert!(matches!(with("inventory.json", b"x"), Err(EvidenceError::DuplicatePath { .. })));
+    assert!(matches!(
+        with("inventory.json", b"x"),
+        Err(EvidenceError::DuplicatePath { .. })
+    ));
     // The sweep itself, on a whole archive: nothing in a clean package.
     let clean = build_package("case-1", "S9", "ed", t0(), files(), &["hunter2-bmc"]).expect("build");
     assert_eq!(secret_sweep(&clean.archive, &["hunter2-bmc"]), None);
