@@ -223,7 +223,11 @@ fn object_err(id: impl ToString) -> impl FnOnce(gix::Error) -> GitSourceError {
     }
 }
 
-/// Reads every `*.yaml` / `*.yml` file under `subdir` at `git_ref`.
+/// Directory of RMA criteria files in the policy repository, skipped by the policy sync.
+pub const RMA_CRITERIA_DIR: &str = "rma/";
+
+/// Reads every `*.yaml` / `*.yml` file under `subdir` at `git_ref`, except RMA criteria under
+/// [`RMA_CRITERIA_DIR`].
 pub fn read_snapshot(repo: &gix::Repository, git_ref: &str, subdir: Option<&str>) -> Result<Snapshot, GitSourceError> {
     let ref_err = |e: gix::Error| GitSourceError::Ref {
         git_ref: git_ref.to_owned(),
@@ -246,7 +250,10 @@ pub fn read_snapshot(repo: &gix::Repository, git_ref: &str, subdir: Option<&str>
         let path = entry.filepath.to_string();
         let in_dir = prefix.as_deref().is_none_or(|p| path.starts_with(p));
         let is_yaml = Path::new(&path).extension().is_some_and(|e| e == "yaml" || e == "yml");
-        if !in_dir || !is_yaml {
+        // RMA criteria share the repository (`rma/*.yaml`, read by orchestrator-rma) but are not
+        // rollout policies.
+        let relative = prefix.as_deref().map_or(path.as_str(), |p| path.strip_prefix(p).unwrap_or(&path));
+        if !in_dir || !is_yaml || relative.starts_with(RMA_CRITERIA_DIR) {
             continue;
         }
         if files.len() >= MAX_POLICY_FILES {
