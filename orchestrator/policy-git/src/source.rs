@@ -223,8 +223,9 @@ fn object_err(id: impl ToString) -> impl FnOnce(gix::Error) -> GitSourceError {
     }
 }
 
-/// Directory of RMA criteria files in the policy repository, skipped by the policy sync.
-pub const RMA_CRITERIA_DIR: &str = "rma/";
+/// Name of the directory holding RMA criteria files in the policy repository (at any depth),
+/// skipped by the policy sync.
+pub const RMA_CRITERIA_DIR: &str = "rma";
 
 /// Reads every `*.yaml` / `*.yml` file under `subdir` at `git_ref`, except RMA criteria under
 /// [`RMA_CRITERIA_DIR`].
@@ -250,10 +251,10 @@ pub fn read_snapshot(repo: &gix::Repository, git_ref: &str, subdir: Option<&str>
         let path = entry.filepath.to_string();
         let in_dir = prefix.as_deref().is_none_or(|p| path.starts_with(p));
         let is_yaml = Path::new(&path).extension().is_some_and(|e| e == "yaml" || e == "yml");
-        // RMA criteria share the repository (`rma/*.yaml`, read by orchestrator-rma) but are not
-        // rollout policies.
-        let relative = prefix.as_deref().map_or(path.as_str(), |p| path.strip_prefix(p).unwrap_or(&path));
-        if !in_dir || !is_yaml || relative.starts_with(RMA_CRITERIA_DIR) {
+        // RMA criteria share the repository (an `rma/` directory, read by orchestrator-rma) but
+        // are not rollout policies.
+        let in_rma_dir = path.rsplit('/').skip(1).any(|dir| dir == RMA_CRITERIA_DIR);
+        if !in_dir || !is_yaml || in_rma_dir {
             continue;
         }
         if files.len() >= MAX_POLICY_FILES {
