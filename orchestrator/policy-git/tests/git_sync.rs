@@ -156,7 +156,12 @@ fn clones_a_url_and_resolves_refs() {
         cache_dir: cache.path().to_owned(),
     };
     let head = source.read().unwrap();
-    assert_eq!(head.files.len(), 1, "README.md and rma/ are not policies: {:?}", head.files);
+    assert_eq!(
+        head.files.len(),
+        1,
+        "README.md and rma/ are not policies: {:?}",
+        head.files
+    );
     assert!(String::from_utf8_lossy(&head.files[0].content).contains("max_failed: 2"));
 
     source.git_ref = "v1".into();

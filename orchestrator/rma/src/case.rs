@@ -375,3 +375,22 @@ impl Case {
         })
     }
 }
+
+/// Nodes to keep out of rollouts: every node with an open case, with the reasons the plan shows
+/// (several open cases on one node are listed together, by case id).
+pub fn quarantined_nodes(cases: &[Case]) -> std::collections::BTreeMap<String, String> {
+    let mut open: Vec<&Case> = cases.iter().filter(|c| c.state.is_open()).collect();
+    open.sort_by(|a, b| a.id.cmp(&b.id));
+    let mut out: std::collections::BTreeMap<String, String> = std::collections::BTreeMap::new();
+    for case in open {
+        if let Some(reason) = case.quarantine_reason() {
+            out.entry(case.node.clone())
+                .and_modify(|r| {
+                    r.push_str("; ");
+                    r.push_str(&reason);
+                })
+                .or_insert(reason);
+        }
+    }
+    out
+}

@@ -165,15 +165,11 @@ pub fn secret_sweep(bytes: &[u8], known: &[&str]) -> Option<&'static str> {
     let mut rest = bytes;
     while let Some(i) = find_ci(rest, b"\"password\"") {
         let after = &rest[i + 10..];
-        let value = after.iter().skip_while(|b| b.is_ascii_whitespace()).collect::<Vec<_>>();
-        if value.first() == Some(&&b':') {
-            let v: Vec<&u8> = value[1..]
-                .iter()
-                .copied()
-                .skip_while(|b| b.is_ascii_whitespace())
-                .collect();
+        let mut value = after.iter().copied().skip_while(u8::is_ascii_whitespace);
+        if value.next() == Some(b':') {
+            let mut value = value.skip_while(u8::is_ascii_whitespace);
             // A non-empty string value; `null` and `""` are how a redacted field reads.
-            if v.first() == Some(&&b'"') && v.get(1).is_some_and(|b| **b != b'"') {
+            if value.next() == Some(b'"') && value.next().is_some_and(|b| b != b'"') {
                 return Some("a password value");
             }
         }

@@ -20,7 +20,7 @@ pub use candidate::{
     Candidate, CandidateStatus, FirmwareChange, FirmwareSuspicion, Observation, ObservationKind, PartRecord,
     find_candidates,
 };
-pub use case::{Actor, Case, CaseError, CaseEvent, CaseState, TransitionRecord};
+pub use case::{Actor, Case, CaseError, CaseEvent, CaseState, TransitionRecord, quarantined_nodes};
 pub use cluster::{
     Attribute, Cluster, ClusterConfig, ClusterError, ClusterReport, FleetPart, GroupKey, GroupTest, PartFailure, scan,
 };

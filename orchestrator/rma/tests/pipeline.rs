@@ -360,6 +360,16 @@ fn case_transitions_need_the_right_state_role_and_people() {
     ));
     let closed = rejected.apply(close, &admin, h(31)).expect("admin closes");
     assert!(closed.quarantine_reason().is_none());
+    // The planner's view: the node is out while a case on it is open, with the reason.
+    let mut elsewhere = Case::open("case-0", &candidate("S8", Severity::Low), t0());
+    elsewhere.node = "node-9".into();
+    let q = quarantined_nodes(&[rejected.clone(), elsewhere.clone()]);
+    assert_eq!(q.keys().collect::<Vec<_>>(), ["node-7", "node-9"]);
+    assert!(
+        q["node-7"].contains("RMA case case-1 for GPU S9") && q["node-7"].contains("Rejected"),
+        "{q:?}"
+    );
+    assert_eq!(quarantined_nodes(&[closed.clone(), elsewhere]).len(), 1);
     assert_eq!(closed.rejection_reason.as_deref(), Some("field diagnostic log missing"));
 
     // The other way: resubmit, accept, replace, verify by someone else.

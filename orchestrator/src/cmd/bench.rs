@@ -36,6 +36,8 @@ pub enum Which {
     Scale,
     /// Detection power, time to detect and false alarms.
     Detection,
+    /// RMA candidate detection over a large fleet (time per pass, memory).
+    Rma,
 }
 
 /// Options of `waveguard bench`.
@@ -57,6 +59,9 @@ pub struct BenchArgs {
     /// Monte Carlo trials per detection cell.
     #[arg(long, default_value_t = 400, value_name = "N")]
     trials: u32,
+    /// GPUs in the RMA candidate-detection run.
+    #[arg(long, default_value_t = 100_000, value_name = "N")]
+    rma_gpus: usize,
 }
 
 /// `waveguard bench`.
@@ -66,6 +71,9 @@ pub async fn run(args: BenchArgs, _context: &Context) -> anyhow::Result<ExitCode
     println!("machine: {}", machine());
     if wants(Which::Detection) {
         detection(args.trials);
+    }
+    if wants(Which::Rma) {
+        super::bench_rma::run(args.rma_gpus);
     }
     if wants(Which::Throughput) {
         let nodes = fitting_nodes(args.nodes);
