@@ -637,3 +637,100 @@ fn evidence_package_refuses_secrets_and_bad_paths() {
     let clean = build_package("case-1", "S9", "ed", t0(), files(), &["hunter2-bmc"]).expect("build");
     assert_eq!(secret_sweep(&clean.archive, &["hunter2-bmc"]), None);
 }
+
+/// Every state against every event: which transitions exist and where they lead.
+#[test]
+fn state_event_table() {
+    use CaseState as S;
+    let quota = Quota {
+        submissions: 100,
+        period: TimeDelta::weeks(1),
+    };
+    let admission = || {
+        let waiting = [Waiting {
+            case_id: "case-t".into(),
+            severity: Severity::High,
+            opened_at: t0(),
+        }];
+        request_submission(&quota, "nvidia", &[], &waiting, "case-t", h(1)).expect("admitted")
+    };
+    let events: Vec<(&str, CaseEvent)> = vec![
+        (
+            "collect",
+            CaseEvent::CollectEvidence {
+                manifest_sha256: "ab".into(),
+            },
+        ),
+        (
+            "submit",
+            CaseEvent::Submit {
+                admission: admission(),
+                vendor_reference: "NV-9".into(),
+            },
+        ),
+        ("accepted", CaseEvent::VendorAccepted),
+        (
+            "rejected",
+            CaseEvent::VendorRejected {
+                reason: "no diag".into(),
+            },
+        ),
+        (
+            "resubmit",
+            CaseEvent::Resubmit {
+                manifest_sha256: "cd".into(),
+            },
+        ),
+        (
+            "replaced",
+            CaseEvent::Replaced {
+                new_serial: "NEW".into(),
+            },
+        ),
+        ("verified", CaseEvent::Verified),
+        (
+            "close",
+            CaseEvent::Close {
+                reason: "false candidate".into(),
+            },
+        ),
+    ];
+    // (state, event) -> next state; every pair not listed is refused.
+    let allowed: &[(S, &str, S)] = &[
+        (S::Candidate, "collect", S::EvidenceCollected),
+        (S::Candidate, "close", S::Closed),
+        (S::EvidenceCollected, "submit", S::Submitted),
+        (S::EvidenceCollected, "close", S::Closed),
+        (S::Submitted, "accepted", S::Accepted),
+        (S::Submitted, "rejected", S::Rejected),
+        (S::Accepted, "replaced", S::Replaced),
+        (S::Accepted, "close", S::Closed),
+        (S::Rejected, "resubmit", S::EvidenceCollected),
+        (S::Rejected, "close", S::Closed),
+        (S::Replaced, "verified", S::Verified),
+    ];
+    let admin = Actor {
+        name: "ada".into(),
+        role: Role::Admin,
+    };
+    for state in CaseState::ALL {
+        let mut case = Case::open("case-t", &candidate("ST", Severity::High), t0());
+        case.state = state;
+        for (name, event) in &events {
+            let got = case.apply(event.clone(), &admin, h(2));
+            let want = allowed
+                .iter()
+                .find(|(s, e, _)| *s == state && e == name)
+                .map(|(_, _, to)| *to);
+            match (got, want) {
+                (Ok(next), Some(to)) => {
+                    assert_eq!(next.state, to, "{state:?} --{name}-->");
+                    assert_eq!(next.history.last().map(|t| (t.from, t.to)), Some((state, to)));
+                    assert_eq!(next.state.is_open(), !matches!(to, S::Verified | S::Closed));
+                }
+                (Err(CaseError::NotAllowed { .. }), None) => {}
+                (got, want) => panic!("{state:?} --{name}--> got {got:?}, want {want:?}"),
+            }
+        }
+    }
+}
