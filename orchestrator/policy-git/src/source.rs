@@ -223,7 +223,12 @@ fn object_err(id: impl ToString) -> impl FnOnce(gix::Error) -> GitSourceError {
     }
 }
 
-/// Reads every `*.yaml` / `*.yml` file under `subdir` at `git_ref`.
+/// Name of the directory holding RMA criteria files in the policy repository (at any depth),
+/// skipped by the policy sync.
+pub const RMA_CRITERIA_DIR: &str = "rma";
+
+/// Reads every `*.yaml` / `*.yml` file under `subdir` at `git_ref`, except RMA criteria under
+/// [`RMA_CRITERIA_DIR`].
 pub fn read_snapshot(repo: &gix::Repository, git_ref: &str, subdir: Option<&str>) -> Result<Snapshot, GitSourceError> {
     let ref_err = |e: gix::Error| GitSourceError::Ref {
         git_ref: git_ref.to_owned(),
@@ -246,7 +251,10 @@ pub fn read_snapshot(repo: &gix::Repository, git_ref: &str, subdir: Option<&str>
         let path = entry.filepath.to_string();
         let in_dir = prefix.as_deref().is_none_or(|p| path.starts_with(p));
         let is_yaml = Path::new(&path).extension().is_some_and(|e| e == "yaml" || e == "yml");
-        if !in_dir || !is_yaml {
+        // RMA criteria share the repository (an `rma/` directory, read by orchestrator-rma) but
+        // are not rollout policies.
+        let in_rma_dir = path.rsplit('/').skip(1).any(|dir| dir == RMA_CRITERIA_DIR);
+        if !in_dir || !is_yaml || in_rma_dir {
             continue;
         }
         if files.len() >= MAX_POLICY_FILES {

@@ -15,6 +15,7 @@ use orchestrator_policy::{FailureBudget, parse_policy};
 use orchestrator_policy_git::{GitPolicySource, InForce, RepoLocation, plan_sync, read_blob};
 
 const POLICY: &str = include_str!("../../../policies/bmc-firmware.yaml");
+const RMA_CRITERIA: &str = include_str!("../../../policies/rma/nvidia-gpu.yaml");
 
 fn git_available() -> bool {
     let ok = Command::new("git")
@@ -56,6 +57,9 @@ fn commit_policy(dir: &Path, text: &str, message: &str) {
     std::fs::create_dir_all(dir.join("policies")).unwrap();
     std::fs::write(dir.join("policies/bmc-firmware.yaml"), text).unwrap();
     std::fs::write(dir.join("README.md"), "not a policy\n").unwrap();
+    // RMA criteria share the repository but are not rollout policies.
+    std::fs::create_dir_all(dir.join("policies/rma")).unwrap();
+    std::fs::write(dir.join("policies/rma/nvidia-gpu.yaml"), RMA_CRITERIA).unwrap();
     git(dir, &["add", "-A"]);
     git(dir, &["commit", "-q", "-m", message]);
 }
@@ -152,7 +156,12 @@ fn clones_a_url_and_resolves_refs() {
         cache_dir: cache.path().to_owned(),
     };
     let head = source.read().unwrap();
-    assert_eq!(head.files.len(), 1, "README.md is not a policy: {:?}", head.files);
+    assert_eq!(
+        head.files.len(),
+        1,
+        "README.md and rma/ are not policies: {:?}",
+        head.files
+    );
     assert!(String::from_utf8_lossy(&head.files[0].content).contains("max_failed: 2"));
 
     source.git_ref = "v1".into();

@@ -35,6 +35,8 @@ pub enum Which {
     Scale,
     /// Detection power, time to detect and false alarms.
     Detection,
+    /// RMA candidate detection over a large fleet (time per pass, memory).
+    Rma,
 }
 
 /// Options of `waveguard bench`.
@@ -59,6 +61,9 @@ pub struct BenchArgs {
     /// Seeds for the healthy detection cell.
     #[arg(long, default_value_t = 1000, value_name = "N")]
     healthy_seeds: u32,
+    /// GPUs in the RMA candidate-detection run.
+    #[arg(long, default_value_t = 100_000, value_name = "N")]
+    rma_gpus: usize,
 }
 
 /// `waveguard bench`.
@@ -68,6 +73,9 @@ pub async fn run(args: BenchArgs, _context: &Context) -> anyhow::Result<ExitCode
     println!("machine: {}", machine());
     if wants(Which::Detection) {
         detection(args.seeds, args.healthy_seeds);
+    }
+    if wants(Which::Rma) {
+        super::bench_rma::run(args.rma_gpus);
     }
     if wants(Which::Throughput) {
         let nodes = fitting_nodes(args.nodes);

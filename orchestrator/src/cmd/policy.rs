@@ -934,7 +934,9 @@ fn collect(path: &Path, depth: usize, files: &mut Vec<PathBuf>) -> anyhow::Resul
             .file_name()
             .and_then(|n| n.to_str())
             .is_some_and(|n| n.starts_with('.'));
-        if hidden {
+        // RMA criteria (`rma/*.yaml`) live beside the policies but are linted by orchestrator-rma.
+        let rma = child.file_name().is_some_and(|n| n == "rma") && child.is_dir();
+        if hidden || rma {
             continue;
         }
         if child.is_dir() {
