@@ -176,24 +176,6 @@ impl Db {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::replace_database;
-
-    #[test]
-    fn database_name_is_replaced() {
-        assert_eq!(
-            replace_database("postgres://u@h:5432/test", "x"),
-            "postgres://u@h:5432/x"
-        );
-        assert_eq!(replace_database("postgres://u@h:5432", "x"), "postgres://u@h:5432/x");
-        assert_eq!(
-            replace_database("postgres://u@h/test?sslmode=disable", "x"),
-            "postgres://u@h/x?sslmode=disable"
-        );
-    }
-}
-
 /// Moves `wave` to awaiting approval with `verdict`, as the engine does at
 /// the end of a bake, for tests of approvals without an engine. Takes (and
 /// releases) a lease of its own, so it never fences out a running engine
@@ -228,4 +210,22 @@ pub async fn await_approval(
         .await;
     db.release_lease(&fence).await?;
     moved
+}
+
+#[cfg(test)]
+mod tests {
+    use super::replace_database;
+
+    #[test]
+    fn database_name_is_replaced() {
+        assert_eq!(
+            replace_database("postgres://u@h:5432/test", "x"),
+            "postgres://u@h:5432/x"
+        );
+        assert_eq!(replace_database("postgres://u@h:5432", "x"), "postgres://u@h:5432/x");
+        assert_eq!(
+            replace_database("postgres://u@h/test?sslmode=disable", "x"),
+            "postgres://u@h/x?sslmode=disable"
+        );
+    }
 }
