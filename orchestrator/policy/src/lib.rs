@@ -12,6 +12,7 @@
 
 mod diag;
 mod duration;
+pub mod exporter;
 mod health;
 mod lint;
 mod model;
