@@ -171,8 +171,12 @@ pub trait MetricSource: Send + Sync {
     fn name(&self) -> &'static str;
 
     /// The gate's data for `nodes` from each node's `from` until `until`.
-    async fn look(&self, gate: &HealthGate, nodes: &[WatchedNode], until: DateTime<Utc>)
-    -> Result<SourceLook, SourceError>;
+    async fn look(
+        &self,
+        gate: &HealthGate,
+        nodes: &[WatchedNode],
+        until: DateTime<Utc>,
+    ) -> Result<SourceLook, SourceError>;
 }
 
 /// The start of the bin holding `t`, bins aligned on the Unix epoch (as the
@@ -220,7 +224,10 @@ pub fn counter_window(
 ) -> CounterWindow {
     let mut out = CounterWindow::default();
     let mut prev: Option<(DateTime<Utc>, f64)> = None;
-    for &(t, v) in points.iter().filter(|(t, v)| *t >= from && *t <= until && v.is_finite()) {
+    for &(t, v) in points
+        .iter()
+        .filter(|(t, v)| *t >= from && *t <= until && v.is_finite())
+    {
         out.last_seen = Some(t);
         let Some((pt, pv)) = prev.replace((t, v)) else {
             continue;
@@ -249,11 +256,7 @@ pub fn counter_window(
 /// missing read (the series absent at that instant) is `None` and counts
 /// nothing. The first read's window reaches before `from`, so only the
 /// part after `from` is counted, prorated.
-pub fn windowed_count_events(
-    reads: &[(DateTime<Utc>, Option<f64>)],
-    from: DateTime<Utc>,
-    window: TimeDelta,
-) -> f64 {
+pub fn windowed_count_events(reads: &[(DateTime<Utc>, Option<f64>)], from: DateTime<Utc>, window: TimeDelta) -> f64 {
     let w = window.num_milliseconds() as f64;
     if w <= 0.0 {
         return 0.0;
@@ -695,7 +698,10 @@ mod tests {
     #[test]
     fn counter_without_samples_has_no_exposure() {
         let w = counter_window(&[], at(0), at(600), STALENESS);
-        assert_eq!((w.total_events(), w.total_exposure_hours(), w.last_seen), (0, 0.0, None));
+        assert_eq!(
+            (w.total_events(), w.total_exposure_hours(), w.last_seen),
+            (0, 0.0, None)
+        );
     }
 
     #[test]
@@ -783,7 +789,11 @@ mod tests {
             naive_err * 100.0
         );
         assert!(truth > 1000.0, "{truth}");
-        assert!(err < 0.02, "window reads {ours} vs true {truth}: {:.2}% off", err * 100.0);
+        assert!(
+            err < 0.02,
+            "window reads {ours} vs true {truth}: {:.2}% off",
+            err * 100.0
+        );
         assert!(
             naive_err > 0.10,
             "increase() {naive} vs true {truth}: only {:.2}% off",
@@ -853,13 +863,14 @@ mod tests {
         let (events, exposure) = look.totals(&nodes, Cohort::Canary);
         assert_eq!(events, 120);
         assert!((exposure - 1.5).abs() < 1e-9, "{exposure}");
-        let units: BTreeMap<String, f64> = look.bins[&NodeId(1)]
-            .values()
-            .flat_map(|b| b.units.clone())
-            .fold(BTreeMap::new(), |mut acc, (u, v)| {
-                *acc.entry(u).or_default() += v;
-                acc
-            });
+        let units: BTreeMap<String, f64> =
+            look.bins[&NodeId(1)]
+                .values()
+                .flat_map(|b| b.units.clone())
+                .fold(BTreeMap::new(), |mut acc, (u, v)| {
+                    *acc.entry(u).or_default() += v;
+                    acc
+                });
         assert_eq!(units.get("0"), Some(&120.0));
     }
 
