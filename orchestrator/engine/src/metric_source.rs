@@ -310,6 +310,7 @@ pub fn counter_look(
     series: &[NodeSeries],
     nodes: &[WatchedNode],
     until: DateTime<Utc>,
+    staleness: TimeDelta,
     node_label: &str,
     unmatched: usize,
 ) -> SourceLook {
@@ -324,7 +325,7 @@ pub fn counter_look(
             look.unmatched_series += 1;
             continue;
         };
-        let window = counter_window(&s.points, watched.from, until, STALENESS);
+        let window = counter_window(&s.points, watched.from, until, staleness);
         look.resets += window.resets;
         if let Some(t) = window.last_seen {
             let seen = last_seen.entry(s.node).or_insert(t);
@@ -342,7 +343,7 @@ pub fn counter_look(
         }
     }
     classify_presence(&mut look, nodes, |node| {
-        last_seen.get(&node).is_some_and(|t| until - *t <= STALENESS)
+        last_seen.get(&node).is_some_and(|t| until - *t <= staleness)
     });
     look
 }
@@ -459,12 +460,24 @@ fn scoped_selector(sel: &exporter::Selector, node_label: &str, nodes: &[WatchedN
 #[derive(Debug, Clone)]
 pub struct PrometheusSource {
     client: PrometheusClient,
+    staleness: TimeDelta,
 }
 
 impl PrometheusSource {
     /// A source over this client (its node label maps series to nodes).
     pub fn new(client: PrometheusClient) -> Self {
-        Self { client }
+        Self {
+            client,
+            staleness: STALENESS,
+        }
+    }
+
+    /// How long a counter series may go without a sample before its node
+    /// counts as gone ([`STALENESS`] by default, Prometheus' lookback;
+    /// a few scrape intervals suit a fast-scraping test).
+    pub fn with_staleness(mut self, staleness: TimeDelta) -> Self {
+        self.staleness = staleness;
+        self
     }
 }
 
@@ -556,7 +569,7 @@ impl MetricSource for PrometheusSource {
             _ => {
                 // Raw samples with Prometheus' own timestamps: a range
                 // selector evaluated at the look, from the earliest start.
-                let secs = (until - earliest).num_seconds().max(1) + STALENESS.num_seconds();
+                let secs = (until - earliest).num_seconds().max(1) + self.staleness.num_seconds();
                 let promql = format!("{selector}[{secs}s]");
                 let data = self.client.query(&promql, until).await.map_err(prom)?;
                 let series = match data {
@@ -580,6 +593,7 @@ impl MetricSource for PrometheusSource {
                     &mapped.matched,
                     nodes,
                     until,
+                    self.staleness,
                     &node_label,
                     mapped.unmatched.len(),
                 ))
@@ -838,7 +852,7 @@ mod tests {
             series(3, "k1", "0", steady(3600)),
             // k2 never reported.
         ];
-        let look = counter_look(&data, &nodes, at(3600), "Hostname", 0);
+        let look = counter_look(&data, &nodes, at(3600), STALENESS, "Hostname", 0);
         assert_eq!(look.vanished, vec!["c2".to_owned()]);
         assert_eq!(look.control_gaps, vec!["k2".to_owned()]);
         assert_eq!(look.present.len(), 2);
@@ -857,6 +871,7 @@ mod tests {
             &[series(1, "c1", "0", full), series(1, "c1", "1", half)],
             &nodes,
             at(3600),
+            STALENESS,
             "Hostname",
             0,
         );
