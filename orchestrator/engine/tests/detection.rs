@@ -628,3 +628,108 @@ async fn a_pcie_replay_regression_in_dcgm_counters_is_rolled_back_through_the_pr
     assert_eq!(release.qualification_state, QualificationState::Blocked);
     h.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn healthy_firmware_with_dcgm_exporter_restarts_mid_bake_has_no_false_event() {
+    // Same fleet and gate as above, a firmware without effects, and every
+    // canary exporter restarted twice during the canary's bake: the counters
+    // drop to zero, which the source reads as resets, not as events.
+    let extra = scenario_extra().replace("pcie_aer_per_node_hour: 0.01", "pcie_aer_per_node_hour: 60");
+    let Some(mut h) = Harness::start(40, &extra, false).await else {
+        return;
+    };
+    let (prometheus_url, server, scraper) =
+        fake_prometheus_tsdb(format!("{}/sim/dcgm/metrics", h.fleet.control_url()), h.fleet.clock()).await;
+    let policy = policy_with_gates("[pcie_replay]").replace(
+        "    - name: link_degraded\n",
+        "    - name: pcie_replay\n      source: prometheus\n      query: DCGM_FI_DEV_PCIE_REPLAY_COUNTER\n      kind: rate\n      direction: increase_is_bad\n      min_effect: 2.0\n      interval: 10m\n    - name: link_degraded\n",
+    );
+    let release = h.add_release(GPU_TO, true).await;
+    h.add_release(GPU_FROM, true).await;
+    let rollout = start_rollout(
+        &h.db,
+        &StartRollout {
+            release_id: release.id,
+            policy_source: policy,
+            policy_commit: None,
+            policy_blob: None,
+            seed: 5,
+        },
+        "alice",
+    )
+    .await
+    .expect("rollout starts");
+    let mut config = PrometheusConfig::new(url::Url::parse(&prometheus_url).unwrap());
+    config.node_label = "Hostname".into();
+    let client = PrometheusClient::new(config).unwrap();
+    let judge = Arc::new(DetectorJudge::new(h.db.clone(), health_bmcs()).with_prometheus(client));
+    h.start_engine_with(h.config(), judge);
+    // Only the updated (canary) nodes' exporters restart, so a reset misread
+    // as events would inflate the canary alone and fail the gate.
+    let control = h.fleet.control_url().to_owned();
+    let restarts = tokio::spawn(async move {
+        let http = reqwest::Client::new();
+        let mut restarted = 0;
+        for _ in 0..3 {
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            let flashed: serde_json::Value = http
+                .get(format!("{control}/sim/flash-counts"))
+                .send()
+                .await
+                .expect("flash counts")
+                .json()
+                .await
+                .expect("flash counts json");
+            for name in flashed.as_object().expect("object").keys() {
+                let response = http
+                    .post(format!("{control}/sim/nodes/{name}/dcgm"))
+                    .json(&serde_json::json!({"action": "restart"}))
+                    .send()
+                    .await
+                    .expect("restart request");
+                assert!(response.status().is_success());
+                restarted += 1;
+            }
+        }
+        restarted
+    });
+    // The canary's bake ends with a verdict (a pass, or a hold for a human
+    // when the evidence is short of proof either way).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(55);
+    let canary = loop {
+        let waves = h.db.rollout_waves(rollout.id).await.unwrap();
+        let canary = waves.into_iter().find(|w| w.name == "canary").unwrap();
+        if canary.verdict.is_some() {
+            break canary;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no canary verdict: {:?}",
+            canary.state
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    h.stop_engine().await;
+    let restarted = restarts.await.expect("restarts ran");
+    assert_eq!(restarted, 30, "each round restarts the ten canary exporters");
+    server.abort();
+    scraper.abort();
+    let verdict = canary.verdict.as_ref().unwrap();
+    assert_ne!(verdict["outcome"], "fail", "{verdict:#}");
+    assert_ne!(verdict["outcome"], "error", "{verdict:#}");
+    let looks = h.db.health_looks(SampleScope::Wave(canary.id)).await.unwrap();
+    assert!(looks.iter().any(|l| l.look.gate == "pcie_replay"), "{looks:#?}");
+    assert!(looks.iter().all(|l| l.look.outcome != "fail"), "{looks:#?}");
+    // The canary's replay rate matches the control's: a restart's drop read
+    // as events (the whole pre-restart count again) would raise it by half.
+    let last = looks
+        .iter()
+        .filter(|l| l.look.gate == "pcie_replay")
+        .max_by_key(|l| l.look.look_number)
+        .unwrap();
+    let evidence = &last.look.verdict["evidence"];
+    let ratio = evidence["effect"]["estimate"].as_f64().expect("a rate ratio estimate");
+    println!("healthy canary vs control PCIe replay rate ratio {ratio:.3}: {evidence}");
+    assert!((0.7..1.3).contains(&ratio), "rate ratio {ratio}: {evidence:#}");
+    h.shutdown().await;
+}
