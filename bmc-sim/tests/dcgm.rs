@@ -145,6 +145,14 @@ async fn exporter_restart_resets_counters_and_stop_removes_the_node() {
         .await;
     assert_eq!(r.status(), 200);
     let text = dcgm(&h).await;
+    // Still reporting, from zero.
+    assert_eq!(
+        text.lines()
+            .filter(|l| l.starts_with("DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL{") && l.contains(&me))
+            .count(),
+        8,
+        "{text}"
+    );
     assert_eq!(sum(&text, "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", &me), 0.0);
     assert_eq!(sum(&text, "DCGM_FI_DEV_PCIE_REPLAY_COUNTER", &me), 0.0);
     // Other nodes keep counting.

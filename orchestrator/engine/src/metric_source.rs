@@ -386,7 +386,11 @@ pub fn windowed_look(
             look.unmatched_series += 1;
             continue;
         };
-        if s.points.iter().any(|(t, v)| *t == until && v.is_finite()) {
+        // Prometheus timestamps have millisecond resolution.
+        if s.points
+            .iter()
+            .any(|(t, v)| (*t - until).num_milliseconds().abs() <= 1 && v.is_finite())
+        {
             at_end.insert(s.node);
         }
         let unit = unit_of(&s.labels, node_label);
@@ -523,6 +527,9 @@ impl MetricSource for PrometheusSource {
                 semantics: semantics.as_str(),
             });
         }
+        // Prometheus answers in milliseconds; reading at a whole millisecond
+        // keeps the window reads' instants and the look's end identical.
+        let until = DateTime::from_timestamp_millis(until.timestamp_millis()).unwrap_or(until);
         let node_label = self.client.config().node_label.clone();
         let index: NodeIndex = nodes.iter().map(|n| (n.node, n.name.clone())).collect();
         let earliest = nodes.iter().map(|n| n.from).min().unwrap_or(until);
