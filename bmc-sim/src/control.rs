@@ -11,6 +11,7 @@
 //! | `POST /sim/nodes/{name}/expire-sessions`| drop every session (clients must log in again)                  |
 //! | `GET /sim/clock`                        | `{"now": RFC 3339 simulated time}`                              |
 //! | `GET /metrics`                          | Prometheus text format, labelled by node (and gpu)              |
+//! | `GET /sim/dcgm/metrics`, `/sim/dcgm/{name}/metrics`, `POST /sim/nodes/{name}/dcgm` | simulated dcgm-exporters ([`crate::dcgm`]) |
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -42,6 +43,9 @@ pub(crate) fn router(state: Arc<FleetState>) -> Router {
         .route("/sim/flash-counts", get(flash_counts))
         .route("/sim/clock", get(clock))
         .route("/metrics", get(metrics))
+        .route("/sim/dcgm/metrics", get(crate::dcgm::all_metrics))
+        .route("/sim/dcgm/{name}/metrics", get(crate::dcgm::node_metrics))
+        .route("/sim/nodes/{name}/dcgm", post(crate::dcgm::control))
         .with_state(state)
 }
 

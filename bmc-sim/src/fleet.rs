@@ -463,6 +463,7 @@ impl Fleet {
             gpu_components,
             gpus,
             effects_by_metric,
+            dcgm: Default::default(),
         });
 
         let (tx, rx) = mpsc::channel(4096);

@@ -25,6 +25,7 @@
 
 pub mod clock;
 mod control;
+mod dcgm;
 mod fleet;
 pub mod image;
 mod redfish;
@@ -36,6 +37,7 @@ mod update;
 
 pub use clock::SimClock;
 pub use control::InjectedFaults;
+pub use dcgm::DcgmSpec;
 pub use fleet::{
     BmcConn, ComponentVersions, Endpoint, Fleet, FleetError, FleetListener, FleetOptions, RunningFleet, SimIo,
 };

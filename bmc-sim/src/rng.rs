@@ -20,6 +20,10 @@ pub(crate) enum Purpose {
     Flash = 8,
     RequestFault = 9,
     Reset = 10,
+    DcgmUuid = 11,
+    DcgmEcc = 12,
+    DcgmNvlink = 13,
+    DcgmRows = 14,
 }
 
 fn splitmix(mut x: u64) -> u64 {

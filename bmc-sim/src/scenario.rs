@@ -50,16 +50,25 @@ pub enum Metric {
     PcieAerPerNodeHour,
     /// Poisson rate of link width/speed degradation log entries, per node per day.
     LinkDegradedPerNodeDay,
+    /// Poisson rate of volatile double-bit ECC errors per GPU-hour (DCGM only; baseline in `dcgm:`).
+    EccDbePerGpuHour,
+    /// Poisson rate of NVLink CRC flit errors per GPU-hour (DCGM only; baseline in `dcgm:`).
+    NvlinkCrcPerGpuHour,
+    /// Poisson rate of rows remapped for uncorrectable errors per GPU-hour (DCGM only; baseline in `dcgm:`).
+    RemappedRowsPerGpuHour,
 }
 
 impl Metric {
     /// Every metric, in a stable order.
-    pub const ALL: [Metric; 5] = [
+    pub const ALL: [Metric; 8] = [
         Metric::GpuTempC,
         Metric::GpuPowerW,
         Metric::XidErrorsPerGpuHour,
         Metric::PcieAerPerNodeHour,
         Metric::LinkDegradedPerNodeDay,
+        Metric::EccDbePerGpuHour,
+        Metric::NvlinkCrcPerGpuHour,
+        Metric::RemappedRowsPerGpuHour,
     ];
 
     /// The scenario-file spelling.
@@ -70,12 +79,23 @@ impl Metric {
             Metric::XidErrorsPerGpuHour => "xid_errors_per_gpu_hour",
             Metric::PcieAerPerNodeHour => "pcie_aer_per_node_hour",
             Metric::LinkDegradedPerNodeDay => "link_degraded_per_node_day",
+            Metric::EccDbePerGpuHour => "ecc_dbe_per_gpu_hour",
+            Metric::NvlinkCrcPerGpuHour => "nvlink_crc_per_gpu_hour",
+            Metric::RemappedRowsPerGpuHour => "remapped_rows_per_gpu_hour",
         }
     }
 
     /// Whether the metric is per GPU (as opposed to per node).
     pub fn is_per_gpu(self) -> bool {
-        matches!(self, Metric::GpuTempC | Metric::GpuPowerW | Metric::XidErrorsPerGpuHour)
+        matches!(
+            self,
+            Metric::GpuTempC
+                | Metric::GpuPowerW
+                | Metric::XidErrorsPerGpuHour
+                | Metric::EccDbePerGpuHour
+                | Metric::NvlinkCrcPerGpuHour
+                | Metric::RemappedRowsPerGpuHour
+        )
     }
 }
 
@@ -156,6 +176,8 @@ struct RawScenario {
     events: Vec<RawEffect>,
     #[serde(default)]
     bmc_faults: RawFaults,
+    #[serde(default)]
+    dcgm: crate::dcgm::RawDcgm,
 }
 
 #[derive(Debug, Deserialize)]
@@ -299,6 +321,8 @@ pub struct Scenario {
     pub events: Vec<FleetEvent>,
     /// Transport-level misbehaviour of the BMCs.
     pub bmc_faults: BmcFaults,
+    /// The simulated dcgm-exporter's baselines and settings (`dcgm:`, every key optional).
+    pub dcgm: crate::dcgm::DcgmSpec,
 }
 
 /// Fleet shape.
@@ -755,6 +779,7 @@ fn validate(raw: RawScenario) -> Result<Scenario, ScenarioError> {
         firmware,
         events,
         bmc_faults,
+        dcgm: crate::dcgm::DcgmSpec::from_raw(&raw.dcgm)?,
     })
 }
 

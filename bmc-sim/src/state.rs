@@ -338,6 +338,8 @@ pub(crate) struct FleetState {
     pub gpus: usize,
     /// Effects per metric: (firmware index, effect index).
     pub effects_by_metric: HashMap<Metric, Vec<(usize, usize)>>,
+    /// The simulated dcgm-exporters' restarts and stops.
+    pub dcgm: crate::dcgm::DcgmState,
 }
 
 /// Real time a BMC keeps answering after deciding to go silent (see [`Node::grace_until`]).
@@ -463,7 +465,14 @@ impl FleetState {
     }
 
     /// The (multiplier, addend) that firmware effects and fleet events apply to `metric` at `t`.
-    fn adjust(&self, node: &Node, m: &NodeMut, metric: Metric, gpu: Option<usize>, t: DateTime<Utc>) -> (f64, f64) {
+    pub(crate) fn adjust(
+        &self,
+        node: &Node,
+        m: &NodeMut,
+        metric: Metric,
+        gpu: Option<usize>,
+        t: DateTime<Utc>,
+    ) -> (f64, f64) {
         let seed = self.scenario.seed;
         let n = node.index as u64;
         let (mut mult, mut add) = (1.0, 0.0);
@@ -609,7 +618,7 @@ impl FleetState {
 }
 
 /// Poisson(lambda) by inverting the CDF at `u`.
-fn poisson_by_inversion(u: f64, lambda: f64) -> u64 {
+pub(crate) fn poisson_by_inversion(u: f64, lambda: f64) -> u64 {
     if lambda.is_nan() || lambda <= 0.0 {
         return 0;
     }

@@ -114,7 +114,7 @@ pub struct WaveShape {
 pub enum GateStatus {
     /// Analysed; `mde` is set.
     Ok,
-    /// The judge does not evaluate this gate (flash failures, Prometheus rates).
+    /// The judge does not evaluate this gate (flash failures).
     NotJudged,
     /// No baseline given and no default for it (Prometheus levels).
     NoBaseline,
@@ -235,9 +235,6 @@ fn fixed_at_judge(gate: &HealthGate) -> Option<(Option<RedfishMetric>, String)> 
             Some(RedfishMetric::FlashFailures),
             "flash failures have no control cohort to compare with; the failure budget covers them".into(),
         )),
-        (GateSource::Prometheus { .. }, GateKind::Rate) => {
-            Some((None, "Prometheus rate gates are not judged; use a level query".into()))
-        }
         _ => None,
     }
 }
@@ -256,7 +253,9 @@ pub fn gate_power(policy: &Policy, wave: &WaveShape, gate: &HealthGate, options:
             let (unit, exposure, per_hour) = rate_exposure_unit(m);
             (unit, if unit == "gpu" { gpus } else { 1 }, Some(exposure), per_hour)
         }
-        (GateKind::Rate, None) => ("node", 1, None, 0.0),
+        // A Prometheus rate gate's exposure is series-hours; exporters such
+        // as dcgm-exporter publish one series per GPU.
+        (GateKind::Rate, None) => ("gpu", gpus, Some("gpu-hour"), 1.0),
         // Redfish levels are judged per GPU; a PromQL query gives a series per node.
         (GateKind::Level, Some(_)) => ("gpu", gpus, None, 0.0),
         (GateKind::Level, None) => ("node", 1, None, 0.0),
@@ -311,10 +310,16 @@ pub fn gate_power(policy: &Policy, wave: &WaveShape, gate: &HealthGate, options:
         },
         (None, None) => {
             out.status = GateStatus::NoBaseline;
-            out.note = Some(format!(
-                "no default baseline for a Prometheus query; give --sd {}=SD in the query's unit",
-                gate.name
-            ));
+            out.note = Some(match gate.kind {
+                GateKind::Rate => format!(
+                    "no default baseline for a Prometheus query; give --baseline {}=RATE in events per series-hour",
+                    gate.name
+                ),
+                GateKind::Level => format!(
+                    "no default baseline for a Prometheus query; give --sd {}=SD in the query's unit",
+                    gate.name
+                ),
+            });
             return out;
         }
     };

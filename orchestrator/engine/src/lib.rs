@@ -60,6 +60,7 @@ mod error;
 mod executor;
 mod health;
 mod inventory;
+pub mod metric_source;
 pub mod prometheus;
 mod runner;
 mod start;

@@ -493,3 +493,252 @@ async fn a_prometheus_level_gate_is_judged_against_the_control_cohort() {
     );
     h.shutdown().await;
 }
+
+/// A stand-in for Prometheus that keeps history: it scrapes bmc-sim's
+/// simulated dcgm-exporters every 50 ms of real time (12 s simulated),
+/// stamps each sample with the simulated clock as Prometheus stamps with its
+/// own, and answers an instant query of a range selector `NAME{...}[Ns]` with
+/// the raw samples of every series of NAME in that range (matchers are not
+/// applied; series of unwatched nodes are the caller's to ignore).
+async fn fake_prometheus_tsdb(
+    dcgm_url: String,
+    clock: Arc<dyn orchestrator_types::Clock>,
+) -> (String, tokio::task::JoinHandle<()>, tokio::task::JoinHandle<()>) {
+    type Tsdb = std::collections::BTreeMap<String, Vec<(f64, String)>>;
+    let tsdb: Arc<std::sync::Mutex<Tsdb>> = Arc::default();
+    let scraper = {
+        let tsdb = tsdb.clone();
+        tokio::spawn(async move {
+            loop {
+                if let Ok(response) = reqwest::get(&dcgm_url).await {
+                    let text = response.text().await.unwrap_or_default();
+                    let now = clock.now().timestamp_millis() as f64 / 1000.0;
+                    let mut db = tsdb.lock().unwrap();
+                    for line in text.lines().filter(|l| !l.starts_with('#')) {
+                        if let Some((series, value)) = line.rsplit_once(' ') {
+                            db.entry(series.to_owned()).or_default().push((now, value.to_owned()));
+                        }
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+    };
+    let handler = move |body: String| {
+        let tsdb = tsdb.clone();
+        async move {
+            let form: std::collections::HashMap<String, String> =
+                url::form_urlencoded::parse(body.as_bytes()).into_owned().collect();
+            let query = form.get("query").cloned().unwrap_or_default();
+            let at = chrono::DateTime::parse_from_rfc3339(form.get("time").map_or("", String::as_str))
+                .map(|t| t.timestamp_millis() as f64 / 1000.0)
+                .unwrap_or(0.0);
+            let name: String = query
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            let range: f64 = query
+                .rsplit_once('[')
+                .and_then(|(_, r)| r.trim_end_matches(']').trim_end_matches('s').parse().ok())
+                .unwrap_or(0.0);
+            let db = tsdb.lock().unwrap();
+            let result: Vec<serde_json::Value> = db
+                .iter()
+                .filter(|(series, _)| series.starts_with(&format!("{name}{{")))
+                .map(|(series, points)| {
+                    let labels = &series[name.len() + 1..series.len() - 1];
+                    let mut metric = serde_json::Map::new();
+                    metric.insert("__name__".into(), name.clone().into());
+                    for pair in labels.split(',') {
+                        if let Some((k, v)) = pair.split_once('=') {
+                            metric.insert(k.to_owned(), v.trim_matches('"').into());
+                        }
+                    }
+                    let values: Vec<serde_json::Value> = points
+                        .iter()
+                        .filter(|(t, _)| *t > at - range && *t <= at)
+                        .map(|(t, v)| serde_json::json!([t, v]))
+                        .collect();
+                    serde_json::json!({ "metric": metric, "values": values })
+                })
+                .collect();
+            axum::Json(serde_json::json!({
+                "status": "success",
+                "data": { "resultType": "matrix", "result": result },
+            }))
+        }
+    };
+    let app = axum::Router::new().route("/api/v1/query", axum::routing::post(handler));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (format!("http://{addr}"), server, scraper)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pcie_replay_regression_in_dcgm_counters_is_rolled_back_through_the_prometheus_source() {
+    // The bad firmware multiplies PCIe errors tenfold; DCGM's replay counter
+    // carries them (bmc-sim derives it from the same event log).
+    let extra = scenario_extra()
+        .replace(
+            "      - {metric: xid_errors_per_gpu_hour, multiply: 3.0, share: 1.0, onset: 0s}",
+            "      - {metric: pcie_aer_per_node_hour, multiply: 10.0, share: 1.0, onset: 0s}",
+        )
+        .replace("pcie_aer_per_node_hour: 0.01", "pcie_aer_per_node_hour: 6");
+    let Some(mut h) = Harness::start(40, &extra, false).await else {
+        return;
+    };
+    let (prometheus_url, server, scraper) =
+        fake_prometheus_tsdb(format!("{}/sim/dcgm/metrics", h.fleet.control_url()), h.fleet.clock()).await;
+    let policy = policy_with_gates("[pcie_replay]").replace(
+        "    - name: link_degraded\n",
+        "    - name: pcie_replay\n      source: prometheus\n      query: DCGM_FI_DEV_PCIE_REPLAY_COUNTER\n      kind: rate\n      direction: increase_is_bad\n      min_effect: 2.0\n      interval: 10m\n    - name: link_degraded\n",
+    );
+    let release = h.add_release(GPU_BAD, true).await;
+    h.add_release(GPU_FROM, true).await;
+    let rollout = start_rollout(
+        &h.db,
+        &StartRollout {
+            release_id: release.id,
+            policy_source: policy,
+            policy_commit: None,
+            policy_blob: None,
+            seed: 5,
+        },
+        "alice",
+    )
+    .await
+    .expect("rollout starts");
+    let mut config = PrometheusConfig::new(url::Url::parse(&prometheus_url).unwrap());
+    config.node_label = "Hostname".into();
+    let client = PrometheusClient::new(config).unwrap();
+    let judge = Arc::new(DetectorJudge::new(h.db.clone(), health_bmcs()).with_prometheus(client));
+    h.start_engine_with(h.config(), judge);
+    let done = h
+        .wait_for(
+            rollout.id,
+            &[RolloutState::RolledBack, RolloutState::Halted, RolloutState::Completed],
+            Duration::from_secs(55),
+        )
+        .await;
+    h.stop_engine().await;
+    server.abort();
+    scraper.abort();
+    assert_eq!(done.state, RolloutState::RolledBack, "{:?}", done.state_reason);
+    let waves = h.db.rollout_waves(rollout.id).await.unwrap();
+    let canary = waves.iter().find(|w| w.name == "canary").unwrap();
+    let verdict = canary.verdict.as_ref().expect("the canary's verdict is stored");
+    assert_eq!(verdict["outcome"], "fail", "{verdict:#}");
+    let summary = verdict["summary"].as_str().unwrap();
+    assert!(summary.starts_with("pcie_replay:"), "{summary}");
+    let release = h.db.release(done.release_id).await.unwrap();
+    assert_eq!(release.qualification_state, QualificationState::Blocked);
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn healthy_firmware_with_dcgm_exporter_restarts_mid_bake_has_no_false_event() {
+    // Same fleet and gate as above, a firmware without effects, and every
+    // canary exporter restarted twice during the canary's bake: the counters
+    // drop to zero, which the source reads as resets, not as events.
+    let extra = scenario_extra().replace("pcie_aer_per_node_hour: 0.01", "pcie_aer_per_node_hour: 60");
+    let Some(mut h) = Harness::start(40, &extra, false).await else {
+        return;
+    };
+    let (prometheus_url, server, scraper) =
+        fake_prometheus_tsdb(format!("{}/sim/dcgm/metrics", h.fleet.control_url()), h.fleet.clock()).await;
+    let policy = policy_with_gates("[pcie_replay]").replace(
+        "    - name: link_degraded\n",
+        "    - name: pcie_replay\n      source: prometheus\n      query: DCGM_FI_DEV_PCIE_REPLAY_COUNTER\n      kind: rate\n      direction: increase_is_bad\n      min_effect: 2.0\n      interval: 10m\n    - name: link_degraded\n",
+    );
+    let release = h.add_release(GPU_TO, true).await;
+    h.add_release(GPU_FROM, true).await;
+    let rollout = start_rollout(
+        &h.db,
+        &StartRollout {
+            release_id: release.id,
+            policy_source: policy,
+            policy_commit: None,
+            policy_blob: None,
+            seed: 5,
+        },
+        "alice",
+    )
+    .await
+    .expect("rollout starts");
+    let mut config = PrometheusConfig::new(url::Url::parse(&prometheus_url).unwrap());
+    config.node_label = "Hostname".into();
+    let client = PrometheusClient::new(config).unwrap();
+    let judge = Arc::new(DetectorJudge::new(h.db.clone(), health_bmcs()).with_prometheus(client));
+    h.start_engine_with(h.config(), judge);
+    // Only the updated (canary) nodes' exporters restart, so a reset misread
+    // as events would inflate the canary alone and fail the gate.
+    let control = h.fleet.control_url().to_owned();
+    let restarts = tokio::spawn(async move {
+        let http = reqwest::Client::new();
+        let mut restarted = 0;
+        for _ in 0..3 {
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            let flashed: serde_json::Value = http
+                .get(format!("{control}/sim/flash-counts"))
+                .send()
+                .await
+                .expect("flash counts")
+                .json()
+                .await
+                .expect("flash counts json");
+            for name in flashed.as_object().expect("object").keys() {
+                let response = http
+                    .post(format!("{control}/sim/nodes/{name}/dcgm"))
+                    .json(&serde_json::json!({"action": "restart"}))
+                    .send()
+                    .await
+                    .expect("restart request");
+                assert!(response.status().is_success());
+                restarted += 1;
+            }
+        }
+        restarted
+    });
+    // The canary's bake ends with a verdict (a pass, or a hold for a human
+    // when the evidence is short of proof either way).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(55);
+    let canary = loop {
+        let waves = h.db.rollout_waves(rollout.id).await.unwrap();
+        let canary = waves.into_iter().find(|w| w.name == "canary").unwrap();
+        if canary.verdict.is_some() {
+            break canary;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no canary verdict: {:?}",
+            canary.state
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    h.stop_engine().await;
+    let restarted = restarts.await.expect("restarts ran");
+    assert_eq!(restarted, 30, "each round restarts the ten canary exporters");
+    server.abort();
+    scraper.abort();
+    let verdict = canary.verdict.as_ref().unwrap();
+    assert_ne!(verdict["outcome"], "fail", "{verdict:#}");
+    assert_ne!(verdict["outcome"], "error", "{verdict:#}");
+    let looks = h.db.health_looks(SampleScope::Wave(canary.id)).await.unwrap();
+    assert!(looks.iter().any(|l| l.look.gate == "pcie_replay"), "{looks:#?}");
+    assert!(looks.iter().all(|l| l.look.outcome != "fail"), "{looks:#?}");
+    // The canary's replay rate matches the control's: a restart's drop read
+    // as events (the whole pre-restart count again) would raise it by half.
+    let last = looks
+        .iter()
+        .filter(|l| l.look.gate == "pcie_replay")
+        .max_by_key(|l| l.look.look_number)
+        .unwrap();
+    let evidence = &last.look.verdict["evidence"];
+    let ratio = evidence["effect"]["estimate"].as_f64().expect("a rate ratio estimate");
+    println!("healthy canary vs control PCIe replay rate ratio {ratio:.3}: {evidence}");
+    assert!((0.7..1.3).contains(&ratio), "rate ratio {ratio}: {evidence:#}");
+    h.shutdown().await;
+}

@@ -13,6 +13,7 @@
 mod detection;
 mod diag;
 mod duration;
+pub mod exporter;
 mod health;
 mod lint;
 mod model;

@@ -531,18 +531,7 @@ fn gate(sink: &mut Sink, raw: &RawGate) -> Option<HealthGate> {
                     );
                     None
                 }
-                Some(_) if kind == GateKind::Rate => {
-                    // An instant vector has no events and exposure to test
-                    // against the control; a level per node it does have.
-                    sink.error(
-                        at(&raw.kind),
-                        format!(
-                            "gate {name:?}: prometheus gates must be `kind: level` (a query returning one value per \
-                             node, e.g. an error rate over a window); rate gates count events from Redfish"
-                        ),
-                    );
-                    None
-                }
+                Some(q) if !prometheus_query_fits(sink, name, kind, q) => None,
                 Some(q) => Some(GateSource::Prometheus {
                     query: q.value.trim().to_owned(),
                 }),
@@ -600,6 +589,67 @@ fn gate(sink: &mut Sink, raw: &RawGate) -> Option<HealthGate> {
         must_detect: must_detect?,
         interval: interval?,
     })
+}
+
+/// Whether a Prometheus gate's query can be read as its kind says; reports
+/// why not at the query. A rate gate counts events itself (increase over
+/// each node's exposure, resets included; rises of the windowed XID count),
+/// so its query must be the bare selector of a series that counts: a gauge
+/// or a last-value state has no events, and a query already wrapped in
+/// `rate()` has lost the resets and the exposure.
+fn prometheus_query_fits(sink: &mut Sink, name: &str, kind: GateKind, q: &S<String>) -> bool {
+    let selector = crate::exporter::parse_selector(&q.value);
+    match (kind, selector) {
+        (GateKind::Rate, Err(e)) => {
+            sink.error(at(q), format!("gate {name:?}: {e}"));
+            false
+        }
+        (GateKind::Rate, Ok(sel)) => match crate::exporter::lookup(&sel.metric) {
+            Some(m) if !m.semantics.feeds_rate() => {
+                sink.error(
+                    at(q),
+                    format!(
+                        "gate {name:?}: {} is a {} ({} declares it a {}), not a count of events; a rate gate \
+                         needs a counter such as DCGM_FI_DEV_PCIE_REPLAY_COUNTER or the windowed \
+                         DCGM_EXP_XID_ERRORS_COUNT; gate a level with `kind: level`",
+                        m.name,
+                        m.semantics.as_str(),
+                        m.exporter,
+                        m.declared_type
+                    ),
+                );
+                false
+            }
+            Some(_) => true,
+            None => {
+                sink.warning(
+                    at(q),
+                    format!(
+                        "gate {name:?}: {} is not in the built-in exporter table, so it is read as a counter; \
+                         check its type with `waveguard policy lint --prometheus URL`",
+                        sel.metric
+                    ),
+                );
+                true
+            }
+        },
+        (GateKind::Level, Ok(sel)) => match crate::exporter::lookup(&sel.metric) {
+            Some(m) if m.semantics.feeds_rate() => {
+                sink.error(
+                    at(q),
+                    format!(
+                        "gate {name:?}: {} is a {}; as a level it compares totals since each node's last restart, \
+                         not errors during the bake; use `kind: rate`",
+                        m.name,
+                        m.semantics.as_str()
+                    ),
+                );
+                false
+            }
+            _ => true,
+        },
+        (GateKind::Level, Err(_)) => true,
+    }
 }
 
 fn alert(sink: &mut Sink, raw: &RawAlert) -> Option<AlertRule> {

@@ -289,13 +289,73 @@ const CASES: &[Case] = &[
         ],
     ),
     (
-        "a prometheus rate gate",
+        "a prometheus rate gate on a query already wrapped in rate()",
         &[(
             "      source: redfish\n      metric: xid_errors_per_gpu_hour\n",
             "      source: prometheus\n      query: 'sum by (node) (rate(xid_total[5m]))'\n",
         )],
         &[
-            "t.yaml:23:13: gate \"xid\": prometheus gates must be `kind: level` (a query returning one value per node, e.g. an error rate over a window); rate gates count events from Redfish",
+            "t.yaml:22:14: gate \"xid\": the query is already wrapped in rate(); a rate gate takes the bare counter selector and computes the increase itself over each node's exact exposure window, counter resets included",
+        ],
+    ),
+    (
+        "a prometheus rate gate on a counter",
+        &[(
+            "      source: redfish\n      metric: xid_errors_per_gpu_hour\n",
+            "      source: prometheus\n      query: 'DCGM_FI_DEV_PCIE_REPLAY_COUNTER{job=\"dcgm\"}'\n",
+        )],
+        &[],
+    ),
+    (
+        "a prometheus rate gate on the windowed XID count",
+        &[(
+            "      source: redfish\n      metric: xid_errors_per_gpu_hour\n",
+            "      source: prometheus\n      query: DCGM_EXP_XID_ERRORS_COUNT\n",
+        )],
+        &[],
+    ),
+    (
+        "a prometheus rate gate on the last-XID gauge",
+        &[(
+            "      source: redfish\n      metric: xid_errors_per_gpu_hour\n",
+            "      source: prometheus\n      query: DCGM_FI_DEV_XID_ERRORS\n",
+        )],
+        &[
+            "t.yaml:22:14: gate \"xid\": DCGM_FI_DEV_XID_ERRORS is a last-value state (dcgm-exporter declares it a gauge), not a count of events; a rate gate needs a counter such as DCGM_FI_DEV_PCIE_REPLAY_COUNTER or the windowed DCGM_EXP_XID_ERRORS_COUNT; gate a level with `kind: level`",
+        ],
+    ),
+    (
+        "a prometheus rate gate on GPU temperature",
+        &[(
+            "      source: redfish\n      metric: xid_errors_per_gpu_hour\n",
+            "      source: prometheus\n      query: 'DCGM_FI_DEV_GPU_TEMP{job=\"dcgm\"}'\n",
+        )],
+        &[
+            "t.yaml:22:14: gate \"xid\": DCGM_FI_DEV_GPU_TEMP is a gauge (dcgm-exporter declares it a gauge), not a count of events; a rate gate needs a counter such as DCGM_FI_DEV_PCIE_REPLAY_COUNTER or the windowed DCGM_EXP_XID_ERRORS_COUNT; gate a level with `kind: level`",
+        ],
+    ),
+    (
+        "a prometheus rate gate on an unknown metric",
+        &[(
+            "      source: redfish\n      metric: xid_errors_per_gpu_hour\n",
+            "      source: prometheus\n      query: my_errors_total\n",
+        )],
+        &[
+            "t.yaml:22:14: warning: gate \"xid\": my_errors_total is not in the built-in exporter table, so it is read as a counter; check its type with `waveguard policy lint --prometheus URL`",
+        ],
+    ),
+    (
+        "a prometheus level gate on a bare counter",
+        &[
+            (
+                "      source: redfish\n      metric: xid_errors_per_gpu_hour\n",
+                "      source: prometheus\n      query: DCGM_FI_DEV_PCIE_REPLAY_COUNTER\n",
+            ),
+            ("kind: rate", "kind: level"),
+            ("min_effect: 1.5", "min_effect: 5"),
+        ],
+        &[
+            "t.yaml:22:14: gate \"xid\": DCGM_FI_DEV_PCIE_REPLAY_COUNTER is a counter; as a level it compares totals since each node's last restart, not errors during the bake; use `kind: rate`",
         ],
     ),
     (

@@ -51,6 +51,12 @@ pub enum PolicyCommand {
         /// fleet file (CSV or YAML, as `fleet import` takes).
         #[arg(long, value_name = "FILE")]
         fleet: Option<PathBuf>,
+        /// Also check each Prometheus rate gate's metric type against this
+        /// server's metadata API (`/api/v1/metadata`): a rate gate needs a
+        /// counter. Without it, the built-in table of exporter metrics
+        /// decides.
+        #[arg(long, value_name = "URL")]
+        prometheus: Option<url::Url>,
     },
     /// For each wave and health gate, the smallest regression the wave
     /// detects with 80% power at the policy's false-alarm rate.
@@ -159,13 +165,21 @@ pub struct SyncArgs {
 /// Runs a policy command.
 pub async fn run(command: PolicyCommand, context: &Context) -> anyhow::Result<ExitCode> {
     match command {
-        PolicyCommand::Lint { paths, fleet } => {
+        PolicyCommand::Lint {
+            paths,
+            fleet,
+            prometheus,
+        } => {
             let paths = if paths.is_empty() {
                 vec![PathBuf::from(".")]
             } else {
                 paths
             };
-            let (code, output) = lint(&paths, fleet.as_deref())?;
+            let metadata = match &prometheus {
+                Some(url) => Some(prometheus_metadata(url).await?),
+                None => None,
+            };
+            let (code, output) = lint(&paths, fleet.as_deref(), metadata.as_ref())?;
             print!("{output}");
             Ok(code)
         }
@@ -589,8 +603,148 @@ fn log_outcome(outcome: &SyncOutcome) {
     );
 }
 
+/// Longest metadata answer read from Prometheus; a few MB covers every
+/// metric of a large server, and the bound keeps a wrong URL cheap.
+const MAX_METADATA_BYTES: usize = 32 * 1024 * 1024;
+
+/// Metric name to type (`counter`, `gauge`, ...) from Prometheus'
+/// `/api/v1/metadata`. A metric with several types across targets keeps the
+/// first that is not `counter`, so a disagreement is never read as a counter.
+async fn prometheus_metadata(base: &url::Url) -> anyhow::Result<BTreeMap<String, String>> {
+    #[derive(serde::Deserialize)]
+    struct Answer {
+        status: String,
+        #[serde(default)]
+        data: BTreeMap<String, Vec<Entry>>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Entry {
+        #[serde(rename = "type")]
+        kind: String,
+    }
+    let mut url = base.clone();
+    url.path_segments_mut()
+        .map_err(|()| anyhow::anyhow!("Prometheus URL {base} cannot carry an API path"))?
+        .pop_if_empty()
+        .extend(["api", "v1", "metadata"]);
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .context("cannot build an HTTP client")?;
+    let response = client
+        .get(url.clone())
+        .send()
+        .await
+        .with_context(|| format!("cannot reach Prometheus at {url}"))?;
+    let status = response.status();
+    let bytes = response
+        .bytes()
+        .await
+        .with_context(|| format!("cannot read Prometheus' answer from {url}"))?;
+    anyhow::ensure!(
+        bytes.len() <= MAX_METADATA_BYTES,
+        "Prometheus metadata from {url} is larger than {MAX_METADATA_BYTES} bytes"
+    );
+    anyhow::ensure!(status.is_success(), "Prometheus answered HTTP {status} at {url}");
+    let answer: Answer =
+        serde_json::from_slice(&bytes).with_context(|| format!("unexpected metadata answer from {url}"))?;
+    anyhow::ensure!(
+        answer.status == "success",
+        "Prometheus metadata status {:?}",
+        answer.status
+    );
+    Ok(answer
+        .data
+        .into_iter()
+        .filter_map(|(name, entries)| {
+            let kind = entries
+                .iter()
+                .find(|e| e.kind != "counter")
+                .or(entries.first())
+                .map(|e| e.kind.clone())?;
+            Some((name, kind))
+        })
+        .collect())
+}
+
+/// Errors at each Prometheus rate gate whose metric the server's metadata
+/// says is not a counter; warns when the server has no metadata for it
+/// (not scraped: the exporter does not publish it, see the fields listed).
+fn add_metadata_findings(report: &mut FileReport, types: &BTreeMap<String, String>) {
+    use orchestrator_policy::{GateKind, GateSource};
+    let Some(policy) = &report.checked.policy else {
+        return;
+    };
+    let mut findings = Vec::new();
+    for gate in &policy.health.gates {
+        let GateSource::Prometheus { query } = &gate.source else {
+            continue;
+        };
+        if gate.kind != GateKind::Rate {
+            continue;
+        }
+        let Ok(selector) = orchestrator_policy::exporter::parse_selector(query) else {
+            continue;
+        };
+        let position = report
+            .checked
+            .gate_positions
+            .get(&gate.name)
+            .copied()
+            .unwrap_or(orchestrator_policy::Position::START);
+        if let Some(reason) = orchestrator_policy::exporter::check_metadata(&selector.metric, types) {
+            findings.push((Severity::Error, position, format!("gate {:?}: {reason}", gate.name)));
+        } else if !types.contains_key(&selector.metric) {
+            findings.push((
+                Severity::Warning,
+                position,
+                format!(
+                    "gate {:?}: Prometheus has no metadata for {}: no target exports it (enable it in the exporter)",
+                    gate.name, selector.metric
+                ),
+            ));
+        }
+    }
+    for (severity, position, message) in findings {
+        report.checked.diagnostics.push(orchestrator_policy::Diagnostic {
+            severity,
+            position,
+            message,
+        });
+    }
+    report.checked.diagnostics.sort_by_key(|d| d.position);
+    if report.checked.has_errors() {
+        report.checked.policy = None;
+    }
+}
+
+/// `file: needs <exporter> field ...` lines: what the fleet's exporters must
+/// publish for the policy's Prometheus gates.
+fn exporter_fields(report: &FileReport) -> Vec<String> {
+    let Some(policy) = &report.checked.policy else {
+        return Vec::new();
+    };
+    orchestrator_policy::exporter::required_metrics(policy)
+        .into_iter()
+        .map(|m| {
+            if m.on_by_default {
+                format!("{}: needs {} field {} (on by default)", report.file, m.exporter, m.name)
+            } else {
+                format!(
+                    "{}: needs {} field {} (off by default; enable it with: {})",
+                    report.file, m.exporter, m.name, m.enable_with
+                )
+            }
+        })
+        .collect()
+}
+
 /// Lints the given paths; returns the exit code and the text to print.
-fn lint(paths: &[PathBuf], fleet: Option<&Path>) -> anyhow::Result<(ExitCode, String)> {
+fn lint(
+    paths: &[PathBuf],
+    fleet: Option<&Path>,
+    metadata: Option<&BTreeMap<String, String>>,
+) -> anyhow::Result<(ExitCode, String)> {
     let fleet = fleet.map(crate::fleet_file::read).transpose()?;
     let mut files = Vec::new();
     for path in paths {
@@ -606,6 +760,9 @@ fn lint(paths: &[PathBuf], fleet: Option<&Path>) -> anyhow::Result<(ExitCode, St
     let mut reports = lint_files(inputs);
     for report in &mut reports {
         add_power_warnings(report, fleet.as_deref());
+        if let Some(types) = metadata {
+            add_metadata_findings(report, types);
+        }
     }
     Ok(render(&reports))
 }
@@ -900,7 +1057,7 @@ fn render(reports: &[FileReport]) -> (ExitCode, String) {
                 Severity::Warning => warnings += 1,
             }
         }
-        for line in report.rendered() {
+        for line in report.rendered().into_iter().chain(exporter_fields(report)) {
             out.push_str(&line);
             out.push('\n');
         }
@@ -958,9 +1115,66 @@ mod tests {
 
     #[test]
     fn examples_directory_lints_clean() {
-        let (code, out) = lint(&[examples()], None).unwrap();
+        let (code, out) = lint(&[examples()], None, None).unwrap();
         assert_eq!(code, ExitCode::SUCCESS, "{out}");
-        assert!(out.ends_with("4 file(s) checked: 0 error(s), 0 warning(s)\n"), "{out}");
+        assert!(out.ends_with("5 file(s) checked: 0 error(s), 0 warning(s)\n"), "{out}");
+        // The DCGM policy's exporter fields, the ones off by default with their CSV line.
+        assert!(
+            out.contains(
+                "hgx-dcgm.yaml: needs dcgm-exporter field DCGM_FI_DEV_ECC_DBE_VOL_TOTAL (off by default; enable it \
+                 with: DCGM_FI_DEV_ECC_DBE_VOL_TOTAL, counter, Total number of double-bit volatile ECC errors.)"
+            ),
+            "{out}"
+        );
+        assert!(
+            out.contains("hgx-dcgm.yaml: needs dcgm-exporter field DCGM_FI_DEV_PCIE_REPLAY_COUNTER (on by default)"),
+            "{out}"
+        );
+    }
+
+    #[tokio::test]
+    async fn prometheus_metadata_refuses_a_rate_gate_on_a_gauge() {
+        // A Prometheus that reports the PCIe replay counter as a gauge (a
+        // relabelled or mis-declared exporter) and knows no NVLink field.
+        let app = axum::Router::new().route(
+            "/prom/api/v1/metadata",
+            axum::routing::get(|| async {
+                axum::Json(serde_json::json!({
+                    "status": "success",
+                    "data": {
+                        "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": [{"type": "gauge", "help": "", "unit": ""}],
+                        "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": [{"type": "counter", "help": "", "unit": ""}],
+                        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": [{"type": "counter", "help": "", "unit": ""}],
+                        "DCGM_EXP_XID_ERRORS_COUNT": [{"type": "gauge", "help": "", "unit": ""}]
+                    }
+                }))
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let base = url::Url::parse(&format!("http://{addr}/prom")).unwrap();
+        let types = prometheus_metadata(&base).await.unwrap();
+        assert_eq!(types["DCGM_FI_DEV_PCIE_REPLAY_COUNTER"], "gauge");
+        let file = examples().join("hgx-dcgm.yaml");
+        let (code, out) = lint(std::slice::from_ref(&file), None, Some(&types)).unwrap();
+        assert_eq!(code, ExitCode::FAILURE, "{out}");
+        let text = std::fs::read_to_string(&file).unwrap();
+        let line = text.lines().position(|l| l.contains("name: pcie_replay")).unwrap() + 1;
+        assert!(
+            out.contains(&format!(
+                "{}:{line}:13: gate \"pcie_replay\": Prometheus reports DCGM_FI_DEV_PCIE_REPLAY_COUNTER as a gauge; a \
+                 rate gate needs a counter (events are its increase)",
+                file.display()
+            )),
+            "{out}"
+        );
+        assert!(
+            out.contains("warning: gate \"nvlink_crc\": Prometheus has no metadata for DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL"),
+            "{out}"
+        );
+        // The windowed XID count is declared a gauge yet read by its window reads: no finding.
+        assert!(!out.contains("gate \"xid_rate\""), "{out}");
     }
 
     #[test]
@@ -971,7 +1185,7 @@ mod tests {
             .replace("bake: 6h", "bake: soon");
         let file = dir.path().join("bmc-firmware.yaml");
         std::fs::write(&file, text).unwrap();
-        let (code, out) = lint(std::slice::from_ref(&file), None).unwrap();
+        let (code, out) = lint(std::slice::from_ref(&file), None, None).unwrap();
         assert_eq!(code, ExitCode::FAILURE);
         let first = out.lines().next().unwrap();
         assert!(

@@ -112,6 +112,25 @@ impl Collector {
         }
     }
 
+    /// The wave's watched nodes as the health-source seam takes them.
+    pub(crate) async fn watched_nodes(
+        &self,
+        wave: &ExecWave,
+        bake_start: DateTime<Utc>,
+    ) -> Result<Vec<crate::metric_source::WatchedNode>, DbError> {
+        Ok(self
+            .members(wave, bake_start)
+            .await?
+            .into_iter()
+            .map(|m| crate::metric_source::WatchedNode {
+                node: m.node_id,
+                name: m.name,
+                cohort: m.cohort,
+                from: m.exposure_start,
+            })
+            .collect())
+    }
+
     /// The wave's canary nodes (updates that succeeded, from their
     /// activation) and its control cohort (from the bake start).
     async fn members(&self, wave: &ExecWave, bake_start: DateTime<Utc>) -> Result<Vec<Member>, DbError> {

@@ -107,10 +107,12 @@ fn resolve_gate(policy: &Policy, name: &str, prometheus: bool) -> Gate {
                 gate: gate.clone(),
                 query: query.clone(),
             },
-            // A PromQL result is an instant value per series; counting
-            // events and exposure from it would need a convention the
-            // policy does not state, so only levels are judged.
-            GateKind::Rate => unsupported("Prometheus rate gates are not supported; use a level query"),
+            // Rate gates read their events through the metric-source seam
+            // (`super::prom_rate`) at evaluation, not from polled samples.
+            GateKind::Rate => Gate::PromLevel {
+                gate: gate.clone(),
+                query: query.clone(),
+            },
         },
         GateSource::Redfish {
             metric: RedfishMetric::FlashFailures,
@@ -354,7 +356,9 @@ impl DetectorJudge {
         let queries: Vec<(String, String)> = gates
             .iter()
             .filter_map(|g| match g {
-                Gate::PromLevel { query, .. } => Some((g.sample_key(), query.clone())),
+                Gate::PromLevel { query, gate } if gate.kind == GateKind::Level => {
+                    Some((g.sample_key(), query.clone()))
+                }
                 _ => None,
             })
             .collect();
@@ -397,7 +401,37 @@ impl DetectorJudge {
             }
         };
         let key = gate.sample_key();
+        let prom_rate = match (gate, &self.prometheus) {
+            (Gate::PromLevel { gate: g, .. }, Some(client)) if g.kind == GateKind::Rate => {
+                let bake_start = wave.bake_started_at.unwrap_or_else(|| self.clock.now());
+                match super::prom_rate::prometheus_rate_cohorts(
+                    client,
+                    &self.collector,
+                    wave,
+                    g,
+                    bake_start,
+                    self.clock.now(),
+                )
+                .await
+                {
+                    // Not recorded: a later pass asks Prometheus again.
+                    Err(reason) => {
+                        return Ok(GateState {
+                            gate: g.name.clone(),
+                            outcome: Outcome::Error,
+                            look: None,
+                            planned: None,
+                            summary: format!("{}: {reason}", g.name),
+                            verdict: json!({ "error": reason }),
+                        });
+                    }
+                    Ok(cohorts) => Some((g, cohorts)),
+                }
+            }
+            _ => None,
+        };
         let verdict = match gate {
+            Gate::PromLevel { .. } if prom_rate.is_some() => prom_rate_verdict(prom_rate.as_ref(), &look),
             Gate::Rate { gate, metric } => evaluate_rate(
                 &RateGate {
                     name: gate.name.clone(),
@@ -660,6 +694,26 @@ impl DetectorJudge {
 
 /// Unsupported gates are answered before evaluation; reaching this is a
 /// logic error that must not panic a controller, so it reads as an error.
+/// The verdict of a Prometheus rate gate from the seam's cohorts.
+fn prom_rate_verdict(
+    prom_rate: Option<&(&HealthGate, RateCohorts)>,
+    look: &orchestrator_detect::Look,
+) -> orchestrator_detect::Verdict {
+    let Some((g, cohorts)) = prom_rate else {
+        return unreachable_gate();
+    };
+    evaluate_rate(
+        &RateGate {
+            name: g.name.clone(),
+            min_effect_ratio: g.min_effect,
+            min_canary_events_for_fail: MIN_CANARY_EVENTS_FOR_FAIL,
+            min_exposure: MIN_EXPOSURE,
+        },
+        cohorts,
+        look,
+    )
+}
+
 fn unreachable_gate() -> orchestrator_detect::Verdict {
     orchestrator_detect::Verdict::Error {
         gate: String::new(),

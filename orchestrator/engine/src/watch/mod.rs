@@ -12,6 +12,7 @@
 pub mod classify;
 mod collector;
 mod judge;
+mod prom_rate;
 
 pub use collector::{CollectReport, Collector, DEFAULT_GPUS_PER_NODE, HealthBmcs, RedfishHealthBmcs};
 pub use judge::{
