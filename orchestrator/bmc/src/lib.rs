@@ -42,9 +42,11 @@
 mod config;
 mod discovery;
 mod error;
+pub mod limits;
 mod redfish_bmc;
 mod transport;
 mod types;
+mod update;
 
 use std::fmt;
 use std::time::Duration;
@@ -59,6 +61,10 @@ pub use discovery::{
 pub use error::{BODY_SNIPPET_LIMIT, BmcError};
 pub use redfish_bmc::RedfishBmc;
 pub use transport::HttpClients;
+pub use update::{
+    PushCaps, SimpleUpdateCaps, UpdateCapabilities, UpdateIntent, UpdatePath, UpdatePlan, UpdateRefusal,
+    choose_update_path,
+};
 pub use types::{
     ApplyTime, EventBatch, EventCursor, EventLogEntry, FirmwareComponent, ResetTarget, SensorKind, SensorReading,
     ServiceInfo, TaskHandle, TaskMessage, TaskState, TaskStatus, UpdateMethod, UpdateRequest,
