@@ -87,7 +87,21 @@ impl RedfishBmc {
     async fn links(&self) -> Result<&ServiceLinks, BmcError> {
         self.links
             .get_or_try_init(|| async {
-                let root: Value = self.transport.get_json(SERVICE_ROOT).await?;
+                let root: Value = match self.transport.get_json(SERVICE_ROOT).await {
+                    Ok(root) => root,
+                    // A service root that is missing is broken, but its resources may still be at
+                    // the DMTF paths: the documented fallback.
+                    Err(BmcError::Rejected { status: 404, .. }) => {
+                        return Ok(ServiceLinks {
+                            update_service: UPDATE_SERVICE.to_string(),
+                            tasks: Some("/redfish/v1/TaskService/Tasks".to_string()),
+                            systems: "/redfish/v1/Systems".to_string(),
+                            chassis: "/redfish/v1/Chassis".to_string(),
+                            managers: "/redfish/v1/Managers".to_string(),
+                        });
+                    }
+                    Err(err) => return Err(err),
+                };
                 let link = |key: &str, fallback: &str| {
                     root.pointer(&format!("/{key}/@odata.id"))
                         .and_then(Value::as_str)
@@ -121,7 +135,12 @@ impl RedfishBmc {
         self.update_service
             .get_or_try_init(|| async {
                 let uri = self.links().await?.update_service.clone();
-                let svc: Value = self.transport.get_json(&uri).await?;
+                let svc: Value = match self.transport.get_json(&uri).await {
+                    Ok(svc) => svc,
+                    // No UpdateService document: no advertised path, inventory at the DMTF path.
+                    Err(BmcError::Rejected { status: 404, .. }) => Value::Null,
+                    Err(err) => return Err(err),
+                };
                 let firmware_inventory = svc
                     .pointer("/FirmwareInventory/@odata.id")
                     .and_then(Value::as_str)
