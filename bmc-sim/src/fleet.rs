@@ -420,6 +420,7 @@ impl Fleet {
                     resets: 0,
                     reboot_until: None,
                     events: EventCache::default(),
+                    http_push: Default::default(),
                 }),
             });
             listeners.push(listener);

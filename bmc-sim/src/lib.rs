@@ -27,6 +27,7 @@ pub mod clock;
 mod control;
 mod fleet;
 pub mod image;
+pub mod platform;
 mod redfish;
 mod rng;
 pub mod scenario;

@@ -202,7 +202,7 @@ async fn simple_update_activates_only_after_system_reset() {
     assert_eq!(t["PercentComplete"], 100);
     let ids = message_ids(&t);
     assert!(ids.contains(&"Update.1.0.UpdateSuccessful".to_owned()), "{ids:?}");
-    assert!(ids.contains(&"Update.1.0.AwaitingActivation".to_owned()), "{ids:?}");
+    assert!(ids.contains(&"Update.1.0.AwaitToActivate".to_owned()), "{ids:?}");
 
     // Flashed but not active: inventory still shows the old version, the control API shows it pending.
     assert_eq!(h.version(0, "HGX_FW_GPU_3").await, "96.00.5E.00.01");
