@@ -710,7 +710,7 @@ impl Bmc for RedfishBmc {
                         .to_string()
                 });
                 Ok(FirmwareComponent {
-                    id,
+                    id: stable_inventory_id(&id),
                     uri,
                     version: item.version,
                     updateable: item.updateable.unwrap_or(false),
@@ -962,6 +962,28 @@ fn natural_id_cmp(a: &str, b: &str) -> std::cmp::Ordering {
     }
 }
 
+/// Dell puts the version into inventory ids (`Installed-<ComponentID>-<Version>__<FQDD>`), so the id
+/// of a component changes with every flash and the post-flash read-back would not find it. The
+/// version is dropped (`Installed-<ComponentID>__<FQDD>`): the ComponentID and FQDD identify the
+/// component. Other ids are returned unchanged.
+pub(crate) fn stable_inventory_id(id: &str) -> String {
+    let Some((left, fqdd)) = id.split_once("__") else {
+        return id.to_string();
+    };
+    let Some((state, rest)) = left.split_once('-') else {
+        return id.to_string();
+    };
+    let Some((component, version)) = rest.split_once('-') else {
+        return id.to_string();
+    };
+    let dell_state = matches!(state, "Installed" | "Previous" | "Current" | "Available");
+    if dell_state && !component.is_empty() && component.bytes().all(|b| b.is_ascii_digit()) && !version.is_empty() {
+        format!("{state}-{component}__{fqdd}")
+    } else {
+        id.to_string()
+    }
+}
+
 fn non_empty_str(v: Option<&Value>) -> Option<String> {
     v.and_then(Value::as_str)
         .map(str::trim)
@@ -1063,6 +1085,26 @@ mod tests {
         let untargeted = parse_inventory_watch(&inventory_watch_uri(None, &[], &before));
         assert!(untargeted.any && untargeted.apply.is_none());
         assert_eq!(untargeted.targets.len(), 2);
+    }
+
+    #[test]
+    fn dell_version_bearing_ids_become_stable_and_others_stay() {
+        assert_eq!(
+            stable_inventory_id("Installed-25227-6.10.30.00__iDRAC.Embedded.1-1"),
+            "Installed-25227__iDRAC.Embedded.1-1"
+        );
+        assert_eq!(
+            stable_inventory_id("Installed-25227-7.00.00.00__iDRAC.Embedded.1-1"),
+            stable_inventory_id("Installed-25227-6.10.30.00__iDRAC.Embedded.1-1"),
+            "the same component before and after a flash"
+        );
+        assert_eq!(
+            stable_inventory_id("Previous-159-2.19.1__BIOS.Setup.1-1"),
+            "Previous-159__BIOS.Setup.1-1"
+        );
+        for unchanged in ["HGX_FW_GPU_SXM_1", "Installed-25227__iDRAC.Embedded.1-1", "a-b-c__d", "BMC_Firmware"] {
+            assert_eq!(stable_inventory_id(unchanged), unchanged);
+        }
     }
 
     #[test]
