@@ -661,6 +661,11 @@ impl RunningFleet {
             .map(|n| crate::control::versions_of(&self.state, n))
     }
 
+    /// Redfish sessions currently open on node `name` (logged in and not deleted).
+    pub fn open_sessions(&self, name: &str) -> Option<usize> {
+        self.state.node_by_name(name).map(|n| n.lock().sessions.len())
+    }
+
     /// Flashes started per version on node `name` (None: no such node).
     pub fn flash_counts(&self, name: &str) -> Option<std::collections::BTreeMap<String, u32>> {
         self.state.node_by_name(name).map(|n| n.lock().flash_counts.clone())

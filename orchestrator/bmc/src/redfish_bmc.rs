@@ -108,7 +108,13 @@ impl RedfishBmc {
                         .unwrap_or(fallback)
                         .to_string()
                 };
-                let tasks = match root.pointer("/TaskService/@odata.id").and_then(Value::as_str) {
+                // The ServiceRoot schema names the TaskService link `Tasks`; some services say
+                // `TaskService`.
+                let task_service = root
+                    .pointer("/Tasks/@odata.id")
+                    .or_else(|| root.pointer("/TaskService/@odata.id"))
+                    .and_then(Value::as_str);
+                let tasks = match task_service {
                     None => None,
                     Some(task_service) => {
                         let doc: Value = self.transport.get_json(task_service).await?;

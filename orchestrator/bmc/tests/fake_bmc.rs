@@ -1146,7 +1146,7 @@ fn root_fixture(fake: &Fake, with_task_service: bool) {
         "Managers": {"@odata.id": "/redfish/v1/Managers"},
     });
     if with_task_service {
-        root["TaskService"] = json!({"@odata.id": "/redfish/v1/TaskService"});
+        root["Tasks"] = json!({"@odata.id": "/redfish/v1/TaskService"});
         fake.script(
             "/redfish/v1/TaskService",
             vec![answer(200, json!({"Tasks": {"@odata.id": "/redfish/v1/TaskService/Tasks"}}).to_string())],

@@ -135,6 +135,14 @@ async fn rollout_moves_only(
     assert_eq!(done.state, RolloutState::Completed, "{:?} {steps:#?}", done.state_reason);
     assert_eq!(steps.len(), NODES);
     assert!(steps.iter().all(|s| s.state == StepState::Succeeded), "{steps:#?}");
+    // One session per BMC for the whole rollout, deleted when the engine shuts down.
+    for e in h.fleet.endpoints() {
+        assert_eq!(h.fleet.open_sessions(&e.name), Some(1), "{}", e.name);
+    }
+    h.stop_engine().await;
+    for e in h.fleet.endpoints() {
+        assert_eq!(h.fleet.open_sessions(&e.name), Some(0), "{}", e.name);
+    }
     let after = versions(&h);
     for (node, comps) in &after {
         for (comp, version) in comps {
