@@ -21,9 +21,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::fleet::BmcConn;
+use crate::platform::{AcceptedAs, DescribedBy};
 use crate::rng::{self, Purpose};
 use crate::state::{EventKind, FleetState, LogEvent, Node, SessionRec, fault};
-use crate::platform::{AcceptedAs, DescribedBy};
 use crate::update::{self, MAX_IMAGE_BYTES};
 
 /// `@odata.type` values, pinned to schema versions present in DMTF's published bundle.
@@ -215,8 +215,14 @@ pub(crate) fn router(state: Arc<FleetState>) -> Router {
         .route("/redfish/v1/Managers", get(managers))
         .route("/redfish/v1/Managers/1", get(manager))
         .route("/redfish/v1/Managers/1/Actions/Manager.Reset", post(manager_reset))
-        .route("/redfish/v1/UpdateService", get(update_service).patch(patch_update_service))
-        .route("/redfish/v1/UpdateService/SimpleUpdateActionInfo", get(simple_update_action_info))
+        .route(
+            "/redfish/v1/UpdateService",
+            get(update_service).patch(patch_update_service),
+        )
+        .route(
+            "/redfish/v1/UpdateService/SimpleUpdateActionInfo",
+            get(simple_update_action_info),
+        )
         .route(
             "/redfish/v1/UpdateService/update",
             post(http_push_update).layer(DefaultBodyLimit::max(MAX_IMAGE_BYTES)),
@@ -1528,7 +1534,11 @@ fn task_json(s: &FleetState, node: &Node, m: &mut crate::state::NodeMut, id: u64
             })
         })
         .collect();
-    if view.messages.iter().any(|(mid, _, _)| mid.starts_with("Update.1.0.AwaitToActivate")) {
+    if view
+        .messages
+        .iter()
+        .any(|(mid, _, _)| mid.starts_with("Update.1.0.AwaitToActivate"))
+    {
         // Base.ResetRequired names the Reset action to POST and the reset type (its MessageArgs),
         // which is what clients such as Ansible's PerformRequestedOperations act on.
         let bmc_target = t
@@ -1590,7 +1600,10 @@ async fn task_monitor(
     let id: u64 = id.parse().map_err(|_| RfError::not_found("TaskMonitor"))?;
     let mut m = node.lock();
     let v = task_json(&s, node, &mut m, id).ok_or_else(|| RfError::not_found("TaskMonitor"))?;
-    let running = matches!(v["TaskState"].as_str(), Some("New" | "Running" | "Starting" | "Pending"));
+    let running = matches!(
+        v["TaskState"].as_str(),
+        Some("New" | "Running" | "Starting" | "Pending")
+    );
     let status = if running { StatusCode::ACCEPTED } else { StatusCode::OK };
     let mut resp = (status, Json(v)).into_response();
     resp.headers_mut()
@@ -1601,7 +1614,8 @@ async fn task_monitor(
             HeaderValue::from_str(&format!("/redfish/v1/TaskService/TaskMonitors/{id}"))
                 .unwrap_or_else(|_| HeaderValue::from_static("/redfish/v1/TaskService")),
         );
-        resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        resp.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
     }
     Ok(resp)
 }

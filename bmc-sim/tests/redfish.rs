@@ -836,7 +836,10 @@ async fn hgx_profile_refuses_targets_on_simple_update_and_guards_http_push_targe
         "  components:\n    - {id: BMC_Firmware, kind: bmc, version: \"24.04.1\"}\n    - {id: \"HGX_FW_GPU_{0..7}\", kind: gpu, version: \"96.00.5E.00.01\"}\n    - {id: BIOS, kind: bios, version: \"1.2.3\"}\n",
         "",
     );
-    assert!(yaml.contains("platform: hgx-h100") && !yaml.contains("HGX_FW_GPU_{0..7}"), "{yaml}");
+    assert!(
+        yaml.contains("platform: hgx-h100") && !yaml.contains("HGX_FW_GPU_{0..7}"),
+        "{yaml}"
+    );
     let h = start(&yaml).await;
     let svc = h.get(0, "/redfish/v1/UpdateService").await;
     let etag = svc.headers()["ETag"].to_str().unwrap().to_owned();

@@ -204,6 +204,12 @@ fn every_platform_scenario_parses_with_the_profile_layout() {
         let yaml = scenario_for(platform);
         let scenario = bmc_sim::Scenario::from_yaml_str(&yaml).unwrap_or_else(|e| panic!("{platform}: {e}\n{yaml}"));
         assert_eq!(scenario.platform.as_deref(), Some(platform));
-        assert!(!scenario.fleet.components.iter().any(|c| c.id == "HGX_FW_GPU_0" && platform == "hgx-h100"));
+        assert!(
+            !scenario
+                .fleet
+                .components
+                .iter()
+                .any(|c| c.id == "HGX_FW_GPU_0" && platform == "hgx-h100")
+        );
     }
 }

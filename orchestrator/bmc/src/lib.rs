@@ -61,13 +61,13 @@ pub use discovery::{
 pub use error::{BODY_SNIPPET_LIMIT, BmcError};
 pub use redfish_bmc::RedfishBmc;
 pub use transport::HttpClients;
-pub use update::{
-    PushCaps, SimpleUpdateCaps, UpdateCapabilities, UpdateIntent, UpdatePath, UpdatePlan, UpdateRefusal,
-    choose_update_path,
-};
 pub use types::{
     ApplyTime, EventBatch, EventCursor, EventLogEntry, FirmwareComponent, ResetTarget, SensorKind, SensorReading,
     ServiceInfo, TaskHandle, TaskMessage, TaskState, TaskStatus, UpdateMethod, UpdateRequest,
+};
+pub use update::{
+    PushCaps, SimpleUpdateCaps, UpdateCapabilities, UpdateIntent, UpdatePath, UpdatePlan, UpdateRefusal,
+    choose_update_path,
 };
 
 /// The Redfish `ResetType`s the engine uses.

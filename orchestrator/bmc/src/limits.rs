@@ -64,14 +64,22 @@ impl ReadBudget {
         use std::sync::atomic::Ordering;
         let n = self.requests.fetch_add(1, Ordering::Relaxed) + 1;
         if n > MAX_OPERATION_REQUESTS {
-            return Err(self.exceeded(endpoint, "requests", format!("more than {MAX_OPERATION_REQUESTS} requests")));
+            return Err(self.exceeded(
+                endpoint,
+                "requests",
+                format!("more than {MAX_OPERATION_REQUESTS} requests"),
+            ));
         }
         let elapsed = self.started.elapsed();
         if elapsed > MAX_OPERATION_TIME {
             return Err(self.exceeded(
                 endpoint,
                 "time",
-                format!("{}s elapsed, bound {}s", elapsed.as_secs(), MAX_OPERATION_TIME.as_secs()),
+                format!(
+                    "{}s elapsed, bound {}s",
+                    elapsed.as_secs(),
+                    MAX_OPERATION_TIME.as_secs()
+                ),
             ));
         }
         Ok(())
@@ -80,7 +88,10 @@ impl ReadBudget {
     /// Called with each body read: refuses once the operation's bytes are used up.
     pub(crate) fn charge(&self, endpoint: &str, body_len: usize) -> Result<(), crate::BmcError> {
         use std::sync::atomic::Ordering;
-        let total = self.bytes.fetch_add(body_len, Ordering::Relaxed).saturating_add(body_len);
+        let total = self
+            .bytes
+            .fetch_add(body_len, Ordering::Relaxed)
+            .saturating_add(body_len);
         if total > MAX_OPERATION_BYTES {
             return Err(self.exceeded(
                 endpoint,

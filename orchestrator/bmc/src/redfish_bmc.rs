@@ -14,18 +14,17 @@ use tokio::sync::OnceCell;
 use crate::config::{BmcEndpoint, RetryPolicy};
 use crate::error::BmcError;
 use crate::limits::{MAX_COLLECTION_PAGES, ReadBudget};
-use crate::update::{PushCaps, SimpleUpdateCaps, UpdateCapabilities, UpdateIntent, UpdatePath, choose_update_path};
 use crate::transport::{Body, Call, HttpClients, Response, Transport};
 use crate::types::{
-    EventBatch, EventCursor, EventLogEntry, FirmwareComponent, ResetTarget, SensorKind, SensorReading, ServiceInfo,
-    ApplyTime, TaskHandle, TaskMessage, TaskState, TaskStatus, UpdateMethod, UpdateRequest,
+    ApplyTime, EventBatch, EventCursor, EventLogEntry, FirmwareComponent, ResetTarget, SensorKind, SensorReading,
+    ServiceInfo, TaskHandle, TaskMessage, TaskState, TaskStatus, UpdateMethod, UpdateRequest,
 };
+use crate::update::{PushCaps, SimpleUpdateCaps, UpdateCapabilities, UpdateIntent, UpdatePath, choose_update_path};
 use crate::{Bmc, ResetKind};
 
 /// How many member GETs one BMC gets at once when a collection lists links only. BMC web servers are
 /// small embedded processes; more parallelism mostly earns 503s.
 pub(crate) const PER_BMC_FETCH_CONCURRENCY: usize = 2;
-
 
 // Fixed paths, used only where the service root does not link the resource (the documented
 // fallback: every path below is the DMTF-recommended one, which most services use).
@@ -301,7 +300,6 @@ impl RedfishBmc {
         self.transport.decode(&resp)
     }
 
-
     /// The `@odata.id` of the member with `id` (or of the first member) of a top-level collection.
     async fn pick_member(&self, collection: &str, id: Option<&str>) -> Result<String, BmcError> {
         let members = self
@@ -528,8 +526,14 @@ impl RedfishBmc {
                     .simple_update
                     .as_ref()
                     .map_or(SIMPLE_UPDATE, |su| su.target.as_str());
-                self.simple_update(target, image_uri, plan.transfer_protocol.clone(), plan.apply_time, request)
-                    .await?
+                self.simple_update(
+                    target,
+                    image_uri,
+                    plan.transfer_protocol.clone(),
+                    plan.apply_time,
+                    request,
+                )
+                .await?
             }
             UpdatePath::MultipartPush => {
                 let uri = info.caps.multipart.as_ref().map(|m| m.uri.clone()).unwrap_or_default();
@@ -694,9 +698,7 @@ impl Bmc for RedfishBmc {
         let inventory_uri = self.update_service().await?.firmware_inventory.clone();
         let budget = ReadBudget::new("firmware inventory");
         let members = self.collection_members(&inventory_uri, &budget).await?;
-        let items: Vec<SoftwareInventory> = self
-            .expand_members(members, "Version", &inventory_uri, &budget)
-            .await?;
+        let items: Vec<SoftwareInventory> = self.expand_members(members, "Version", &inventory_uri, &budget).await?;
         items
             .into_iter()
             .map(|item| {
@@ -749,8 +751,14 @@ impl Bmc for RedfishBmc {
                     .simple_update
                     .as_ref()
                     .map_or(SIMPLE_UPDATE, |su| su.target.as_str());
-                self.simple_update(target, image_uri, transfer_protocol.clone(), request.apply_time, request)
-                    .await?
+                self.simple_update(
+                    target,
+                    image_uri,
+                    transfer_protocol.clone(),
+                    request.apply_time,
+                    request,
+                )
+                .await?
             }
             UpdateMethod::MultipartPush { image, filename } => {
                 let push_uri = info.caps.multipart.as_ref().ok_or_else(|| BmcError::Unsupported {
@@ -764,11 +772,17 @@ impl Bmc for RedfishBmc {
                 image_uri,
                 forced,
                 strict_apply_time,
-            } => return self.update_from_uri(&info, request, image_uri, *forced, *strict_apply_time).await,
+            } => {
+                return self
+                    .update_from_uri(&info, request, image_uri, *forced, *strict_apply_time)
+                    .await;
+            }
         };
         self.task_handle_from(&resp)?.ok_or_else(|| {
-            self.transport
-                .protocol(&resp, "update accepted without a task monitor (no Location, no Task body)")
+            self.transport.protocol(
+                &resp,
+                "update accepted without a task monitor (no Location, no Task body)",
+            )
         })
     }
 
@@ -1073,7 +1087,10 @@ mod tests {
 
     #[test]
     fn inventory_watch_round_trips_targets_versions_and_apply_time() {
-        let before = vec![comp("HGX_FW_GPU_SXM_1", "1.0 & b"), comp("HGX_FW_ERoT_GPU_SXM_1", "2.0")];
+        let before = vec![
+            comp("HGX_FW_GPU_SXM_1", "1.0 & b"),
+            comp("HGX_FW_ERoT_GPU_SXM_1", "2.0"),
+        ];
         let uri = inventory_watch_uri(
             Some(ApplyTime::Immediate),
             &["/redfish/v1/UpdateService/FirmwareInventory/HGX_FW_GPU_SXM_1".into()],
@@ -1108,7 +1125,12 @@ mod tests {
             stable_inventory_id("Previous-159-2.19.1__BIOS.Setup.1-1"),
             "Previous-159__BIOS.Setup.1-1"
         );
-        for unchanged in ["HGX_FW_GPU_SXM_1", "Installed-25227__iDRAC.Embedded.1-1", "a-b-c__d", "BMC_Firmware"] {
+        for unchanged in [
+            "HGX_FW_GPU_SXM_1",
+            "Installed-25227__iDRAC.Embedded.1-1",
+            "a-b-c__d",
+            "BMC_Firmware",
+        ] {
             assert_eq!(stable_inventory_id(unchanged), unchanged);
         }
     }

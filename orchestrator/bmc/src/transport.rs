@@ -140,7 +140,10 @@ pub(crate) struct Call {
 enum AttemptError {
     Http(reqwest::Error),
     /// The body went past [`MAX_RESPONSE_BYTES`].
-    TooLarge { status: StatusCode, detail: String },
+    TooLarge {
+        status: StatusCode,
+        detail: String,
+    },
 }
 
 impl From<reqwest::Error> for AttemptError {
@@ -552,10 +555,7 @@ impl Transport {
         let status = resp.status();
         let headers = resp.headers().clone();
         // Reserve what the BMC announces (within the bound) so the buffer does not double past it.
-        let announced = resp
-            .content_length()
-            .and_then(|n| usize::try_from(n).ok())
-            .unwrap_or(0);
+        let announced = resp.content_length().and_then(|n| usize::try_from(n).ok()).unwrap_or(0);
         if announced > MAX_RESPONSE_BYTES {
             return Err(AttemptError::TooLarge {
                 status,
@@ -766,7 +766,10 @@ mod tests {
         ] {
             let header = basic_header(&Credentials::new(user, password));
             assert_eq!(header.to_str().unwrap(), expected, "{user}");
-            assert!(header.is_sensitive(), "the password must not show in header debug output");
+            assert!(
+                header.is_sensitive(),
+                "the password must not show in header debug output"
+            );
         }
     }
 

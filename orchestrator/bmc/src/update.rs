@@ -51,9 +51,13 @@ impl UpdatePath {
 
     /// Parses [`UpdatePath::as_str`].
     pub fn parse(raw: &str) -> Option<Self> {
-        [UpdatePath::SimpleUpdate, UpdatePath::MultipartPush, UpdatePath::HttpPush]
-            .into_iter()
-            .find(|p| p.as_str() == raw)
+        [
+            UpdatePath::SimpleUpdate,
+            UpdatePath::MultipartPush,
+            UpdatePath::HttpPush,
+        ]
+        .into_iter()
+        .find(|p| p.as_str() == raw)
     }
 }
 
@@ -152,7 +156,11 @@ impl fmt::Display for UpdateRefusal {
 pub fn choose_update_path(caps: &UpdateCapabilities, intent: &UpdateIntent) -> Result<UpdatePlan, UpdateRefusal> {
     let order: Vec<UpdatePath> = match intent.forced {
         Some(p) => vec![p],
-        None => vec![UpdatePath::SimpleUpdate, UpdatePath::MultipartPush, UpdatePath::HttpPush],
+        None => vec![
+            UpdatePath::SimpleUpdate,
+            UpdatePath::MultipartPush,
+            UpdatePath::HttpPush,
+        ],
     };
     let mut reasons = Vec::new();
     for path in order {
@@ -175,7 +183,10 @@ fn consider(caps: &UpdateCapabilities, intent: &UpdateIntent, path: UpdatePath) 
             (&su.apply_times, su.accepts_targets != Some(false), protocol)
         }
         UpdatePath::MultipartPush => {
-            let mp = caps.multipart.as_ref().ok_or("the UpdateService has no MultipartHttpPushUri")?;
+            let mp = caps
+                .multipart
+                .as_ref()
+                .ok_or("the UpdateService has no MultipartHttpPushUri")?;
             (&mp.apply_times, true, None)
         }
         UpdatePath::HttpPush => {
@@ -315,9 +326,18 @@ mod tests {
         i.strict_apply_time = true;
         let refusal = choose_update_path(&caps, &i).unwrap_err();
         let text = refusal.to_string();
-        assert!(text.contains("simple_update: the UpdateService has no SimpleUpdate"), "{text}");
-        assert!(text.contains("multipart_push: apply time OnReset is not supported"), "{text}");
-        assert!(text.contains("http_push: the UpdateService has no HttpPushUri"), "{text}");
+        assert!(
+            text.contains("simple_update: the UpdateService has no SimpleUpdate"),
+            "{text}"
+        );
+        assert!(
+            text.contains("multipart_push: apply time OnReset is not supported"),
+            "{text}"
+        );
+        assert!(
+            text.contains("http_push: the UpdateService has no HttpPushUri"),
+            "{text}"
+        );
     }
 
     #[test]
@@ -326,10 +346,16 @@ mod tests {
             http_push: dgx_h100().http_push,
             ..Default::default()
         };
-        assert_eq!(choose_update_path(&caps, &intent(true)).unwrap().path, UpdatePath::HttpPush);
+        assert_eq!(
+            choose_update_path(&caps, &intent(true)).unwrap().path,
+            UpdatePath::HttpPush
+        );
         caps.http_push.as_mut().unwrap().targets_settable = false;
         assert!(choose_update_path(&caps, &intent(true)).is_err());
-        assert_eq!(choose_update_path(&caps, &intent(false)).unwrap().path, UpdatePath::HttpPush);
+        assert_eq!(
+            choose_update_path(&caps, &intent(false)).unwrap().path,
+            UpdatePath::HttpPush
+        );
     }
 
     #[test]
@@ -353,7 +379,11 @@ mod tests {
 
     #[test]
     fn path_names_round_trip() {
-        for p in [UpdatePath::SimpleUpdate, UpdatePath::MultipartPush, UpdatePath::HttpPush] {
+        for p in [
+            UpdatePath::SimpleUpdate,
+            UpdatePath::MultipartPush,
+            UpdatePath::HttpPush,
+        ] {
             assert_eq!(UpdatePath::parse(p.as_str()), Some(p));
         }
         assert_eq!(UpdatePath::parse("ftp"), None);

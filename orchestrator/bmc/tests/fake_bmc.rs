@@ -1149,7 +1149,10 @@ fn root_fixture(fake: &Fake, with_task_service: bool) {
         root["Tasks"] = json!({"@odata.id": "/redfish/v1/TaskService"});
         fake.script(
             "/redfish/v1/TaskService",
-            vec![answer(200, json!({"Tasks": {"@odata.id": "/redfish/v1/TaskService/Tasks"}}).to_string())],
+            vec![answer(
+                200,
+                json!({"Tasks": {"@odata.id": "/redfish/v1/TaskService/Tasks"}}).to_string(),
+            )],
         );
     }
     fake.script("/redfish/v1", vec![answer(200, root.to_string())]);
@@ -1215,11 +1218,17 @@ async fn targeted_update_on_a_dgx_layout_pushes_multipart_and_never_simple_updat
     fake.script("/redfish/v1/UpdateService/update-multipart", vec![accepted]);
     let addr = start(&fake).await;
 
-    let handle = bmc(addr).start_update(&gpu_update(ApplyTime::OnReset, addr)).await.unwrap();
+    let handle = bmc(addr)
+        .start_update(&gpu_update(ApplyTime::OnReset, addr))
+        .await
+        .unwrap();
 
     assert_eq!(handle.poll_uri(), "/redfish/v1/TaskService/TaskMonitors/5");
     assert_eq!(
-        fake.count(&Method::POST, "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate"),
+        fake.count(
+            &Method::POST,
+            "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate"
+        ),
         0,
         "SimpleUpdate here cannot restrict targets"
     );
@@ -1265,10 +1274,16 @@ async fn targeted_update_is_refused_where_no_path_can_restrict_targets() {
     assert!(matches!(err, BmcError::NoUpdatePath { .. }), "{err:?}");
     let text = err.to_string();
     assert!(text.contains("no Targets parameter"), "{text}");
-    assert!(text.contains("multipart_push: the UpdateService has no MultipartHttpPushUri"), "{text}");
+    assert!(
+        text.contains("multipart_push: the UpdateService has no MultipartHttpPushUri"),
+        "{text}"
+    );
     assert!(!err.is_transient());
     assert_eq!(
-        fake.count(&Method::POST, "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate"),
+        fake.count(
+            &Method::POST,
+            "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate"
+        ),
         0
     );
 }
@@ -1290,7 +1305,10 @@ async fn dell_style_inline_annotations_send_the_protocol_and_apply_time() {
         )],
     );
     inventory_fixture(&fake);
-    let mut accepted = answer(202, json!({"@odata.id": "/redfish/v1/TaskService/Tasks/JID_1", "TaskState": "New"}).to_string());
+    let mut accepted = answer(
+        202,
+        json!({"@odata.id": "/redfish/v1/TaskService/Tasks/JID_1", "TaskState": "New"}).to_string(),
+    );
     accepted
         .headers
         .push(("Location", "/redfish/v1/TaskService/TaskMonitors/JID_1".into()));
@@ -1300,18 +1318,28 @@ async fn dell_style_inline_annotations_send_the_protocol_and_apply_time() {
     );
     let addr = start(&fake).await;
 
-    let handle = bmc(addr).start_update(&gpu_update(ApplyTime::OnReset, addr)).await.unwrap();
+    let handle = bmc(addr)
+        .start_update(&gpu_update(ApplyTime::OnReset, addr))
+        .await
+        .unwrap();
 
     assert_eq!(handle.monitor_uri, "/redfish/v1/TaskService/TaskMonitors/JID_1");
     assert_eq!(handle.poll_uri(), "/redfish/v1/TaskService/Tasks/JID_1");
     let (_, body) = fake
-        .last_request(&Method::POST, "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate")
+        .last_request(
+            &Method::POST,
+            "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate",
+        )
         .unwrap();
     let sent: Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(sent["TransferProtocol"], "HTTP");
     assert_eq!(sent["@Redfish.OperationApplyTime"], "OnReset");
     assert_eq!(sent["Targets"], json!([GPU_TARGET]));
-    assert_eq!(fake.count(&Method::GET, "/images/gpu.fw"), 0, "a pull never passes through the controller");
+    assert_eq!(
+        fake.count(&Method::GET, "/images/gpu.fw"),
+        0,
+        "a pull never passes through the controller"
+    );
 }
 
 #[tokio::test]
@@ -1325,8 +1353,14 @@ async fn push_accepted_without_a_task_is_followed_through_the_inventory() {
     let addr = start(&fake).await;
     let driver = bmc(addr);
 
-    let handle = driver.start_update(&gpu_update(ApplyTime::Immediate, addr)).await.unwrap();
-    assert!(handle.poll_uri().starts_with("urn:waveguard:inventory-watch"), "{handle:?}");
+    let handle = driver
+        .start_update(&gpu_update(ApplyTime::Immediate, addr))
+        .await
+        .unwrap();
+    assert!(
+        handle.poll_uri().starts_with("urn:waveguard:inventory-watch"),
+        "{handle:?}"
+    );
     // The engine stores only the poll URI; a fresh driver (a restarted controller) must resume.
     let stored = TaskHandle {
         monitor_uri: handle.poll_uri().to_string(),
@@ -1368,11 +1402,16 @@ async fn http_push_sets_targets_with_if_match_then_posts_the_image() {
     inventory_fixture(&fake);
     fake.script("/images/gpu.fw", vec![answer(200, "raw-image")]);
     let mut accepted = answer(202, "");
-    accepted.headers.push(("Location", "/redfish/v1/TaskService/Tasks/8".into()));
+    accepted
+        .headers
+        .push(("Location", "/redfish/v1/TaskService/Tasks/8".into()));
     fake.script("/redfish/v1/UpdateService/update", vec![accepted]);
     let addr = start(&fake).await;
 
-    let handle = bmc(addr).start_update(&gpu_update(ApplyTime::OnReset, addr)).await.unwrap();
+    let handle = bmc(addr)
+        .start_update(&gpu_update(ApplyTime::OnReset, addr))
+        .await
+        .unwrap();
     assert_eq!(handle.poll_uri(), "/redfish/v1/TaskService/Tasks/8");
 
     let patches: Vec<(HeaderMap, Bytes)> = {
@@ -1390,7 +1429,9 @@ async fn http_push_sets_targets_with_if_match_then_posts_the_image() {
     assert_eq!(reserve["HttpPushUriTargetsBusy"], true);
     let release: Value = serde_json::from_slice(&patches[1].1).unwrap();
     assert_eq!(release["HttpPushUriTargetsBusy"], false);
-    let (headers, body) = fake.last_request(&Method::POST, "/redfish/v1/UpdateService/update").unwrap();
+    let (headers, body) = fake
+        .last_request(&Method::POST, "/redfish/v1/UpdateService/update")
+        .unwrap();
     assert_eq!(headers.get("content-type").unwrap(), "application/octet-stream");
     assert_eq!(&body[..], b"raw-image");
 }
@@ -1453,7 +1494,13 @@ async fn oversized_response_is_refused_not_truncated() {
     let addr = start(&fake).await;
     let err = bmc(addr).firmware_inventory().await.unwrap_err();
     assert!(
-        matches!(err, BmcError::ReadLimit { limit: "response_bytes", .. }),
+        matches!(
+            err,
+            BmcError::ReadLimit {
+                limit: "response_bytes",
+                ..
+            }
+        ),
         "{err:?}"
     );
     assert!(!err.is_transient());

@@ -48,15 +48,23 @@ struct PageQuery {
 /// per-response bound and only the per-operation bound can stop the read.
 async fn page(State(pad): State<Bytes>, Query(q): Query<PageQuery>) -> impl IntoResponse {
     let i = q.page.unwrap_or(0).min(PAGES - 1);
-    let head = Bytes::from(format!(r#"{{"Members":[{{"@odata.id":"/x/{i}","Id":"{i}","Version":"1","Pad":""#));
+    let head = Bytes::from(format!(
+        r#"{{"Members":[{{"@odata.id":"/x/{i}","Id":"{i}","Version":"1","Pad":""#
+    ));
     let next = if i + 1 < PAGES {
-        format!(r#","Members@odata.nextLink":"/redfish/v1/UpdateService/FirmwareInventory?page={}""#, i + 1)
+        format!(
+            r#","Members@odata.nextLink":"/redfish/v1/UpdateService/FirmwareInventory?page={}""#,
+            i + 1
+        )
     } else {
         String::new()
     };
     let tail = Bytes::from(format!(r#""}}]{next}}}"#));
     let chunks = [head, pad, tail].map(Ok::<_, Infallible>);
-    ([("content-type", "application/json")], Body::from_stream(futures::stream::iter(chunks)))
+    (
+        [("content-type", "application/json")],
+        Body::from_stream(futures::stream::iter(chunks)),
+    )
 }
 
 #[tokio::test(flavor = "current_thread")]
@@ -69,14 +77,17 @@ async fn sixty_four_pages_of_sixteen_mib_stay_under_a_fixed_memory_cap() {
     let addr: SocketAddr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
 
-    let endpoint = BmcEndpoint::new(format!("http://{addr}").parse().unwrap(), Credentials::new("root", "pw"))
-        .with_auth(AuthMode::Basic)
-        .with_timeouts(Timeouts {
-            connect: Duration::from_secs(2),
-            request: Duration::from_secs(30),
-            upload: Duration::from_secs(30),
-            probe: Duration::from_secs(2),
-        });
+    let endpoint = BmcEndpoint::new(
+        format!("http://{addr}").parse().unwrap(),
+        Credentials::new("root", "pw"),
+    )
+    .with_auth(AuthMode::Basic)
+    .with_timeouts(Timeouts {
+        connect: Duration::from_secs(2),
+        request: Duration::from_secs(30),
+        upload: Duration::from_secs(30),
+        probe: Duration::from_secs(2),
+    });
     let bmc = RedfishBmc::new(&endpoint, &HttpClients::new()).unwrap();
 
     reset_peak_rss();
@@ -91,5 +102,9 @@ async fn sixty_four_pages_of_sixteen_mib_stay_under_a_fixed_memory_cap() {
         peak >> 20,
         MEMORY_CAP >> 20
     );
-    eprintln!("peak {} MiB over baseline (cap {} MiB): {err}", peak >> 20, MEMORY_CAP >> 20);
+    eprintln!(
+        "peak {} MiB over baseline (cap {} MiB): {err}",
+        peak >> 20,
+        MEMORY_CAP >> 20
+    );
 }

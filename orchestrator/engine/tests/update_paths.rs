@@ -132,7 +132,12 @@ async fn rollout_moves_only(
         })
         .await
         .unwrap();
-    assert_eq!(done.state, RolloutState::Completed, "{:?} {steps:#?}", done.state_reason);
+    assert_eq!(
+        done.state,
+        RolloutState::Completed,
+        "{:?} {steps:#?}",
+        done.state_reason
+    );
     assert_eq!(steps.len(), NODES);
     assert!(steps.iter().all(|s| s.state == StepState::Succeeded), "{steps:#?}");
     // One session per BMC for the whole rollout, deleted when the engine shuts down.
@@ -163,12 +168,9 @@ fn hgx_gpu(id: &str) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn generic_dmtf_simple_update_through_a_task_monitor() {
-    rollout_moves_only(
-        scenario("generic-dmtf", "", GPU_FROM, GPU_TO),
-        None,
-        GPU_TO,
-        |id| id.starts_with("GPU_Firmware_"),
-    )
+    rollout_moves_only(scenario("generic-dmtf", "", GPU_FROM, GPU_TO), None, GPU_TO, |id| {
+        id.starts_with("GPU_Firmware_")
+    })
     .await;
 }
 

@@ -160,7 +160,11 @@ mod tests {
             "HostBMC_0",
             "HGX_FW_ERoT_NVSwitch_0",
         ] {
-            assert_eq!(ComponentKind::classify_inventory_id(id, None), ComponentKind::Other, "{id}");
+            assert_eq!(
+                ComponentKind::classify_inventory_id(id, None),
+                ComponentKind::Other,
+                "{id}"
+            );
         }
         for (id, kind) in [
             ("HGX_FW_GPU_SXM_1", ComponentKind::Gpu),
