@@ -264,3 +264,32 @@ async fn hgx_h100_with_only_an_untargetable_simple_update_is_refused_and_nothing
     }
     h.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plan_that_flashes_no_node_is_refused_at_start() {
+    let h = Harness::start_with(scenario("hgx-h100", "", GPU_FROM, GPU_TO), false)
+        .await
+        .unwrap();
+    let release = h.add_release(GPU_TO, true).await;
+    // No inventory entry matches: every node is excluded.
+    let err = start_rollout(
+        &h.db,
+        &StartRollout {
+            release_id: release.id,
+            policy_source: policy(Some("NO_SUCH_COMPONENT_*")),
+            policy_commit: Some("abc".into()),
+            policy_blob: Some("def".into()),
+            seed: 5,
+        },
+        "alice",
+    )
+    .await
+    .expect_err("a 0-node plan must not start");
+    assert!(
+        matches!(err, orchestrator_engine::EngineError::EmptyPlan { nodes: NODES, .. }),
+        "{err:?}"
+    );
+    assert!(err.is_caller_error());
+    assert!(err.to_string().contains("flashes no node"), "{err}");
+    h.shutdown().await;
+}
