@@ -362,6 +362,17 @@ impl Transport {
             if_match: None,
         };
         let resp = self.execute(&call, None).await?;
+        if matches!(resp.status, StatusCode::NOT_FOUND | StatusCode::METHOD_NOT_ALLOWED) {
+            // Not a credentials problem: this service has no session login at all.
+            return Err(BmcError::Unsupported {
+                endpoint: self.label.clone(),
+                feature: format!(
+                    "session login (POST /redfish/v1/SessionService/Sessions answered HTTP {}); \
+                     set this BMC's auth mode to basic",
+                    resp.status.as_u16()
+                ),
+            });
+        }
         if matches!(
             resp.status,
             StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN | StatusCode::BAD_REQUEST

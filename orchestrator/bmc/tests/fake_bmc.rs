@@ -53,6 +53,8 @@ struct FakeState {
     requests: Vec<(Method, String, HeaderMap, Bytes)>,
     /// Client ports seen, one per TCP connection.
     connections: HashSet<SocketAddr>,
+    /// A service without a SessionService: session login answers 404.
+    no_sessions: bool,
 }
 
 #[derive(Clone, Default)]
@@ -127,6 +129,10 @@ async fn respond(fake: &Fake, method: Method, uri: Uri, headers: HeaderMap, body
         tokio::time::sleep(sc.delay).await;
     }
 
+    if path == "/redfish/v1/SessionService/Sessions" && method == Method::POST && fake.state.lock().unwrap().no_sessions
+    {
+        return (StatusCode::NOT_FOUND, "{}").into_response();
+    }
     if path == "/redfish/v1/SessionService/Sessions" && method == Method::POST {
         let req: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
         let mut s = fake.state.lock().unwrap();
@@ -1504,4 +1510,20 @@ async fn oversized_response_is_refused_not_truncated() {
         "{err:?}"
     );
     assert!(!err.is_transient());
+}
+
+#[tokio::test]
+async fn a_service_without_session_login_says_so_instead_of_blaming_the_credentials() {
+    let fake = Fake::default();
+    fake.state.lock().unwrap().no_sessions = true;
+    inventory_fixture(&fake);
+    let addr = start(&fake).await;
+    let err = bmc(addr).firmware_inventory().await.unwrap_err();
+    assert!(matches!(err, BmcError::Unsupported { .. }), "{err:?}");
+    let text = err.to_string();
+    assert!(text.contains("session login") && text.contains("basic"), "{text}");
+    assert!(!text.contains("rejected the credentials"), "{text}");
+    // With Basic auth the same service works.
+    let basic = RedfishBmc::new(&endpoint(addr).with_auth(AuthMode::Basic), &HttpClients::new()).unwrap();
+    assert_eq!(basic.firmware_inventory().await.unwrap().len(), 2);
 }
