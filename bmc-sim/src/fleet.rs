@@ -420,6 +420,7 @@ impl Fleet {
                     resets: 0,
                     reboot_until: None,
                     events: EventCache::default(),
+                    http_push: Default::default(),
                 }),
             });
             listeners.push(listener);
@@ -659,6 +660,11 @@ impl RunningFleet {
         self.state
             .node_by_name(name)
             .map(|n| crate::control::versions_of(&self.state, n))
+    }
+
+    /// Redfish sessions currently open on node `name` (logged in and not deleted).
+    pub fn open_sessions(&self, name: &str) -> Option<usize> {
+        self.state.node_by_name(name).map(|n| n.lock().sessions.len())
     }
 
     /// Flashes started per version on node `name` (None: no such node).

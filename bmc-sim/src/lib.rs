@@ -28,6 +28,7 @@ mod control;
 mod dcgm;
 mod fleet;
 pub mod image;
+pub mod platform;
 mod redfish;
 mod rng;
 pub mod scenario;

@@ -21,6 +21,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::fleet::BmcConn;
+use crate::platform::{AcceptedAs, DescribedBy};
 use crate::rng::{self, Purpose};
 use crate::state::{EventKind, FleetState, LogEvent, Node, SessionRec, fault};
 use crate::update::{self, MAX_IMAGE_BYTES};
@@ -214,7 +215,18 @@ pub(crate) fn router(state: Arc<FleetState>) -> Router {
         .route("/redfish/v1/Managers", get(managers))
         .route("/redfish/v1/Managers/1", get(manager))
         .route("/redfish/v1/Managers/1/Actions/Manager.Reset", post(manager_reset))
-        .route("/redfish/v1/UpdateService", get(update_service))
+        .route(
+            "/redfish/v1/UpdateService",
+            get(update_service).patch(patch_update_service),
+        )
+        .route(
+            "/redfish/v1/UpdateService/SimpleUpdateActionInfo",
+            get(simple_update_action_info),
+        )
+        .route(
+            "/redfish/v1/UpdateService/update",
+            post(http_push_update).layer(DefaultBodyLimit::max(MAX_IMAGE_BYTES)),
+        )
         .route(
             "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate",
             post(simple_update),
@@ -228,6 +240,7 @@ pub(crate) fn router(state: Arc<FleetState>) -> Router {
         .route("/redfish/v1/TaskService", get(task_service))
         .route("/redfish/v1/TaskService/Tasks", get(tasks))
         .route("/redfish/v1/TaskService/Tasks/{id}", get(task))
+        .route("/redfish/v1/TaskService/TaskMonitors/{id}", get(task_monitor))
         .fallback(|| async { RfError::not_found("Resource") });
     v1.layer(middleware::from_fn_with_state(state.clone(), gate))
         .with_state(state)
@@ -1046,8 +1059,10 @@ async fn manager_reset(
 // -------------------------------------------------------------------------------------------------------
 // UpdateService, FirmwareInventory, tasks.
 
-async fn update_service() -> RfResult {
-    ok(json!({
+async fn update_service(State(s): State<Arc<FleetState>>, ConnectInfo(c): ConnectInfo<BmcConn>) -> RfResult {
+    let node = node_of(&s, &c)?;
+    let profile = &s.scenario.update_service;
+    let mut v = json!({
         "@odata.id": "/redfish/v1/UpdateService",
         "@odata.type": types::UPDATE_SERVICE,
         "Id": "UpdateService",
@@ -1055,15 +1070,197 @@ async fn update_service() -> RfResult {
         "ServiceEnabled": true,
         "Status": status_ok(),
         "MaxImageSizeBytes": MAX_IMAGE_BYTES,
-        "MultipartHttpPushUri": "/redfish/v1/UpdateService/update-multipart",
         "FirmwareInventory": link("/redfish/v1/UpdateService/FirmwareInventory"),
-        "Actions": {
-            "#UpdateService.SimpleUpdate": {
-                "target": "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate",
-                "TransferProtocol@Redfish.AllowableValues": ["HTTP", "HTTPS"],
+        "Actions": {},
+    });
+    if let Some(su) = &profile.simple_update {
+        let mut action = json!({ "target": "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate" });
+        match su.described_by {
+            DescribedBy::Inline => {
+                action["TransferProtocol@Redfish.AllowableValues"] = json!(su.transfer_protocols);
+                if !su.apply_times.is_empty() {
+                    action["@Redfish.OperationApplyTimeSupport"] = json!({
+                        "@odata.type": "#Settings.v1_3_5.OperationApplyTimeSupport",
+                        "SupportedValues": su.apply_times,
+                    });
+                }
             }
-        },
-    }))
+            DescribedBy::ActionInfo => {
+                action["@Redfish.ActionInfo"] = json!("/redfish/v1/UpdateService/SimpleUpdateActionInfo");
+            }
+        }
+        v["Actions"]["#UpdateService.SimpleUpdate"] = action;
+    }
+    if let Some(mp) = &profile.multipart {
+        v["MultipartHttpPushUri"] = json!("/redfish/v1/UpdateService/update-multipart");
+        if !mp.apply_times.is_empty() {
+            v["MultipartHttpPushUri@Redfish.OperationApplyTimeSupport"] = json!({
+                "@odata.type": "#Settings.v1_3_5.OperationApplyTimeSupport",
+                "SupportedValues": mp.apply_times,
+            });
+        }
+    }
+    let generation = if let Some(hp) = &profile.http_push {
+        let m = node.lock();
+        v["HttpPushUri"] = json!("/redfish/v1/UpdateService/update");
+        v["HttpPushUriOptions"] = json!({
+            "HttpPushUriApplyTime": {
+                "ApplyTime": if m.http_push.apply_immediate { "Immediate" } else { "OnReset" },
+                "ApplyTime@Redfish.AllowableValues": ["Immediate", "OnReset"],
+            }
+        });
+        if hp.targets_settable {
+            v["HttpPushUriTargets"] = json!(m.http_push.targets);
+            v["HttpPushUriTargetsBusy"] = json!(m.http_push.busy);
+        }
+        m.http_push.generation
+    } else {
+        0
+    };
+    let mut resp = ok(v)?;
+    if let Ok(etag) = HeaderValue::from_str(&format!("W/\"{generation}\"")) {
+        resp.headers_mut().insert(header::ETAG, etag);
+    }
+    Ok(resp)
+}
+
+async fn simple_update_action_info(State(s): State<Arc<FleetState>>) -> RfResult {
+    let su = s
+        .scenario
+        .update_service
+        .simple_update
+        .as_ref()
+        .filter(|su| su.described_by == DescribedBy::ActionInfo)
+        .ok_or_else(|| RfError::not_found("ActionInfo"))?;
+    let mut params = vec![
+        json!({"Name": "ImageURI", "Required": true, "DataType": "String"}),
+        json!({"Name": "TransferProtocol", "Required": su.protocol_required, "DataType": "String",
+               "AllowableValues": su.transfer_protocols}),
+    ];
+    if su.accepts_targets {
+        params.push(json!({"Name": "Targets", "Required": false, "DataType": "ObjectArray"}));
+    }
+    let mut v = json!({
+        "@odata.id": "/redfish/v1/UpdateService/SimpleUpdateActionInfo",
+        "@odata.type": "#ActionInfo.v1_3_0.ActionInfo",
+        "Id": "SimpleUpdateActionInfo",
+        "Name": "SimpleUpdate Action Info",
+        "Parameters": params,
+    });
+    if !su.apply_times.is_empty() {
+        v["@Redfish.OperationApplyTimeSupport"] = json!({"SupportedValues": su.apply_times});
+    }
+    ok(v)
+}
+
+#[derive(Deserialize)]
+struct UpdateServicePatch {
+    #[serde(rename = "HttpPushUriTargets", default)]
+    targets: Option<Vec<String>>,
+    #[serde(rename = "HttpPushUriTargetsBusy", default)]
+    busy: Option<bool>,
+    #[serde(rename = "HttpPushUriOptions", default)]
+    options: Option<Value>,
+}
+
+/// PATCH of the UpdateService's `HttpPushUri` settings, conditional on `If-Match` when sent.
+async fn patch_update_service(
+    State(s): State<Arc<FleetState>>,
+    ConnectInfo(c): ConnectInfo<BmcConn>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> RfResult {
+    let node = node_of(&s, &c)?;
+    let Some(hp) = &s.scenario.update_service.http_push else {
+        return Err(RfError::new(
+            StatusCode::BAD_REQUEST,
+            "Base.1.18.PropertyNotWritable",
+            "this UpdateService has no writable properties",
+        ));
+    };
+    let patch: UpdateServicePatch =
+        serde_json::from_slice(&body).map_err(|e| RfError::bad_request(format!("PATCH body: {e}")))?;
+    let mut m = node.lock();
+    if let Some(wanted) = headers.get(header::IF_MATCH).and_then(|v| v.to_str().ok()) {
+        let current = format!("W/\"{}\"", m.http_push.generation);
+        if wanted.trim() != current && wanted.trim() != "*" {
+            return Err(RfError::new(
+                StatusCode::PRECONDITION_FAILED,
+                "Base.1.18.PreconditionFailed",
+                format!("ETag {wanted} does not match the current {current}"),
+            ));
+        }
+    }
+    if let Some(targets) = patch.targets {
+        if !hp.targets_settable {
+            return Err(RfError::new(
+                StatusCode::BAD_REQUEST,
+                "Base.1.18.PropertyUnknown",
+                "HttpPushUriTargets is not a property of this service",
+            ));
+        }
+        update::resolve_targets(&m, &targets).map_err(|e| RfError::bad_request(e.to_string()))?;
+        m.http_push.targets = targets;
+    }
+    if let Some(busy) = patch.busy {
+        m.http_push.busy = busy;
+    }
+    if let Some(apply) = patch
+        .options
+        .as_ref()
+        .and_then(|o| o.pointer("/HttpPushUriApplyTime/ApplyTime"))
+        .and_then(Value::as_str)
+    {
+        m.http_push.apply_immediate = parse_apply_time(Some(apply), &[])?;
+    }
+    m.http_push.generation += 1;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// The raw image POSTed to `HttpPushUri`, applied to the current `HttpPushUriTargets`.
+async fn http_push_update(
+    State(s): State<Arc<FleetState>>,
+    ConnectInfo(c): ConnectInfo<BmcConn>,
+    body: axum::body::Bytes,
+) -> RfResult {
+    let node = node_of(&s, &c)?;
+    if s.scenario.update_service.http_push.is_none() {
+        return Err(RfError::not_found("HttpPushUri"));
+    }
+    let now = s.now();
+    let mut m = node.lock();
+    let requested = m.http_push.targets.clone();
+    let immediate = m.http_push.apply_immediate;
+    let targets = update::resolve_targets(&m, &requested).map_err(|e| RfError::bad_request(e.to_string()))?;
+    refuse_concurrent(&mut m, node, now, &targets)?;
+    let id = update::create_task(&s, node, &mut m, targets, immediate, Some(Ok(body.to_vec())));
+    let task = task_json(&s, node, &mut m, id);
+    drop(m);
+    task_accepted(&s, id, task.unwrap_or(Value::Null))
+}
+
+/// 409 for a second update of components an unfinished update is working on (the way real BMCs
+/// refuse it), and for any update while an untargeted one runs.
+fn refuse_concurrent(
+    m: &mut crate::state::NodeMut,
+    node: &Node,
+    now: DateTime<Utc>,
+    targets: &[usize],
+) -> Result<(), RfError> {
+    node.settle(m, now);
+    let busy = m.tasks.iter().any(|t| {
+        let view = t.view(now, &m.components);
+        matches!(view.state, "New" | "Running")
+            && (t.targets.is_empty() || targets.is_empty() || t.targets.iter().any(|i| targets.contains(i)))
+    });
+    if busy {
+        return Err(RfError::new(
+            StatusCode::CONFLICT,
+            "Update.1.0.UpdateInProgress",
+            "An update is already in progress for these components; try again after it ends.",
+        ));
+    }
+    Ok(())
 }
 
 async fn firmware_inventory(State(s): State<Arc<FleetState>>, ConnectInfo(c): ConnectInfo<BmcConn>) -> RfResult {
@@ -1124,7 +1321,20 @@ struct SimpleUpdateBody {
     apply_time: Option<String>,
 }
 
-fn parse_apply_time(v: Option<&str>) -> Result<bool, RfError> {
+fn parse_apply_time(v: Option<&str>, supported: &[String]) -> Result<bool, RfError> {
+    if let Some(wanted) = v
+        && !supported.is_empty()
+        && !supported.iter().any(|s| s == wanted)
+    {
+        return Err(RfError::new(
+            StatusCode::BAD_REQUEST,
+            "Base.1.18.ActionParameterValueNotInList",
+            format!(
+                "@Redfish.OperationApplyTime '{wanted}' is not supported here ({})",
+                supported.join(", ")
+            ),
+        ));
+    }
     match v {
         None | Some("OnReset") => Ok(false),
         Some("Immediate") => Ok(true),
@@ -1136,10 +1346,16 @@ fn parse_apply_time(v: Option<&str>) -> Result<bool, RfError> {
     }
 }
 
-fn task_accepted(id: u64, body: Value) -> RfResult {
-    let uri = format!("/redfish/v1/TaskService/Tasks/{id}");
+/// The answer to an accepted update, as the platform gives it: a DMTF task monitor, the task itself,
+/// or 204 with nothing to poll.
+fn task_accepted(s: &FleetState, id: u64, body: Value) -> RfResult {
+    let location = match s.scenario.update_service.accepted {
+        AcceptedAs::NoTask => return Ok(StatusCode::NO_CONTENT.into_response()),
+        AcceptedAs::TaskMonitor => format!("/redfish/v1/TaskService/TaskMonitors/{id}"),
+        AcceptedAs::Task => format!("/redfish/v1/TaskService/Tasks/{id}"),
+    };
     let mut resp = (StatusCode::ACCEPTED, Json(body)).into_response();
-    if let Ok(v) = HeaderValue::from_str(&uri) {
+    if let Ok(v) = HeaderValue::from_str(&location) {
         resp.headers_mut().insert(header::LOCATION, v);
     }
     resp.headers_mut()
@@ -1153,8 +1369,25 @@ async fn simple_update(
     body: axum::body::Bytes,
 ) -> RfResult {
     let node = node_of(&s, &c)?;
+    let Some(profile) = &s.scenario.update_service.simple_update else {
+        return Err(RfError::not_found("Action"));
+    };
     let req: SimpleUpdateBody = serde_json::from_slice(&body)
         .map_err(|e| RfError::bad_request(format!("SimpleUpdate body: {e} (ImageURI is required)")))?;
+    if !profile.accepts_targets && !req.targets.is_empty() {
+        return Err(RfError::new(
+            StatusCode::BAD_REQUEST,
+            "Base.1.18.ActionParameterNotSupported",
+            "The parameter Targets for the action SimpleUpdate is not supported on the target resource.",
+        ));
+    }
+    if profile.protocol_required && req.transfer_protocol.is_none() {
+        return Err(RfError::new(
+            StatusCode::BAD_REQUEST,
+            "Base.1.18.ActionParameterMissing",
+            "The action SimpleUpdate requires the parameter TransferProtocol to be present in the request body.",
+        ));
+    }
     if let Some(p) = &req.transfer_protocol
         && !matches!(p.as_str(), "HTTP" | "HTTPS")
     {
@@ -1175,15 +1408,17 @@ async fn simple_update(
             format!("{scheme}://{}", req.image_uri)
         }
     };
-    let immediate = parse_apply_time(req.apply_time.as_deref())?;
+    let immediate = parse_apply_time(req.apply_time.as_deref(), &profile.apply_times)?;
     let (id, body) = {
+        let now = s.now();
         let mut m = node.lock();
         let targets = update::resolve_targets(&m, &req.targets).map_err(|e| RfError::bad_request(e.to_string()))?;
+        refuse_concurrent(&mut m, node, now, &targets)?;
         let id = update::create_task(&s, node, &mut m, targets, immediate, None);
         (id, task_json(&s, node, &mut m, id))
     };
     update::spawn_fetch(s.clone(), node.index, id, uri);
-    task_accepted(id, body.unwrap_or(Value::Null))
+    task_accepted(&s, id, body.unwrap_or(Value::Null))
 }
 
 fn url_scheme(uri: &str) -> Option<&str> {
@@ -1196,6 +1431,9 @@ async fn multipart_update(
     mut multipart: Multipart,
 ) -> RfResult {
     let node = node_of(&s, &c)?;
+    let Some(profile) = s.scenario.update_service.multipart.clone() else {
+        return Err(RfError::not_found("MultipartHttpPushUri"));
+    };
     let mut params: Option<Value> = None;
     let mut image: Option<Vec<u8>> = None;
     loop {
@@ -1232,13 +1470,18 @@ async fn multipart_update(
             ));
         }
     };
-    let immediate = parse_apply_time(params.get("@Redfish.OperationApplyTime").and_then(Value::as_str))?;
+    let immediate = parse_apply_time(
+        params.get("@Redfish.OperationApplyTime").and_then(Value::as_str),
+        &profile.apply_times,
+    )?;
+    let now = s.now();
     let mut m = node.lock();
     let targets = update::resolve_targets(&m, &targets).map_err(|e| RfError::bad_request(e.to_string()))?;
+    refuse_concurrent(&mut m, node, now, &targets)?;
     let id = update::create_task(&s, node, &mut m, targets, immediate, Some(Ok(image)));
     let body = task_json(&s, node, &mut m, id);
     drop(m);
-    task_accepted(id, body.unwrap_or(Value::Null))
+    task_accepted(&s, id, body.unwrap_or(Value::Null))
 }
 
 async fn task_service(State(s): State<Arc<FleetState>>) -> RfResult {
@@ -1279,7 +1522,7 @@ fn task_json(s: &FleetState, node: &Node, m: &mut crate::state::NodeMut, id: u64
         "Exception" => "Critical",
         _ => "OK",
     };
-    let messages: Vec<Value> = view
+    let mut messages: Vec<Value> = view
         .messages
         .iter()
         .map(|(mid, text, sev)| {
@@ -1291,6 +1534,31 @@ fn task_json(s: &FleetState, node: &Node, m: &mut crate::state::NodeMut, id: u64
             })
         })
         .collect();
+    if view
+        .messages
+        .iter()
+        .any(|(mid, _, _)| mid.starts_with("Update.1.0.AwaitToActivate"))
+    {
+        // Base.ResetRequired names the Reset action to POST and the reset type (its MessageArgs),
+        // which is what clients such as Ansible's PerformRequestedOperations act on.
+        let bmc_target = t
+            .targets
+            .iter()
+            .filter_map(|&i| m.components.get(i))
+            .any(|c| c.kind == orchestrator_types::ComponentKind::Bmc);
+        let reset = if bmc_target {
+            "/redfish/v1/Managers/1/Actions/Manager.Reset"
+        } else {
+            "/redfish/v1/Systems/1/Actions/ComputerSystem.Reset"
+        };
+        messages.push(json!({
+            "MessageId": "Base.1.18.ResetRequired",
+            "Message": format!("In order to apply changes, recover from errors, or complete the operation, a component reset is required with the Reset action URI '{reset}' and ResetType 'GracefulRestart'."),
+            "MessageArgs": [reset, "GracefulRestart"],
+            "MessageSeverity": "Warning",
+            "Severity": "Warning",
+        }));
+    }
     let mut v = json!({
         "@odata.id": format!("/redfish/v1/TaskService/Tasks/{id}"),
         "@odata.type": types::TASK,
@@ -1301,6 +1569,7 @@ fn task_json(s: &FleetState, node: &Node, m: &mut crate::state::NodeMut, id: u64
         "PercentComplete": view.percent,
         "StartTime": ts(t.created),
         "Messages": messages,
+        "TaskMonitor": format!("/redfish/v1/TaskService/TaskMonitors/{id}"),
     });
     if let Some(end) = view.end {
         v["EndTime"] = json!(ts(end));
@@ -1318,4 +1587,35 @@ async fn task(
     let mut m = node.lock();
     let v = task_json(&s, node, &mut m, id).ok_or_else(|| RfError::not_found("Task"))?;
     ok(v)
+}
+
+/// The DMTF task monitor: 202 with the task while it runs, then 200 with the finished task. Separate
+/// from the Task resource, which always answers 200.
+async fn task_monitor(
+    State(s): State<Arc<FleetState>>,
+    ConnectInfo(c): ConnectInfo<BmcConn>,
+    Path(id): Path<String>,
+) -> RfResult {
+    let node = node_of(&s, &c)?;
+    let id: u64 = id.parse().map_err(|_| RfError::not_found("TaskMonitor"))?;
+    let mut m = node.lock();
+    let v = task_json(&s, node, &mut m, id).ok_or_else(|| RfError::not_found("TaskMonitor"))?;
+    let running = matches!(
+        v["TaskState"].as_str(),
+        Some("New" | "Running" | "Starting" | "Pending")
+    );
+    let status = if running { StatusCode::ACCEPTED } else { StatusCode::OK };
+    let mut resp = (status, Json(v)).into_response();
+    resp.headers_mut()
+        .insert("OData-Version", HeaderValue::from_static("4.0"));
+    if running {
+        resp.headers_mut().insert(
+            header::LOCATION,
+            HeaderValue::from_str(&format!("/redfish/v1/TaskService/TaskMonitors/{id}"))
+                .unwrap_or_else(|_| HeaderValue::from_static("/redfish/v1/TaskService")),
+        );
+        resp.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    }
+    Ok(resp)
 }

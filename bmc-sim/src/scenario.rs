@@ -14,6 +14,8 @@ use std::time::Duration;
 use orchestrator_types::ComponentKind;
 use serde::Deserialize;
 
+use crate::platform::UpdateServiceProfile;
+
 /// Why a scenario was rejected. Every variant names the offending key path so a human can fix the file.
 #[derive(Debug, thiserror::Error)]
 pub enum ScenarioError {
@@ -178,6 +180,12 @@ struct RawScenario {
     bmc_faults: RawFaults,
     #[serde(default)]
     dcgm: crate::dcgm::RawDcgm,
+    /// A built-in platform profile (`bmc-sim/profiles/`): inventory layout and UpdateService.
+    #[serde(default)]
+    platform: Option<String>,
+    /// Overrides the platform's UpdateService.
+    #[serde(default)]
+    update_service: Option<UpdateServiceProfile>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -195,6 +203,7 @@ struct RawFleet {
     nodes_per_nvlink_domain: Option<i64>,
     #[serde(default = "default_name_prefix")]
     name_prefix: String,
+    #[serde(default)]
     components: Vec<RawComponent>,
 }
 
@@ -210,7 +219,7 @@ fn default_name_prefix() -> String {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawComponent {
+pub(crate) struct RawComponent {
     id: String,
     kind: String,
     version: String,
@@ -323,6 +332,10 @@ pub struct Scenario {
     pub bmc_faults: BmcFaults,
     /// The simulated dcgm-exporter's baselines and settings (`dcgm:`, every key optional).
     pub dcgm: crate::dcgm::DcgmSpec,
+    /// The platform profile the scenario named, if any.
+    pub platform: Option<String>,
+    /// How the UpdateService behaves (the platform's, the scenario's override, or the default).
+    pub update_service: UpdateServiceProfile,
 }
 
 /// Fleet shape.
@@ -613,12 +626,26 @@ fn validate(raw: RawScenario) -> Result<Scenario, ScenarioError> {
         Some(v) => Some(count_at("fleet.nodes_per_nvlink_domain", v, 1)?),
         None => None,
     };
-    if f.components.is_empty() {
+    let profile = match &raw.platform {
+        Some(name) => Some(crate::platform::built_in(name).map_err(|reason| invalid("platform", reason))?),
+        None => None,
+    };
+    // The scenario's own components win; a platform supplies them otherwise.
+    let raw_components = match &profile {
+        Some(p) if f.components.is_empty() => &p.components,
+        _ => &f.components,
+    };
+    if raw_components.is_empty() {
         return Err(invalid("fleet.components", "at least one component is needed"));
     }
+    let update_service = raw
+        .update_service
+        .clone()
+        .or_else(|| profile.as_ref().and_then(|p| p.update_service.clone()))
+        .unwrap_or_default();
     let mut components = Vec::new();
     let mut seen = BTreeSet::new();
-    for (i, c) in f.components.iter().enumerate() {
+    for (i, c) in raw_components.iter().enumerate() {
         let path = format!("fleet.components[{i}]");
         let kind = parse_kind(&format!("{path}.kind"), &c.kind)?;
         if c.version.trim().is_empty() {
@@ -764,6 +791,8 @@ fn validate(raw: RawScenario) -> Result<Scenario, ScenarioError> {
     }
 
     Ok(Scenario {
+        platform: raw.platform.clone(),
+        update_service,
         seed: raw.seed,
         fleet: FleetSpec {
             nodes,

@@ -217,7 +217,7 @@ impl TaskRec {
                         if !self.immediate {
                             msgs.extend(targets.iter().map(|t| {
                                 (
-                                    "Update.1.0.AwaitingActivation",
+                                    "Update.1.0.AwaitToActivate",
                                     format!(
                                         "Awaiting for an action to proceed with activating image '{version}' on '{t}'."
                                     ),
@@ -298,6 +298,17 @@ pub(crate) struct NodeMut {
     /// Host reboot in progress until this instant.
     pub reboot_until: Option<DateTime<Utc>>,
     pub events: EventCache,
+    /// The UpdateService's global `HttpPushUri` settings.
+    pub http_push: HttpPushSettings,
+}
+
+/// `HttpPushUriTargets` and its reservation flag, with the generation that makes the ETag.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct HttpPushSettings {
+    pub targets: Vec<String>,
+    pub busy: bool,
+    pub apply_immediate: bool,
+    pub generation: u64,
 }
 
 /// One simulated BMC.

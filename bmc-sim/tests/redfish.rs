@@ -34,11 +34,16 @@ async fn simple_update(h: &Harness, node: usize, uri: &str, targets: Value) -> S
         )
         .await;
     assert_eq!(resp.status(), StatusCode::ACCEPTED);
-    resp.headers()
+    let monitor = resp
+        .headers()
         .get("Location")
         .and_then(|v| v.to_str().ok())
         .expect("task monitor in Location")
-        .to_owned()
+        .to_owned();
+    assert!(monitor.contains("/TaskMonitors/"), "{monitor}");
+    // The task monitor is not the task: the body carries the Task resource.
+    let task: Value = resp.json().await.expect("task body");
+    task["@odata.id"].as_str().expect("task @odata.id").to_owned()
 }
 
 async fn multipart_update(h: &Harness, node: usize, params: Value, image: Vec<u8>) -> reqwest::Response {
@@ -202,7 +207,18 @@ async fn simple_update_activates_only_after_system_reset() {
     assert_eq!(t["PercentComplete"], 100);
     let ids = message_ids(&t);
     assert!(ids.contains(&"Update.1.0.UpdateSuccessful".to_owned()), "{ids:?}");
-    assert!(ids.contains(&"Update.1.0.AwaitingActivation".to_owned()), "{ids:?}");
+    assert!(ids.contains(&"Update.1.0.AwaitToActivate".to_owned()), "{ids:?}");
+    // Base.ResetRequired names the Reset action and the reset type, which clients POST.
+    let reset_required = t["Messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["MessageId"] == "Base.1.18.ResetRequired")
+        .expect("ResetRequired");
+    assert_eq!(
+        reset_required["MessageArgs"],
+        json!(["/redfish/v1/Systems/1/Actions/ComputerSystem.Reset", "GracefulRestart"])
+    );
 
     // Flashed but not active: inventory still shows the old version, the control API shows it pending.
     assert_eq!(h.version(0, "HGX_FW_GPU_3").await, "96.00.5E.00.01");
@@ -317,25 +333,29 @@ async fn corrupt_wrong_sku_and_wrong_target_images_end_in_exception() {
     let bmc_img = image::build(ComponentKind::Bmc, BMC_NEW, &[SKU], b"payload");
     let base = serve_images(vec![("/corrupt.bin", corrupt.clone()), ("/sku.bin", wrong_sku.clone())]).await;
 
-    let cases: Vec<(&str, String, &str)> = vec![
+    // One node each: a second update of the same components while one runs is refused with 409.
+    let cases: Vec<(&str, usize, String, &str)> = vec![
         (
             "corrupt (simple)",
+            0,
             simple_update(&h, 0, &format!("{base}/corrupt.bin"), json!([])).await,
             "checksum",
         ),
         (
             "wrong sku (simple)",
-            simple_update(&h, 0, &format!("{base}/sku.bin"), json!([])).await,
+            1,
+            simple_update(&h, 1, &format!("{base}/sku.bin"), json!([])).await,
             "not applicable",
         ),
         (
             "missing image",
-            simple_update(&h, 0, &format!("{base}/missing.bin"), json!([])).await,
+            2,
+            simple_update(&h, 2, &format!("{base}/missing.bin"), json!([])).await,
             "HTTP 404",
         ),
     ];
-    for (what, loc, needle) in cases {
-        let t = wait_task_state(&h, 0, &loc, &["Exception", "Completed"]).await;
+    for (what, node, loc, needle) in cases {
+        let t = wait_task_state(&h, node, &loc, &["Exception", "Completed"]).await;
         assert_eq!(t["TaskState"], "Exception", "{what}: {t}");
         let msg = t["Messages"][0]["Message"].as_str().unwrap_or_default();
         assert!(msg.contains(needle), "{what}: {msg}");
@@ -770,4 +790,93 @@ async fn https_with_generated_ca() {
     let plain = reqwest::Client::new();
     assert!(plain.get(&url).send().await.is_err());
     h.fleet.shutdown().await;
+}
+
+#[tokio::test]
+async fn task_monitor_answers_202_while_running_then_200_and_a_second_update_is_409() {
+    let h = start(SMALL).await;
+    let base = serve_images(vec![("/gpu.bin", gpu_image(GPU_NEW))]).await;
+    let resp = h
+        .post_json(
+            0,
+            "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate",
+            json!({"ImageURI": format!("{base}/gpu.bin"), "Targets": []}),
+        )
+        .await;
+    assert_eq!(resp.status(), StatusCode::ACCEPTED);
+    let monitor = resp.headers()["Location"].to_str().unwrap().to_owned();
+    let task: Value = resp.json().await.unwrap();
+    let task_uri = task["@odata.id"].as_str().unwrap().to_owned();
+    assert_ne!(monitor, task_uri, "the monitor is not the task");
+    let running = h.get(0, &monitor).await;
+    assert_eq!(running.status(), StatusCode::ACCEPTED);
+    assert_eq!(h.get(0, &task_uri).await.status(), StatusCode::OK);
+
+    let again = h
+        .post_json(
+            0,
+            "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate",
+            json!({"ImageURI": format!("{base}/gpu.bin"), "Targets": []}),
+        )
+        .await;
+    assert_eq!(again.status(), StatusCode::CONFLICT);
+
+    let t = wait_task_state(&h, 0, &task_uri, &["New", "Running"]).await;
+    assert_eq!(t["TaskMonitor"], json!(monitor));
+    h.advance(SimDuration::minutes(10));
+    let done = h.get(0, &monitor).await;
+    assert_eq!(done.status(), StatusCode::OK);
+    let body: Value = done.json().await.unwrap();
+    assert_eq!(body["TaskState"], "Completed", "{body}");
+}
+
+#[tokio::test]
+async fn hgx_profile_refuses_targets_on_simple_update_and_guards_http_push_targets_with_etags() {
+    let yaml = SMALL.replace("seed: 42", "seed: 42\nplatform: hgx-h100").replace(
+        "  components:\n    - {id: BMC_Firmware, kind: bmc, version: \"24.04.1\"}\n    - {id: \"HGX_FW_GPU_{0..7}\", kind: gpu, version: \"96.00.5E.00.01\"}\n    - {id: BIOS, kind: bios, version: \"1.2.3\"}\n",
+        "",
+    );
+    assert!(
+        yaml.contains("platform: hgx-h100") && !yaml.contains("HGX_FW_GPU_{0..7}"),
+        "{yaml}"
+    );
+    let h = start(&yaml).await;
+    let svc = h.get(0, "/redfish/v1/UpdateService").await;
+    let etag = svc.headers()["ETag"].to_str().unwrap().to_owned();
+    let svc: Value = svc.json().await.unwrap();
+    assert!(svc["HttpPushUriTargets"].is_array(), "{svc}");
+    let info_uri = svc["Actions"]["#UpdateService.SimpleUpdate"]["@Redfish.ActionInfo"]
+        .as_str()
+        .expect("ActionInfo link")
+        .to_owned();
+    let info = h.get_json(0, &info_uri).await;
+    let names: Vec<&str> = info["Parameters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["Name"].as_str())
+        .collect();
+    assert!(!names.contains(&"Targets"), "{names:?}");
+
+    let refused = h
+        .post_json(
+            0,
+            "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate",
+            json!({"ImageURI": "http://127.0.0.1:1/x", "TransferProtocol": "HTTP",
+                   "Targets": ["/redfish/v1/UpdateService/FirmwareInventory/HGX_FW_GPU_SXM_1"]}),
+        )
+        .await;
+    assert_eq!(refused.status(), StatusCode::BAD_REQUEST);
+
+    let patch = |etag: String| {
+        h.http
+            .patch(h.url(0, "/redfish/v1/UpdateService"))
+            .basic_auth(common::USER, Some(common::PASS))
+            .header("If-Match", etag)
+            .json(&json!({"HttpPushUriTargets": ["/redfish/v1/UpdateService/FirmwareInventory/HGX_FW_GPU_SXM_1"]}))
+            .send()
+    };
+    assert_eq!(patch(etag.clone()).await.unwrap().status(), StatusCode::NO_CONTENT);
+    // The same ETag again is stale now: 412, the setting is not overwritten.
+    assert_eq!(patch(etag).await.unwrap().status(), StatusCode::PRECONDITION_FAILED);
 }

@@ -1,4 +1,6 @@
-//! DMTF's redfish-service-validator against one simulated BMC must report no failures.
+//! DMTF's redfish-service-validator against one simulated BMC must report no failures, for the
+//! default layout and for the platform profiles named in `BMC_SIM_VALIDATOR_PLATFORMS`
+//! (comma-separated; CI's default is `default,hgx-h100`; `bmc-sim/validate-profiles.sh` runs all).
 //!
 //! The validator normally downloads the DMTF schema bundle from dmtf.org; offline, it reads the CSDL files
 //! shipped in the `nv-redfish-schema` crate (`--schema_directory ... --skipschema`). Install the validator
@@ -54,8 +56,41 @@ fn fail_count(output: &str) -> Option<u64> {
         .filter(|_| cells.first().is_some_and(|&pass| pass > 0))
 }
 
+/// The small scenario on one node, on `platform` (its own components replaced by the profile's).
+fn scenario_for(platform: &str) -> String {
+    let one = SMALL.replace("nodes: 4", "nodes: 1");
+    if platform == "default" {
+        return one;
+    }
+    let mut out = String::new();
+    let mut in_components = false;
+    for line in one.lines() {
+        if line.starts_with("  components:") {
+            in_components = true;
+            continue;
+        }
+        if in_components && line.starts_with("    - ") {
+            continue;
+        }
+        in_components = false;
+        out.push_str(line);
+        out.push('\n');
+        if line.starts_with("seed:") {
+            out.push_str(&format!("platform: {platform}\n"));
+        }
+    }
+    out
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redfish_service_validator_reports_no_failures() {
+    let platforms = std::env::var("BMC_SIM_VALIDATOR_PLATFORMS").unwrap_or_else(|_| "default,hgx-h100".to_string());
+    for platform in platforms.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        validate(platform).await;
+    }
+}
+
+async fn validate(platform: &str) {
     let Some(validator) = find_on_path(VALIDATOR) else {
         if std::env::var("WAVEGUARD_REQUIRE_ALL").as_deref() == Ok("1") {
             panic!("{VALIDATOR} is not installed (run bmc-sim/ci-setup.sh) and WAVEGUARD_REQUIRE_ALL=1");
@@ -70,7 +105,7 @@ async fn redfish_service_validator_reports_no_failures() {
     assert!(copied > 100, "expected the DMTF CSDL bundle, found {copied} files");
     let logs = tempfile::tempdir().expect("tempdir");
 
-    let h = start(&SMALL.replace("nodes: 4", "nodes: 1")).await;
+    let h = start(&scenario_for(platform)).await;
     // Give the validator more to look at: a finished and a failed update task, and hours of event log.
     let img = image::build(ComponentKind::Gpu, "96.00.61.00.01", &[SKU], b"payload");
     let corrupt = b"not an image".to_vec();
@@ -86,7 +121,9 @@ async fn redfish_service_validator_reports_no_failures() {
             .send()
             .await
             .expect("push");
-        assert_eq!(r.status(), 202);
+        assert_eq!(r.status(), 202, "{platform}");
+        // Let it finish: a second update of the same components while one runs is refused (409).
+        h.advance(SimDuration::hours(1));
     }
     h.advance(SimDuration::hours(6));
 
@@ -137,11 +174,11 @@ async fn redfish_service_validator_reports_no_failures() {
                 }
             }
             panic!(
-                "validator ({authtype}) status {:?}, FAIL count {fails:?}\n{text}\n--- failures ---\n{detail}",
+                "validator ({platform}, {authtype}) status {:?}, FAIL count {fails:?}\n{text}\n--- failures ---\n{detail}",
                 out.status
             );
         }
-        eprintln!("redfish-service-validator ({authtype}): no failures");
+        eprintln!("redfish-service-validator ({platform}, {authtype}): no failures");
     }
     h.fleet.shutdown().await;
 }
@@ -159,4 +196,20 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
         }
     }
     out
+}
+
+#[test]
+fn every_platform_scenario_parses_with_the_profile_layout() {
+    for platform in bmc_sim::platform::built_in_names() {
+        let yaml = scenario_for(platform);
+        let scenario = bmc_sim::Scenario::from_yaml_str(&yaml).unwrap_or_else(|e| panic!("{platform}: {e}\n{yaml}"));
+        assert_eq!(scenario.platform.as_deref(), Some(platform));
+        assert!(
+            !scenario
+                .fleet
+                .components
+                .iter()
+                .any(|c| c.id == "HGX_FW_GPU_0" && platform == "hgx-h100")
+        );
+    }
 }

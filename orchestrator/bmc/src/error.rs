@@ -170,6 +170,41 @@ pub enum BmcError {
         feature: String,
     },
 
+    /// A read went past one of the bounds in [`crate::limits`] (bytes, pages, requests or time, per
+    /// response or per operation). The BMC is broken or hostile; what was read is discarded.
+    #[error("BMC {endpoint}: {operation} went past its {limit} bound ({detail})")]
+    ReadLimit {
+        /// BMC base URL.
+        endpoint: String,
+        /// What was being read (`firmware inventory`, `sensors`, `event log`, a request path).
+        operation: String,
+        /// Which bound: `response_bytes`, `bytes`, `pages`, `requests` or `time`.
+        limit: &'static str,
+        /// The figures.
+        detail: String,
+    },
+
+    /// No update path the BMC offers can do this update safely (e.g. a targeted GPU update where the
+    /// only path cannot restrict targets). Nothing was sent.
+    #[error("BMC {endpoint} offers no update path for this update: {reasons}")]
+    NoUpdatePath {
+        /// BMC base URL.
+        endpoint: String,
+        /// One reason per path considered.
+        reasons: String,
+    },
+
+    /// The controller could not download the image it was to push to the BMC.
+    #[error("cannot download image {image_uri} to push to BMC {endpoint}: {reason}")]
+    ImageUnavailable {
+        /// BMC base URL.
+        endpoint: String,
+        /// The image URI (never carries credentials: release URIs are refused with user info).
+        image_uri: String,
+        /// What went wrong.
+        reason: String,
+    },
+
     /// The endpoint configuration is unusable (bad URL, unreadable CA bundle...).
     #[error("invalid BMC configuration for {endpoint}: {reason}")]
     Config {
@@ -193,7 +228,11 @@ impl BmcError {
             BmcError::Unreachable { .. }
             | BmcError::Unavailable { .. }
             | BmcError::Timeout { .. }
-            | BmcError::TaskTimeout { .. } => true,
+            | BmcError::TaskTimeout { .. }
+            // The image server may be back next pass; nothing reached the BMC.
+            | BmcError::ImageUnavailable { .. } => true,
+            // A slow BMC may be faster next time; one that sends too much will send too much again.
+            BmcError::ReadLimit { limit, .. } => *limit == "time",
             // A 500 from a BMC is very often a busy or restarting web server rather than a real fault.
             BmcError::Rejected { status, .. } => matches!(status, 500 | 502 | 504),
             BmcError::AuthFailed { .. }
@@ -202,6 +241,7 @@ impl BmcError {
             | BmcError::Protocol { .. }
             | BmcError::OutcomeUnknown { .. }
             | BmcError::Unsupported { .. }
+            | BmcError::NoUpdatePath { .. }
             | BmcError::Config { .. } => false,
         }
     }
@@ -221,6 +261,9 @@ impl BmcError {
             BmcError::OutcomeUnknown { .. } => "outcome_unknown",
             BmcError::Unsupported { .. } => "unsupported",
             BmcError::Config { .. } => "config",
+            BmcError::ReadLimit { .. } => "read_limit",
+            BmcError::NoUpdatePath { .. } => "no_update_path",
+            BmcError::ImageUnavailable { .. } => "image_unavailable",
         }
     }
 }

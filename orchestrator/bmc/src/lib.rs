@@ -42,9 +42,11 @@
 mod config;
 mod discovery;
 mod error;
+pub mod limits;
 mod redfish_bmc;
 mod transport;
 mod types;
+mod update;
 
 use std::fmt;
 use std::time::Duration;
@@ -62,6 +64,10 @@ pub use transport::HttpClients;
 pub use types::{
     ApplyTime, EventBatch, EventCursor, EventLogEntry, FirmwareComponent, ResetTarget, SensorKind, SensorReading,
     ServiceInfo, TaskHandle, TaskMessage, TaskState, TaskStatus, UpdateMethod, UpdateRequest,
+};
+pub use update::{
+    PushCaps, SimpleUpdateCaps, UpdateCapabilities, UpdateIntent, UpdatePath, UpdatePlan, UpdateRefusal,
+    choose_update_path,
 };
 
 /// The Redfish `ResetType`s the engine uses.

@@ -13,30 +13,46 @@ use tokio::sync::OnceCell;
 
 use crate::config::{BmcEndpoint, RetryPolicy};
 use crate::error::BmcError;
+use crate::limits::{MAX_COLLECTION_PAGES, ReadBudget};
 use crate::transport::{Body, Call, HttpClients, Response, Transport};
 use crate::types::{
-    EventBatch, EventCursor, EventLogEntry, FirmwareComponent, ResetTarget, SensorKind, SensorReading, ServiceInfo,
-    TaskHandle, TaskMessage, TaskState, TaskStatus, UpdateMethod, UpdateRequest,
+    ApplyTime, EventBatch, EventCursor, EventLogEntry, FirmwareComponent, ResetTarget, SensorKind, SensorReading,
+    ServiceInfo, TaskHandle, TaskMessage, TaskState, TaskStatus, UpdateMethod, UpdateRequest,
 };
+use crate::update::{PushCaps, SimpleUpdateCaps, UpdateCapabilities, UpdateIntent, UpdatePath, choose_update_path};
 use crate::{Bmc, ResetKind};
 
 /// How many member GETs one BMC gets at once when a collection lists links only. BMC web servers are
 /// small embedded processes; more parallelism mostly earns 503s.
 pub(crate) const PER_BMC_FETCH_CONCURRENCY: usize = 2;
 
-/// Upper bound on `@odata.nextLink` pages followed, so a BMC with a looping link cannot hold a worker.
-const MAX_COLLECTION_PAGES: usize = 64;
-
+// Fixed paths, used only where the service root does not link the resource (the documented
+// fallback: every path below is the DMTF-recommended one, which most services use).
+const SERVICE_ROOT: &str = "/redfish/v1";
 const UPDATE_SERVICE: &str = "/redfish/v1/UpdateService";
 const FIRMWARE_INVENTORY: &str = "/redfish/v1/UpdateService/FirmwareInventory";
-const TASKS: &str = "/redfish/v1/TaskService/Tasks";
 const SIMPLE_UPDATE: &str = "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate";
+
+/// A push accepted without a task is tracked by reading the inventory; its handle is this URN (stored
+/// by the engine like any task URI), carrying the apply time and the versions before the push.
+const INVENTORY_WATCH: &str = "urn:waveguard:inventory-watch";
+
+/// Where the service's own links lead, read once per BMC from the service root.
+#[derive(Debug, Clone)]
+struct ServiceLinks {
+    update_service: String,
+    /// `TaskService.Tasks`; `None` when the service has no TaskService.
+    tasks: Option<String>,
+    systems: String,
+    chassis: String,
+    managers: String,
+}
 
 /// The UpdateService facts an update needs, read once per BMC.
 #[derive(Debug, Clone)]
 struct UpdateServiceInfo {
-    simple_update_target: String,
-    multipart_push_uri: Option<String>,
+    firmware_inventory: String,
+    caps: UpdateCapabilities,
 }
 
 /// A [`Bmc`] reached over Redfish HTTP(S).
@@ -46,6 +62,7 @@ struct UpdateServiceInfo {
 #[derive(Debug)]
 pub struct RedfishBmc {
     transport: Transport,
+    links: OnceCell<ServiceLinks>,
     update_service: OnceCell<UpdateServiceInfo>,
     event_log_entries: OnceCell<String>,
 }
@@ -55,50 +72,178 @@ impl RedfishBmc {
     pub fn new(endpoint: &BmcEndpoint, clients: &HttpClients) -> Result<Self, BmcError> {
         Ok(Self {
             transport: Transport::new(endpoint, clients)?,
+            links: OnceCell::new(),
             update_service: OnceCell::new(),
             event_log_entries: OnceCell::new(),
         })
     }
 
-    async fn update_service(&self) -> Result<&UpdateServiceInfo, BmcError> {
-        self.update_service
+    /// Every update path this BMC offers, as read from its UpdateService (cached).
+    pub async fn update_capabilities(&self) -> Result<UpdateCapabilities, BmcError> {
+        Ok(self.update_service().await?.caps.clone())
+    }
+
+    async fn links(&self) -> Result<&ServiceLinks, BmcError> {
+        self.links
             .get_or_try_init(|| async {
-                let svc: Value = self.transport.get_json(UPDATE_SERVICE).await?;
-                let simple_update_target = svc
-                    .pointer("/Actions/#UpdateService.SimpleUpdate/target")
-                    .and_then(Value::as_str)
-                    .unwrap_or(SIMPLE_UPDATE)
-                    .to_string();
-                let multipart_push_uri = svc
-                    .get("MultipartHttpPushUri")
-                    .and_then(Value::as_str)
-                    .filter(|s| !s.is_empty())
-                    .map(str::to_string);
-                Ok(UpdateServiceInfo {
-                    simple_update_target,
-                    multipart_push_uri,
+                let root: Value = match self.transport.get_json(SERVICE_ROOT).await {
+                    Ok(root) => root,
+                    // A service root that is missing is broken, but its resources may still be at
+                    // the DMTF paths: the documented fallback.
+                    Err(BmcError::Rejected { status: 404, .. }) => {
+                        return Ok(ServiceLinks {
+                            update_service: UPDATE_SERVICE.to_string(),
+                            tasks: Some("/redfish/v1/TaskService/Tasks".to_string()),
+                            systems: "/redfish/v1/Systems".to_string(),
+                            chassis: "/redfish/v1/Chassis".to_string(),
+                            managers: "/redfish/v1/Managers".to_string(),
+                        });
+                    }
+                    Err(err) => return Err(err),
+                };
+                let link = |key: &str, fallback: &str| {
+                    root.pointer(&format!("/{key}/@odata.id"))
+                        .and_then(Value::as_str)
+                        .unwrap_or(fallback)
+                        .to_string()
+                };
+                // The ServiceRoot schema names the TaskService link `Tasks`; some services say
+                // `TaskService`.
+                let task_service = root
+                    .pointer("/Tasks/@odata.id")
+                    .or_else(|| root.pointer("/TaskService/@odata.id"))
+                    .and_then(Value::as_str);
+                let tasks = match task_service {
+                    None => None,
+                    Some(task_service) => {
+                        let doc: Value = self.transport.get_json(task_service).await?;
+                        Some(
+                            doc.pointer("/Tasks/@odata.id")
+                                .and_then(Value::as_str)
+                                .map(str::to_string)
+                                .unwrap_or_else(|| format!("{}/Tasks", task_service.trim_end_matches('/'))),
+                        )
+                    }
+                };
+                Ok(ServiceLinks {
+                    update_service: link("UpdateService", UPDATE_SERVICE),
+                    tasks,
+                    systems: link("Systems", "/redfish/v1/Systems"),
+                    chassis: link("Chassis", "/redfish/v1/Chassis"),
+                    managers: link("Managers", "/redfish/v1/Managers"),
                 })
             })
             .await
     }
 
+    async fn update_service(&self) -> Result<&UpdateServiceInfo, BmcError> {
+        self.update_service
+            .get_or_try_init(|| async {
+                let uri = self.links().await?.update_service.clone();
+                let svc: Value = match self.transport.get_json(&uri).await {
+                    Ok(svc) => svc,
+                    // No UpdateService document: no advertised path, inventory at the DMTF path.
+                    Err(BmcError::Rejected { status: 404, .. }) => Value::Null,
+                    Err(err) => return Err(err),
+                };
+                let firmware_inventory = svc
+                    .pointer("/FirmwareInventory/@odata.id")
+                    .and_then(Value::as_str)
+                    .unwrap_or(FIRMWARE_INVENTORY)
+                    .to_string();
+                let simple_update = match svc.pointer("/Actions/#UpdateService.SimpleUpdate") {
+                    Some(action) => Some(self.simple_update_caps(action).await?),
+                    None => None,
+                };
+                let multipart = non_empty_str(svc.get("MultipartHttpPushUri")).map(|push_uri| PushCaps {
+                    uri: push_uri,
+                    // A property annotation on the URI, or one on the service itself.
+                    apply_times: apply_time_support(
+                        svc.get("MultipartHttpPushUri@Redfish.OperationApplyTimeSupport")
+                            .or_else(|| svc.get("@Redfish.OperationApplyTimeSupport")),
+                    ),
+                    targets_settable: true,
+                });
+                let http_push = non_empty_str(svc.get("HttpPushUri")).map(|push_uri| PushCaps {
+                    uri: push_uri,
+                    apply_times: svc
+                        .pointer("/HttpPushUriOptions/HttpPushUriApplyTime/ApplyTime@Redfish.AllowableValues")
+                        .map(|v| apply_time_list(Some(v)))
+                        .unwrap_or_default(),
+                    targets_settable: svc.get("HttpPushUriTargets").is_some(),
+                });
+                Ok(UpdateServiceInfo {
+                    firmware_inventory,
+                    caps: UpdateCapabilities {
+                        simple_update,
+                        multipart,
+                        http_push,
+                        max_image_bytes: svc.get("MaxImageSizeBytes").and_then(Value::as_u64),
+                    },
+                })
+            })
+            .await
+    }
+
+    /// The SimpleUpdate action as this BMC describes it: inline annotations first (Dell-style), then
+    /// the `@Redfish.ActionInfo` resource, which also says whether `Targets` is a parameter at all.
+    async fn simple_update_caps(&self, action: &Value) -> Result<SimpleUpdateCaps, BmcError> {
+        let mut caps = SimpleUpdateCaps {
+            target: non_empty_str(action.get("target")).unwrap_or_else(|| SIMPLE_UPDATE.to_string()),
+            protocols: string_list(action.get("TransferProtocol@Redfish.AllowableValues")),
+            protocol_required: false,
+            accepts_targets: None,
+            apply_times: apply_time_support(action.get("@Redfish.OperationApplyTimeSupport")),
+        };
+        if let Some(info_uri) = action.get("@Redfish.ActionInfo").and_then(Value::as_str) {
+            let info: Value = self.transport.get_json(info_uri).await?;
+            if let Some(params) = info.get("Parameters").and_then(Value::as_array) {
+                let named = |name: &str| {
+                    params
+                        .iter()
+                        .find(|p| p.get("Name").and_then(Value::as_str) == Some(name))
+                };
+                caps.accepts_targets = Some(named("Targets").is_some());
+                if let Some(tp) = named("TransferProtocol") {
+                    caps.protocol_required = tp.get("Required").and_then(Value::as_bool).unwrap_or(false);
+                    if caps.protocols.is_empty() {
+                        caps.protocols = string_list(tp.get("AllowableValues"));
+                    }
+                }
+            }
+        }
+        Ok(caps)
+    }
+
     /// All members of a collection, following `Members@odata.nextLink`. Members are returned as the
     /// BMC sent them: full objects on BMCs that expand, bare `@odata.id` links on the others.
-    async fn collection_members(&self, uri: &str) -> Result<Vec<Value>, BmcError> {
+    ///
+    /// Bounded by `budget` (bytes, requests, time) and [`MAX_COLLECTION_PAGES`]; a `nextLink` that
+    /// names a page already read is an error at its first repeat, so a looping service costs one
+    /// extra request, not thousands.
+    async fn collection_members(&self, uri: &str, budget: &ReadBudget) -> Result<Vec<Value>, BmcError> {
         let mut members = Vec::new();
         let mut next = Some(uri.to_string());
-        let mut pages = 0;
+        let mut seen = std::collections::HashSet::new();
         while let Some(page_uri) = next.take() {
-            pages += 1;
-            if pages > MAX_COLLECTION_PAGES {
-                tracing::warn!(
-                    endpoint = self.transport.label(),
-                    uri,
-                    "collection paging limit reached"
-                );
-                break;
+            if !seen.insert(page_uri.clone()) {
+                return Err(BmcError::Protocol {
+                    endpoint: self.transport.label().to_string(),
+                    method: "GET".to_string(),
+                    path: uri.to_string(),
+                    status: None,
+                    reason: format!("Members@odata.nextLink repeats page {page_uri}: the collection loops"),
+                    body_snippet: String::new(),
+                });
             }
-            let resp = self.get_ok(&page_uri).await?;
+            if seen.len() > MAX_COLLECTION_PAGES {
+                return Err(budget.exceeded(
+                    self.transport.label(),
+                    "pages",
+                    format!("{uri} has more than {MAX_COLLECTION_PAGES} pages"),
+                ));
+            }
+            let resp = self.get_ok_in(&page_uri, budget).await?;
             let page: Collection<Value> = self.transport.decode(&resp)?;
             next = page.next_link().map(str::to_string);
             members.extend(page.members);
@@ -113,11 +258,12 @@ impl RedfishBmc {
         members: Vec<Value>,
         inline_key: &str,
         path: &str,
+        budget: &ReadBudget,
     ) -> Result<Vec<T>, BmcError> {
         stream::iter(members)
             .map(|member| async move {
                 if member.get(inline_key).is_some() {
-                    return serde_json::from_value::<T>(member.clone()).map_err(|e| BmcError::Protocol {
+                    return serde_json::from_value::<T>(member).map_err(|e| BmcError::Protocol {
                         endpoint: self.transport.label().to_string(),
                         method: "GET".to_string(),
                         path: path.to_string(),
@@ -134,21 +280,31 @@ impl RedfishBmc {
                     reason: "collection member without @odata.id".to_string(),
                     body_snippet: String::new(),
                 })?;
-                self.transport.get_json::<T>(uri).await
+                self.get_json_in::<T>(uri, budget).await
             })
             .buffered(PER_BMC_FETCH_CONCURRENCY)
             .try_collect()
             .await
     }
 
-    async fn get_ok(&self, uri: &str) -> Result<Response, BmcError> {
+    /// A GET counted against an operation's budget.
+    async fn get_ok_in(&self, uri: &str, budget: &ReadBudget) -> Result<Response, BmcError> {
+        budget.before_request(self.transport.label())?;
         let resp = self.transport.send(self.transport.get_call(uri)).await?;
+        budget.charge(self.transport.label(), resp.body.len())?;
         self.transport.expect_success(resp)
+    }
+
+    async fn get_json_in<T: DeserializeOwned>(&self, uri: &str, budget: &ReadBudget) -> Result<T, BmcError> {
+        let resp = self.get_ok_in(uri, budget).await?;
+        self.transport.decode(&resp)
     }
 
     /// The `@odata.id` of the member with `id` (or of the first member) of a top-level collection.
     async fn pick_member(&self, collection: &str, id: Option<&str>) -> Result<String, BmcError> {
-        let members = self.collection_members(collection).await?;
+        let members = self
+            .collection_members(collection, &ReadBudget::new("collection listing"))
+            .await?;
         let uris: Vec<&str> = members.iter().filter_map(odata_id).collect();
         let found = match id {
             Some(id) => uris
@@ -165,20 +321,22 @@ impl RedfishBmc {
     async fn event_log_entries_uri(&self) -> Result<&String, BmcError> {
         self.event_log_entries
             .get_or_try_init(|| async {
-                for collection in ["/redfish/v1/Systems", "/redfish/v1/Managers"] {
-                    let Ok(owner) = self.pick_member(collection, None).await else {
+                let links = self.links().await?;
+                let budget = ReadBudget::new("event log discovery");
+                for collection in [links.systems.clone(), links.managers.clone()] {
+                    let Ok(owner) = self.pick_member(&collection, None).await else {
                         continue;
                     };
-                    let owner_doc: Value = self.transport.get_json(&owner).await?;
+                    let owner_doc: Value = self.get_json_in(&owner, &budget).await?;
                     let Some(services_uri) = owner_doc.pointer("/LogServices/@odata.id").and_then(Value::as_str) else {
                         continue;
                     };
-                    let services = self.collection_members(services_uri).await?;
+                    let services = self.collection_members(services_uri, &budget).await?;
                     let mut uris: Vec<&str> = services.iter().filter_map(odata_id).collect();
                     // Prefer the event log over SEL/crash-dump style services.
                     uris.sort_by_key(|u| !u.to_ascii_lowercase().ends_with("eventlog"));
                     let Some(service_uri) = uris.first() else { continue };
-                    let service: Value = self.transport.get_json(service_uri).await?;
+                    let service: Value = self.get_json_in(service_uri, &budget).await?;
                     let entries = service
                         .pointer("/Entries/@odata.id")
                         .and_then(Value::as_str)
@@ -192,6 +350,240 @@ impl RedfishBmc {
                 })
             })
             .await
+    }
+
+    async fn simple_update(
+        &self,
+        target: &str,
+        image_uri: &str,
+        transfer_protocol: Option<String>,
+        apply_time: Option<ApplyTime>,
+        request: &UpdateRequest,
+    ) -> Result<Response, BmcError> {
+        let mut req = SimpleUpdateRequest::new(image_uri.to_string()).targets(request.targets.iter().cloned());
+        if let Some(protocol) = transfer_protocol {
+            req = req.transfer_protocol(protocol);
+        }
+        if let Some(force) = request.force_update {
+            req = req.force_update(force);
+        }
+        let mut body = serde_json::to_value(&req).map_err(|e| BmcError::Config {
+            endpoint: self.transport.label().to_string(),
+            reason: "cannot encode SimpleUpdate request".to_string(),
+            source: Some(Box::new(e)),
+        })?;
+        if let (Some(apply), Some(obj)) = (apply_time, body.as_object_mut()) {
+            obj.insert("@Redfish.OperationApplyTime".into(), apply.as_str().into());
+        }
+        self.post_action(target, Body::json(&body), self.transport.timeouts.request)
+            .await
+    }
+
+    async fn multipart_push(
+        &self,
+        push_uri: &str,
+        image: bytes::Bytes,
+        filename: &str,
+        apply_time: Option<ApplyTime>,
+        request: &UpdateRequest,
+    ) -> Result<Response, BmcError> {
+        let mut params = serde_json::json!({ "Targets": request.targets });
+        if let Some(obj) = params.as_object_mut() {
+            if let Some(apply) = apply_time {
+                obj.insert("@Redfish.OperationApplyTime".into(), apply.as_str().into());
+            }
+            if let Some(force) = request.force_update {
+                obj.insert("ForceUpdate".into(), force.into());
+            }
+        }
+        let body = Body::Multipart {
+            params: params.to_string().into(),
+            image,
+            filename: filename.to_string(),
+        };
+        self.post_action(push_uri, body, self.transport.timeouts.upload).await
+    }
+
+    /// The older `HttpPushUri`: targets are a global setting of the UpdateService, so they are set by
+    /// a PATCH conditional on the ETag just read (a 412 means another client changed them: nothing is
+    /// pushed), reserved with `HttpPushUriTargetsBusy`, and refused while someone else holds them.
+    async fn http_push(
+        &self,
+        info: &UpdateServiceInfo,
+        push_uri: &str,
+        image: bytes::Bytes,
+        apply_time: Option<ApplyTime>,
+        request: &UpdateRequest,
+    ) -> Result<Response, BmcError> {
+        let service_uri = self.links().await?.update_service.clone();
+        let targeted = !request.targets.is_empty();
+        if targeted || apply_time.is_some() {
+            let resp = self.get_ok_in(&service_uri, &ReadBudget::new("update service")).await?;
+            let svc: Value = self.transport.decode(&resp)?;
+            if svc.get("HttpPushUriTargetsBusy").and_then(Value::as_bool) == Some(true) {
+                return Err(BmcError::Unavailable {
+                    endpoint: self.transport.label().to_string(),
+                    method: "PATCH".to_string(),
+                    path: service_uri,
+                    status: 409,
+                    retry_after: None,
+                    attempts: 0,
+                });
+            }
+            let etag = resp.headers.get(reqwest::header::ETAG).cloned();
+            let mut patch = serde_json::Map::new();
+            if targeted && info.caps.http_push.as_ref().is_some_and(|h| h.targets_settable) {
+                patch.insert("HttpPushUriTargets".into(), request.targets.clone().into());
+                patch.insert("HttpPushUriTargetsBusy".into(), true.into());
+            }
+            if let Some(apply) = apply_time
+                && svc.pointer("/HttpPushUriOptions/HttpPushUriApplyTime").is_some()
+            {
+                patch.insert(
+                    "HttpPushUriOptions".into(),
+                    serde_json::json!({ "HttpPushUriApplyTime": { "ApplyTime": apply.as_str() } }),
+                );
+            }
+            if !patch.is_empty() {
+                let call = Call {
+                    method: Method::PATCH,
+                    uri: service_uri.clone(),
+                    body: Body::json(&Value::Object(patch)),
+                    // Setting the same values twice is harmless.
+                    idempotent: true,
+                    timeout: self.transport.timeouts.request,
+                    retry: self.transport.retry,
+                    if_match: etag,
+                };
+                let resp = self.transport.send(call).await?;
+                self.transport.expect_success(resp)?;
+            }
+        }
+        let pushed = self
+            .post_action(push_uri, Body::Octet(image), self.transport.timeouts.upload)
+            .await;
+        if targeted {
+            // Release the reservation whatever happened; a failure here only delays the next push.
+            let call = Call {
+                method: Method::PATCH,
+                uri: service_uri,
+                body: Body::json(&serde_json::json!({ "HttpPushUriTargetsBusy": false })),
+                idempotent: true,
+                timeout: self.transport.timeouts.request,
+                retry: self.transport.retry,
+                if_match: None,
+            };
+            if let Err(err) = self.transport.send(call).await {
+                tracing::warn!(endpoint = self.transport.label(), error = %err, "cannot release HttpPushUriTargets");
+            }
+        }
+        pushed
+    }
+
+    /// [`UpdateMethod::FromImageUri`]: choose the path from the BMC's capabilities, send, and turn the
+    /// answer into a handle (a task, a task monitor, or an inventory watch when there is no task).
+    async fn update_from_uri(
+        &self,
+        info: &UpdateServiceInfo,
+        request: &UpdateRequest,
+        image_uri: &str,
+        forced: Option<UpdatePath>,
+        strict_apply_time: bool,
+    ) -> Result<TaskHandle, BmcError> {
+        let intent = UpdateIntent {
+            targeted: !request.targets.is_empty(),
+            apply_time: request.apply_time,
+            strict_apply_time,
+            forced,
+            image_scheme: url::Url::parse(image_uri).ok().map(|u| u.scheme().to_string()),
+        };
+        let plan = choose_update_path(&info.caps, &intent).map_err(|refusal| BmcError::NoUpdatePath {
+            endpoint: self.transport.label().to_string(),
+            reasons: refusal.to_string(),
+        })?;
+        if let Some(note) = &plan.note {
+            tracing::info!(endpoint = self.transport.label(), path = %plan.path, note, "update path chosen");
+        }
+        // Versions before the push: if the BMC answers without a task, the inventory is the only way
+        // to see the update land.
+        let before = self.firmware_inventory().await?;
+        let image_limit = info
+            .caps
+            .max_image_bytes
+            .and_then(|n| usize::try_from(n).ok())
+            .unwrap_or(usize::MAX)
+            .min(crate::limits::MAX_PUSH_IMAGE_BYTES);
+        let filename = image_uri
+            .rsplit('/')
+            .next()
+            .filter(|n| !n.is_empty())
+            .unwrap_or("firmware.bin")
+            .to_string();
+        let resp = match plan.path {
+            UpdatePath::SimpleUpdate => {
+                let target = info
+                    .caps
+                    .simple_update
+                    .as_ref()
+                    .map_or(SIMPLE_UPDATE, |su| su.target.as_str());
+                self.simple_update(
+                    target,
+                    image_uri,
+                    plan.transfer_protocol.clone(),
+                    plan.apply_time,
+                    request,
+                )
+                .await?
+            }
+            UpdatePath::MultipartPush => {
+                let uri = info.caps.multipart.as_ref().map(|m| m.uri.clone()).unwrap_or_default();
+                let image = self.transport.fetch_image(image_uri, image_limit).await?;
+                self.multipart_push(&uri, image, &filename, plan.apply_time, request)
+                    .await?
+            }
+            UpdatePath::HttpPush => {
+                let uri = info.caps.http_push.as_ref().map(|m| m.uri.clone()).unwrap_or_default();
+                let image = self.transport.fetch_image(image_uri, image_limit).await?;
+                self.http_push(info, &uri, image, plan.apply_time, request).await?
+            }
+        };
+        if let Some(handle) = self.task_handle_from(&resp)? {
+            return Ok(handle);
+        }
+        Ok(TaskHandle {
+            monitor_uri: inventory_watch_uri(plan.apply_time, &request.targets, &before),
+            task_uri: None,
+        })
+    }
+
+    /// A push accepted without a task: staged-for-reset updates are done being accepted (the reset
+    /// activates them); immediate ones are done when every target's version differs from before.
+    async fn poll_inventory_watch(&self, uri: &str) -> Result<TaskStatus, BmcError> {
+        let watch = parse_inventory_watch(uri);
+        if watch.apply != Some(ApplyTime::Immediate) {
+            return Ok(TaskStatus {
+                state: TaskState::Completed,
+                percent_complete: None,
+                messages: Vec::new(),
+            });
+        }
+        let now = self.firmware_inventory().await?;
+        let changed = |(target, before): &(String, String)| {
+            now.iter()
+                .find(|c| &c.uri == target)
+                .is_some_and(|c| c.version.as_deref().unwrap_or_default() != before)
+        };
+        let done = match (watch.targets.is_empty(), watch.any) {
+            (true, _) => false,
+            // Untargeted: the BMC chose; any entry that moved is the update landing.
+            (false, true) => watch.targets.iter().any(changed),
+            (false, false) => watch.targets.iter().all(changed),
+        };
+        Ok(TaskStatus {
+            state: if done { TaskState::Completed } else { TaskState::Running },
+            percent_complete: None,
+            messages: Vec::new(),
+        })
     }
 
     fn task_status_from(&self, resp: &Response, uri: &str) -> Result<TaskStatus, BmcError> {
@@ -232,11 +624,14 @@ impl RedfishBmc {
         })
     }
 
-    fn task_handle_from(&self, resp: &Response) -> Result<TaskHandle, BmcError> {
+    /// Where to follow an accepted update or reset: the `Location` task monitor (DMTF pattern), else
+    /// a Task in the body. `None`: the BMC accepted it without a task (200/204 on many BMCs).
+    fn task_handle_from(&self, resp: &Response) -> Result<Option<TaskHandle>, BmcError> {
         let location = resp
             .headers
             .get(reqwest::header::LOCATION)
             .and_then(|v| v.to_str().ok())
+            .filter(|v| !v.is_empty())
             .map(str::to_string);
         let body: Option<Value> = serde_json::from_slice(&resp.body).ok();
         let task_uri = body
@@ -244,17 +639,14 @@ impl RedfishBmc {
             .filter(|b| b.get("TaskState").is_some())
             .and_then(|b| odata_id(b))
             .map(str::to_string);
-        match (location, task_uri) {
-            (Some(monitor_uri), task_uri) => Ok(TaskHandle { monitor_uri, task_uri }),
-            (None, Some(task_uri)) => Ok(TaskHandle {
+        Ok(match (location, task_uri) {
+            (Some(monitor_uri), task_uri) => Some(TaskHandle { monitor_uri, task_uri }),
+            (None, Some(task_uri)) => Some(TaskHandle {
                 monitor_uri: task_uri.clone(),
                 task_uri: Some(task_uri),
             }),
-            (None, None) => Err(self.transport.protocol(
-                resp,
-                "update accepted without a task monitor (no Location, no Task body)",
-            )),
-        }
+            (None, None) => None,
+        })
     }
 
     async fn post_action(&self, uri: &str, body: Body, timeout: Duration) -> Result<Response, BmcError> {
@@ -266,6 +658,7 @@ impl RedfishBmc {
             idempotent: false,
             timeout,
             retry: self.transport.retry,
+            if_match: None,
         };
         let resp = self.transport.send(call).await?;
         self.transport.expect_success(resp)
@@ -290,6 +683,7 @@ impl Bmc for RedfishBmc {
                 deadline: self.transport.timeouts.probe,
                 ..RetryPolicy::no_retries()
             },
+            if_match: None,
         };
         let resp = self.transport.send_anonymous(call).await?;
         let resp = self.transport.expect_success(resp)?;
@@ -301,15 +695,17 @@ impl Bmc for RedfishBmc {
     }
 
     async fn firmware_inventory(&self) -> Result<Vec<FirmwareComponent>, BmcError> {
-        let members = self.collection_members(FIRMWARE_INVENTORY).await?;
-        let items: Vec<SoftwareInventory> = self.expand_members(members, "Version", FIRMWARE_INVENTORY).await?;
+        let inventory_uri = self.update_service().await?.firmware_inventory.clone();
+        let budget = ReadBudget::new("firmware inventory");
+        let members = self.collection_members(&inventory_uri, &budget).await?;
+        let items: Vec<SoftwareInventory> = self.expand_members(members, "Version", &inventory_uri, &budget).await?;
         items
             .into_iter()
             .map(|item| {
                 let uri = item.odata_id.clone().ok_or_else(|| BmcError::Protocol {
                     endpoint: self.transport.label().to_string(),
                     method: "GET".to_string(),
-                    path: FIRMWARE_INVENTORY.to_string(),
+                    path: inventory_uri.clone(),
                     status: None,
                     reason: format!("inventory item {:?} has no @odata.id", item.id),
                     body_snippet: String::new(),
@@ -322,7 +718,7 @@ impl Bmc for RedfishBmc {
                         .to_string()
                 });
                 Ok(FirmwareComponent {
-                    id,
+                    id: stable_inventory_id(&id),
                     uri,
                     version: item.version,
                     updateable: item.updateable.unwrap_or(false),
@@ -350,72 +746,74 @@ impl Bmc for RedfishBmc {
                 image_uri,
                 transfer_protocol,
             } => {
-                let mut req = SimpleUpdateRequest::new(image_uri.clone()).targets(request.targets.iter().cloned());
-                if let Some(protocol) = transfer_protocol {
-                    req = req.transfer_protocol(protocol.clone());
-                }
-                if let Some(force) = request.force_update {
-                    req = req.force_update(force);
-                }
-                let mut body = serde_json::to_value(&req).map_err(|e| BmcError::Config {
-                    endpoint: self.transport.label().to_string(),
-                    reason: "cannot encode SimpleUpdate request".to_string(),
-                    source: Some(Box::new(e)),
-                })?;
-                if let (Some(apply), Some(obj)) = (request.apply_time, body.as_object_mut()) {
-                    obj.insert("@Redfish.OperationApplyTime".into(), apply.as_str().into());
-                }
-                self.post_action(
-                    &info.simple_update_target,
-                    Body::json(&body),
-                    self.transport.timeouts.request,
+                let target = info
+                    .caps
+                    .simple_update
+                    .as_ref()
+                    .map_or(SIMPLE_UPDATE, |su| su.target.as_str());
+                self.simple_update(
+                    target,
+                    image_uri,
+                    transfer_protocol.clone(),
+                    request.apply_time,
+                    request,
                 )
                 .await?
             }
             UpdateMethod::MultipartPush { image, filename } => {
-                let push_uri = info
-                    .multipart_push_uri
-                    .as_deref()
-                    .ok_or_else(|| BmcError::Unsupported {
-                        endpoint: self.transport.label().to_string(),
-                        feature: "multipart HTTP push (no MultipartHttpPushUri)".to_string(),
-                    })?;
-                let mut params = serde_json::json!({ "Targets": request.targets });
-                if let Some(obj) = params.as_object_mut() {
-                    if let Some(apply) = request.apply_time {
-                        obj.insert("@Redfish.OperationApplyTime".into(), apply.as_str().into());
-                    }
-                    if let Some(force) = request.force_update {
-                        obj.insert("ForceUpdate".into(), force.into());
-                    }
-                }
-                let body = Body::Multipart {
-                    params: params.to_string().into(),
-                    image: image.clone(),
-                    filename: filename.clone(),
-                };
-                self.post_action(push_uri, body, self.transport.timeouts.upload).await?
+                let push_uri = info.caps.multipart.as_ref().ok_or_else(|| BmcError::Unsupported {
+                    endpoint: self.transport.label().to_string(),
+                    feature: "multipart HTTP push (no MultipartHttpPushUri)".to_string(),
+                })?;
+                self.multipart_push(&push_uri.uri, image.clone(), filename, request.apply_time, request)
+                    .await?
+            }
+            UpdateMethod::FromImageUri {
+                image_uri,
+                forced,
+                strict_apply_time,
+            } => {
+                return self
+                    .update_from_uri(&info, request, image_uri, *forced, *strict_apply_time)
+                    .await;
             }
         };
-        self.task_handle_from(&resp)
+        self.task_handle_from(&resp)?.ok_or_else(|| {
+            self.transport.protocol(
+                &resp,
+                "update accepted without a task monitor (no Location, no Task body)",
+            )
+        })
     }
 
     async fn list_tasks(&self) -> Result<Vec<String>, BmcError> {
-        let members = self.collection_members(TASKS).await?;
+        let Some(tasks) = self.links().await?.tasks.clone() else {
+            // The engine then resolves an ambiguous push from the inventory instead.
+            return Err(BmcError::Unsupported {
+                endpoint: self.transport.label().to_string(),
+                feature: "a TaskService (the service root links none)".to_string(),
+            });
+        };
+        let budget = ReadBudget::new("task list");
+        let members = self.collection_members(&tasks, &budget).await?;
         Ok(members.iter().filter_map(odata_id).map(str::to_string).collect())
     }
 
     async fn poll_task(&self, task: &TaskHandle) -> Result<TaskStatus, BmcError> {
         let uri = task.poll_uri();
+        if uri.starts_with(INVENTORY_WATCH) {
+            return self.poll_inventory_watch(uri).await;
+        }
         let resp = self.transport.send(self.transport.get_call(uri)).await?;
         let resp = self.transport.expect_success(resp)?;
         self.task_status_from(&resp, uri)
     }
 
     async fn reset(&self, target: &ResetTarget, kind: ResetKind) -> Result<Option<TaskHandle>, BmcError> {
+        let links = self.links().await?;
         let (collection, id, action) = match target {
-            ResetTarget::Manager(id) => ("/redfish/v1/Managers", id.as_deref(), "#Manager.Reset"),
-            ResetTarget::System(id) => ("/redfish/v1/Systems", id.as_deref(), "#ComputerSystem.Reset"),
+            ResetTarget::Manager(id) => (links.managers.as_str(), id.as_deref(), "#Manager.Reset"),
+            ResetTarget::System(id) => (links.systems.as_str(), id.as_deref(), "#ComputerSystem.Reset"),
         };
         let member = self.pick_member(collection, id).await?;
         let doc: Value = self.transport.get_json(&member).await?;
@@ -429,18 +827,20 @@ impl Bmc for RedfishBmc {
             .post_action(&action_uri, Body::json(&body), self.transport.timeouts.request)
             .await?;
         if resp.status == StatusCode::ACCEPTED {
-            Ok(self.task_handle_from(&resp).ok())
+            Ok(self.task_handle_from(&resp).ok().flatten())
         } else {
             Ok(None)
         }
     }
 
     async fn read_sensors(&self) -> Result<Vec<SensorReading>, BmcError> {
-        let chassis = self.collection_members("/redfish/v1/Chassis").await?;
+        let chassis_uri = self.links().await?.chassis.clone();
+        let budget = ReadBudget::new("sensors");
+        let chassis = self.collection_members(&chassis_uri, &budget).await?;
         let mut readings = Vec::new();
         for member in chassis {
             let Some(chassis_uri) = odata_id(&member) else { continue };
-            let doc: Value = self.transport.get_json(chassis_uri).await?;
+            let doc: Value = self.get_json_in(chassis_uri, &budget).await?;
             let chassis_id = doc
                 .get("Id")
                 .and_then(Value::as_str)
@@ -449,8 +849,8 @@ impl Bmc for RedfishBmc {
             let Some(sensors_uri) = doc.pointer("/Sensors/@odata.id").and_then(Value::as_str) else {
                 continue;
             };
-            let members = self.collection_members(sensors_uri).await?;
-            let sensors: Vec<Sensor> = self.expand_members(members, "Reading", sensors_uri).await?;
+            let members = self.collection_members(sensors_uri, &budget).await?;
+            let sensors: Vec<Sensor> = self.expand_members(members, "Reading", sensors_uri, &budget).await?;
             readings.extend(sensors.into_iter().map(|s| {
                 let physical_context = s
                     .extra
@@ -478,8 +878,9 @@ impl Bmc for RedfishBmc {
 
     async fn read_events(&self, since: &EventCursor) -> Result<EventBatch, BmcError> {
         let entries_uri = self.event_log_entries_uri().await?.clone();
-        let members = self.collection_members(&entries_uri).await?;
-        let raw: Vec<LogEntry> = self.expand_members(members, "Created", &entries_uri).await?;
+        let budget = ReadBudget::new("event log");
+        let members = self.collection_members(&entries_uri, &budget).await?;
+        let raw: Vec<LogEntry> = self.expand_members(members, "Created", &entries_uri, &budget).await?;
         let mut skipped_malformed = 0;
         let mut entries: Vec<EventLogEntry> = raw
             .into_iter()
@@ -578,5 +979,169 @@ fn natural_id_cmp(a: &str, b: &str) -> std::cmp::Ordering {
     match (a.parse::<u64>(), b.parse::<u64>()) {
         (Ok(x), Ok(y)) => x.cmp(&y),
         _ => a.cmp(b),
+    }
+}
+
+/// Dell puts the version into inventory ids (`Installed-<ComponentID>-<Version>__<FQDD>`), so the id
+/// of a component changes with every flash and the post-flash read-back would not find it. The
+/// version is dropped (`Installed-<ComponentID>__<FQDD>`): the ComponentID and FQDD identify the
+/// component. Other ids are returned unchanged.
+pub(crate) fn stable_inventory_id(id: &str) -> String {
+    let Some((left, fqdd)) = id.split_once("__") else {
+        return id.to_string();
+    };
+    let Some((state, rest)) = left.split_once('-') else {
+        return id.to_string();
+    };
+    let Some((component, version)) = rest.split_once('-') else {
+        return id.to_string();
+    };
+    let dell_state = matches!(state, "Installed" | "Previous" | "Current" | "Available");
+    if dell_state && !component.is_empty() && component.bytes().all(|b| b.is_ascii_digit()) && !version.is_empty() {
+        format!("{state}-{component}__{fqdd}")
+    } else {
+        id.to_string()
+    }
+}
+
+fn non_empty_str(v: Option<&Value>) -> Option<String> {
+    v.and_then(Value::as_str)
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+}
+
+/// `@Redfish.OperationApplyTimeSupport` → its `SupportedValues` the driver knows.
+fn apply_time_support(annotation: Option<&Value>) -> Vec<ApplyTime> {
+    apply_time_list(annotation.and_then(|a| a.get("SupportedValues")))
+}
+
+fn apply_time_list(values: Option<&Value>) -> Vec<ApplyTime> {
+    string_list(values).iter().filter_map(|v| ApplyTime::parse(v)).collect()
+}
+
+/// What an inventory-watch handle carries.
+#[derive(Debug, Default, PartialEq)]
+struct InventoryWatch {
+    apply: Option<ApplyTime>,
+    /// `(inventory URI, version before the push)`.
+    targets: Vec<(String, String)>,
+    /// Untargeted: done when any entry changed.
+    any: bool,
+}
+
+fn inventory_watch_uri(apply: Option<ApplyTime>, targets: &[String], before: &[FirmwareComponent]) -> String {
+    let mut query = url::form_urlencoded::Serializer::new(String::new());
+    if let Some(apply) = apply {
+        query.append_pair("apply", apply.as_str());
+    }
+    let watched: Vec<&FirmwareComponent> = if targets.is_empty() {
+        query.append_pair("any", "1");
+        before.iter().filter(|c| c.updateable).collect()
+    } else {
+        before.iter().filter(|c| targets.contains(&c.uri)).collect()
+    };
+    for c in watched {
+        query.append_pair("t", &c.uri);
+        query.append_pair("v", c.version.as_deref().unwrap_or_default());
+    }
+    format!("{INVENTORY_WATCH}?{}", query.finish())
+}
+
+fn parse_inventory_watch(uri: &str) -> InventoryWatch {
+    let query = uri.split_once('?').map_or("", |(_, q)| q);
+    let mut watch = InventoryWatch::default();
+    let mut pending: Option<String> = None;
+    for (key, value) in url::form_urlencoded::parse(query.as_bytes()) {
+        match key.as_ref() {
+            "apply" => watch.apply = ApplyTime::parse(&value),
+            "any" => watch.any = value == "1",
+            "t" => pending = Some(value.into_owned()),
+            "v" => {
+                if let Some(t) = pending.take() {
+                    watch.targets.push((t, value.into_owned()));
+                }
+            }
+            _ => {}
+        }
+    }
+    watch
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn comp(id: &str, version: &str) -> FirmwareComponent {
+        FirmwareComponent {
+            id: id.into(),
+            uri: format!("/redfish/v1/UpdateService/FirmwareInventory/{id}"),
+            version: Some(version.into()),
+            updateable: true,
+            software_id: None,
+            state: None,
+            health: None,
+            lowest_supported_version: None,
+        }
+    }
+
+    #[test]
+    fn inventory_watch_round_trips_targets_versions_and_apply_time() {
+        let before = vec![
+            comp("HGX_FW_GPU_SXM_1", "1.0 & b"),
+            comp("HGX_FW_ERoT_GPU_SXM_1", "2.0"),
+        ];
+        let uri = inventory_watch_uri(
+            Some(ApplyTime::Immediate),
+            &["/redfish/v1/UpdateService/FirmwareInventory/HGX_FW_GPU_SXM_1".into()],
+            &before,
+        );
+        assert!(uri.starts_with(INVENTORY_WATCH), "{uri}");
+        let watch = parse_inventory_watch(&uri);
+        assert_eq!(watch.apply, Some(ApplyTime::Immediate));
+        assert!(!watch.any);
+        assert_eq!(
+            watch.targets,
+            vec![(before[0].uri.clone(), "1.0 & b".to_string())],
+            "only the target is watched, with its version intact"
+        );
+        let untargeted = parse_inventory_watch(&inventory_watch_uri(None, &[], &before));
+        assert!(untargeted.any && untargeted.apply.is_none());
+        assert_eq!(untargeted.targets.len(), 2);
+    }
+
+    #[test]
+    fn dell_version_bearing_ids_become_stable_and_others_stay() {
+        assert_eq!(
+            stable_inventory_id("Installed-25227-6.10.30.00__iDRAC.Embedded.1-1"),
+            "Installed-25227__iDRAC.Embedded.1-1"
+        );
+        assert_eq!(
+            stable_inventory_id("Installed-25227-7.00.00.00__iDRAC.Embedded.1-1"),
+            stable_inventory_id("Installed-25227-6.10.30.00__iDRAC.Embedded.1-1"),
+            "the same component before and after a flash"
+        );
+        assert_eq!(
+            stable_inventory_id("Previous-159-2.19.1__BIOS.Setup.1-1"),
+            "Previous-159__BIOS.Setup.1-1"
+        );
+        for unchanged in [
+            "HGX_FW_GPU_SXM_1",
+            "Installed-25227__iDRAC.Embedded.1-1",
+            "a-b-c__d",
+            "BMC_Firmware",
+        ] {
+            assert_eq!(stable_inventory_id(unchanged), unchanged);
+        }
+    }
+
+    #[test]
+    fn apply_time_annotations_parse_known_values_only() {
+        let v = serde_json::json!({ "SupportedValues": ["Immediate", "AtMaintenanceWindowStart", "OnReset"] });
+        assert_eq!(
+            apply_time_support(Some(&v)),
+            vec![ApplyTime::Immediate, ApplyTime::OnReset]
+        );
+        assert!(apply_time_support(None).is_empty());
     }
 }

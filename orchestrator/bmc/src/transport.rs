@@ -7,6 +7,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
+use base64::Engine as _;
+use base64::prelude::BASE64_STANDARD;
 use bytes::{Bytes, BytesMut};
 use reqwest::header::{HeaderMap, HeaderValue, RETRY_AFTER};
 use reqwest::{Method, StatusCode};
@@ -18,9 +20,7 @@ use url::Url;
 use crate::config::{AuthMode, BmcEndpoint, Credentials, RetryPolicy, Timeouts, TlsTrust};
 use crate::error::{BmcError, redacted_snippet};
 
-/// Largest response body accepted. Redfish resources are kilobytes; a BMC streaming more is broken
-/// (or hostile) and must not exhaust the controller's memory.
-const MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
+use crate::limits::MAX_RESPONSE_BYTES;
 
 /// How long an idle pooled connection is kept. BMC web servers drop idle connections after ~60 s;
 /// reusing a connection they already closed costs a failed attempt, so stay below that. Shorter
@@ -105,6 +105,8 @@ fn build_client(tls: &TlsTrust, connect_timeout: Duration, label: &str) -> Resul
 pub(crate) enum Body {
     Empty,
     Json(Bytes),
+    /// A raw image for `HttpPushUri`.
+    Octet(Bytes),
     Multipart {
         params: Bytes,
         image: Bytes,
@@ -129,6 +131,25 @@ pub(crate) struct Call {
     pub idempotent: bool,
     pub timeout: Duration,
     pub retry: RetryPolicy,
+    /// `If-Match` for a conditional PATCH (the ETag read before it).
+    pub if_match: Option<HeaderValue>,
+}
+
+/// Why one attempt produced no usable response.
+#[derive(Debug)]
+enum AttemptError {
+    Http(reqwest::Error),
+    /// The body went past [`MAX_RESPONSE_BYTES`].
+    TooLarge {
+        status: StatusCode,
+        detail: String,
+    },
+}
+
+impl From<reqwest::Error> for AttemptError {
+    fn from(err: reqwest::Error) -> Self {
+        AttemptError::Http(err)
+    }
 }
 
 /// A response with its body read.
@@ -218,6 +239,7 @@ impl Transport {
             idempotent: true,
             timeout: self.timeouts.request,
             retry: self.retry,
+            if_match: None,
         }
     }
 
@@ -278,6 +300,7 @@ impl Transport {
             idempotent: true,
             timeout: self.timeouts.request,
             retry: RetryPolicy::no_retries(),
+            if_match: None,
         };
         let resp = self.execute(&call, Some(&header)).await?;
         // 404: the session already expired, which is the state we wanted.
@@ -336,8 +359,20 @@ impl Transport {
             idempotent: true,
             timeout: self.timeouts.request,
             retry: self.retry,
+            if_match: None,
         };
         let resp = self.execute(&call, None).await?;
+        if matches!(resp.status, StatusCode::NOT_FOUND | StatusCode::METHOD_NOT_ALLOWED) {
+            // Not a credentials problem: this service has no session login at all.
+            return Err(BmcError::Unsupported {
+                endpoint: self.label.clone(),
+                feature: format!(
+                    "session login (POST /redfish/v1/SessionService/Sessions answered HTTP {}); \
+                     set this BMC's auth mode to basic",
+                    resp.status.as_u16()
+                ),
+            });
+        }
         if matches!(
             resp.status,
             StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN | StatusCode::BAD_REQUEST
@@ -409,7 +444,19 @@ impl Transport {
             attempt += 1;
             let remaining = deadline.saturating_duration_since(Instant::now());
             let per_try = call.timeout.min(remaining).max(Duration::from_millis(1));
-            let outcome = self.attempt(call, &url, auth, per_try).await;
+            let outcome = match self.attempt(call, &url, auth, per_try).await {
+                Ok(resp) => Ok(resp),
+                Err(AttemptError::Http(err)) => Err(err),
+                Err(AttemptError::TooLarge { status, detail }) => {
+                    // Not retried: the same BMC would send the same flood again.
+                    return Err(BmcError::ReadLimit {
+                        endpoint: self.label.clone(),
+                        operation: format!("{} {path} (HTTP {})", call.method, status.as_u16()),
+                        limit: "response_bytes",
+                        detail,
+                    });
+                }
+            };
             let retries_left = attempt <= call.retry.max_retries;
             match outcome {
                 Ok(resp) if is_busy(resp.status) => {
@@ -479,7 +526,7 @@ impl Transport {
         url: &Url,
         auth: Option<&(reqwest::header::HeaderName, HeaderValue)>,
         timeout: Duration,
-    ) -> Result<Response, reqwest::Error> {
+    ) -> Result<Response, AttemptError> {
         let mut req = self
             .http
             .request(call.method.clone(), url.clone())
@@ -488,10 +535,16 @@ impl Transport {
         if let Some((name, value)) = auth {
             req = req.header(name.clone(), value.clone());
         }
+        if let Some(etag) = &call.if_match {
+            req = req.header(reqwest::header::IF_MATCH, etag.clone());
+        }
         req = match &call.body {
             Body::Empty => req,
             Body::Json(bytes) => req
                 .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(bytes.clone()),
+            Body::Octet(bytes) => req
+                .header(reqwest::header::CONTENT_TYPE, "application/octet-stream")
                 .body(bytes.clone()),
             Body::Multipart {
                 params,
@@ -512,11 +565,22 @@ impl Transport {
         let mut resp = req.send().await?;
         let status = resp.status();
         let headers = resp.headers().clone();
-        let mut body = BytesMut::new();
+        // Reserve what the BMC announces (within the bound) so the buffer does not double past it.
+        let announced = resp.content_length().and_then(|n| usize::try_from(n).ok()).unwrap_or(0);
+        if announced > MAX_RESPONSE_BYTES {
+            return Err(AttemptError::TooLarge {
+                status,
+                detail: format!("Content-Length {announced}, bound {MAX_RESPONSE_BYTES}"),
+            });
+        }
+        let mut body = BytesMut::with_capacity(announced);
         while let Some(chunk) = resp.chunk().await? {
             if body.len() + chunk.len() > MAX_RESPONSE_BYTES {
-                // Keep what fits: the caller will see a truncated (hence malformed) body and say so.
-                break;
+                // Refused, not truncated: a cut document would fail later with a misleading reason.
+                return Err(AttemptError::TooLarge {
+                    status,
+                    detail: format!("more than {MAX_RESPONSE_BYTES} bytes"),
+                });
             }
             body.extend_from_slice(&chunk);
         }
@@ -527,6 +591,42 @@ impl Transport {
             method: call.method.clone(),
             path: url.path().to_string(),
         })
+    }
+
+    /// Downloads an image the controller is to push, without any BMC credential (the image server is
+    /// another host), refusing more than `limit` bytes.
+    pub(crate) async fn fetch_image(&self, image_uri: &str, limit: usize) -> Result<Bytes, BmcError> {
+        let unavailable = |reason: String| BmcError::ImageUnavailable {
+            endpoint: self.label.clone(),
+            image_uri: image_uri.to_string(),
+            reason,
+        };
+        let url = Url::parse(image_uri).map_err(|e| unavailable(format!("not a URL: {e}")))?;
+        if !url.username().is_empty() || url.password().is_some() {
+            return Err(unavailable("the image URI carries credentials".to_string()));
+        }
+        let mut resp = self
+            .http
+            .get(url)
+            .timeout(self.timeouts.upload)
+            .send()
+            .await
+            .map_err(|e| unavailable(e.to_string()))?;
+        if !resp.status().is_success() {
+            return Err(unavailable(format!("HTTP {}", resp.status().as_u16())));
+        }
+        let announced = resp.content_length().and_then(|n| usize::try_from(n).ok()).unwrap_or(0);
+        if announced > limit {
+            return Err(unavailable(format!("{announced} bytes, bound {limit}")));
+        }
+        let mut body = BytesMut::with_capacity(announced);
+        while let Some(chunk) = resp.chunk().await.map_err(|e| unavailable(e.to_string()))? {
+            if body.len() + chunk.len() > limit {
+                return Err(unavailable(format!("more than {limit} bytes")));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(body.freeze())
     }
 
     /// Turns a non-2xx response into `Rejected`.
@@ -578,7 +678,7 @@ impl Transport {
 
 fn basic_header(credentials: &Credentials) -> HeaderValue {
     let raw = format!("{}:{}", credentials.username(), credentials.password());
-    let mut value = HeaderValue::from_str(&format!("Basic {}", base64_encode(raw.as_bytes())))
+    let mut value = HeaderValue::from_str(&format!("Basic {}", BASE64_STANDARD.encode(raw.as_bytes())))
         .unwrap_or_else(|_| HeaderValue::from_static("Basic"));
     value.set_sensitive(true);
     value
@@ -590,24 +690,6 @@ fn token_header(token: &SecretString) -> HeaderValue {
     let mut value = HeaderValue::from_str(token.expose_secret()).unwrap_or_else(|_| HeaderValue::from_static(""));
     value.set_sensitive(true);
     value
-}
-
-/// Standard base64 (RFC 4648) for the Basic header; a dozen lines instead of another dependency.
-fn base64_encode(input: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::with_capacity(input.len().div_ceil(3) * 4);
-    for chunk in input.chunks(3) {
-        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(char::from(ALPHABET[((n >> (18 - 6 * i)) & 0x3f) as usize]));
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
 }
 
 /// Whether a transport error is rustls refusing the peer's certificate. The verdict is buried in
@@ -687,18 +769,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn base64_matches_rfc4648_vectors() {
-        for (input, expected) in [
-            ("", ""),
-            ("f", "Zg=="),
-            ("fo", "Zm8="),
-            ("foo", "Zm9v"),
-            ("foob", "Zm9vYg=="),
-            ("fooba", "Zm9vYmE="),
-            ("foobar", "Zm9vYmFy"),
-            ("root:0penBmc", "cm9vdDowcGVuQm1j"),
+    fn basic_header_is_rfc7617_base64_and_sensitive() {
+        for (user, password, expected) in [
+            ("root", "0penBmc", "Basic cm9vdDowcGVuQm1j"),
+            ("a", "", "Basic YTo="),
+            ("admin", "pä$$", "Basic YWRtaW46cMOkJCQ="),
         ] {
-            assert_eq!(base64_encode(input.as_bytes()), expected, "{input}");
+            let header = basic_header(&Credentials::new(user, password));
+            assert_eq!(header.to_str().unwrap(), expected, "{user}");
+            assert!(
+                header.is_sensitive(),
+                "the password must not show in header debug output"
+            );
         }
     }
 

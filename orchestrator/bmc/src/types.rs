@@ -168,6 +168,15 @@ pub enum ApplyTime {
 }
 
 impl ApplyTime {
+    /// Parses the Redfish string; values the driver does not use (maintenance windows) are `None`.
+    pub fn parse(raw: &str) -> Option<Self> {
+        match raw {
+            "Immediate" => Some(ApplyTime::Immediate),
+            "OnReset" => Some(ApplyTime::OnReset),
+            _ => None,
+        }
+    }
+
     /// The Redfish string.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -186,6 +195,18 @@ pub enum UpdateMethod {
         image_uri: String,
         /// `TransferProtocol` (e.g. `HTTP`); omit when the URI has a scheme, as the spec prefers.
         transfer_protocol: Option<String>,
+    },
+    /// The driver picks the path the BMC offers ([`crate::choose_update_path`]): `SimpleUpdate` where it
+    /// can restrict the targets, else a push of the image, which the driver first downloads from
+    /// `image_uri` (bounded by [`crate::limits::MAX_PUSH_IMAGE_BYTES`] and the BMC's
+    /// `MaxImageSizeBytes`). `apply_time` of the request is a preference unless `strict_apply_time`.
+    FromImageUri {
+        /// Where the image is served.
+        image_uri: String,
+        /// Only this path (a policy or release override).
+        forced: Option<crate::UpdatePath>,
+        /// Refuse instead of falling back to an apply time the BMC supports.
+        strict_apply_time: bool,
     },
     /// Multipart push to `MultipartHttpPushUri`: the driver uploads the image bytes.
     MultipartPush {
@@ -207,6 +228,16 @@ impl fmt::Debug for UpdateMethod {
                 .debug_struct("SimpleUpdate")
                 .field("image_uri", image_uri)
                 .field("transfer_protocol", transfer_protocol)
+                .finish(),
+            UpdateMethod::FromImageUri {
+                image_uri,
+                forced,
+                strict_apply_time,
+            } => f
+                .debug_struct("FromImageUri")
+                .field("image_uri", image_uri)
+                .field("forced", forced)
+                .field("strict_apply_time", strict_apply_time)
                 .finish(),
             UpdateMethod::MultipartPush { image, filename } => f
                 .debug_struct("MultipartPush")

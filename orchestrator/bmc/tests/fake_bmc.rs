@@ -53,6 +53,8 @@ struct FakeState {
     requests: Vec<(Method, String, HeaderMap, Bytes)>,
     /// Client ports seen, one per TCP connection.
     connections: HashSet<SocketAddr>,
+    /// A service without a SessionService: session login answers 404.
+    no_sessions: bool,
 }
 
 #[derive(Clone, Default)]
@@ -127,6 +129,10 @@ async fn respond(fake: &Fake, method: Method, uri: Uri, headers: HeaderMap, body
         tokio::time::sleep(sc.delay).await;
     }
 
+    if path == "/redfish/v1/SessionService/Sessions" && method == Method::POST && fake.state.lock().unwrap().no_sessions
+    {
+        return (StatusCode::NOT_FOUND, "{}").into_response();
+    }
     if path == "/redfish/v1/SessionService/Sessions" && method == Method::POST {
         let req: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
         let mut s = fake.state.lock().unwrap();
@@ -153,7 +159,8 @@ async fn respond(fake: &Fake, method: Method, uri: Uri, headers: HeaderMap, body
             .into_response();
     }
 
-    if path != "/redfish/v1" && path != "/redfish/v1/" {
+    // `/images/` plays the release image server: a different service, reached without BMC credentials.
+    if path != "/redfish/v1" && path != "/redfish/v1/" && !path.starts_with("/images/") {
         let mut s = fake.state.lock().unwrap();
         let token_ok = headers
             .get("x-auth-token")
@@ -1128,4 +1135,395 @@ async fn wait_for_task_rides_out_busy_polls_and_reports_a_stuck_task() {
         "{err:?}"
     );
     assert!(err.is_transient());
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Update paths chosen from the service's own description (issue 21), and read bounds (issue 24).
+
+const GPU_TARGET: &str = "/redfish/v1/UpdateService/FirmwareInventory/HGX_FW_GPU_0";
+
+fn root_fixture(fake: &Fake, with_task_service: bool) {
+    let mut root = json!({
+        "@odata.id": "/redfish/v1",
+        "RedfishVersion": "1.17.0",
+        "UpdateService": {"@odata.id": "/redfish/v1/UpdateService"},
+        "Systems": {"@odata.id": "/redfish/v1/Systems"},
+        "Chassis": {"@odata.id": "/redfish/v1/Chassis"},
+        "Managers": {"@odata.id": "/redfish/v1/Managers"},
+    });
+    if with_task_service {
+        root["Tasks"] = json!({"@odata.id": "/redfish/v1/TaskService"});
+        fake.script(
+            "/redfish/v1/TaskService",
+            vec![answer(
+                200,
+                json!({"Tasks": {"@odata.id": "/redfish/v1/TaskService/Tasks"}}).to_string(),
+            )],
+        );
+    }
+    fake.script("/redfish/v1", vec![answer(200, root.to_string())]);
+}
+
+/// A DGX H100-style UpdateService: SimpleUpdate whose ActionInfo has no `Targets` (and requires
+/// `TransferProtocol`), a multipart push that applies immediately only.
+fn dgx_update_service(fake: &Fake) {
+    fake.script(
+        "/redfish/v1/UpdateService",
+        vec![answer(
+            200,
+            json!({
+                "@odata.id": "/redfish/v1/UpdateService",
+                "FirmwareInventory": {"@odata.id": "/redfish/v1/UpdateService/FirmwareInventory"},
+                "MultipartHttpPushUri": "/redfish/v1/UpdateService/update-multipart",
+                "MultipartHttpPushUri@Redfish.OperationApplyTimeSupport": {"SupportedValues": ["Immediate"]},
+                "Actions": {"#UpdateService.SimpleUpdate": {
+                    "target": "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate",
+                    "@Redfish.ActionInfo": "/redfish/v1/UpdateService/SimpleUpdateActionInfo"
+                }}
+            })
+            .to_string(),
+        )],
+    );
+    fake.script(
+        "/redfish/v1/UpdateService/SimpleUpdateActionInfo",
+        vec![answer(
+            200,
+            json!({"Parameters": [
+                {"Name": "ImageURI", "Required": true, "DataType": "String"},
+                {"Name": "TransferProtocol", "Required": true, "AllowableValues": ["HTTP", "SCP"]}
+            ]})
+            .to_string(),
+        )],
+    );
+}
+
+fn gpu_update(apply_time: ApplyTime, addr: SocketAddr) -> UpdateRequest {
+    UpdateRequest {
+        method: UpdateMethod::FromImageUri {
+            image_uri: format!("http://{addr}/images/gpu.fw"),
+            forced: None,
+            strict_apply_time: false,
+        },
+        targets: vec![GPU_TARGET.into()],
+        apply_time: Some(apply_time),
+        force_update: None,
+    }
+}
+
+#[tokio::test]
+async fn targeted_update_on_a_dgx_layout_pushes_multipart_and_never_simple_update() {
+    let fake = Fake::default();
+    root_fixture(&fake, true);
+    dgx_update_service(&fake);
+    inventory_fixture(&fake);
+    fake.script("/images/gpu.fw", vec![answer(200, "WGFW-gpu-image")]);
+    let mut accepted = answer(202, "");
+    accepted
+        .headers
+        .push(("Location", "/redfish/v1/TaskService/TaskMonitors/5".into()));
+    fake.script("/redfish/v1/UpdateService/update-multipart", vec![accepted]);
+    let addr = start(&fake).await;
+
+    let handle = bmc(addr)
+        .start_update(&gpu_update(ApplyTime::OnReset, addr))
+        .await
+        .unwrap();
+
+    assert_eq!(handle.poll_uri(), "/redfish/v1/TaskService/TaskMonitors/5");
+    assert_eq!(
+        fake.count(
+            &Method::POST,
+            "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate"
+        ),
+        0,
+        "SimpleUpdate here cannot restrict targets"
+    );
+    let (_, body) = fake
+        .last_request(&Method::POST, "/redfish/v1/UpdateService/update-multipart")
+        .unwrap();
+    let text = String::from_utf8_lossy(&body);
+    assert!(text.contains(r#""@Redfish.OperationApplyTime":"Immediate""#), "{text}");
+    assert!(text.contains(&format!(r#""Targets":["{GPU_TARGET}"]"#)), "{text}");
+    assert!(text.contains("WGFW-gpu-image"), "{text}");
+    let (image_headers, _) = fake.last_request(&Method::GET, "/images/gpu.fw").unwrap();
+    assert!(
+        image_headers.get("authorization").is_none() && image_headers.get("x-auth-token").is_none(),
+        "BMC credentials must never go to the image server"
+    );
+}
+
+#[tokio::test]
+async fn targeted_update_is_refused_where_no_path_can_restrict_targets() {
+    let fake = Fake::default();
+    root_fixture(&fake, true);
+    dgx_update_service(&fake);
+    // The same service without its multipart push: only the untargetable SimpleUpdate is left.
+    fake.script(
+        "/redfish/v1/UpdateService",
+        vec![answer(
+            200,
+            json!({"Actions": {"#UpdateService.SimpleUpdate": {
+                "target": "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate",
+                "@Redfish.ActionInfo": "/redfish/v1/UpdateService/SimpleUpdateActionInfo"
+            }}})
+            .to_string(),
+        )],
+    );
+    inventory_fixture(&fake);
+    let addr = start(&fake).await;
+
+    let err = bmc(addr)
+        .start_update(&gpu_update(ApplyTime::OnReset, addr))
+        .await
+        .unwrap_err();
+
+    assert!(matches!(err, BmcError::NoUpdatePath { .. }), "{err:?}");
+    let text = err.to_string();
+    assert!(text.contains("no Targets parameter"), "{text}");
+    assert!(
+        text.contains("multipart_push: the UpdateService has no MultipartHttpPushUri"),
+        "{text}"
+    );
+    assert!(!err.is_transient());
+    assert_eq!(
+        fake.count(
+            &Method::POST,
+            "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate"
+        ),
+        0
+    );
+}
+
+#[tokio::test]
+async fn dell_style_inline_annotations_send_the_protocol_and_apply_time() {
+    let fake = Fake::default();
+    root_fixture(&fake, true);
+    fake.script(
+        "/redfish/v1/UpdateService",
+        vec![answer(
+            200,
+            json!({"Actions": {"#UpdateService.SimpleUpdate": {
+                "target": "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate",
+                "TransferProtocol@Redfish.AllowableValues": ["HTTP", "NFS"],
+                "@Redfish.OperationApplyTimeSupport": {"SupportedValues": ["Immediate", "OnReset"]}
+            }}})
+            .to_string(),
+        )],
+    );
+    inventory_fixture(&fake);
+    let mut accepted = answer(
+        202,
+        json!({"@odata.id": "/redfish/v1/TaskService/Tasks/JID_1", "TaskState": "New"}).to_string(),
+    );
+    accepted
+        .headers
+        .push(("Location", "/redfish/v1/TaskService/TaskMonitors/JID_1".into()));
+    fake.script(
+        "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate",
+        vec![accepted],
+    );
+    let addr = start(&fake).await;
+
+    let handle = bmc(addr)
+        .start_update(&gpu_update(ApplyTime::OnReset, addr))
+        .await
+        .unwrap();
+
+    assert_eq!(handle.monitor_uri, "/redfish/v1/TaskService/TaskMonitors/JID_1");
+    assert_eq!(handle.poll_uri(), "/redfish/v1/TaskService/Tasks/JID_1");
+    let (_, body) = fake
+        .last_request(
+            &Method::POST,
+            "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate",
+        )
+        .unwrap();
+    let sent: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(sent["TransferProtocol"], "HTTP");
+    assert_eq!(sent["@Redfish.OperationApplyTime"], "OnReset");
+    assert_eq!(sent["Targets"], json!([GPU_TARGET]));
+    assert_eq!(
+        fake.count(&Method::GET, "/images/gpu.fw"),
+        0,
+        "a pull never passes through the controller"
+    );
+}
+
+#[tokio::test]
+async fn push_accepted_without_a_task_is_followed_through_the_inventory() {
+    let fake = Fake::default();
+    root_fixture(&fake, false);
+    dgx_update_service(&fake);
+    inventory_fixture(&fake);
+    fake.script("/images/gpu.fw", vec![answer(200, "img")]);
+    fake.script("/redfish/v1/UpdateService/update-multipart", vec![answer(204, "")]);
+    let addr = start(&fake).await;
+    let driver = bmc(addr);
+
+    let handle = driver
+        .start_update(&gpu_update(ApplyTime::Immediate, addr))
+        .await
+        .unwrap();
+    assert!(
+        handle.poll_uri().starts_with("urn:waveguard:inventory-watch"),
+        "{handle:?}"
+    );
+    // The engine stores only the poll URI; a fresh driver (a restarted controller) must resume.
+    let stored = TaskHandle {
+        monitor_uri: handle.poll_uri().to_string(),
+        task_uri: None,
+    };
+    let status = bmc(addr).poll_task(&stored).await.unwrap();
+    assert_eq!(status.state, TaskState::Running, "version unchanged: still applying");
+
+    fake.script(
+        "/redfish/v1/UpdateService/FirmwareInventory/HGX_FW_GPU_0",
+        vec![answer(
+            200,
+            json!({"@odata.id": GPU_TARGET, "Id": "HGX_FW_GPU_0", "Version": "97.00.01.00.00", "SoftwareId": "gpu"})
+                .to_string(),
+        )],
+    );
+    let status = driver.poll_task(&stored).await.unwrap();
+    assert!(status.is_completed(), "{status:?}");
+    // No TaskService in the root: listing tasks says so instead of failing on a guessed path.
+    let err = driver.list_tasks().await.unwrap_err();
+    assert!(matches!(err, BmcError::Unsupported { .. }), "{err:?}");
+}
+
+#[tokio::test]
+async fn http_push_sets_targets_with_if_match_then_posts_the_image() {
+    let fake = Fake::default();
+    root_fixture(&fake, true);
+    let mut svc = answer(
+        200,
+        json!({
+            "HttpPushUri": "/redfish/v1/UpdateService/update",
+            "HttpPushUriTargets": [],
+            "HttpPushUriTargetsBusy": false
+        })
+        .to_string(),
+    );
+    svc.headers.push(("ETag", "W/\"svc-1\"".into()));
+    fake.script("/redfish/v1/UpdateService", vec![svc]);
+    inventory_fixture(&fake);
+    fake.script("/images/gpu.fw", vec![answer(200, "raw-image")]);
+    let mut accepted = answer(202, "");
+    accepted
+        .headers
+        .push(("Location", "/redfish/v1/TaskService/Tasks/8".into()));
+    fake.script("/redfish/v1/UpdateService/update", vec![accepted]);
+    let addr = start(&fake).await;
+
+    let handle = bmc(addr)
+        .start_update(&gpu_update(ApplyTime::OnReset, addr))
+        .await
+        .unwrap();
+    assert_eq!(handle.poll_uri(), "/redfish/v1/TaskService/Tasks/8");
+
+    let patches: Vec<(HeaderMap, Bytes)> = {
+        let s = fake.state.lock().unwrap();
+        s.requests
+            .iter()
+            .filter(|(m, p, _, _)| m == Method::PATCH && p == "/redfish/v1/UpdateService")
+            .map(|(_, _, h, b)| (h.clone(), b.clone()))
+            .collect()
+    };
+    assert_eq!(patches.len(), 2, "reserve the targets, then release them");
+    assert_eq!(patches[0].0.get("if-match").unwrap(), "W/\"svc-1\"");
+    let reserve: Value = serde_json::from_slice(&patches[0].1).unwrap();
+    assert_eq!(reserve["HttpPushUriTargets"], json!([GPU_TARGET]));
+    assert_eq!(reserve["HttpPushUriTargetsBusy"], true);
+    let release: Value = serde_json::from_slice(&patches[1].1).unwrap();
+    assert_eq!(release["HttpPushUriTargetsBusy"], false);
+    let (headers, body) = fake
+        .last_request(&Method::POST, "/redfish/v1/UpdateService/update")
+        .unwrap();
+    assert_eq!(headers.get("content-type").unwrap(), "application/octet-stream");
+    assert_eq!(&body[..], b"raw-image");
+}
+
+#[tokio::test]
+async fn http_push_targets_held_by_another_client_are_not_raced() {
+    let fake = Fake::default();
+    root_fixture(&fake, true);
+    fake.script(
+        "/redfish/v1/UpdateService",
+        vec![answer(
+            200,
+            json!({"HttpPushUri": "/redfish/v1/UpdateService/update", "HttpPushUriTargets": ["/x"],
+                   "HttpPushUriTargetsBusy": true})
+            .to_string(),
+        )],
+    );
+    inventory_fixture(&fake);
+    fake.script("/images/gpu.fw", vec![answer(200, "raw-image")]);
+    let addr = start(&fake).await;
+    let err = bmc(addr)
+        .start_update(&gpu_update(ApplyTime::OnReset, addr))
+        .await
+        .unwrap_err();
+    assert!(err.is_transient(), "busy targets clear up: {err:?}");
+    assert_eq!(fake.count(&Method::PATCH, "/redfish/v1/UpdateService"), 0);
+    assert_eq!(fake.count(&Method::POST, "/redfish/v1/UpdateService/update"), 0);
+}
+
+#[tokio::test]
+async fn looping_next_link_ends_at_its_first_repeat_with_an_error() {
+    let fake = Fake::default();
+    fake.script(
+        "/redfish/v1/UpdateService/FirmwareInventory",
+        vec![answer(
+            200,
+            json!({"Members": [], "Members@odata.nextLink": "/redfish/v1/UpdateService/FirmwareInventory?page=2"})
+                .to_string(),
+        )],
+    );
+    let addr = start(&fake).await;
+    let err = bmc(addr).firmware_inventory().await.unwrap_err();
+    // The fake ignores the query, so page 2 links to itself.
+    assert!(err.to_string().contains("repeats page"), "{err}");
+    assert_eq!(
+        fake.count(&Method::GET, "/redfish/v1/UpdateService/FirmwareInventory"),
+        2,
+        "page 1 and page 2, then the repeat is caught without a request"
+    );
+}
+
+#[tokio::test]
+async fn oversized_response_is_refused_not_truncated() {
+    let fake = Fake::default();
+    let huge = format!(
+        r#"{{"Members": [], "Pad": "{}"}}"#,
+        "x".repeat(orchestrator_bmc::limits::MAX_RESPONSE_BYTES)
+    );
+    fake.script("/redfish/v1/UpdateService/FirmwareInventory", vec![answer(200, huge)]);
+    let addr = start(&fake).await;
+    let err = bmc(addr).firmware_inventory().await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            BmcError::ReadLimit {
+                limit: "response_bytes",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(!err.is_transient());
+}
+
+#[tokio::test]
+async fn a_service_without_session_login_says_so_instead_of_blaming_the_credentials() {
+    let fake = Fake::default();
+    fake.state.lock().unwrap().no_sessions = true;
+    inventory_fixture(&fake);
+    let addr = start(&fake).await;
+    let err = bmc(addr).firmware_inventory().await.unwrap_err();
+    assert!(matches!(err, BmcError::Unsupported { .. }), "{err:?}");
+    let text = err.to_string();
+    assert!(text.contains("session login") && text.contains("basic"), "{text}");
+    assert!(!text.contains("rejected the credentials"), "{text}");
+    // With Basic auth the same service works.
+    let basic = RedfishBmc::new(&endpoint(addr).with_auth(AuthMode::Basic), &HttpClients::new()).unwrap();
+    assert_eq!(basic.firmware_inventory().await.unwrap().len(), 2);
 }

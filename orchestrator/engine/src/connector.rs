@@ -9,6 +9,34 @@ pub trait BmcConnector: Send + Sync + std::fmt::Debug {
     /// A driver for the BMC of the step's node; an error says why the node
     /// cannot be addressed (unknown credential profile, bad URL).
     fn connect(&self, step: &PlacedStep) -> Result<Arc<dyn Bmc>, String>;
+
+    /// Every driver handed out so far, for closing their sessions on shutdown.
+    fn drivers(&self) -> Vec<Arc<dyn Bmc>> {
+        Vec::new()
+    }
+}
+
+/// How long shutdown waits for one BMC to delete its session. A BMC that does not answer keeps a
+/// session until its own timeout; waiting longer would hold up a restart.
+const LOGOUT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Session deletions in flight at once during shutdown.
+const LOGOUT_CONCURRENCY: usize = 32;
+
+/// Deletes the session of every driver (BMCs allow a handful of sessions each; a controller that
+/// walks away from them locks itself and others out until they expire).
+pub async fn logout_all(connector: &dyn BmcConnector) {
+    use futures::StreamExt;
+    let drivers = connector.drivers();
+    futures::stream::iter(drivers)
+        .for_each_concurrent(LOGOUT_CONCURRENCY, |bmc| async move {
+            match tokio::time::timeout(LOGOUT_TIMEOUT, bmc.logout()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(err)) => tracing::warn!(endpoint = bmc.endpoint(), error = %err, "session not deleted"),
+                Err(_) => tracing::warn!(endpoint = bmc.endpoint(), "session deletion timed out"),
+            }
+        })
+        .await;
 }
 
 /// Turns a node's BMC URL and credential reference into an endpoint.
@@ -40,6 +68,11 @@ impl RedfishConnector {
 }
 
 impl BmcConnector for RedfishConnector {
+    fn drivers(&self) -> Vec<Arc<dyn Bmc>> {
+        let cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        cache.values().cloned().collect()
+    }
+
     fn connect(&self, step: &PlacedStep) -> Result<Arc<dyn Bmc>, String> {
         let key = (step.bmc_url.clone(), step.credential_ref.clone());
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());

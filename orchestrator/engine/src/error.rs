@@ -9,6 +9,8 @@ pub enum EngineError {
     Policy(String),
     #[error("the rollout cannot be planned")]
     Plan(#[source] orchestrator_planner::PlanError),
+    #[error("the plan flashes no node: of {nodes} nodes none qualifies ({excluded})")]
+    EmptyPlan { nodes: usize, excluded: String },
     #[error("this controller no longer holds the executor lease")]
     LostLease,
 }
@@ -18,7 +20,7 @@ impl EngineError {
     pub fn is_caller_error(&self) -> bool {
         match self {
             EngineError::Db(err) => err.is_caller_error(),
-            EngineError::Policy(_) | EngineError::Plan(_) => true,
+            EngineError::Policy(_) | EngineError::Plan(_) | EngineError::EmptyPlan { .. } => true,
             EngineError::LostLease => false,
         }
     }

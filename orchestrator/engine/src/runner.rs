@@ -31,6 +31,7 @@ pub struct Engine {
     nudge: Nudge,
     stop: Arc<Notify>,
     task: JoinHandle<()>,
+    connector: Arc<dyn BmcConnector>,
 }
 
 impl Engine {
@@ -44,9 +45,14 @@ impl Engine {
     ) -> Engine {
         let nudge = Nudge::default();
         let stop = Arc::new(Notify::new());
-        let executor = Executor::new(db, config, connector, judge);
+        let executor = Executor::new(db, config, connector.clone(), judge);
         let task = tokio::spawn(run(executor, nudge.clone(), stop.clone()));
-        Engine { nudge, stop, task }
+        Engine {
+            nudge,
+            stop,
+            task,
+            connector,
+        }
     }
 
     /// A handle to wake the engine.
@@ -54,13 +60,14 @@ impl Engine {
         self.nudge.clone()
     }
 
-    /// Stops after the current pass and gives the lease up so a standby
-    /// takes over at once.
+    /// Stops after the current pass, gives the lease up so a standby takes
+    /// over at once, and deletes the BMC sessions it opened.
     pub async fn shutdown(self) {
         self.stop.notify_one();
         if let Err(err) = self.task.await {
             tracing::error!(error = %err, "engine task ended abnormally");
         }
+        crate::connector::logout_all(self.connector.as_ref()).await;
     }
 
     /// Runs until `shutdown` resolves.

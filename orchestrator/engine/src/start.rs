@@ -205,6 +205,20 @@ pub async fn start_rollout_planned(
         planned_at: db.clock().now(),
     })
     .map_err(EngineError::Plan)?;
+    if plan.summary.steps == 0 {
+        // A rollout that flashes nothing would end `completed` and read as a
+        // success; the exclusions say why no node qualified.
+        return Err(EngineError::EmptyPlan {
+            nodes: plan.summary.nodes,
+            excluded: plan
+                .summary
+                .excluded
+                .iter()
+                .map(|(reason, n)| format!("{n} {reason}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+        });
+    }
     let rows = plan_to_rows(&plan);
     let inline = || {
         format!(

@@ -404,10 +404,14 @@ impl StepCtx {
         if !self.lease_covers_side_effect() {
             return Ok(());
         }
+        // The driver picks the path this BMC offers (SimpleUpdate, multipart
+        // or HttpPushUri) and refuses one that cannot restrict the targets;
+        // OnReset is a preference (push-only BMCs apply Immediately).
         let request = UpdateRequest {
-            method: UpdateMethod::SimpleUpdate {
+            method: UpdateMethod::FromImageUri {
                 image_uri: step.image_uri.clone(),
-                transfer_protocol: None,
+                forced: None,
+                strict_apply_time: false,
             },
             targets: step.targets.iter().map(|t| t.uri.clone()).collect(),
             apply_time: Some(ApplyTime::OnReset),

@@ -84,7 +84,22 @@ impl ComponentKind {
         fn classify(text: &str) -> Option<ComponentKind> {
             let upper = text.to_ascii_uppercase();
             let has = |word: &str| upper.contains(word);
-            if has("NVSWITCH") || has("RETIMER") || has("FPGA") || has("HMC") || has("PCIESWITCH") {
+            // Security and data entries that carry a GPU's or BMC's name (HGX
+            // `HGX_FW_ERoT_GPU_SXM_1`, `HGX_InfoROM_GPU_SXM_1`), the HGX
+            // management controller (`HGX_FW_BMC_0`) and the host BMC seen
+            // from the HGX side (`HostBMC_0`) must never match a GPU or BMC
+            // policy by name: flashing them with a GPU or BMC image bricks
+            // the baseboard. A release reaches them only by naming the id.
+            if has("EROT")
+                || has("INFOROM")
+                || has("HGX_FW_BMC")
+                || has("HOSTBMC")
+                || has("NVSWITCH")
+                || has("RETIMER")
+                || has("FPGA")
+                || has("HMC")
+                || has("PCIESWITCH")
+            {
                 Some(ComponentKind::Other)
             } else if has("BMC") {
                 Some(ComponentKind::Bmc)
@@ -134,6 +149,31 @@ text_enum!(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hgx_security_data_and_management_entries_are_never_gpu_or_bmc() {
+        for id in [
+            "HGX_FW_ERoT_GPU_SXM_1",
+            "HGX_InfoROM_GPU_SXM_8",
+            "HGX_FW_ERoT_BMC_0",
+            "HGX_FW_BMC_0",
+            "HostBMC_0",
+            "HGX_FW_ERoT_NVSwitch_0",
+        ] {
+            assert_eq!(
+                ComponentKind::classify_inventory_id(id, None),
+                ComponentKind::Other,
+                "{id}"
+            );
+        }
+        for (id, kind) in [
+            ("HGX_FW_GPU_SXM_1", ComponentKind::Gpu),
+            ("HGX_FW_GPU_0", ComponentKind::Gpu),
+            ("BMC_Firmware", ComponentKind::Bmc),
+        ] {
+            assert_eq!(ComponentKind::classify_inventory_id(id, None), kind, "{id}");
+        }
+    }
 
     #[test]
     fn text_forms_round_trip() {

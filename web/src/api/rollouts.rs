@@ -274,6 +274,7 @@ fn engine_error(err: EngineError) -> ApiError {
             }
             ApiError::Conflict(format!("the rollout cannot be planned: {message}"))
         }
+        other @ EngineError::EmptyPlan { .. } => ApiError::Conflict(other.to_string()),
         other @ EngineError::LostLease => ApiError::Internal(Box::new(other)),
     }
 }

@@ -166,7 +166,15 @@ impl Harness {
             .await
             .expect("fleet starts");
         let mut images = BTreeMap::new();
-        for version in [GPU_FROM, GPU_TO, "96.00.66.00.01", "96.00.99.00.01"] {
+        // The 97.x pair is the GB200 platform profile's GPU firmware.
+        for version in [
+            GPU_FROM,
+            GPU_TO,
+            "96.00.66.00.01",
+            "96.00.99.00.01",
+            "97.00.52.00.01",
+            "97.00.61.00.01",
+        ] {
             images.insert(
                 format!("gpu-{version}.fw"),
                 bmc_sim::image::build(ComponentKind::Gpu, version, &[SKU], version.as_bytes()),

@@ -1,0 +1,295 @@
+//! Issue 21: a rollout end to end against each bmc-sim platform profile over every update path
+//! (SimpleUpdate, multipart push, HttpPushUri, DMTF task monitor, the task itself, no task +
+//! inventory verification), and the targeting guarantee: a GPU release on an HGX layout never
+//! touches an ERoT, an InfoROM, the HGX management controller or the host BMC, and is refused where
+//! the only path cannot restrict targets.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use bmc_sim::Scenario;
+use common::{GPU_FROM, GPU_TO, Harness, SKU};
+use orchestrator_db::execution::{RolloutState, StepFilter, StepState};
+use orchestrator_engine::{StartRollout, start_rollout};
+use orchestrator_types::RolloutId;
+
+const LIMIT: Duration = Duration::from_secs(90);
+const NODES: usize = 3;
+
+fn scenario(platform: &str, update_service: &str, from: &str, to: &str) -> Scenario {
+    let yaml = format!(
+        r#"
+seed: 11
+platform: {platform}
+fleet:
+  nodes: {NODES}
+  racks: 3
+  clusters: 1
+  region: sim-1
+  sku: {SKU}
+firmware:
+  - kind: gpu
+    version: "{to}"
+    flash_time: {{min: 2m, max: 4m}}
+  - kind: gpu
+    version: "{from}"
+    flash_time: {{min: 2m, max: 4m}}
+{update_service}
+bmc_faults:
+  reset_time: {{min: 30s, max: 60s}}
+  reboot_time: {{min: 1m, max: 2m}}
+"#
+    );
+    Scenario::from_yaml_str(&yaml).unwrap_or_else(|e| panic!("scenario: {e}"))
+}
+
+fn policy(inventory_id: Option<&str>) -> String {
+    let id_line = inventory_id.map_or(String::new(), |p| format!("  inventory_id: \"{p}\"\n"));
+    format!(
+        r#"
+name: update-paths
+target:
+  component: gpu
+{id_line}  platforms: [{SKU}]
+versions:
+  allow_downgrade: false
+qualification:
+  required_gates: []
+waves:
+  - name: all
+    rest: true
+    bake: 1m
+    max_in_flight: {NODES}
+concurrency:
+  max_in_flight: {NODES}
+  per_rack: 3
+  per_nvlink_domain: 3
+failure_budget:
+  max_failed: {NODES}
+rollback:
+  automatic: false
+  scope: rollout
+"#
+    )
+}
+
+async fn start(h: &Harness, version: &str, policy_source: String) -> RolloutId {
+    let release = h.add_release(version, true).await;
+    start_rollout(
+        &h.db,
+        &StartRollout {
+            release_id: release.id,
+            policy_source,
+            policy_commit: Some("abc".into()),
+            policy_blob: Some("def".into()),
+            seed: 5,
+        },
+        "alice",
+    )
+    .await
+    .expect("rollout starts")
+    .id
+}
+
+/// Every node's component versions, by inventory id.
+fn versions(h: &Harness) -> BTreeMap<String, BTreeMap<String, String>> {
+    h.fleet
+        .endpoints()
+        .iter()
+        .map(|e| {
+            let v = h
+                .fleet
+                .versions(&e.name)
+                .unwrap()
+                .into_iter()
+                .map(|c| (c.id, c.active))
+                .collect();
+            (e.name.clone(), v)
+        })
+        .collect()
+}
+
+/// Runs a rollout to `to` and checks that exactly the components matching `is_target` moved.
+async fn rollout_moves_only(
+    scenario: Scenario,
+    inventory_id: Option<&str>,
+    to: &str,
+    is_target: impl Fn(&str) -> bool,
+) {
+    let mut h = Harness::start_with(scenario, false).await.unwrap();
+    let before = versions(&h);
+    let id = start(&h, to, policy(inventory_id)).await;
+    h.start_engine();
+    let done = h
+        .wait_for(id, &[RolloutState::Completed, RolloutState::Halted], LIMIT)
+        .await;
+    let steps =
+        h.db.steps(&StepFilter {
+            rollout_id: Some(id),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        done.state,
+        RolloutState::Completed,
+        "{:?} {steps:#?}",
+        done.state_reason
+    );
+    assert_eq!(steps.len(), NODES);
+    assert!(steps.iter().all(|s| s.state == StepState::Succeeded), "{steps:#?}");
+    // One session per BMC for the whole rollout, deleted when the engine shuts down.
+    for e in h.fleet.endpoints() {
+        assert_eq!(h.fleet.open_sessions(&e.name), Some(1), "{}", e.name);
+    }
+    h.stop_engine().await;
+    for e in h.fleet.endpoints() {
+        assert_eq!(h.fleet.open_sessions(&e.name), Some(0), "{}", e.name);
+    }
+    let after = versions(&h);
+    for (node, comps) in &after {
+        for (comp, version) in comps {
+            let was = &before[node][comp];
+            if is_target(comp) {
+                assert_eq!(version, to, "{node} {comp} was not updated");
+            } else {
+                assert_eq!(version, was, "{node} {comp} must not be touched");
+            }
+        }
+    }
+    h.shutdown().await;
+}
+
+fn hgx_gpu(id: &str) -> bool {
+    id.starts_with("HGX_FW_GPU_SXM_")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn generic_dmtf_simple_update_through_a_task_monitor() {
+    rollout_moves_only(scenario("generic-dmtf", "", GPU_FROM, GPU_TO), None, GPU_TO, |id| {
+        id.starts_with("GPU_Firmware_")
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hgx_h100_gpu_release_goes_multipart_and_never_touches_erot_inforom_or_bmcs() {
+    // No inventory_id in the policy: the component kind alone must keep ERoT/InfoROM/HMC/host BMC out.
+    rollout_moves_only(scenario("hgx-h100", "", GPU_FROM, GPU_TO), None, GPU_TO, hgx_gpu).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hgx_h100_http_push_sets_targets_then_pushes() {
+    let http_push_only = "update_service:\n  http_push: {targets_settable: true}\n  accepted: task\n";
+    rollout_moves_only(
+        scenario("hgx-h100", http_push_only, GPU_FROM, GPU_TO),
+        Some("HGX_FW_GPU_SXM_*"),
+        GPU_TO,
+        hgx_gpu,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gb200_push_only_immediate_only() {
+    rollout_moves_only(
+        scenario("gb200", "", "97.00.52.00.01", "97.00.61.00.01"),
+        Some("HGX_FW_GPU_*"),
+        "97.00.61.00.01",
+        |id| id.starts_with("HGX_FW_GPU_"),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dell_inline_annotations_and_the_task_as_location() {
+    rollout_moves_only(scenario("dell", "", GPU_FROM, GPU_TO), None, GPU_TO, |id| {
+        id.contains("Video_Slot")
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn accepted_without_a_task_is_verified_from_the_inventory() {
+    // Multipart, Immediate, 204 and nothing to poll: the driver watches the inventory.
+    let no_task = "update_service:\n  multipart: {apply_times: [Immediate]}\n  accepted: no_task\n";
+    rollout_moves_only(scenario("hgx-h100", no_task, GPU_FROM, GPU_TO), None, GPU_TO, hgx_gpu).await;
+    // SimpleUpdate, OnReset, 204: staged, so the engine resets and verifies.
+    let no_task_on_reset = "update_service:\n  simple_update: {accepts_targets: true}\n  accepted: no_task\n";
+    rollout_moves_only(
+        scenario("generic-dmtf", no_task_on_reset, GPU_FROM, GPU_TO),
+        None,
+        GPU_TO,
+        |id| id.starts_with("GPU_Firmware_"),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hgx_h100_with_only_an_untargetable_simple_update_is_refused_and_nothing_flashes() {
+    let simple_only = "update_service:\n  simple_update: {accepts_targets: false, protocol_required: true, \
+                       described_by: action_info, transfer_protocols: [HTTP]}\n";
+    let mut h = Harness::start_with(scenario("hgx-h100", simple_only, GPU_FROM, GPU_TO), false)
+        .await
+        .unwrap();
+    let before = versions(&h);
+    let id = start(&h, GPU_TO, policy(None)).await;
+    h.start_engine();
+    let done = h
+        .wait_for(id, &[RolloutState::Completed, RolloutState::Halted], LIMIT)
+        .await;
+    let steps =
+        h.db.steps(&StepFilter {
+            rollout_id: Some(id),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(steps.len(), NODES);
+    assert!(
+        steps.iter().all(|s| s.state == StepState::Failed),
+        "{:?}: {steps:#?}",
+        done.state
+    );
+    for s in steps.iter().filter(|s| s.state == StepState::Failed) {
+        let reason = s.error.as_deref().unwrap_or_default();
+        assert!(reason.contains("no update path"), "{reason}");
+        assert!(reason.contains("no Targets parameter"), "{reason}");
+    }
+    assert_eq!(versions(&h), before, "nothing may be flashed");
+    for e in h.fleet.endpoints() {
+        assert_eq!(h.fleet.flash_counts(&e.name).unwrap().values().sum::<u32>(), 0);
+    }
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plan_that_flashes_no_node_is_refused_at_start() {
+    let h = Harness::start_with(scenario("hgx-h100", "", GPU_FROM, GPU_TO), false)
+        .await
+        .unwrap();
+    let release = h.add_release(GPU_TO, true).await;
+    // No inventory entry matches: every node is excluded.
+    let err = start_rollout(
+        &h.db,
+        &StartRollout {
+            release_id: release.id,
+            policy_source: policy(Some("NO_SUCH_COMPONENT_*")),
+            policy_commit: Some("abc".into()),
+            policy_blob: Some("def".into()),
+            seed: 5,
+        },
+        "alice",
+    )
+    .await
+    .expect_err("a 0-node plan must not start");
+    assert!(
+        matches!(err, orchestrator_engine::EngineError::EmptyPlan { nodes: NODES, .. }),
+        "{err:?}"
+    );
+    assert!(err.is_caller_error());
+    assert!(err.to_string().contains("flashes no node"), "{err}");
+    h.shutdown().await;
+}
