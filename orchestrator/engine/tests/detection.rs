@@ -630,8 +630,8 @@ async fn a_pcie_replay_regression_in_dcgm_counters_is_rolled_back_through_the_pr
     let waves = h.db.rollout_waves(rollout.id).await.unwrap();
     let canary = waves.iter().find(|w| w.name == "canary").unwrap();
     let verdict = canary.verdict.as_ref().expect("the canary's verdict is stored");
-    assert_eq!(verdict["outcome"], "fail", "{verdict:#}");
-    let summary = verdict["summary"].as_str().unwrap();
+    assert_eq!(verdict.outcome, Outcome::Fail, "{verdict:#?}");
+    let summary = &verdict.summary;
     assert!(summary.starts_with("pcie_replay:"), "{summary}");
     let release = h.db.release(done.release_id).await.unwrap();
     assert_eq!(release.qualification_state, QualificationState::Blocked);
@@ -724,11 +724,11 @@ async fn healthy_firmware_with_dcgm_exporter_restarts_mid_bake_has_no_false_even
     server.abort();
     scraper.abort();
     let verdict = canary.verdict.as_ref().unwrap();
-    assert_ne!(verdict["outcome"], "fail", "{verdict:#}");
-    assert_ne!(verdict["outcome"], "error", "{verdict:#}");
+    assert_ne!(verdict.outcome, Outcome::Fail, "{verdict:#?}");
+    assert_ne!(verdict.outcome, Outcome::Error, "{verdict:#?}");
     let looks = h.db.health_looks(SampleScope::Wave(canary.id)).await.unwrap();
     assert!(looks.iter().any(|l| l.look.gate == "pcie_replay"), "{looks:#?}");
-    assert!(looks.iter().all(|l| l.look.outcome != "fail"), "{looks:#?}");
+    assert!(looks.iter().all(|l| l.look.outcome != Outcome::Fail), "{looks:#?}");
     // The canary's replay rate matches the control's: a restart's drop read
     // as events (the whole pre-restart count again) would raise it by half.
     let last = looks
@@ -736,9 +736,10 @@ async fn healthy_firmware_with_dcgm_exporter_restarts_mid_bake_has_no_false_even
         .filter(|l| l.look.gate == "pcie_replay")
         .max_by_key(|l| l.look.look_number)
         .unwrap();
-    let evidence = &last.look.verdict["evidence"];
-    let ratio = evidence["effect"]["estimate"].as_f64().expect("a rate ratio estimate");
-    println!("healthy canary vs control PCIe replay rate ratio {ratio:.3}: {evidence}");
-    assert!((0.7..1.3).contains(&ratio), "rate ratio {ratio}: {evidence:#}");
+    let verdict: Verdict = serde_json::from_value(last.look.verdict.clone()).unwrap();
+    let evidence = verdict.evidence().expect("a look of a judged gate has evidence");
+    let ratio = evidence.effect.estimate.expect("a rate ratio estimate");
+    println!("healthy canary vs control PCIe replay rate ratio {ratio:.3}: {evidence:?}");
+    assert!((0.7..1.3).contains(&ratio), "rate ratio {ratio}: {evidence:#?}");
     h.shutdown().await;
 }
