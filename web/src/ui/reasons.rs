@@ -189,9 +189,11 @@ pub(crate) async fn audit_rows(db: &Db, entries: &[AuditEntry]) -> Result<Vec<Va
 }
 
 fn audit_row(entry: &AuditEntry, names: &BTreeMap<NodeId, String>) -> Value {
-    let node = node_id_of(&entry.details)
-        .and_then(|id| names.get(&id))
-        .map(String::as_str);
+    let node = match node_id_of(&entry.details) {
+        Some(id) => names.get(&id).map(String::as_str),
+        None if entry.subject_type == "node" => Some(entry.subject_id.as_str()),
+        None => None,
+    };
     let (subject_label, subject_link) = subject(entry, node);
     let fields: Vec<Value> = entry
         .details
