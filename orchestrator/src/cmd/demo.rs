@@ -16,6 +16,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::{Duration as StdDuration, Instant};
 
 use anyhow::Context as _;
@@ -25,7 +26,7 @@ use orchestrator_db::Db;
 use orchestrator_db::execution::{ExecRollout, RolloutState, WaveKind, WaveState};
 use orchestrator_engine::StartRollout;
 use orchestrator_policy_git::{GitPolicySource, RepoLocation};
-use orchestrator_types::{Clock, ComponentKind, FirmwareVersion, Role, RolloutId, WaveId};
+use orchestrator_types::{Clock, ComponentKind, FirmwareVersion, Role, RolloutId, SystemClock, WaveId};
 use rand::Rng as _;
 use tokio::net::TcpListener;
 
@@ -110,7 +111,15 @@ pub async fn run(args: DemoArgs, _context: &Context) -> anyhow::Result<ExitCode>
         "starting a simulated fleet of {} nodes at {}x ...",
         args.nodes, args.speedup
     );
-    let world = SimWorld::start(scenario, args.speedup, None).await?;
+    // The demo's own temporary database, so its path can be printed for the
+    // CLI; removed when the demo stops.
+    let db_dir = tempfile::Builder::new()
+        .prefix("waveguard-demo-")
+        .tempdir()
+        .context("creating a temporary directory for the demo database")?;
+    let db_path = db_dir.path().join("waveguard.db");
+    let db_url = format!("sqlite://{}", db_path.display());
+    let world = SimWorld::start(scenario, args.speedup, Some(&db_url)).await?;
     let db = world.db.clone();
 
     let policy_source = load_policies(&db).await;
@@ -171,7 +180,10 @@ pub async fn run(args: DemoArgs, _context: &Context) -> anyhow::Result<ExitCode>
 
     let judge = judge_for(&db);
     let engine = world.start_engine("waveguard-demo", judge.judge);
-    let state = web::AppState::new(db.clone()).with_engine_nudge(engine.nudge());
+    // Sessions run on real time: on the accelerated rollout clock a 12-hour
+    // session would end within a minute, logging the visitor out mid-story.
+    let web_db = db.clone().with_session_clock(Arc::new(SystemClock));
+    let state = web::AppState::new(web_db).with_engine_nudge(engine.nudge());
     let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
     let server = tokio::spawn(web::serve(listener, state, async move {
         let _ = stop_rx.wait_for(|stop| *stop).await;
@@ -197,6 +209,13 @@ pub async fn run(args: DemoArgs, _context: &Context) -> anyhow::Result<ExitCode>
     println!("Waveguard demo is running at {url}");
     println!("  log in as {DEMO_USER:?} with password {password:?}");
     println!("  policies: {policy_source}");
+    println!("  database: {} (removed when the demo stops)", db_path.display());
+    println!("  read it with the CLI while the demo runs, e.g.:");
+    println!("    waveguard --database-url {db_url} rollout list");
+    println!(
+        "    (read-only commands only: the demo's clock runs {}x, so a command that writes would record the wrong time)",
+        args.speedup
+    );
     println!();
     println!(
         "What to look at ({}x: one real second is {} simulated minutes):",
@@ -257,6 +276,8 @@ pub async fn run(args: DemoArgs, _context: &Context) -> anyhow::Result<ExitCode>
         Err(err) => tracing::warn!(error = %err, "web server task"),
     }
     world.shutdown().await;
+    // Only now: the controller and its database connections are gone.
+    drop(db_dir);
     Ok(ExitCode::SUCCESS)
 }
 
