@@ -141,7 +141,7 @@ pub async fn run(args: DemoArgs, _context: &Context) -> anyhow::Result<ExitCode>
         )
         .await
         .context("registering the BMC release")?;
-    world
+    let bmc_current = world
         .register_release(
             ComponentKind::Bmc,
             &version(BMC_FROM)?,
@@ -159,7 +159,7 @@ pub async fn run(args: DemoArgs, _context: &Context) -> anyhow::Result<ExitCode>
         )
         .await
         .context("registering the GPU release")?;
-    world
+    let gpu_current = world
         .register_release(
             ComponentKind::Gpu,
             &version(GPU_FROM)?,
@@ -168,6 +168,11 @@ pub async fn run(args: DemoArgs, _context: &Context) -> anyhow::Result<ExitCode>
         )
         .await
         .context("registering the current GPU release")?;
+    // What the fleet runs is its baseline: the fleet page measures
+    // compliance against the default release of each SKU and component.
+    for release in [&bmc_current, &gpu_current] {
+        make_default(&db, release.id).await?;
+    }
     world
         .register_release(
             ComponentKind::Gpu,
@@ -279,6 +284,21 @@ pub async fn run(args: DemoArgs, _context: &Context) -> anyhow::Result<ExitCode>
     // Only now: the controller and its database connections are gone.
     drop(db_dir);
     Ok(ExitCode::SUCCESS)
+}
+
+/// Takes a registered release through qualification to `default`.
+async fn make_default(db: &Db, release: orchestrator_types::ReleaseId) -> anyhow::Result<()> {
+    use orchestrator_types::{QualificationState, TransitionRequest};
+    for to in [
+        QualificationState::Qualifying,
+        QualificationState::Qualified,
+        QualificationState::Default,
+    ] {
+        db.transition_release(release, &TransitionRequest { to, reason: None }, DEMO_AUTHOR)
+            .await
+            .with_context(|| format!("making release {release} the fleet default"))?;
+    }
+    Ok(())
 }
 
 /// A password for the demo user, printed once.

@@ -114,6 +114,17 @@ pub(crate) async fn list(
     ))
 }
 
+/// Why a rollout stopped: its own reason, or (once a rollback finished and
+/// the rollout's reason moved on) the reason its failed wave was halted.
+fn stop_reason<'a>(rollout: &'a ExecRollout, waves: &'a [ExecWave]) -> Option<&'a str> {
+    rollout.state_reason.as_deref().or_else(|| {
+        waves
+            .iter()
+            .filter(|w| w.kind == WaveKind::Update && matches!(w.state, WaveState::Halted | WaveState::RolledBack))
+            .find_map(|w| w.state_reason.as_deref())
+    })
+}
+
 async fn row(
     state: &AppState,
     rollout: &ExecRollout,
@@ -172,7 +183,7 @@ async fn row(
         wave => wave.map(|w| context! { name => w.name.clone(), state => w.state.as_str(), kind => w.kind.as_str() }),
         promoted, update_waves,
         waiting_on => if finished { Vec::new() } else { waiting_on(rollout, wave) },
-        reason => reasons::reason_value(rollout.state_reason.as_deref()),
+        reason => reasons::reason_value(stop_reason(rollout, waves)),
         updated, update_failed, update_total,
         percent => (updated * 100).checked_div(update_total).unwrap_or(0),
         failed_percent => (update_failed * 100).checked_div(update_total).unwrap_or(0),
