@@ -651,3 +651,84 @@ async fn the_audit_log_names_nodes_and_links_subjects() {
         "{approvals}"
     );
 }
+
+#[tokio::test(flavor = "current_thread")]
+async fn starting_a_rollout_from_a_release_answers_with_a_message_and_a_link() {
+    use orchestrator_db::policies::{PolicySync, SyncedPolicy};
+    let f = fixture().await;
+    let content = r#"name: api-gpu
+target:
+  component: gpu
+  inventory_id: "HGX_FW_GPU_*"
+  platforms: [hgx]
+versions:
+  allow_downgrade: false
+qualification:
+  required_gates: []
+waves:
+  - name: canary
+    count: 2
+    bake: 10m
+    max_in_flight: 2
+  - name: rest
+    rest: true
+    bake: 10m
+    approval: manual
+    approvers: 1
+    max_in_flight: 10
+concurrency:
+  max_in_flight: 10
+failure_budget:
+  max_failed: 1
+rollback:
+  automatic: true
+  scope: rollout
+"#;
+    f.db.record_policy_sync(
+        &PolicySync {
+            source: "https://git.example/policies@main".into(),
+            commit_id: "c".repeat(40),
+            in_force: vec![SyncedPolicy {
+                name: "api-gpu".into(),
+                path: "gpu.yaml".into(),
+                commit_id: "c".repeat(40),
+                blob_id: "b".repeat(40),
+                content: content.into(),
+            }],
+            changed: vec!["api-gpu".into()],
+            removed: Vec::new(),
+            rejected: Vec::new(),
+            warnings: Vec::new(),
+        },
+        "test",
+    )
+    .await
+    .unwrap();
+    let sam = provision_api_token(&f.db, "sam", Role::ReleaseManager, "t", "test")
+        .await
+        .unwrap();
+    let (_, page) = get(&f.app, &sam, &format!("/releases/{}", f.candidate.0)).await;
+    assert!(
+        page.contains("id=\"start-rollout\""),
+        "a qualified release offers the start"
+    );
+    let uri = format!("/releases/{}/rollouts", f.candidate.0);
+    let (status, body) = post(&f.app, &sam, &uri, "policy=api-gpu&confirmed=yes", true).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let answer: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let location = answer["location"].as_str().expect("a link to the new rollout");
+    assert!(location.starts_with("/rollouts/"), "{answer}");
+    assert!(answer["message"].as_str().unwrap().contains("planned"), "{answer}");
+    let (status, rollout) = get(&f.app, &sam, location).await;
+    assert_eq!(status, StatusCode::OK, "the link works:\n{rollout}");
+    // The blocked release is refused even when posted to directly.
+    let (status, body) = post(
+        &f.app,
+        &sam,
+        &format!("/releases/{}/rollouts", f.blocked.0),
+        "policy=api-gpu&confirmed=yes",
+        true,
+    )
+    .await;
+    assert!(status.is_client_error(), "{status}: {body}");
+}
