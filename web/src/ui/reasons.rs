@@ -84,7 +84,7 @@ fn sentence(entry: &AuditEntry, node: Option<&str>) -> String {
     let f = |key: &str| field(d, key).unwrap_or_default();
     let node = node.map_or_else(|| "a node".to_owned(), str::to_owned);
     let with_reason = |text: String| match field(d, "reason") {
-        Some(reason) if !reason.is_empty() => format!("{text}: {}", super::reasons::plain(&reason)),
+        Some(reason) if !reason.is_empty() => format!("{text}: {}", plain(&reason)),
         _ => text,
     };
     match entry.action.as_str() {
