@@ -30,7 +30,7 @@ async fn node_pages_filter_and_page_in_the_database() {
             .unwrap();
         for n in db.list_nodes(&Default::default()).await.unwrap() {
             let i: usize = n.name[2..].parse().unwrap();
-            let version = if i % 2 == 0 { "1.0" } else { "2.0" };
+            let version = if i.is_multiple_of(2) { "1.0" } else { "2.0" };
             let readings: Vec<ComponentReading> = (0..3)
                 .map(|g| ComponentReading {
                     inventory_id: format!("GPU_{g}"),
