@@ -718,7 +718,18 @@ rollback:
     let answer: serde_json::Value = serde_json::from_str(&body).unwrap();
     let location = answer["location"].as_str().expect("a link to the new rollout");
     assert!(location.starts_with("/rollouts/"), "{answer}");
-    assert!(answer["message"].as_str().unwrap().contains("planned"), "{answer}");
+    // Nodes are counted as nodes, their two GPUs each as component updates.
+    let message = answer["message"].as_str().unwrap();
+    assert!(message.contains("planned: 2 wave(s)"), "{answer}");
+    let nodes: usize = message
+        .split(", ")
+        .find_map(|part| part.strip_suffix(" node(s)"))
+        .and_then(|n| n.parse().ok())
+        .expect("a node count");
+    assert!(
+        message.contains(&format!("{nodes} node(s), {} component update(s)", nodes * 2)),
+        "{answer}"
+    );
     let (status, rollout) = get(&f.app, &sam, location).await;
     assert_eq!(status, StatusCode::OK, "the link works:\n{rollout}");
     // The blocked release is refused even when posted to directly.

@@ -122,10 +122,12 @@ pub(crate) async fn start_rollout(
         .await
         .map_err(|e| UiError::from(e).json(json))?;
     let location = format!("/rollouts/{}", rollout.id);
+    // Nodes, not steps: a step is one component, eight per GPU node.
     let message = format!(
-        "Rollout {} planned: {} wave(s), {} node(s).",
+        "Rollout {} planned: {} wave(s), {} node(s), {} component update(s).",
         rollout.id,
         plan.waves.len(),
+        plan.summary.planned,
         plan.summary.steps
     );
     if json {
