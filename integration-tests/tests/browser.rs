@@ -654,11 +654,20 @@ async fn drive(client: &Client, base: &str, sim: &SimController, release: Releas
         ("11-audit-log", "/audit"),
         ("12-audit-log-sam", "/audit?actor=sam"),
         ("13-fleet-overview-after", "/"),
+        ("14-nodes", "/nodes"),
+        ("15-nodes-at-target", "/nodes?version=96.00.61.00.01"),
+        ("16-rollouts-list", "/rollouts"),
+        ("17-policy-summary", "/policies"),
+        ("18-api-tokens", "/tokens"),
     ] {
         client.goto(&format!("{base}{path}")).await?;
         wait_until(client, name, "return document.readyState === 'complete';", UI_WAIT).await?;
         shot(client, name).await?;
     }
+    // Every node runs the target now, and the node list says so from the server.
+    client.goto(&format!("{base}/nodes?version={GPU_TO}")).await?;
+    let count = client.find(Locator::Id("node-count")).await?.text().await?;
+    ensure!(count == format!("Nodes 1–{NODES} of {NODES}"), "{count}");
 
     // The record: Sam's approval, audited, and a completed rollout by Rita.
     let done = db.exec_rollout(rollout).await?;

@@ -457,6 +457,18 @@ fn the_demo_tells_its_story_and_stops_on_interrupt() {
     let url = url.expect("the URL is printed");
     let password = password.expect("the password is printed");
     assert_eq!(password.len(), 16);
+    // The database is named, with a CLI command that reads it.
+    let database = lines
+        .iter()
+        .find_map(|l| l.trim().strip_prefix("database: "))
+        .and_then(|rest| rest.split(" (").next())
+        .map(std::path::PathBuf::from)
+        .expect("the database path is printed");
+    assert!(database.is_file(), "{}", database.display());
+    assert!(
+        story.contains(&format!("--database-url sqlite://{} rollout list", database.display())),
+        "{story}"
+    );
 
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -525,4 +537,5 @@ fn the_demo_tells_its_story_and_stops_on_interrupt() {
         std::thread::sleep(Duration::from_millis(100));
     };
     assert!(exit.success(), "{exit:?}");
+    assert!(!database.exists(), "the temporary database is removed on exit");
 }

@@ -8,13 +8,21 @@
     var meta = document.querySelector('meta[name="csrf-token"]');
     return meta ? meta.content : "";
   }
-  function flash(text, kind) {
+  function flash(text, kind, link) {
     var box = document.getElementById("flash");
     if (!box) return;
     box.innerHTML = "";
     var p = document.createElement("p");
     p.className = "flash " + (kind || "ok");
     p.textContent = text;
+    if (link) {
+      var a = document.createElement("a");
+      a.href = link;
+      a.id = "flash-link";
+      a.textContent = "Open " + link;
+      p.appendChild(document.createTextNode(" "));
+      p.appendChild(a);
+    }
     box.appendChild(p);
   }
   document.addEventListener("submit", function (event) {
@@ -31,7 +39,10 @@
       headers: { "Accept": "application/json", "X-CSRF-Token": csrf() }
     }).then(function (response) {
       return response.json().catch(function () { return {}; }).then(function (data) {
-        if (response.ok) {
+        if (response.ok && data.location) {
+          // Something new was created elsewhere: say so and link to it.
+          flash(data.message || "Done.", "ok", data.location);
+        } else if (response.ok) {
           flash(data.message || "Done.", "ok");
           if (!document.getElementById("live")) window.location.reload();
         } else {

@@ -186,7 +186,7 @@ async fn every_page_renders_its_data() {
         ),
         (
             "/audit?action=rollout.start".into(),
-            vec!["rollout.start", "rita", "&quot;seed&quot;:1"],
+            vec!["rollout started under policy p", "rita", "&quot;seed&quot;: 1"],
         ),
         ("/policies".into(), vec!["No policy synced yet"]),
         ("/users".into(), vec!["ada", "admin"]),

@@ -112,6 +112,7 @@ impl Db {
         ttl: Duration,
     ) -> Result<Session, DbError> {
         let now = self.clock.now();
+        let session_now = self.session_clock.now();
         let txn = self.conn.begin().await?;
         let user_row = users::Entity::find_by_id(user.0)
             .one(&txn)
@@ -124,8 +125,8 @@ impl Db {
             token_hash: Set(token_hash.to_owned()),
             user_id: Set(user.0),
             csrf_token: Set(csrf_token.to_owned()),
-            created_at: Set(now),
-            expires_at: Set(now + ttl),
+            created_at: Set(session_now),
+            expires_at: Set(session_now + ttl),
             ..Default::default()
         }
         .insert(&txn)
@@ -154,7 +155,7 @@ impl Db {
         else {
             return Ok(None);
         };
-        if row.expires_at <= self.clock.now() {
+        if row.expires_at <= self.session_clock.now() {
             return Ok(None);
         }
         let Some(user) = users::Entity::find_by_id(row.user_id).one(&self.conn).await? else {
@@ -191,7 +192,7 @@ impl Db {
     /// Removes expired sessions; returns how many.
     pub async fn delete_expired_sessions(&self) -> Result<u64, DbError> {
         let result = sessions::Entity::delete_many()
-            .filter(sessions::Column::ExpiresAt.lte(self.clock.now()))
+            .filter(sessions::Column::ExpiresAt.lte(self.session_clock.now()))
             .exec(&self.conn)
             .await?;
         Ok(result.rows_affected)

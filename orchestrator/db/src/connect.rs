@@ -51,6 +51,10 @@ impl Default for ConnectTuning {
 pub struct Db {
     pub(crate) conn: DatabaseConnection,
     pub(crate) clock: Arc<dyn Clock>,
+    /// What browser sessions expire by. The same clock as `clock` unless
+    /// set apart: a demo on an accelerated rollout clock keeps sessions on
+    /// real time, or a 12-hour session would end within a minute.
+    pub(crate) session_clock: Arc<dyn Clock>,
     backend: Backend,
 }
 
@@ -102,7 +106,12 @@ impl Db {
             source,
         })?;
         tracing::debug!(url = %redact_url(url), ?backend, "connected to database");
-        Ok(Db { conn, clock, backend })
+        Ok(Db {
+            conn,
+            session_clock: clock.clone(),
+            clock,
+            backend,
+        })
     }
 
     /// Connects and applies every pending migration.
@@ -142,6 +151,19 @@ impl Db {
     /// The clock every timestamp written by this handle comes from.
     pub fn clock(&self) -> &Arc<dyn Clock> {
         &self.clock
+    }
+
+    /// The clock browser sessions (and anything about logging in) run on.
+    pub fn session_clock(&self) -> &Arc<dyn Clock> {
+        &self.session_clock
+    }
+
+    /// The same handle with browser sessions created and expired by
+    /// `clock` (e.g. the wall clock) while every other timestamp keeps this
+    /// handle's clock, so the audit log still reads in one time.
+    pub fn with_session_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.session_clock = clock;
+        self
     }
 
     /// A cheap round trip, for health checks.

@@ -22,7 +22,7 @@ const MAX_NODE_PAGE: u64 = 10_000;
 /// PostgreSQL's bind-parameter limits (13 columns per row).
 const IMPORT_BATCH: usize = 500;
 
-fn to_node(row: nodes::Model) -> Result<Node, DbError> {
+pub(crate) fn to_node(row: nodes::Model) -> Result<Node, DbError> {
     Ok(Node {
         id: NodeId(row.id),
         state: row.state.parse().map_err(|e| DbError::corrupt("node state", e))?,

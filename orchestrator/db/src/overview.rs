@@ -1,15 +1,22 @@
-//! Aggregates for the fleet overview page, computed in the database so the
-//! page stays cheap on a fleet of 100,000 nodes.
+//! Aggregates for the fleet overview page and the node pages, computed in
+//! the database so the pages stay cheap on a fleet of 100,000 nodes: every
+//! list is filtered and paged by the query, never by scanning all nodes.
 
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, NaiveDate, Utc};
-use sea_orm::sea_query::{Expr, Func};
-use sea_orm::{ColumnTrait, EntityTrait, JoinType, QueryFilter, QuerySelect};
+use orchestrator_types::{NodeId, NodeState};
+use sea_orm::sea_query::{Expr, Func, Query};
+use sea_orm::{ColumnTrait, EntityTrait, JoinType, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect};
 use serde::{Deserialize, Serialize};
 
 use crate::entity::{node_components, nodes, update_steps};
+use crate::model::Node;
+use crate::nodes::to_node;
 use crate::{Db, DbError};
+
+/// Most nodes one node page shows; more is paging.
+pub const MAX_NODE_PAGE_ROWS: u64 = 500;
 
 /// How many nodes run one firmware version of one component kind on one SKU.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -28,7 +35,230 @@ pub struct DailyOutcomes {
     pub failed: u64,
 }
 
+/// Which nodes a node page lists. Every filter is applied by the query.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodePageQuery {
+    /// Substring of the node name.
+    pub name_contains: Option<String>,
+    pub platform_sku: Option<String>,
+    pub state: Option<NodeState>,
+    /// Nodes with at least one component reading exactly this version text.
+    pub version: Option<String>,
+    pub offset: u64,
+    /// Rows wanted, at most [`MAX_NODE_PAGE_ROWS`].
+    pub limit: u64,
+}
+
+/// One component kind at one version on a node, with how many of the
+/// node's components read it (eight GPUs at one version are one row).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeVersion {
+    pub kind: String,
+    pub version: String,
+    pub components: u64,
+}
+
+/// A node with a summary of its firmware, for lists.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeSummary {
+    #[serde(flatten)]
+    pub node: Node,
+    pub versions: Vec<NodeVersion>,
+}
+
+/// One page of nodes and how many matched in all.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodePage {
+    pub nodes: Vec<NodeSummary>,
+    pub total: u64,
+}
+
+/// Nodes per state, and how many failed their last inventory read.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeCounts {
+    pub total: u64,
+    pub by_state: BTreeMap<String, u64>,
+    pub discovery_errors: u64,
+}
+
+/// Finished update steps to one firmware version on one day.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VersionDailyOutcomes {
+    pub version: String,
+    pub day: NaiveDate,
+    pub succeeded: u64,
+    pub failed: u64,
+}
+
 impl Db {
+    /// One page of nodes by name, filtered in the database, with the total
+    /// that matched and each listed node's versions (one more query for the
+    /// page, not one per node).
+    pub async fn node_page(&self, query: &NodePageQuery) -> Result<NodePage, DbError> {
+        let mut select = nodes::Entity::find();
+        if let Some(state) = query.state {
+            select = select.filter(nodes::Column::State.eq(state.as_str()));
+        }
+        if let Some(sku) = &query.platform_sku {
+            select = select.filter(nodes::Column::PlatformSku.eq(sku.as_str()));
+        }
+        if let Some(fragment) = &query.name_contains {
+            select = select.filter(nodes::Column::Name.contains(fragment.as_str()));
+        }
+        if let Some(version) = &query.version {
+            select = select.filter(
+                nodes::Column::Id.in_subquery(
+                    Query::select()
+                        .column(node_components::Column::NodeId)
+                        .from(node_components::Entity)
+                        .and_where(node_components::Column::Version.eq(version.as_str()))
+                        .to_owned(),
+                ),
+            );
+        }
+        let total = select.clone().count(&self.conn).await?;
+        let rows = select
+            .order_by_asc(nodes::Column::Name)
+            .offset(query.offset)
+            .limit(query.limit.clamp(1, MAX_NODE_PAGE_ROWS))
+            .all(&self.conn)
+            .await?;
+        let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
+        let mut versions = self.versions_of(&ids).await?;
+        let nodes = rows
+            .into_iter()
+            .map(|row| {
+                let versions = versions.remove(&row.id).unwrap_or_default();
+                Ok(NodeSummary {
+                    node: to_node(row)?,
+                    versions,
+                })
+            })
+            .collect::<Result<Vec<_>, DbError>>()?;
+        Ok(NodePage { nodes, total })
+    }
+
+    /// Per node id, its component kinds and versions with counts.
+    async fn versions_of(&self, ids: &[i64]) -> Result<BTreeMap<i64, Vec<NodeVersion>>, DbError> {
+        let mut out: BTreeMap<i64, Vec<NodeVersion>> = BTreeMap::new();
+        if ids.is_empty() {
+            return Ok(out);
+        }
+        let rows: Vec<(i64, String, String, i64)> = node_components::Entity::find()
+            .select_only()
+            .column(node_components::Column::NodeId)
+            .column(node_components::Column::Kind)
+            .column(node_components::Column::Version)
+            .column_as(node_components::Column::Id.count(), "n")
+            .filter(node_components::Column::NodeId.is_in(ids.to_vec()))
+            .group_by(node_components::Column::NodeId)
+            .group_by(node_components::Column::Kind)
+            .group_by(node_components::Column::Version)
+            .order_by_asc(node_components::Column::Kind)
+            .order_by_asc(node_components::Column::Version)
+            .into_tuple()
+            .all(&self.conn)
+            .await?;
+        for (node, kind, version, n) in rows {
+            out.entry(node).or_default().push(NodeVersion {
+                kind,
+                version,
+                components: u64::try_from(n).unwrap_or(0),
+            });
+        }
+        Ok(out)
+    }
+
+    /// Node counts per state and of failed inventory reads: two grouped
+    /// counts instead of listing nodes.
+    pub async fn node_counts(&self) -> Result<NodeCounts, DbError> {
+        let rows: Vec<(String, i64)> = nodes::Entity::find()
+            .select_only()
+            .column(nodes::Column::State)
+            .column_as(nodes::Column::Id.count(), "n")
+            .group_by(nodes::Column::State)
+            .into_tuple()
+            .all(&self.conn)
+            .await?;
+        let by_state: BTreeMap<String, u64> = rows
+            .into_iter()
+            .map(|(state, n)| (state, u64::try_from(n).unwrap_or(0)))
+            .collect();
+        let discovery_errors = nodes::Entity::find()
+            .filter(nodes::Column::LastDiscoveryError.is_not_null())
+            .count(&self.conn)
+            .await?;
+        Ok(NodeCounts {
+            total: by_state.values().sum(),
+            by_state,
+            discovery_errors,
+        })
+    }
+
+    /// Up to `limit` nodes whose last inventory read failed, by name.
+    pub async fn nodes_with_discovery_errors(&self, limit: u64) -> Result<Vec<Node>, DbError> {
+        nodes::Entity::find()
+            .filter(nodes::Column::LastDiscoveryError.is_not_null())
+            .order_by_asc(nodes::Column::Name)
+            .limit(limit.min(MAX_NODE_PAGE_ROWS))
+            .all(&self.conn)
+            .await?
+            .into_iter()
+            .map(to_node)
+            .collect()
+    }
+
+    /// Succeeded and failed update steps (not rollbacks) per target version
+    /// and day since `since`, by version then day.
+    pub async fn daily_outcomes_by_version(&self, since: DateTime<Utc>) -> Result<Vec<VersionDailyOutcomes>, DbError> {
+        let rows: Vec<(String, String, Option<DateTime<Utc>>)> = update_steps::Entity::find()
+            .select_only()
+            .column(update_steps::Column::TargetVersion)
+            .column(update_steps::Column::State)
+            .column(update_steps::Column::FinishedAt)
+            .filter(update_steps::Column::FinishedAt.gte(since))
+            .filter(update_steps::Column::Purpose.eq("update"))
+            .filter(update_steps::Column::State.is_in(["succeeded", "failed"]))
+            .into_tuple()
+            .all(&self.conn)
+            .await?;
+        let mut cells: BTreeMap<(String, NaiveDate), (u64, u64)> = BTreeMap::new();
+        for (version, state, finished) in rows {
+            let Some(finished) = finished else { continue };
+            let cell = cells.entry((version, finished.date_naive())).or_default();
+            if state == "failed" {
+                cell.1 += 1;
+            } else {
+                cell.0 += 1;
+            }
+        }
+        Ok(cells
+            .into_iter()
+            .map(|((version, day), (succeeded, failed))| VersionDailyOutcomes {
+                version,
+                day,
+                succeeded,
+                failed,
+            })
+            .collect())
+    }
+
+    /// Node names by id, for showing names where records keep ids.
+    pub async fn node_names(&self, ids: &[NodeId]) -> Result<BTreeMap<NodeId, String>, DbError> {
+        if ids.is_empty() {
+            return Ok(BTreeMap::new());
+        }
+        let rows: Vec<(i64, String)> = nodes::Entity::find()
+            .select_only()
+            .column(nodes::Column::Id)
+            .column(nodes::Column::Name)
+            .filter(nodes::Column::Id.is_in(ids.iter().map(|id| id.0).collect::<Vec<_>>()))
+            .into_tuple()
+            .all(&self.conn)
+            .await?;
+        Ok(rows.into_iter().map(|(id, name)| (NodeId(id), name)).collect())
+    }
+
     /// Firmware version distribution per SKU and component kind.
     pub async fn version_distribution(&self) -> Result<Vec<VersionCount>, DbError> {
         let rows: Vec<(String, String, String, i64)> = node_components::Entity::find()

@@ -16,6 +16,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::{Duration as StdDuration, Instant};
 
 use anyhow::Context as _;
@@ -25,7 +26,7 @@ use orchestrator_db::Db;
 use orchestrator_db::execution::{ExecRollout, RolloutState, WaveKind, WaveState};
 use orchestrator_engine::StartRollout;
 use orchestrator_policy_git::{GitPolicySource, RepoLocation};
-use orchestrator_types::{Clock, ComponentKind, FirmwareVersion, Role, RolloutId, WaveId};
+use orchestrator_types::{Clock, ComponentKind, FirmwareVersion, Role, RolloutId, SystemClock, WaveId};
 use rand::Rng as _;
 use tokio::net::TcpListener;
 
@@ -110,7 +111,15 @@ pub async fn run(args: DemoArgs, _context: &Context) -> anyhow::Result<ExitCode>
         "starting a simulated fleet of {} nodes at {}x ...",
         args.nodes, args.speedup
     );
-    let world = SimWorld::start(scenario, args.speedup, None).await?;
+    // The demo's own temporary database, so its path can be printed for the
+    // CLI; removed when the demo stops.
+    let db_dir = tempfile::Builder::new()
+        .prefix("waveguard-demo-")
+        .tempdir()
+        .context("creating a temporary directory for the demo database")?;
+    let db_path = db_dir.path().join("waveguard.db");
+    let db_url = format!("sqlite://{}", db_path.display());
+    let world = SimWorld::start(scenario, args.speedup, Some(&db_url)).await?;
     let db = world.db.clone();
 
     let policy_source = load_policies(&db).await;
@@ -132,7 +141,7 @@ pub async fn run(args: DemoArgs, _context: &Context) -> anyhow::Result<ExitCode>
         )
         .await
         .context("registering the BMC release")?;
-    world
+    let bmc_current = world
         .register_release(
             ComponentKind::Bmc,
             &version(BMC_FROM)?,
@@ -150,7 +159,7 @@ pub async fn run(args: DemoArgs, _context: &Context) -> anyhow::Result<ExitCode>
         )
         .await
         .context("registering the GPU release")?;
-    world
+    let gpu_current = world
         .register_release(
             ComponentKind::Gpu,
             &version(GPU_FROM)?,
@@ -159,6 +168,11 @@ pub async fn run(args: DemoArgs, _context: &Context) -> anyhow::Result<ExitCode>
         )
         .await
         .context("registering the current GPU release")?;
+    // What the fleet runs is its baseline: the fleet page measures
+    // compliance against the default release of each SKU and component.
+    for release in [&bmc_current, &gpu_current] {
+        make_default(&db, release.id).await?;
+    }
     world
         .register_release(
             ComponentKind::Gpu,
@@ -171,7 +185,10 @@ pub async fn run(args: DemoArgs, _context: &Context) -> anyhow::Result<ExitCode>
 
     let judge = judge_for(&db);
     let engine = world.start_engine("waveguard-demo", judge.judge);
-    let state = web::AppState::new(db.clone()).with_engine_nudge(engine.nudge());
+    // Sessions run on real time: on the accelerated rollout clock a 12-hour
+    // session would end within a minute, logging the visitor out mid-story.
+    let web_db = db.clone().with_session_clock(Arc::new(SystemClock));
+    let state = web::AppState::new(web_db).with_engine_nudge(engine.nudge());
     let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
     let server = tokio::spawn(web::serve(listener, state, async move {
         let _ = stop_rx.wait_for(|stop| *stop).await;
@@ -197,6 +214,13 @@ pub async fn run(args: DemoArgs, _context: &Context) -> anyhow::Result<ExitCode>
     println!("Waveguard demo is running at {url}");
     println!("  log in as {DEMO_USER:?} with password {password:?}");
     println!("  policies: {policy_source}");
+    println!("  database: {} (removed when the demo stops)", db_path.display());
+    println!("  read it with the CLI while the demo runs, e.g.:");
+    println!("    waveguard --database-url {db_url} rollout list");
+    println!(
+        "    (read-only commands only: the demo's clock runs {}x, so a command that writes would record the wrong time)",
+        args.speedup
+    );
     println!();
     println!(
         "What to look at ({}x: one real second is {} simulated minutes):",
@@ -257,7 +281,24 @@ pub async fn run(args: DemoArgs, _context: &Context) -> anyhow::Result<ExitCode>
         Err(err) => tracing::warn!(error = %err, "web server task"),
     }
     world.shutdown().await;
+    // Only now: the controller and its database connections are gone.
+    drop(db_dir);
     Ok(ExitCode::SUCCESS)
+}
+
+/// Takes a registered release through qualification to `default`.
+async fn make_default(db: &Db, release: orchestrator_types::ReleaseId) -> anyhow::Result<()> {
+    use orchestrator_types::{QualificationState, TransitionRequest};
+    for to in [
+        QualificationState::Qualifying,
+        QualificationState::Qualified,
+        QualificationState::Default,
+    ] {
+        db.transition_release(release, &TransitionRequest { to, reason: None }, DEMO_AUTHOR)
+            .await
+            .with_context(|| format!("making release {release} the fleet default"))?;
+    }
+    Ok(())
 }
 
 /// A password for the demo user, printed once.

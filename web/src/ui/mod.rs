@@ -8,8 +8,13 @@
 //! before any handler, and a handler only reads the [`Principal`] it left.
 
 mod charts;
+mod fleet;
 mod pages;
+mod policy_summary;
+mod reasons;
 mod rollout;
+mod rollouts_list;
+mod tokens;
 
 use std::sync::OnceLock;
 
@@ -40,6 +45,10 @@ const TEMPLATES: &[(&str, &str)] = &[
     ("audit.html", include_str!("../../templates/audit.html")),
     ("policies.html", include_str!("../../templates/policies.html")),
     ("users.html", include_str!("../../templates/users.html")),
+    ("nodes.html", include_str!("../../templates/nodes.html")),
+    ("node.html", include_str!("../../templates/node.html")),
+    ("tokens.html", include_str!("../../templates/tokens.html")),
+    ("reason.html", include_str!("../../templates/reason.html")),
 ];
 
 const APP_JS: &str = include_str!("../../static/app.js");
@@ -57,6 +66,8 @@ fn env() -> &'static Environment<'static> {
             }
         }
         env.add_filter("dt", format_time);
+        // minijinja's own urlencode needs a feature; node names go into links.
+        env.add_filter("urlencode", |value: String| auth::urlencode(&value));
         env.add_filter("json", |value: Value| serde_json::to_string(&value).unwrap_or_default());
         env
     })
@@ -251,12 +262,16 @@ pub(crate) fn router() -> Router<AppState> {
         .route("/static/app.js", get(app_js))
         .route("/static/app.css", get(app_css))
         .route("/favicon.ico", get(|| async { StatusCode::NO_CONTENT }))
-        .route("/", get(pages::overview))
+        .route("/", get(fleet::overview))
+        .route("/nodes", get(fleet::nodes))
+        .route("/nodes/{name}", get(fleet::node))
+        .route("/tokens", get(tokens::list).post(tokens::create))
+        .route("/tokens/{id}/revoke", post(tokens::revoke))
         .route("/releases", get(pages::releases))
         .route("/releases/{id}", get(pages::release))
         .route("/releases/{id}/transition", post(pages::transition_release))
         .route("/releases/{id}/rollouts", post(pages::start_rollout))
-        .route("/rollouts", get(rollout::list))
+        .route("/rollouts", get(rollouts_list::list))
         .route("/rollouts/{id}", get(rollout::detail))
         .route("/rollouts/{id}/events", get(rollout::events))
         .route("/rollouts/{id}/{action}", post(rollout::action))

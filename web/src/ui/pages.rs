@@ -1,100 +1,24 @@
-//! The fleet overview, releases with their qualification board, the audit
-//! log, the policy in force and the user list.
-
-use std::collections::BTreeMap;
+//! Releases with their qualification board, the audit log, the policy in
+//! force and the user list.
 
 use axum::Extension;
 use axum::Form;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use minijinja::{Value, context};
 use orchestrator_db::AuditFilter;
-use orchestrator_db::model::NodeFilter;
-use orchestrator_types::{NodeState, QualificationState, ReleaseId, TransitionRequest};
+use orchestrator_types::{QualificationState, ReleaseId, TransitionRequest};
 use serde::Deserialize;
 
-use super::{UiError, base, charts, done, render, v, wants_json};
+use super::{UiError, base, done, policy_summary, reasons, render, v, wants_json};
 use crate::AppState;
 use crate::auth::Principal;
-
-/// Nodes listed per problem table on the overview; the counts stay exact.
-const PROBLEM_NODES_SHOWN: u64 = 200;
-/// Days of update outcomes in the failure-rate trend.
-const TREND_DAYS: i64 = 14;
 
 /// A message left by the action that redirected here.
 #[derive(Debug, Default, Deserialize)]
 pub(crate) struct Flash {
-    msg: Option<String>,
-}
-
-pub(crate) async fn overview(
-    State(state): State<AppState>,
-    Extension(me): Extension<Principal>,
-    Query(flash): Query<Flash>,
-) -> Result<Response, UiError> {
-    let db = &state.db;
-    let now = db.clock().now();
-    let total_nodes = db.count_nodes().await?;
-    let quarantined = db
-        .list_nodes(&NodeFilter {
-            state: Some(NodeState::Quarantined),
-            limit: Some(PROBLEM_NODES_SHOWN),
-            ..Default::default()
-        })
-        .await?;
-    let maintenance = db
-        .list_nodes(&NodeFilter {
-            state: Some(NodeState::Maintenance),
-            ..Default::default()
-        })
-        .await?
-        .len();
-    // Discovery errors are not indexed: scan a bounded page of nodes.
-    let unhealthy: Vec<_> = db
-        .list_nodes(&NodeFilter {
-            limit: Some(100_000),
-            ..Default::default()
-        })
-        .await?
-        .into_iter()
-        .filter(|n| n.last_discovery_error.is_some())
-        .take(usize::try_from(PROBLEM_NODES_SHOWN).unwrap_or(200))
-        .collect();
-
-    let mut groups: BTreeMap<(String, String), Vec<(String, u64)>> = BTreeMap::new();
-    for row in db.version_distribution().await? {
-        groups
-            .entry((row.platform_sku, row.kind))
-            .or_default()
-            .push((row.version, row.nodes));
-    }
-    let distribution: Vec<Value> = groups
-        .into_iter()
-        .map(|((sku, kind), versions)| {
-            let total: u64 = versions.iter().map(|(_, n)| n).sum::<u64>().max(1);
-            let versions: Vec<Value> = versions
-                .into_iter()
-                .map(|(version, nodes)| context! { version, nodes, percent => nodes * 100 / total })
-                .collect();
-            context! { platform_sku => sku, kind, versions }
-        })
-        .collect();
-
-    let since = (now - chrono::Duration::days(TREND_DAYS - 1)).date_naive();
-    let since_at = since.and_hms_opt(0, 0, 0).map_or(now, |d| d.and_utc());
-    let outcomes = db.daily_step_outcomes(since_at).await?;
-    let trend_svg = charts::failure_trend(&outcomes, since, TREND_DAYS);
-
-    Ok(render(
-        "overview.html",
-        context! {
-            total_nodes, quarantined => v(&quarantined), unhealthy => v(&unhealthy), maintenance, distribution, trend_svg,
-            flash => flash.msg,
-            ..base(&me, "overview", "Fleet overview")
-        },
-    ))
+    pub(crate) msg: Option<String>,
 }
 
 pub(crate) async fn releases(
@@ -148,9 +72,17 @@ pub(crate) async fn release(
         .map(|p| (p.version.name, p.version.commit_id))
         .collect();
     let title = format!("Release {}", release.version);
+    let history = reasons::audit_rows(&state.db, &history).await?;
+    let reason = reasons::reason_value(release.state_reason.as_deref());
+    // A blocked release is refused by every rollout: offering to start one
+    // would only lead to an error page.
+    let blocked = release.qualification_state == QualificationState::Blocked;
     Ok(render(
         "release.html",
-        context! { release => v(&release), gates => v(&gates), history => v(&history), states, policies, flash => flash.msg, ..base(&me, "releases", &title) },
+        context! {
+            release => v(&release), reason, blocked, gates => v(&gates), history, states, policies,
+            flash => flash.msg, ..base(&me, "releases", &title)
+        },
     ))
 }
 
@@ -189,16 +121,21 @@ pub(crate) async fn start_rollout(
     let (rollout, plan) = crate::api::rollouts::start_rollout_as(&state, body, &me.user.username)
         .await
         .map_err(|e| UiError::from(e).json(json))?;
-    Ok(done(
-        json,
-        &format!("/rollouts/{}", rollout.id),
-        &format!(
-            "Rollout {} planned: {} wave(s), {} node(s).",
-            rollout.id,
-            plan.waves.len(),
-            plan.summary.steps
-        ),
-    ))
+    let location = format!("/rollouts/{}", rollout.id);
+    // Nodes, not steps: a step is one component, eight per GPU node.
+    let message = format!(
+        "Rollout {} planned: {} wave(s), {} node(s), {} component update(s).",
+        rollout.id,
+        plan.waves.len(),
+        plan.summary.planned,
+        plan.summary.steps
+    );
+    if json {
+        // The script stays on the release page: it shows the message with
+        // a link to the new rollout rather than reloading without either.
+        return Ok(axum::Json(serde_json::json!({ "message": message, "location": location })).into_response());
+    }
+    Ok(done(json, &location, &message))
 }
 
 /// A qualification transition from the release page.
@@ -266,6 +203,7 @@ pub(crate) async fn audit(
         ..Default::default()
     };
     let entries = state.db.audit_entries(&filter).await?;
+    let rows = reasons::audit_rows(&state.db, &entries).await?;
     let next_before = (entries.len() as u64 == AUDIT_PAGE)
         .then(|| entries.last().map(|e| e.id))
         .flatten();
@@ -285,7 +223,7 @@ pub(crate) async fn audit(
     }
     Ok(render(
         "audit.html",
-        context! { entries => v(&entries), filter => v(&filter), next_before, next_query, ..base(&me, "audit", "Audit log") },
+        context! { entries => rows, filter => v(&filter), next_before, next_query, ..base(&me, "audit", "Audit log") },
     ))
 }
 
@@ -293,7 +231,22 @@ pub(crate) async fn policies(
     State(state): State<AppState>,
     Extension(me): Extension<Principal>,
 ) -> Result<Response, UiError> {
-    let policies = state.db.policies_in_force().await?;
+    let policies: Vec<Value> = state
+        .db
+        .policies_in_force()
+        .await?
+        .into_iter()
+        .map(|p| {
+            // A policy in force passed validation when it was synced; one
+            // that no longer parses (a newer binary, stricter rules) still
+            // shows its YAML, with the reason instead of a summary.
+            let (summary, parse_error) = match orchestrator_policy::parse_policy(&p.version.content) {
+                Ok(policy) => (policy_summary::summarise(&policy), None),
+                Err(err) => (Value::from(()), Some(err.to_string())),
+            };
+            context! { summary, parse_error, ..v(&p) }
+        })
+        .collect();
     let sync = state
         .db
         .policy_sync_state()
@@ -301,7 +254,7 @@ pub(crate) async fn policies(
         .map(|s| context! { commit => s.commit_id, at => s.synced_at.format("%Y-%m-%d %H:%M UTC").to_string() });
     Ok(render(
         "policies.html",
-        context! { policies => v(&policies), sync, ..base(&me, "policies", "Policy in force") },
+        context! { policies, sync, ..base(&me, "policies", "Policy in force") },
     ))
 }
 

@@ -45,7 +45,7 @@ fn count(counts: &StepCounts, state: StepState) -> u64 {
 }
 
 /// One line a human reads: what the thing is waiting on.
-fn describe_blocker(blocker: &Blocker) -> String {
+pub(crate) fn describe_blocker(blocker: &Blocker) -> String {
     let at = |t: &DateTime<Utc>| t.format("%Y-%m-%d %H:%M UTC").to_string();
     match blocker {
         Blocker::WindowOpensAt { at: Some(t) } => format!("maintenance window opens {}", at(t)),
@@ -72,31 +72,6 @@ fn describe_blocker(blocker: &Blocker) -> String {
 
 fn pct(part: u64, whole: u64) -> u64 {
     (part * 100).checked_div(whole).unwrap_or(0)
-}
-
-pub(crate) async fn list(
-    State(state): State<AppState>,
-    Extension(me): Extension<Principal>,
-) -> Result<Response, UiError> {
-    let mut releases = HashMap::new();
-    let mut rows = Vec::new();
-    for rollout in state.db.exec_rollouts().await? {
-        if let std::collections::hash_map::Entry::Vacant(slot) = releases.entry(rollout.release_id) {
-            let release = state.db.release(rollout.release_id).await?;
-            slot.insert(format!("{} {}", release.component_kind, release.version));
-        }
-        let counts = state.db.step_counts(rollout.id, None).await?;
-        let (done, all) = (done_count(&counts), total(&counts));
-        rows.push(context! {
-            release => releases.get(&rollout.release_id).cloned().unwrap_or_default(),
-            done, total => all, percent => pct(done, all),
-            ..v(without_source(rollout))
-        });
-    }
-    Ok(render(
-        "rollouts.html",
-        context! { rollouts => rows, ..base(&me, "rollouts", "Rollouts") },
-    ))
 }
 
 fn without_source(mut rollout: ExecRollout) -> ExecRollout {

@@ -1,0 +1,745 @@
+//! The release manager's cockpit in-process (`oneshot`): node pages paged
+//! and filtered on the server, the fleet dashboard's compliance against the
+//! default release, the rollouts list (current wave, waiting-on, the bar of
+//! a rolled-back rollout, "needs my approval"), the policy summary, the
+//! token page, plain-language reasons and the blocked release.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::{Request, StatusCode, header};
+use chrono::{Duration, TimeZone, Utc};
+use http_body_util::BodyExt;
+use orchestrator_db::Db;
+use orchestrator_db::execution::{
+    ExecStep, NewPlan, NewStep, NewWave, StepChange, StepFilter, StepState, WaveChange, WaveState,
+};
+use orchestrator_db::model::{ComponentReading, NewNode, NewRelease, NewRollout, NodeLabels};
+use orchestrator_db::testing::TestDb;
+use orchestrator_types::{
+    Clock, ComponentKind, FirmwareVersion, ManualClock, NodeState, QualificationState, ReleaseId, Role, RolloutId,
+    TransitionRequest,
+};
+use serde_json::json;
+use tower::ServiceExt;
+use web::auth::provision_api_token;
+use web::{AppState, app};
+
+const BASELINE: &str = "96.00.5E.00.01";
+const BELOW: &str = "96.00.5D.00.00";
+const ABOVE: &str = "96.00.61.00.01";
+/// 100 nodes at the baseline, 100 below, 40 above, one without inventory.
+const NODES: usize = 241;
+const EVIL: &str = "x<script>y";
+
+struct Fixture {
+    _t: TestDb,
+    db: Db,
+    app: Router,
+    /// Waits for an approval; authored by rita.
+    waiting: RolloutId,
+    /// Rolling back, one of two nodes restored.
+    rolled_back: RolloutId,
+    candidate: ReleaseId,
+    blocked: ReleaseId,
+}
+
+fn version_of(i: usize) -> &'static str {
+    match i {
+        0..100 => BASELINE,
+        100..200 => BELOW,
+        _ => ABOVE,
+    }
+}
+
+async fn release(db: &Db, version: &str, to: &[(QualificationState, Option<&str>)]) -> ReleaseId {
+    let release = db
+        .add_release(
+            &NewRelease {
+                component_kind: ComponentKind::Gpu,
+                version: FirmwareVersion::parse(version).unwrap(),
+                image_uri: format!("https://images.example/{version}.fw"),
+                sha256: "ab".repeat(32),
+                size_bytes: 1,
+                platforms: vec!["hgx".into()],
+                release_notes: String::new(),
+            },
+            "rita",
+        )
+        .await
+        .unwrap();
+    for (state, reason) in to {
+        db.transition_release(
+            release.id,
+            &TransitionRequest {
+                to: *state,
+                reason: reason.map(str::to_owned),
+            },
+            "rita",
+        )
+        .await
+        .unwrap();
+    }
+    release.id
+}
+
+async fn rollout(db: &Db, release: ReleaseId, nodes: &[orchestrator_types::NodeId]) -> RolloutId {
+    db.start_rollout(
+        &NewRollout {
+            release_id: release,
+            policy_name: "p".into(),
+            policy_commit: "c0ffee1234567890".into(),
+            policy_blob: "b".into(),
+            seed: 1,
+        },
+        "name: p\n",
+        &NewPlan {
+            waves: vec![NewWave {
+                name: "canary".into(),
+                bake_seconds: 60,
+                approvals_required: 1,
+                max_in_flight: 2,
+                gates: vec![],
+                control_nodes: vec![],
+                steps: nodes
+                    .iter()
+                    .map(|n| NewStep {
+                        node_id: *n,
+                        inventory_id: "GPU_*".into(),
+                        expected_from_version: BASELINE.into(),
+                    })
+                    .collect(),
+            }],
+            rollback_assessment: json!({ "possible": true }),
+        },
+        "rita",
+    )
+    .await
+    .unwrap()
+    .id
+}
+
+async fn steps(db: &Db, rollout: RolloutId) -> Vec<ExecStep> {
+    db.steps(&StepFilter {
+        rollout_id: Some(rollout),
+        ..Default::default()
+    })
+    .await
+    .unwrap()
+}
+
+async fn fixture() -> Fixture {
+    let clock = Arc::new(ManualClock::new(Utc.with_ymd_and_hms(2026, 12, 2, 12, 0, 0).unwrap()));
+    let t = TestDb::sqlite(clock.clone()).await;
+    let db = t.db.clone();
+    let mut new_nodes: Vec<NewNode> = (0..NODES - 1)
+        .map(|i| NewNode {
+            name: format!("gpu-{i:03}"),
+            bmc_url: format!("https://10.0.{}.{}", i / 200, i % 200),
+            credential_ref: "default".into(),
+            platform_sku: "hgx".into(),
+            labels: NodeLabels {
+                region: "r".into(),
+                cluster: "c".into(),
+                rack: format!("k{}", i % 10),
+                nvlink_domain: "n".into(),
+            },
+        })
+        .collect();
+    new_nodes.push(NewNode {
+        name: EVIL.into(),
+        bmc_url: "https://10.9.9.9".into(),
+        credential_ref: "default".into(),
+        platform_sku: "b200".into(),
+        labels: new_nodes[0].labels.clone(),
+    });
+    db.import_nodes(&new_nodes, "test").await.unwrap();
+    let nodes = db.list_nodes(&Default::default()).await.unwrap();
+    for node in &nodes {
+        let Some(i) = node.name.strip_prefix("gpu-").and_then(|n| n.parse::<usize>().ok()) else {
+            continue;
+        };
+        let readings: Vec<ComponentReading> = (0..2)
+            .map(|g| ComponentReading {
+                inventory_id: format!("HGX_FW_GPU_{g}"),
+                kind: ComponentKind::Gpu,
+                version: FirmwareVersion::parse(version_of(i)).unwrap(),
+                updateable: true,
+                software_id: None,
+                health: Some(if i == 7 && g == 1 { "Critical" } else { "OK" }.into()),
+            })
+            .collect();
+        db.record_inventory(node.id, &readings).await.unwrap();
+    }
+    let by_name = |name: &str| nodes.iter().find(|n| n.name == name).unwrap().id;
+
+    use QualificationState as Q;
+    release(
+        &db,
+        BASELINE,
+        &[(Q::Qualifying, None), (Q::Qualified, None), (Q::Default, None)],
+    )
+    .await;
+    let candidate = release(&db, ABOVE, &[(Q::Qualifying, None), (Q::Qualified, None)]).await;
+    let blocked = release(
+        &db,
+        "97.00.00.00.01",
+        &[(
+            Q::Blocked,
+            Some(r#"rollout 9 wave canary: health verdict failed: XID rate 3.1x the control's; evidence: {"alpha":0.05,"gates":[{"gate":"xid"}]}"#),
+        )],
+    )
+    .await;
+
+    let fence = db
+        .acquire_lease("executor", "test", Duration::hours(1))
+        .await
+        .unwrap()
+        .unwrap();
+    let now = clock.now();
+    let finish = |to: StepState, error: Option<&str>| StepChange {
+        state: Some(to),
+        started_at: Some(now),
+        finished_at: Some(now),
+        previous_version: Some(BASELINE.into()),
+        error: error.map(|e| Some(e.to_owned())),
+        ..Default::default()
+    };
+
+    // Rollout 1: one node updated, one failed, one pending; the wave waits
+    // for an approval.
+    let waiting = rollout(
+        &db,
+        candidate,
+        &[by_name("gpu-000"), by_name("gpu-001"), by_name("gpu-002")],
+    )
+    .await;
+    for step in steps(&db, waiting).await {
+        let change = match step.node_id {
+            n if n == by_name("gpu-000") => finish(StepState::Succeeded, None),
+            n if n == by_name("gpu-001") => finish(StepState::Failed, Some("BMC said <no>")),
+            _ => continue,
+        };
+        db.transition_step(&fence, step.id, StepState::Pending, &change, json!({}))
+            .await
+            .unwrap();
+    }
+    let wave = db.rollout_waves(waiting).await.unwrap()[0].id;
+    for (from, to) in [
+        (WaveState::Planned, WaveState::Running),
+        (WaveState::Running, WaveState::Baking),
+        (WaveState::Baking, WaveState::AwaitingApproval),
+    ] {
+        db.transition_wave(
+            &fence,
+            wave,
+            from,
+            &WaveChange {
+                state: Some(to),
+                ..Default::default()
+            },
+            json!({}),
+        )
+        .await
+        .unwrap();
+    }
+
+    // Rollout 2: both nodes updated, then rolled back; one restored.
+    let rolled_back = rollout(&db, candidate, &[by_name("gpu-003"), by_name("gpu-004")]).await;
+    let updated = steps(&db, rolled_back).await;
+    for step in &updated {
+        db.transition_step(
+            &fence,
+            step.id,
+            StepState::Pending,
+            &finish(StepState::Succeeded, None),
+            json!({}),
+        )
+        .await
+        .unwrap();
+    }
+    let rollback_wave = db
+        .begin_rollback(
+            None,
+            rolled_back,
+            json!({ "scope": "rollout" }),
+            "temperatures up 6 °C",
+            "sam",
+        )
+        .await
+        .unwrap();
+    for (i, step) in steps(&db, rolled_back).await.iter().enumerate() {
+        let back = db
+            .add_rollback_step(
+                &fence,
+                rollback_wave.id,
+                step,
+                "https://images.example/old.fw",
+                &"cd".repeat(32),
+            )
+            .await
+            .unwrap();
+        if i == 0 {
+            db.transition_step(
+                &fence,
+                back.id,
+                StepState::Pending,
+                &finish(StepState::Succeeded, None),
+                json!({}),
+            )
+            .await
+            .unwrap();
+        }
+    }
+    db.release_lease(&fence).await.unwrap();
+    db.set_node_state(by_name("gpu-009"), NodeState::Quarantined, Some("fan <failure>"), "ada")
+        .await
+        .unwrap();
+
+    Fixture {
+        _t: t,
+        app: app(AppState::new(db.clone())),
+        db,
+        waiting,
+        rolled_back,
+        candidate,
+        blocked,
+    }
+}
+
+async fn get(app: &Router, token: &str, uri: &str) -> (StatusCode, String) {
+    let request = Request::get(uri)
+        .header(header::AUTHORIZATION, format!("Bearer {token}"))
+        .body(Body::empty())
+        .unwrap();
+    let response = app.clone().oneshot(request).await.unwrap();
+    let status = response.status();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    // minijinja escapes `/` in attributes; browsers read it back as `/`.
+    (status, String::from_utf8_lossy(&bytes).replace("&#x2f;", "/"))
+}
+
+async fn post(app: &Router, token: &str, uri: &str, body: &str, json: bool) -> (StatusCode, String) {
+    let mut request = Request::post(uri)
+        .header(header::AUTHORIZATION, format!("Bearer {token}"))
+        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded");
+    if json {
+        request = request.header(header::ACCEPT, "application/json");
+    }
+    let response = app
+        .clone()
+        .oneshot(request.body(Body::from(body.to_owned())).unwrap())
+        .await
+        .unwrap();
+    let status = response.status();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    (status, String::from_utf8_lossy(&bytes).into_owned())
+}
+
+async fn viewer(db: &Db) -> String {
+    provision_api_token(db, "vic", Role::Viewer, "t", "test").await.unwrap()
+}
+
+/// The rows of the table with `id`, as their HTML.
+fn rows<'a>(body: &'a str, id: &str) -> Vec<&'a str> {
+    let start = body
+        .find(&format!("id=\"{id}\""))
+        .unwrap_or_else(|| panic!("no table {id}"));
+    let table = &body[start..];
+    let table = &table[..table.find("</table>").unwrap()];
+    table.split("<tr").skip(2).collect()
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn nodes_are_paged_and_filtered_by_the_server() {
+    let f = fixture().await;
+    let token = viewer(&f.db).await;
+    let check = |uri: &'static str, count: &'static str, shown: usize| {
+        let app = f.app.clone();
+        let token = token.clone();
+        async move {
+            let (status, body) = get(&app, &token, uri).await;
+            assert_eq!(status, StatusCode::OK, "{uri}: {body}");
+            assert!(body.contains(count), "{uri} should say {count:?}:\n{body}");
+            assert_eq!(rows(&body, "nodes").len(), shown, "{uri}");
+            body
+        }
+    };
+    let first = check("/nodes", "Nodes 1–100 of 241", 100).await;
+    assert!(first.contains("id=\"next-page\" href=\"?page=2\""), "{first}");
+    assert!(!first.contains("prev-page"));
+    // Page 3 holds the last 41 nodes; the name sorts after every gpu-NNN.
+    let last = check("/nodes?page=3", "Nodes 201–241 of 241", 41).await;
+    assert!(last.contains("x&lt;script&gt;y"), "names are escaped");
+    assert!(!last.contains("<script>y"), "never raw");
+    assert!(!last.contains("next-page"));
+    let above = check("/nodes?version=96.00.61.00.01", "Nodes 1–40 of 40", 40).await;
+    assert!(above.contains("gpu-200") && !above.contains("gpu-199"));
+    check("/nodes?platform=b200", "Nodes 1–1 of 1", 1).await;
+    check("/nodes?state=quarantined", "Nodes 1–1 of 1", 1).await;
+    check("/nodes?name=gpu-01&version=96.00.5E.00.01", "Nodes 1–10 of 10", 10).await;
+    // Filters are kept by the paging links.
+    let paged = check("/nodes?version=96.00.5D.00.00&page=1", "Nodes 1–100 of 100", 100).await;
+    assert!(!paged.contains("next-page"));
+    let (status, body) = get(&f.app, &token, "/nodes?platform=hgx").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(body.contains("href=\"?platform=hgx&amp;page=2\""), "{body}");
+    check("/nodes?name=nothing-like-this", "No node matches.", 0).await;
+    let (status, _) = get(&f.app, &token, "/nodes?state=sleepy").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_node_page_shows_inventory_history_health_and_quarantine() {
+    let f = fixture().await;
+    let token = viewer(&f.db).await;
+    let (status, body) = get(&f.app, &token, "/nodes/gpu-001").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    for want in [
+        "HGX_FW_GPU_0",
+        BASELINE,
+        "id=\"history\"",
+        &format!("/rollouts/{}?node=gpu-001", f.waiting.0),
+        "failed",
+        "BMC said &lt;no&gt;",
+    ] {
+        assert!(body.contains(want), "should show {want:?}:\n{body}");
+    }
+    let (_, unhealthy) = get(&f.app, &token, "/nodes/gpu-007").await;
+    assert!(unhealthy.contains("Critical"), "{unhealthy}");
+    let (_, quarantined) = get(&f.app, &token, "/nodes/gpu-009").await;
+    assert!(quarantined.contains("id=\"quarantine\""), "{quarantined}");
+    assert!(quarantined.contains("fan &lt;failure&gt;"));
+    assert!(
+        quarantined.contains("gpu-009: active → quarantined"),
+        "the change is in words:\n{quarantined}"
+    );
+    let (status, escaped) = get(&f.app, &token, "/nodes/x%3Cscript%3Ey").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(escaped.contains("x&lt;script&gt;y") && !escaped.contains("x<script>y"));
+    let (status, _) = get(&f.app, &token, "/nodes/nope").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn the_dashboard_measures_compliance_against_the_default_release() {
+    let f = fixture().await;
+    let token = viewer(&f.db).await;
+    let (status, body) = get(&f.app, &token, "/").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let compliance = &body[body.find("id=\"compliance\"").unwrap()..];
+    let compliance = &compliance[..compliance.find("</section>").unwrap()];
+    // 100 of the 240 inventoried hgx nodes run the default release.
+    assert!(
+        compliance.contains(&format!(
+            "baseline <span class=\"mono\">{BASELINE}</span>: <strong>41%</strong> at baseline, 100 below, 40 above"
+        )),
+        "{compliance}"
+    );
+    for (version, status) in [(BASELINE, "at"), (BELOW, "below"), (ABOVE, "above")] {
+        let at = compliance
+            .find(&format!(">{version}</a>"))
+            .unwrap_or_else(|| panic!("{version} listed"));
+        assert!(
+            compliance[at..].starts_with(&format!(">{version}</a></td><td><span class=\"badge c-{status}\">")),
+            "{version} is {status}"
+        );
+    }
+    // Active rollouts say what they wait on; finished work is not listed.
+    let active = &body[body.find("id=\"active-rollouts\"").unwrap()..];
+    let active = &active[..active.find("</section>").unwrap()];
+    assert!(active.contains(&format!("/rollouts/{}", f.waiting.0)), "{active}");
+    assert!(active.contains("awaiting_approval"), "{active}");
+    // Every release's qualification, the blocked one in words without its JSON.
+    let qualification = &body[body.find("id=\"qualification\"").unwrap()..];
+    let qualification = &qualification[..qualification.find("</section>").unwrap()];
+    assert!(
+        qualification.contains("health verdict failed: XID rate 3.1x the control&#x27;s"),
+        "{qualification}"
+    );
+    assert!(!qualification.contains("alpha"), "evidence stays off the dashboard");
+    assert!(qualification.contains("q-default") && qualification.contains("q-qualified"));
+    // Failure rates per target version: 1 of 4 updates to the candidate failed.
+    let trends = &body[body.find("id=\"version-trends\"").unwrap()..];
+    assert!(
+        trends.contains(&format!(
+            "<td class=\"mono\">{ABOVE}</td><td class=\"num\">4</td><td class=\"num\">1 (25.0%)</td>"
+        )),
+        "{trends}"
+    );
+    assert!(body.contains("1 quarantined"), "counts come from the aggregate");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn the_rollouts_list_tells_the_truth_and_who_must_approve() {
+    let f = fixture().await;
+    let sam = provision_api_token(&f.db, "sam", Role::ReleaseManager, "t", "test")
+        .await
+        .unwrap();
+    let rita = provision_api_token(&f.db, "rita", Role::ReleaseManager, "t", "test")
+        .await
+        .unwrap();
+    let (status, body) = get(&f.app, &sam, "/rollouts").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let row = |id: RolloutId| {
+        let start = body.find(&format!("id=\"rollout-{}\"", id.0)).unwrap();
+        let rest = &body[start..];
+        rest[..rest.find("</tr>").unwrap()].to_owned()
+    };
+    let waiting = row(f.waiting);
+    assert!(waiting.contains("needs my approval"), "{waiting}");
+    assert!(
+        waiting.contains("canary <span class=\"small\">(awaiting_approval)"),
+        "{waiting}"
+    );
+    assert!(waiting.contains("1/3 updated, 1 failed"), "{waiting}");
+    let rolled_back = row(f.rolled_back);
+    assert!(
+        rolled_back.contains("2 updated, then rolled back: 1/2 restored"),
+        "{rolled_back}"
+    );
+    assert!(rolled_back.contains("bar rollback"), "{rolled_back}");
+    assert!(
+        rolled_back.contains("temperatures up 6 °C"),
+        "the reason shows:\n{rolled_back}"
+    );
+    assert!(!rolled_back.contains("needs my approval"));
+    assert!(body.contains("Needing my approval (1)"));
+    let (_, mine) = get(&f.app, &sam, "/rollouts?show=mine").await;
+    assert_eq!(rows(&mine, "rollouts").len(), 1, "{mine}");
+    assert!(mine.contains(&format!("id=\"rollout-{}\"", f.waiting.0)));
+    // The author may not approve her own rollout, nor may a viewer.
+    let (_, authored) = get(&f.app, &rita, "/rollouts").await;
+    assert!(!authored.contains("needs my approval") && authored.contains("Needing my approval (0)"));
+    let vic = viewer(&f.db).await;
+    let (_, viewed) = get(&f.app, &vic, "/rollouts?show=mine").await;
+    assert!(viewed.contains("Nothing waits on your approval."), "{viewed}");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_policy_is_summarised_above_its_yaml() {
+    use orchestrator_db::policies::{PolicySync, SyncedPolicy};
+    let f = fixture().await;
+    let content = include_str!("../../policies/bmc-firmware-lab.yaml").to_owned();
+    f.db.record_policy_sync(
+        &PolicySync {
+            source: "https://git.example/policies@main".into(),
+            commit_id: "c".repeat(40),
+            in_force: vec![SyncedPolicy {
+                name: "bmc-firmware-lab".into(),
+                path: "bmc-firmware-lab.yaml".into(),
+                commit_id: "c".repeat(40),
+                blob_id: "b".repeat(40),
+                content,
+            }],
+            changed: vec!["bmc-firmware-lab".into()],
+            removed: Vec::new(),
+            rejected: Vec::new(),
+            warnings: Vec::new(),
+        },
+        "test",
+    )
+    .await
+    .unwrap();
+    let token = viewer(&f.db).await;
+    let (status, body) = get(&f.app, &token, "/policies").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let summary = body.find("class=\"summary\"").expect("a summary");
+    let yaml = body.find("<details class=\"yaml\">").expect("collapsed YAML");
+    assert!(summary < yaml, "the summary comes first");
+    for want in [
+        "every remaining node",
+        "starts after 1 approval of the previous wave",
+        "no gate",
+        "15 W higher than the control",
+        "40 W higher than the control",
+        "the first failed update halts the wave and the rollout",
+        "a person decides whether to roll back (every node the rollout updated)",
+        "32 flashes at once, 2 per rack",
+    ] {
+        assert!(body.contains(want), "should say {want:?}:\n{body}");
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn tokens_are_shown_once_listed_and_revoked_by_their_owner() {
+    let f = fixture().await;
+    let sam = provision_api_token(&f.db, "sam", Role::ReleaseManager, "first", "test")
+        .await
+        .unwrap();
+    let (status, page) = get(&f.app, &sam, "/tokens").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(rows(&page, "tokens").len(), 1);
+    assert!(page.contains("first"));
+
+    let (status, created) = post(&f.app, &sam, "/tokens", "name=ci%20%3Cpipeline%3E", false).await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    assert!(created.contains("ci &lt;pipeline&gt;"), "escaped:\n{created}");
+    let start = created.find("id=\"token-value\">").unwrap() + "id=\"token-value\">".len();
+    let token = &created[start..start + 67];
+    assert!(token.starts_with("wg_"), "{token}");
+    // It works, and it is never shown again.
+    let (status, page) = get(&f.app, token, "/tokens").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(!page.contains(token), "shown once");
+    assert_eq!(rows(&page, "tokens").len(), 2);
+
+    let id = f.db.api_tokens("sam").await.unwrap()[1].id;
+    // Another user cannot revoke it: the owner comes from the session.
+    let rita = provision_api_token(&f.db, "rita", Role::ReleaseManager, "t", "test")
+        .await
+        .unwrap();
+    let (status, _) = post(&f.app, &rita, &format!("/tokens/{id}/revoke"), "", true).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, body) = post(&f.app, &sam, &format!("/tokens/{id}/revoke"), "", true).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (status, _) = get(&f.app, token, "/api/v1/releases").await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "a revoked token authenticates nobody");
+    // An empty name is refused with the reason.
+    let (status, body) = post(&f.app, &sam, "/tokens", "name=%20", true).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_blocked_release_explains_itself_and_offers_no_start() {
+    let f = fixture().await;
+    let sam = provision_api_token(&f.db, "sam", Role::ReleaseManager, "t", "test")
+        .await
+        .unwrap();
+    let (status, body) = get(&f.app, &sam, &format!("/releases/{}", f.blocked.0)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(body.contains("id=\"start-refused\""), "{body}");
+    assert!(!body.contains("id=\"start-rollout\""), "no start button");
+    let reason = &body[body.find("id=\"state-reason\"").unwrap()..];
+    let sentence = reason.find("health verdict failed").unwrap();
+    let evidence = reason
+        .find("<details class=\"evidence\"><summary>Full evidence")
+        .unwrap();
+    assert!(sentence < evidence, "the sentence first, the evidence one click away");
+    assert!(reason.contains("&quot;alpha&quot;: 0.05"), "pretty-printed evidence");
+    // The history is in words too.
+    assert!(body.contains("qualification registered → blocked"), "{body}");
+    // A release that is not blocked still offers the start.
+    let (_, candidate) = get(&f.app, &sam, &format!("/releases/{}", f.candidate.0)).await;
+    assert!(!candidate.contains("id=\"start-refused\""));
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn the_audit_log_names_nodes_and_links_subjects() {
+    let f = fixture().await;
+    let token = viewer(&f.db).await;
+    let (status, body) = get(&f.app, &token, "/audit?action=step.transition").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(body.contains("update step on gpu-001: pending → failed"), "{body}");
+    assert!(
+        body.contains(&format!("href=\"/rollouts/{}?node=gpu-001\"", f.waiting.0)),
+        "{body}"
+    );
+    assert!(
+        body.contains("<a href=\"/nodes/gpu-001\">gpu-001</a>"),
+        "the node_id field is a linked name"
+    );
+    assert!(!body.contains("<dt>node_id</dt>"), "{body}");
+    let (_, approvals) = get(&f.app, &token, "/audit?action=wave.transition").await;
+    assert!(
+        approvals.contains("<span class=\"badge warn\">decision</span>"),
+        "{approvals}"
+    );
+    assert!(
+        approvals.contains(&format!("wave canary of rollout #{}", f.waiting.0)),
+        "{approvals}"
+    );
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn starting_a_rollout_from_a_release_answers_with_a_message_and_a_link() {
+    use orchestrator_db::policies::{PolicySync, SyncedPolicy};
+    let f = fixture().await;
+    let content = r#"name: api-gpu
+target:
+  component: gpu
+  inventory_id: "HGX_FW_GPU_*"
+  platforms: [hgx]
+versions:
+  allow_downgrade: false
+qualification:
+  required_gates: []
+waves:
+  - name: canary
+    count: 2
+    bake: 10m
+    max_in_flight: 2
+  - name: rest
+    rest: true
+    bake: 10m
+    approval: manual
+    approvers: 1
+    max_in_flight: 10
+concurrency:
+  max_in_flight: 10
+failure_budget:
+  max_failed: 1
+rollback:
+  automatic: true
+  scope: rollout
+"#;
+    f.db.record_policy_sync(
+        &PolicySync {
+            source: "https://git.example/policies@main".into(),
+            commit_id: "c".repeat(40),
+            in_force: vec![SyncedPolicy {
+                name: "api-gpu".into(),
+                path: "gpu.yaml".into(),
+                commit_id: "c".repeat(40),
+                blob_id: "b".repeat(40),
+                content: content.into(),
+            }],
+            changed: vec!["api-gpu".into()],
+            removed: Vec::new(),
+            rejected: Vec::new(),
+            warnings: Vec::new(),
+        },
+        "test",
+    )
+    .await
+    .unwrap();
+    let sam = provision_api_token(&f.db, "sam", Role::ReleaseManager, "t", "test")
+        .await
+        .unwrap();
+    let (_, page) = get(&f.app, &sam, &format!("/releases/{}", f.candidate.0)).await;
+    assert!(
+        page.contains("id=\"start-rollout\""),
+        "a qualified release offers the start"
+    );
+    let uri = format!("/releases/{}/rollouts", f.candidate.0);
+    let (status, body) = post(&f.app, &sam, &uri, "policy=api-gpu&confirmed=yes", true).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let answer: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let location = answer["location"].as_str().expect("a link to the new rollout");
+    assert!(location.starts_with("/rollouts/"), "{answer}");
+    // Nodes are counted as nodes, their two GPUs each as component updates.
+    let message = answer["message"].as_str().unwrap();
+    assert!(message.contains("planned: 2 wave(s)"), "{answer}");
+    let nodes: usize = message
+        .split(", ")
+        .find_map(|part| part.strip_suffix(" node(s)"))
+        .and_then(|n| n.parse().ok())
+        .expect("a node count");
+    assert!(
+        message.contains(&format!("{nodes} node(s), {} component update(s)", nodes * 2)),
+        "{answer}"
+    );
+    let (status, rollout) = get(&f.app, &sam, location).await;
+    assert_eq!(status, StatusCode::OK, "the link works:\n{rollout}");
+    // The blocked release is refused even when posted to directly.
+    let (status, body) = post(
+        &f.app,
+        &sam,
+        &format!("/releases/{}/rollouts", f.blocked.0),
+        "policy=api-gpu&confirmed=yes",
+        true,
+    )
+    .await;
+    assert!(status.is_client_error(), "{status}: {body}");
+}
