@@ -158,6 +158,10 @@ impl orchestrator_types::Clock for ScaledClock {
 /// it a loaded host could lose healthy transactions.
 const MIN_PG_IDLE_IN_TRANSACTION: std::time::Duration = std::time::Duration::from_millis(500);
 
+/// How often expired browser sessions are deleted: they already refuse
+/// to authenticate, so this only bounds the table's growth.
+const SESSION_SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(15 * 60);
+
 /// Runs until SIGINT or SIGTERM, then finishes in-flight requests.
 pub async fn run(args: ServeArgs, context: Context) -> anyhow::Result<ExitCode> {
     let listen = args.listen.unwrap_or(context.config.listen);
@@ -195,6 +199,13 @@ pub async fn run(args: ServeArgs, context: Context) -> anyhow::Result<ExitCode> 
     let engine = start_engine(&db, &context, &args, prometheus);
     // API commands (approve, pause, ...) wake the engine at once.
     let state = AppState::new(db.clone()).with_engine_nudge(engine.nudge());
+    // With profiles configured, an API import naming an unknown one is refused.
+    let state = if context.config.credentials.is_empty() {
+        state
+    } else {
+        state.with_credential_profiles(context.config.credentials.keys().cloned().collect())
+    };
+    let _session_sweeper = web::auth::spawn_session_sweeper(db.clone(), SESSION_SWEEP_EVERY);
     let state = match alert_receiver {
         Some(receiver) => state.with_alert_receiver(receiver),
         None => state,

@@ -38,12 +38,25 @@ impl std::fmt::Debug for LoginForm {
     }
 }
 
-/// Only local paths, so a crafted link cannot send a user elsewhere after login.
-fn safe_next(next: Option<&str>) -> String {
-    match next {
-        Some(next) if next.starts_with('/') && !next.starts_with("//") && !next.contains('\\') => next.to_owned(),
-        _ => "/".to_owned(),
+/// Only a same-origin path, so a crafted link cannot send a user elsewhere
+/// after login. Browsers strip tabs and newlines from URLs and treat a backslash as
+/// `/`, so `/\t/evil.example` is `//evil.example` to them: any control
+/// character, backslash or scheme-relative start falls back to `/`. Anything
+/// kept is a valid header value, so the redirect cannot fail with a 500.
+pub(crate) fn safe_next(next: Option<&str>) -> String {
+    let Some(next) = next else { return "/".to_owned() };
+    let unsafe_start = |text: &str| !text.starts_with('/') || text.starts_with("//") || text.starts_with("/\\");
+    let unsafe_char = |c: char| c.is_control() || c == '\\';
+    let decoded = super::urldecode(next);
+    if unsafe_start(next)
+        || unsafe_start(&decoded)
+        || next.chars().any(|c| unsafe_char(c) || c.is_whitespace())
+        || decoded.chars().any(unsafe_char)
+        || axum::http::HeaderValue::from_str(next).is_err()
+    {
+        return "/".to_owned();
     }
+    next.to_owned()
 }
 
 pub(crate) async fn login_page(
@@ -111,7 +124,8 @@ pub(crate) async fn login(State(state): State<AppState>, request: Request) -> Re
     let ip_key = format!("ip:{ip}");
     let limiter = &state.auth.limiter;
     if limiter.locked_until(&user_key, now).is_some() || limiter.locked_until(&ip_key, now).is_some() {
-        tracing::warn!(username = %form.username, %ip, "login refused: too many failed attempts");
+        // User input goes to the log as a Debug-escaped field, never raw.
+        tracing::warn!(username = ?form.username, %ip, "login refused: too many failed attempts");
         return fail(
             StatusCode::TOO_MANY_REQUESTS,
             "Too many failed attempts. Wait a few minutes and try again.",
@@ -143,7 +157,7 @@ pub(crate) async fn login(State(state): State<AppState>, request: Request) -> Re
     let Some(user) = verified else {
         limiter.record_failure(&user_key, now);
         limiter.record_failure(&ip_key, now);
-        tracing::info!(username = %form.username, %ip, "login failed");
+        tracing::info!(username = ?form.username, %ip, "login failed");
         return fail(StatusCode::UNAUTHORIZED, "Wrong username or password.");
     };
     limiter.clear(&user_key);
@@ -168,7 +182,7 @@ pub(crate) async fn login(State(state): State<AppState>, request: Request) -> Re
             );
         }
     };
-    tracing::info!(username = %user.username, session = session.id, "logged in");
+    tracing::info!(username = ?user.username, session = session.id, "logged in");
     let secure = secure_request(&state.auth.config, &headers);
     let max_age = state.auth.config.session_ttl.num_seconds();
     let mut response = Redirect::to(&safe_next(form.next.as_deref())).into_response();
@@ -194,7 +208,7 @@ pub(crate) async fn logout(
         tracing::error!(error = %err, "logout: could not delete the session");
     }
     if let Some(axum::Extension(principal)) = principal {
-        tracing::info!(username = %principal.user.username, "logged out");
+        tracing::info!(username = ?principal.user.username, "logged out");
     }
     let secure = secure_request(&state.auth.config, &headers);
     let mut response = Redirect::to("/login").into_response();
