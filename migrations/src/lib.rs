@@ -14,6 +14,7 @@ mod m0004_health;
 mod m0005_alerts;
 mod m0006_auth;
 mod m0007_release_rollback;
+mod m0009_hardening;
 
 /// Every migration, oldest first.
 #[derive(Debug)]
@@ -30,6 +31,7 @@ impl MigratorTrait for Migrator {
             Box::new(m0005_alerts::Migration),
             Box::new(m0006_auth::Migration),
             Box::new(m0007_release_rollback::Migration),
+            Box::new(m0009_hardening::Migration),
         ]
     }
 }

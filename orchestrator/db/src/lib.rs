@@ -18,6 +18,7 @@ pub mod overview;
 pub mod policies;
 mod releases;
 pub mod rollouts;
+pub mod throttle;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod users;

@@ -6,6 +6,7 @@ mod evidence;
 mod nodes;
 mod releases;
 pub(crate) mod rollouts;
+mod throttles;
 
 use axum::extract::{DefaultBodyLimit, FromRequest, FromRequestParts};
 use axum::handler::Handler;
@@ -104,6 +105,7 @@ impl<S: Send + Sync> FromRequestParts<S> for Actor {
         rollouts::abort,
         rollouts::rollback,
         evidence::evidence,
+        throttles::list,
     ),
     components(schemas(ErrorBody, ErrorDetail)),
     tags(
@@ -112,6 +114,7 @@ impl<S: Send + Sync> FromRequestParts<S> for Actor {
         (name = "audit", description = "The append-only audit log"),
         (name = "alerts", description = "Alertmanager webhook: alerts that pause or roll back rollouts"),
         (name = "rollouts", description = "Staged rollouts: plans, waves, approvals and commands"),
+        (name = "users", description = "Users and login throttling (admin only)"),
     )
 )]
 pub struct ApiDoc;
@@ -146,6 +149,7 @@ pub(crate) fn router() -> Router<AppState> {
         .route("/rollouts/{id}/abort", post(rollouts::abort))
         .route("/rollouts/{id}/rollback", post(rollouts::rollback))
         .route("/rollouts/{id}/evidence", get(evidence::evidence))
+        .route("/users/login-throttles", get(throttles::list))
 }
 
 async fn openapi() -> Json<utoipa::openapi::OpenApi> {

@@ -1,6 +1,7 @@
 //! Who is asking, and may they: local users with argon2 password hashes,
 //! browser sessions in HttpOnly cookies with a per-session CSRF token, API
-//! tokens for automation (`Authorization: Bearer`), login rate limiting, and
+//! tokens for automation (`Authorization: Bearer`), login throttling (in
+//! the database, `orchestrator_db::throttle`), and
 //! one authorization layer in front of every route.
 //!
 //! Invariant: authorization is decided in one place, [`authorize`], from the
@@ -14,7 +15,6 @@
 //! the database holds argon2 hashes of passwords and SHA-256 hashes of
 //! tokens (which are 256-bit random, so a fast hash is enough).
 
-mod ratelimit;
 pub(crate) mod routes;
 
 use std::net::SocketAddr;
@@ -35,7 +35,6 @@ use sha2::{Digest, Sha256};
 
 use crate::AppState;
 use crate::error::ApiError;
-pub use ratelimit::RateLimiter;
 
 /// Name of the session cookie.
 pub const SESSION_COOKIE: &str = "wg_session";
@@ -61,11 +60,25 @@ pub struct AuthConfig {
     pub secure_cookies: bool,
     /// How long a session lives after login.
     pub session_ttl: chrono::Duration,
-    /// Failed logins allowed per username, and per client address, within
-    /// `failure_window`, before further attempts are refused.
+    /// Failed logins of one account from one address within
+    /// `failure_window` before that pair (only) is refused for the window.
     pub max_failures: u32,
     /// The window failed logins are counted in.
     pub failure_window: chrono::Duration,
+    /// The per-account backoff and per-address slowdown; see
+    /// [`orchestrator_db::throttle::ThrottlePolicy`].
+    pub throttle: orchestrator_db::throttle::ThrottlePolicy,
+}
+
+impl AuthConfig {
+    /// The throttle numbers, with the pair limit and window from this config.
+    pub fn throttle_policy(&self) -> orchestrator_db::throttle::ThrottlePolicy {
+        orchestrator_db::throttle::ThrottlePolicy {
+            window: self.failure_window,
+            pair_max_failures: self.max_failures,
+            ..self.throttle
+        }
+    }
 }
 
 /// Environment variable that turns on `Secure` cookies (`1` or `true`) for
@@ -81,6 +94,7 @@ impl Default for AuthConfig {
             // Enough for typos, far too few for guessing.
             max_failures: 5,
             failure_window: chrono::Duration::minutes(15),
+            throttle: orchestrator_db::throttle::ThrottlePolicy::default(),
         }
     }
 }
@@ -89,14 +103,12 @@ impl Default for AuthConfig {
 #[derive(Debug)]
 pub struct AuthState {
     pub(crate) config: AuthConfig,
-    pub(crate) limiter: RateLimiter,
 }
 
 impl AuthState {
     /// State with `config`.
     pub fn new(config: AuthConfig) -> Self {
-        let limiter = RateLimiter::new(config.max_failures, config.failure_window);
-        Self { config, limiter }
+        Self { config }
     }
 }
 
@@ -236,10 +248,10 @@ async fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<Option<Pr
         return Ok(None);
     };
     let found = state.db.session(&token_hash(&token)).await?;
-    Ok(found.map(|(session, user)| Principal {
+    Ok(found.map(|(_session, user)| Principal {
         user,
         credential: Credential::Session {
-            csrf_token: session.csrf_token,
+            csrf_token: csrf_token_for(&token),
         },
     }))
 }
@@ -419,6 +431,16 @@ pub fn new_secret() -> String {
 /// A fresh API token: shown once to the user, stored only as [`token_hash`].
 pub fn new_api_token() -> String {
     format!("{API_TOKEN_PREFIX}{}", new_secret())
+}
+
+/// A session's CSRF token, derived from the session secret rather than
+/// stored: the database keeps only its hash (like every other secret), and
+/// knowing the CSRF token reveals nothing of the session cookie.
+pub(crate) fn csrf_token_for(session_token: &str) -> String {
+    let mut hasher = Sha256::new();
+    hasher.update(b"waveguard-csrf\0");
+    hasher.update(session_token.as_bytes());
+    hex::encode(hasher.finalize())
 }
 
 /// The stored form of a session or API token.
