@@ -9,6 +9,7 @@
 
 mod api;
 pub mod auth;
+mod duties;
 mod error;
 mod headers;
 mod metrics;
@@ -31,6 +32,7 @@ use tower_http::timeout::TimeoutLayer;
 
 pub use api::ApiDoc;
 pub use api::alerts::{AlertReceiverConfig, AlertReceiverConfigError};
+pub use duties::Duties;
 pub use error::ApiError;
 pub use metrics::Metrics;
 
@@ -69,6 +71,8 @@ pub struct AppState {
     /// import naming another is refused. `None` when this process has no
     /// configuration to check against (tests).
     pub credential_profiles: Option<Arc<std::collections::BTreeSet<String>>>,
+    /// Separation of duties (qualification, inline policies).
+    pub duties: Arc<Duties>,
 }
 
 impl AppState {
@@ -81,7 +85,14 @@ impl AppState {
             alert_receiver: None,
             auth: Arc::new(auth::AuthState::new(auth::AuthConfig::default())),
             credential_profiles: None,
+            duties: Arc::new(Duties::default()),
         }
+    }
+
+    /// The same state with these separation-of-duties rules.
+    pub fn with_duties(mut self, duties: Duties) -> Self {
+        self.duties = Arc::new(duties);
+        self
     }
 
     /// The same state, refusing node imports that name a credential profile

@@ -374,3 +374,57 @@ async fn the_session_sweeper_deletes_expired_sessions() {
     sweeper.abort();
     assert!(gone, "expired session still stored");
 }
+
+/// #9: under `serve`'s strict duties the registrant cannot qualify their own
+/// release, only configured qualifiers can, and inline policies are refused.
+#[tokio::test]
+async fn separation_of_duties_is_enforced_by_config() {
+    let clock = Arc::new(ManualClock::new(Utc.with_ymd_and_hms(2026, 12, 4, 12, 0, 0).unwrap()));
+    let t = TestDb::sqlite(clock).await;
+    let db = t.db.clone();
+    let mut tokens = std::collections::HashMap::new();
+    for name in ["rita", "rob", "quinn"] {
+        db.add_user(name, name, Role::ReleaseManager, None, "test").await.unwrap();
+        tokens.insert(name, provision_api_token(&db, name, Role::ReleaseManager, "t", "test").await.unwrap());
+    }
+    let mut duties = web::Duties::strict();
+    duties.qualifiers = Some(["rita".to_owned(), "quinn".to_owned()].into());
+    let app = app(AppState::new(db.clone()).with_duties(duties));
+    let release = json!({
+        "component_kind": "gpu", "version": "96.00.61.00.01", "image_uri": "https://images.example/gpu.fw",
+        "sha256": "0123456789abcdef".repeat(4), "size_bytes": 1024, "platforms": ["hgx-h100-8gpu"],
+        "release_notes": "notes"
+    });
+    let reply = send(&app, api(Method::POST, "/api/v1/releases", &tokens["rita"], Some(release))).await;
+    assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.body);
+    let id = reply.json()["id"].as_i64().unwrap();
+    let transition = |who: &str, to: &str| {
+        api(
+            Method::POST,
+            &format!("/api/v1/releases/{id}/transition"),
+            &tokens[who],
+            Some(json!({ "to": to })),
+        )
+    };
+    assert_eq!(send(&app, transition("rita", "qualifying")).await.status, StatusCode::OK);
+    let own = send(&app, transition("rita", "qualified")).await;
+    assert_eq!(own.status, StatusCode::FORBIDDEN, "{}", own.body);
+    assert!(own.body.contains("second person"), "{}", own.body);
+    let not_listed = send(&app, transition("rob", "qualified")).await;
+    assert_eq!(not_listed.status, StatusCode::FORBIDDEN, "{}", not_listed.body);
+    let reply = send(&app, transition("quinn", "qualified")).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+
+    let inline = send(
+        &app,
+        api(
+            Method::POST,
+            "/api/v1/rollouts",
+            &tokens["rob"],
+            Some(json!({ "release_id": id, "policy_yaml": "name: x\n" })),
+        ),
+    )
+    .await;
+    assert_eq!(inline.status, StatusCode::FORBIDDEN, "{}", inline.body);
+    assert!(inline.body.contains("inline policies are disabled"), "{}", inline.body);
+}

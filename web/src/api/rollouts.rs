@@ -314,7 +314,10 @@ pub(crate) async fn start_rollout_as(
                 Some(in_force.version.blob_id),
             )
         }
-        (None, Some(yaml)) => (yaml, None, None),
+        (None, Some(yaml)) => {
+            state.duties.check_inline_policy()?;
+            (yaml, None, None)
+        }
         _ => {
             return Err(invalid(
                 "policy",
