@@ -1,22 +1,24 @@
 #!/usr/bin/env bash
-# Installs schemathesis (from PyPI, into its own virtualenv) for web/schemathesis.sh, which fuzzes
-# the API against its OpenAPI document. Idempotent and fast when it is already installed; called
-# from .ci/setup.
+# Installs what integration-tests/tests/browser.rs drives: a real headless Chromium and its
+# WebDriver (Debian `chromium` + `chromium-driver`). Idempotent and fast when both are present;
+# called from .ci/setup.
 set -euo pipefail
 
-VENV="${WAVEGUARD_SCHEMATHESIS_VENV:-/opt/waveguard-schemathesis}"
-# Pinned to the major version the script's options are written for.
-SPEC='schemathesis>=4.3,<5'
+have() { command -v "$1" >/dev/null 2>&1; }
 
-if [ -x "$VENV/bin/st" ] && "$VENV/bin/st" --version >/dev/null 2>&1; then
-    exit 0
-fi
-echo "web ci-setup: installing $SPEC into $VENV"
-if ! python3 -m venv "$VENV" 2>/dev/null; then
+missing=()
+have chromium || missing+=(chromium)
+have chromedriver || missing+=(chromium-driver)
+
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "web ci-setup: installing ${missing[*]}"
     export DEBIAN_FRONTEND=noninteractive
+    # Other ci-setup scripts may be running apt at the same time: wait for the lock rather than fail.
     apt-get -o DPkg::Lock::Timeout=600 update
-    apt-get -o DPkg::Lock::Timeout=600 install -y --no-install-recommends python3-venv
-    python3 -m venv "$VENV"
+    apt-get -o DPkg::Lock::Timeout=600 install -y --no-install-recommends "${missing[@]}"
 fi
-"$VENV/bin/pip" install --quiet --disable-pip-version-check "$SPEC"
-"$VENV/bin/st" --version
+chromium --version
+chromedriver --version
+
+# The API fuzzer web/schemathesis.sh drives.
+bash "$(dirname "$0")/schemathesis-setup.sh"

@@ -3,7 +3,7 @@
 # fuzzing and stateful phases): any 5xx or response that breaks the documented schema fails the
 # run. CI time-boxes it to 5 minutes; run it longer on demand:
 #   WAVEGUARD_SCHEMATHESIS_SECONDS=3600 bash web/schemathesis.sh
-# Needs web/ci-setup.sh (schemathesis in a virtualenv). Serves on a loopback port with a throw-away
+# Needs web/schemathesis-setup.sh (schemathesis in a virtualenv; .ci/setup runs it). Serves on a loopback port with a throw-away
 # SQLite database and an admin API token, so every route is reachable.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,10 +13,10 @@ SECONDS_BUDGET="${WAVEGUARD_SCHEMATHESIS_SECONDS:-300}"
 ST="$VENV/bin/st"
 if [ ! -x "$ST" ]; then
     if [ "${WAVEGUARD_REQUIRE_ALL:-0}" = 1 ]; then
-        echo "schemathesis: $ST missing (run web/ci-setup.sh)" >&2
+        echo "schemathesis: $ST missing (run web/schemathesis-setup.sh)" >&2
         exit 1
     fi
-    echo "schemathesis: SKIPPED ($ST missing; run web/ci-setup.sh)"
+    echo "schemathesis: SKIPPED ($ST missing; run web/schemathesis-setup.sh)"
     exit 0
 fi
 
@@ -34,7 +34,10 @@ DB="sqlite://$WORK/waveguard.db"
 "$BIN" --database-url "$DB" user add fuzz --role admin --no-password >/dev/null
 TOKEN="$("$BIN" --database-url "$DB" user token fuzz --label schemathesis 2>/dev/null | tail -n 1)"
 
-"$BIN" --database-url "$DB" serve --listen 127.0.0.1:0 >"$WORK/serve.out" 2>"$WORK/serve.err" &
+# The webhook needs a token of its own, or it answers 503 to everything.
+export WAVEGUARD_SCHEMATHESIS_ALERT_TOKEN="schemathesis-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
+"$BIN" --database-url "$DB" serve --listen 127.0.0.1:0 --alertmanager-token-env WAVEGUARD_SCHEMATHESIS_ALERT_TOKEN \
+    >"$WORK/serve.out" 2>"$WORK/serve.err" &
 SERVER_PID=$!
 URL=""
 for _ in $(seq 1 100); do
