@@ -80,7 +80,9 @@ impl HostPattern {
             return Err("an empty host pattern".into());
         }
         if let Some((address, prefix)) = text.split_once('/') {
-            let network: IpAddr = address.parse().map_err(|_| format!("{text:?}: {address:?} is not an IP address"))?;
+            let network: IpAddr = address
+                .parse()
+                .map_err(|_| format!("{text:?}: {address:?} is not an IP address"))?;
             let max = if network.is_ipv4() { 32 } else { 128 };
             let prefix: u8 = prefix
                 .parse()
@@ -115,8 +117,12 @@ impl HostPattern {
             (HostPattern::Suffix(suffix), url::Host::Domain(domain)) => {
                 domain.len() > suffix.len() && domain.to_ascii_lowercase().ends_with(suffix.as_str())
             }
-            (HostPattern::Cidr { network, prefix }, url::Host::Ipv4(ip)) => in_range(IpAddr::V4(*ip), *network, *prefix),
-            (HostPattern::Cidr { network, prefix }, url::Host::Ipv6(ip)) => in_range(IpAddr::V6(*ip), *network, *prefix),
+            (HostPattern::Cidr { network, prefix }, url::Host::Ipv4(ip)) => {
+                in_range(IpAddr::V4(*ip), *network, *prefix)
+            }
+            (HostPattern::Cidr { network, prefix }, url::Host::Ipv6(ip)) => {
+                in_range(IpAddr::V6(*ip), *network, *prefix)
+            }
             _ => false,
         }
     }
@@ -270,7 +276,11 @@ mod tests {
         std::fs::write(&file, "fleet-secret").unwrap();
         let mut lab = source(None);
         lab.password_file = Some(file);
-        lab.hosts = vec!["10.20.0.0/16".into(), "*.bmc.lab.example".into(), "bmc-0.lab.example".into()];
+        lab.hosts = vec![
+            "10.20.0.0/16".into(),
+            "*.bmc.lab.example".into(),
+            "bmc-0.lab.example".into(),
+        ];
         let profiles = BTreeMap::from([("lab".to_owned(), lab)]);
         let mut resolver = EndpointResolver::new(&profiles);
         for allowed in [
@@ -299,16 +309,44 @@ mod tests {
         let check = |text: &str, expected: Result<HostPattern, ()>| {
             assert_eq!(HostPattern::parse(text).map_err(|_| ()), expected, "{text}");
         };
-        check("10.0.0.0/8", Ok(HostPattern::Cidr { network: "10.0.0.0".parse().unwrap(), prefix: 8 }));
-        check("fd00::/8", Ok(HostPattern::Cidr { network: "fd00::".parse().unwrap(), prefix: 8 }));
-        check("192.0.2.7", Ok(HostPattern::Cidr { network: "192.0.2.7".parse().unwrap(), prefix: 32 }));
+        check(
+            "10.0.0.0/8",
+            Ok(HostPattern::Cidr {
+                network: "10.0.0.0".parse().unwrap(),
+                prefix: 8,
+            }),
+        );
+        check(
+            "fd00::/8",
+            Ok(HostPattern::Cidr {
+                network: "fd00::".parse().unwrap(),
+                prefix: 8,
+            }),
+        );
+        check(
+            "192.0.2.7",
+            Ok(HostPattern::Cidr {
+                network: "192.0.2.7".parse().unwrap(),
+                prefix: 32,
+            }),
+        );
         check("*.Lab.example", Ok(HostPattern::Suffix(".lab.example".into())));
         check("BMC-1", Ok(HostPattern::Exact("bmc-1".into())));
         check("10.0.0.0/33", Err(()));
         check("bmc-*.lab", Err(()));
         check("*.", Err(()));
         check("", Err(()));
-        check("0.0.0.0/0", Ok(HostPattern::Cidr { network: "0.0.0.0".parse().unwrap(), prefix: 0 }));
-        assert!(HostPattern::parse("0.0.0.0/0").unwrap().matches(&url::Host::Ipv4("203.0.113.9".parse().unwrap())));
+        check(
+            "0.0.0.0/0",
+            Ok(HostPattern::Cidr {
+                network: "0.0.0.0".parse().unwrap(),
+                prefix: 0,
+            }),
+        );
+        assert!(
+            HostPattern::parse("0.0.0.0/0")
+                .unwrap()
+                .matches(&url::Host::Ipv4("203.0.113.9".parse().unwrap()))
+        );
     }
 }

@@ -487,7 +487,10 @@ async fn login_throttling_locks_the_guesser_not_the_account_or_the_address() {
     // Failures spread over addresses make the account back off (seconds),
     // which slows a distributed guesser without locking the owner out.
     for i in 0..4u8 {
-        assert_eq!(try_login("ada", "x", [10, 1, 0, i]).await.status, StatusCode::UNAUTHORIZED);
+        assert_eq!(
+            try_login("ada", "x", [10, 1, 0, i]).await.status,
+            StatusCode::UNAUTHORIZED
+        );
     }
     let reply = try_login("ada", PASSWORD, [10, 1, 0, 99]).await;
     assert_eq!(reply.status, StatusCode::TOO_MANY_REQUESTS, "backing off");
@@ -497,12 +500,22 @@ async fn login_throttling_locks_the_guesser_not_the_account_or_the_address() {
 
     // Unknown users are throttled the same way (no enumeration by behaviour).
     for _ in 0..3 {
-        assert_eq!(try_login("nobody", "x", [10, 0, 0, 3]).await.status, StatusCode::UNAUTHORIZED);
+        assert_eq!(
+            try_login("nobody", "x", [10, 0, 0, 3]).await.status,
+            StatusCode::UNAUTHORIZED
+        );
     }
-    assert_eq!(try_login("nobody", "x", [10, 0, 0, 3]).await.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        try_login("nobody", "x", [10, 0, 0, 3]).await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
 
     // An admin sees who is throttled; others may not look.
-    let reply = send(&f.app, request(&Method::GET, "/api/v1/users/login-throttles", Some(&f.admin))).await;
+    let reply = send(
+        &f.app,
+        request(&Method::GET, "/api/v1/users/login-throttles", Some(&f.admin)),
+    )
+    .await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
     let rows: Value = serde_json::from_str(&reply.body).unwrap();
     assert!(
@@ -512,7 +525,11 @@ async fn login_throttling_locks_the_guesser_not_the_account_or_the_address() {
             && !r["blocked_until"].is_null()),
         "{rows}"
     );
-    let reply = send(&f.app, request(&Method::GET, "/api/v1/users/login-throttles", Some(&f.manager))).await;
+    let reply = send(
+        &f.app,
+        request(&Method::GET, "/api/v1/users/login-throttles", Some(&f.manager)),
+    )
+    .await;
     assert_eq!(reply.status, StatusCode::FORBIDDEN);
 
     // The window passes.

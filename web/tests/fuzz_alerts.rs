@@ -35,7 +35,9 @@ fn json_value() -> impl Strategy<Value = Value> {
         Just(Value::Null),
         any::<bool>().prop_map(Value::from),
         any::<i64>().prop_map(Value::from),
-        any::<f64>().prop_filter("finite", |f| f.is_finite()).prop_map(Value::from),
+        any::<f64>()
+            .prop_filter("finite", |f| f.is_finite())
+            .prop_map(Value::from),
         text().prop_map(Value::from),
     ];
     leaf.prop_recursive(3, 24, 6, |inner| {
@@ -67,14 +69,15 @@ fn alert() -> impl Strategy<Value = Value> {
 /// Notifications: well-formed around fuzzed alerts, or any JSON at all,
 /// or a valid notification with one field replaced by anything.
 fn notification() -> impl Strategy<Value = String> {
-    let shaped = (prop::collection::vec(alert(), 0..6), text(), any::<i64>()).prop_map(|(alerts, status, truncated)| {
-        json!({
-            "version": "4", "groupKey": "{}:{}", "truncatedAlerts": truncated, "status": status,
-            "receiver": "waveguard", "groupLabels": {}, "commonLabels": {}, "commonAnnotations": {},
-            "externalURL": "http://am.example", "alerts": alerts,
-        })
-        .to_string()
-    });
+    let shaped =
+        (prop::collection::vec(alert(), 0..6), text(), any::<i64>()).prop_map(|(alerts, status, truncated)| {
+            json!({
+                "version": "4", "groupKey": "{}:{}", "truncatedAlerts": truncated, "status": status,
+                "receiver": "waveguard", "groupLabels": {}, "commonLabels": {}, "commonAnnotations": {},
+                "externalURL": "http://am.example", "alerts": alerts,
+            })
+            .to_string()
+        });
     let replaced = (
         prop::sample::select(vec!["version", "alerts", "status", "truncatedAlerts", "groupKey"]),
         json_value(),
@@ -88,12 +91,7 @@ fn notification() -> impl Strategy<Value = String> {
             base[field] = value;
             base.to_string()
         });
-    prop_oneof![
-        shaped,
-        replaced,
-        json_value().prop_map(|v| v.to_string()),
-        ".{0,200}"
-    ]
+    prop_oneof![shaped, replaced, json_value().prop_map(|v| v.to_string()), ".{0,200}"]
 }
 
 #[test]

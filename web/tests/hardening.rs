@@ -38,7 +38,9 @@ async fn fixture(profiles: Option<&[&str]>) -> Fixture {
     db.add_user("rita", "rita", Role::ReleaseManager, Some(&hash), "test")
         .await
         .unwrap();
-    db.add_user("ada", "ada", Role::Admin, Some(&hash), "test").await.unwrap();
+    db.add_user("ada", "ada", Role::Admin, Some(&hash), "test")
+        .await
+        .unwrap();
     let manager = provision_api_token(&db, "rita", Role::ReleaseManager, "t", "test")
         .await
         .unwrap();
@@ -103,7 +105,11 @@ fn node(name: &str, bmc_url: &str) -> Value {
 }
 
 async fn import(f: &Fixture, token: &str, nodes: Vec<Value>) -> Reply {
-    send(&f.app, api(Method::POST, "/api/v1/nodes", token, Some(json!({ "nodes": nodes })))).await
+    send(
+        &f.app,
+        api(Method::POST, "/api/v1/nodes", token, Some(json!({ "nodes": nodes }))),
+    )
+    .await
 }
 
 /// #1: a release manager can no longer point a node at another host; an
@@ -112,7 +118,12 @@ async fn import(f: &Fixture, token: &str, nodes: Vec<Value>) -> Reply {
 #[tokio::test]
 async fn only_an_admin_changes_a_bmc_address_and_the_node_needs_discovery_again() {
     let f = fixture(None).await;
-    let reply = import(&f, &f.manager, vec![node("gpu-1", "https://10.20.0.1"), node("gpu-2", "https://10.20.0.2")]).await;
+    let reply = import(
+        &f,
+        &f.manager,
+        vec![node("gpu-1", "https://10.20.0.1"), node("gpu-2", "https://10.20.0.2")],
+    )
+    .await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
     let gpu1 = f.db.node_by_name("gpu-1").await.unwrap();
     f.db.record_inventory(
@@ -139,7 +150,12 @@ async fn only_an_admin_changes_a_bmc_address_and_the_node_needs_discovery_again(
     let taken = import(&f, &f.admin, vec![node("gpu-1", "https://10.20.0.2:443/")]).await;
     assert_eq!(taken.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", taken.body);
     assert!(taken.body.contains("gpu-2"), "{}", taken.body);
-    let twice = import(&f, &f.admin, vec![node("gpu-3", "https://10.20.0.9"), node("gpu-4", "HTTPS://10.20.0.9")]).await;
+    let twice = import(
+        &f,
+        &f.admin,
+        vec![node("gpu-3", "https://10.20.0.9"), node("gpu-4", "HTTPS://10.20.0.9")],
+    )
+    .await;
     assert_eq!(twice.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", twice.body);
 
     let moved = import(&f, &f.admin, vec![node("gpu-1", "https://10.20.0.7")]).await;
@@ -147,13 +163,17 @@ async fn only_an_admin_changes_a_bmc_address_and_the_node_needs_discovery_again(
     let gpu1 = f.db.node_by_name("gpu-1").await.unwrap();
     assert_eq!(gpu1.bmc_url, "https://10.20.0.7");
     assert!(
-        gpu1.last_discovery_error.as_deref().is_some_and(|e| e.contains("discovery needed")),
+        gpu1.last_discovery_error
+            .as_deref()
+            .is_some_and(|e| e.contains("discovery needed")),
         "{gpu1:?}"
     );
-    assert!(f.db.node_components(gpu1.id).await.unwrap().is_empty(), "old inventory forgotten");
-    let audit = f
-        .db
-        .audit_entries(&AuditFilter {
+    assert!(
+        f.db.node_components(gpu1.id).await.unwrap().is_empty(),
+        "old inventory forgotten"
+    );
+    let audit =
+        f.db.audit_entries(&AuditFilter {
             action: Some("node.bmc_address".into()),
             ..Default::default()
         })
@@ -173,7 +193,11 @@ async fn imports_refuse_unknown_profiles_and_path_like_names() {
     other["credential_ref"] = json!("fleet-root");
     let reply = import(&f, &f.admin, vec![other]).await;
     assert_eq!(reply.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", reply.body);
-    assert!(reply.body.contains("not a configured credential profile"), "{}", reply.body);
+    assert!(
+        reply.body.contains("not a configured credential profile"),
+        "{}",
+        reply.body
+    );
     for name in ["../../etc/passwd", ".hidden", "a/b", "a..b", "gpu%2F1"] {
         let reply = import(&f, &f.admin, vec![node(name, "https://10.20.0.1")]).await;
         assert_eq!(reply.status, StatusCode::UNPROCESSABLE_ENTITY, "{name}: {}", reply.body);
@@ -188,8 +212,14 @@ async fn imports_refuse_unknown_profiles_and_path_like_names() {
 async fn query_parameters_outside_their_range_are_400_with_the_range() {
     let f = fixture(None).await;
     for (uri, range) in [
-        ("/api/v1/nodes?offset=9223372036854775808", "offset must be between 0 and 1000000000"),
-        ("/api/v1/nodes?offset=18446744073709551615", "offset must be between 0 and 1000000000"),
+        (
+            "/api/v1/nodes?offset=9223372036854775808",
+            "offset must be between 0 and 1000000000",
+        ),
+        (
+            "/api/v1/nodes?offset=18446744073709551615",
+            "offset must be between 0 and 1000000000",
+        ),
         ("/api/v1/nodes?limit=0", "limit must be between 1 and 10000"),
         ("/api/v1/nodes?limit=10001", "limit must be between 1 and 10000"),
         ("/api/v1/audit?limit=0", "limit must be between 1 and 1000"),
@@ -200,7 +230,16 @@ async fn query_parameters_outside_their_range_are_400_with_the_range() {
         assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{uri}: {}", reply.body);
         assert!(reply.body.contains(range), "{uri}: {}", reply.body);
     }
-    let reply = send(&f.app, api(Method::GET, "/api/v1/nodes?offset=1000000000&limit=10000", &f.manager, None)).await;
+    let reply = send(
+        &f.app,
+        api(
+            Method::GET,
+            "/api/v1/nodes?offset=1000000000&limit=10000",
+            &f.manager,
+            None,
+        ),
+    )
+    .await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
 }
 
@@ -239,14 +278,24 @@ async fn a_thousand_alert_notification_is_accepted() {
             .unwrap()
     };
     let reply = send(&f.app, request(body)).await;
-    assert_eq!(reply.status, StatusCode::OK, "{}", &reply.body[..reply.body.len().min(500)]);
+    assert_eq!(
+        reply.status,
+        StatusCode::OK,
+        "{}",
+        &reply.body[..reply.body.len().min(500)]
+    );
     let too_big = format!("{{\"pad\":\"{}\"}}", "y".repeat(17 * 1024 * 1024));
     let reply = send(&f.app, request(too_big)).await;
     assert_eq!(reply.status, StatusCode::PAYLOAD_TOO_LARGE);
     // Other JSON routes keep the 2 MiB default, as a 413 not a 400.
     let reply = send(
         &f.app,
-        api(Method::POST, "/api/v1/releases", &f.manager, Some(json!({"pad": "z".repeat(3 * 1024 * 1024)}))),
+        api(
+            Method::POST,
+            "/api/v1/releases",
+            &f.manager,
+            Some(json!({"pad": "z".repeat(3 * 1024 * 1024)})),
+        ),
     )
     .await;
     assert_eq!(reply.status, StatusCode::PAYLOAD_TOO_LARGE, "{}", reply.body);
@@ -266,9 +315,19 @@ async fn login_redirects_only_to_same_origin_paths() {
         ("/%2509/evil.example", "/"),
         ("/rollouts/3?wave=canary", "/rollouts/3?wave=canary"),
     ] {
-        let page = send(&f.app, Request::get(format!("/login?next={next}")).body(Body::empty()).unwrap()).await;
+        let page = send(
+            &f.app,
+            Request::get(format!("/login?next={next}")).body(Body::empty()).unwrap(),
+        )
+        .await;
         assert_eq!(page.status, StatusCode::OK, "{next}");
-        let cookie = page.headers[header::SET_COOKIE].to_str().unwrap().split(';').next().unwrap().to_owned();
+        let cookie = page.headers[header::SET_COOKIE]
+            .to_str()
+            .unwrap()
+            .split(';')
+            .next()
+            .unwrap()
+            .to_owned();
         let csrf = field(&page.body, "csrf");
         let shown = field(&page.body, "next")
             .replace("&#x2f;", "/")
@@ -276,7 +335,10 @@ async fn login_redirects_only_to_same_origin_paths() {
             .replace("&amp;", "&");
         assert_eq!(shown, expected, "{next}");
         // The form posts `next` back; a forged form gets the same answer.
-        let body = format!("csrf={csrf}&username=ada&password={}&next={next}", PASSWORD.replace(' ', "+"));
+        let body = format!(
+            "csrf={csrf}&username=ada&password={}&next={next}",
+            PASSWORD.replace(' ', "+")
+        );
         let reply = send(
             &f.app,
             Request::post("/login")
@@ -311,7 +373,14 @@ async fn every_response_has_the_security_headers() {
     ] {
         let uri = request.uri().to_string();
         let reply = send(&f.app, request).await;
-        let h = |name: &str| reply.headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
+        let h = |name: &str| {
+            reply
+                .headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned()
+        };
         assert!(h("content-security-policy").contains("frame-ancestors 'none'"), "{uri}");
         assert_eq!(h("x-content-type-options"), "nosniff", "{uri}");
         assert_eq!(h("x-frame-options"), "DENY", "{uri}");
@@ -326,9 +395,19 @@ async fn metrics_method_labels_are_a_closed_set() {
     let f = fixture(None).await;
     for i in 0..20 {
         let method = Method::from_bytes(format!("X{i}").as_bytes()).unwrap();
-        send(&f.app, Request::builder().method(method).uri("/healthz").body(Body::empty()).unwrap()).await;
+        send(
+            &f.app,
+            Request::builder()
+                .method(method)
+                .uri("/healthz")
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await;
     }
-    let metrics = send(&f.app, Request::get("/metrics").body(Body::empty()).unwrap()).await.body;
+    let metrics = send(&f.app, Request::get("/metrics").body(Body::empty()).unwrap())
+        .await
+        .body;
     assert!(!metrics.contains("method=\"X1"), "{metrics}");
     assert!(metrics.contains("method=\"other\""), "{metrics}");
 }
@@ -384,8 +463,15 @@ async fn separation_of_duties_is_enforced_by_config() {
     let db = t.db.clone();
     let mut tokens = std::collections::HashMap::new();
     for name in ["rita", "rob", "quinn"] {
-        db.add_user(name, name, Role::ReleaseManager, None, "test").await.unwrap();
-        tokens.insert(name, provision_api_token(&db, name, Role::ReleaseManager, "t", "test").await.unwrap());
+        db.add_user(name, name, Role::ReleaseManager, None, "test")
+            .await
+            .unwrap();
+        tokens.insert(
+            name,
+            provision_api_token(&db, name, Role::ReleaseManager, "t", "test")
+                .await
+                .unwrap(),
+        );
     }
     let mut duties = web::Duties::strict();
     duties.qualifiers = Some(["rita".to_owned(), "quinn".to_owned()].into());
@@ -395,7 +481,11 @@ async fn separation_of_duties_is_enforced_by_config() {
         "sha256": "0123456789abcdef".repeat(4), "size_bytes": 1024, "platforms": ["hgx-h100-8gpu"],
         "release_notes": "notes"
     });
-    let reply = send(&app, api(Method::POST, "/api/v1/releases", &tokens["rita"], Some(release))).await;
+    let reply = send(
+        &app,
+        api(Method::POST, "/api/v1/releases", &tokens["rita"], Some(release)),
+    )
+    .await;
     assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.body);
     let id = reply.json()["id"].as_i64().unwrap();
     let transition = |who: &str, to: &str| {
@@ -406,7 +496,10 @@ async fn separation_of_duties_is_enforced_by_config() {
             Some(json!({ "to": to })),
         )
     };
-    assert_eq!(send(&app, transition("rita", "qualifying")).await.status, StatusCode::OK);
+    assert_eq!(
+        send(&app, transition("rita", "qualifying")).await.status,
+        StatusCode::OK
+    );
     let own = send(&app, transition("rita", "qualified")).await;
     assert_eq!(own.status, StatusCode::FORBIDDEN, "{}", own.body);
     assert!(own.body.contains("second person"), "{}", own.body);

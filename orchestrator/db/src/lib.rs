@@ -18,9 +18,9 @@ pub mod overview;
 pub mod policies;
 mod releases;
 pub mod rollouts;
-pub mod throttle;
 #[cfg(feature = "testing")]
 pub mod testing;
+pub mod throttle;
 mod users;
 
 pub use audit::AuditFilter;

@@ -364,7 +364,12 @@ fn check_node_name(errors: &mut Vec<FieldError>, field: &str, value: &str) {
 pub fn bmc_address(bmc_url: &str) -> Option<String> {
     let url = url::Url::parse(bmc_url).ok()?;
     let host = url.host_str()?;
-    Some(format!("{}://{}:{}", url.scheme(), host, url.port_or_known_default().unwrap_or(0)))
+    Some(format!(
+        "{}://{}:{}",
+        url.scheme(),
+        host,
+        url.port_or_known_default().unwrap_or(0)
+    ))
 }
 
 impl NewNode {

@@ -64,7 +64,8 @@ impl Db {
     /// Creates or updates nodes by name, all or nothing, refusing a change of
     /// an existing node's BMC address (see [`Db::import_nodes_with`]).
     pub async fn import_nodes(&self, new_nodes: &[NewNode], actor: &str) -> Result<ImportSummary, DbError> {
-        self.import_nodes_with(new_nodes, actor, &ImportOptions::default()).await
+        self.import_nodes_with(new_nodes, actor, &ImportOptions::default())
+            .await
     }
 
     /// Creates or updates nodes by name, all or nothing. Records are

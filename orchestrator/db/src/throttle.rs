@@ -13,8 +13,10 @@
 //!   out the other users behind it.
 
 use chrono::{DateTime, Duration, Utc};
-use sea_orm::{ActiveModelTrait, ColumnTrait, Condition, EntityTrait, IntoActiveModel, QueryFilter, QueryOrder, QuerySelect, Set,
-    TransactionTrait};
+use sea_orm::{
+    ActiveModelTrait, ColumnTrait, Condition, EntityTrait, IntoActiveModel, QueryFilter, QueryOrder, QuerySelect, Set,
+    TransactionTrait,
+};
 use serde::Serialize;
 
 use crate::entity::login_throttles;
@@ -130,7 +132,12 @@ impl Db {
 
     /// Whether a login for `username` from `address` may be tried now.
     /// `username` is compared lower-cased, as the login form does.
-    pub async fn login_gate(&self, username: &str, address: &str, policy: &ThrottlePolicy) -> Result<LoginGate, DbError> {
+    pub async fn login_gate(
+        &self,
+        username: &str,
+        address: &str,
+        policy: &ThrottlePolicy,
+    ) -> Result<LoginGate, DbError> {
         let now = self.clock.now();
         let username = username.trim().to_lowercase();
         let live = |row: &login_throttles::Model| row.window_started_at + policy.window > now;
@@ -175,12 +182,19 @@ impl Db {
         let now = self.clock.now();
         let username = username.trim().to_lowercase();
         let txn = self.conn.begin().await?;
-        for (scope, user, addr) in [(ACCOUNT, username.as_str(), ""), (PAIR, username.as_str(), address), (ADDRESS, "", address)] {
-            let existing = login_throttles::Entity::find_by_id(key(scope, user, addr)).one(&txn).await?;
+        for (scope, user, addr) in [
+            (ACCOUNT, username.as_str(), ""),
+            (PAIR, username.as_str(), address),
+            (ADDRESS, "", address),
+        ] {
+            let existing = login_throttles::Entity::find_by_id(key(scope, user, addr))
+                .one(&txn)
+                .await?;
             let (failures, window_started_at) = match &existing {
-                Some(row) if row.window_started_at + policy.window > now => {
-                    (u32::try_from(row.failures).unwrap_or(0).saturating_add(1), row.window_started_at)
-                }
+                Some(row) if row.window_started_at + policy.window > now => (
+                    u32::try_from(row.failures).unwrap_or(0).saturating_add(1),
+                    row.window_started_at,
+                ),
                 _ => (1, now),
             };
             let blocked_until = match scope {
@@ -233,13 +247,11 @@ impl Db {
         login_throttles::Entity::delete_many()
             .filter(login_throttles::Column::Username.eq(username.as_str()))
             .filter(
-                Condition::any()
-                    .add(login_throttles::Column::Scope.eq(ACCOUNT))
-                    .add(
-                        Condition::all()
-                            .add(login_throttles::Column::Scope.eq(PAIR))
-                            .add(login_throttles::Column::Address.eq(address)),
-                    ),
+                Condition::any().add(login_throttles::Column::Scope.eq(ACCOUNT)).add(
+                    Condition::all()
+                        .add(login_throttles::Column::Scope.eq(PAIR))
+                        .add(login_throttles::Column::Address.eq(address)),
+                ),
             )
             .exec(&self.conn)
             .await?;

@@ -91,7 +91,9 @@ pub(crate) async fn import_nodes(
         may_change_bmc_address: principal.is_some_and(|p| p.user.role >= Role::Admin),
         known_credential_refs: state.credential_profiles.as_deref().cloned(),
     };
-    Ok(ApiJson(state.db.import_nodes_with(&request.nodes, &actor.0, &options).await?))
+    Ok(ApiJson(
+        state.db.import_nodes_with(&request.nodes, &actor.0, &options).await?,
+    ))
 }
 
 #[utoipa::path(get, path = "/api/v1/nodes/{name}", tag = "nodes",

@@ -90,7 +90,10 @@ pub(crate) async fn transition_release(
         .to
         .parse()
         .map_err(|e: orchestrator_types::ParseEnumError| ApiError::BadRequest(e.to_string()))?;
-    state.duties.check_transition(&state.db, ReleaseId(id), to, &actor.0).await?;
+    state
+        .duties
+        .check_transition(&state.db, ReleaseId(id), to, &actor.0)
+        .await?;
     let request = TransitionRequest {
         to,
         reason: body.reason,

@@ -330,7 +330,9 @@ pub(crate) fn form_field(body: &[u8], name: &str) -> Option<String> {
 /// percent escapes; invalid UTF-8 becomes U+FFFD rather than an error.
 fn urldecode(text: &str) -> String {
     let spaced = text.replace('+', " ");
-    percent_encoding::percent_decode_str(&spaced).decode_utf8_lossy().into_owned()
+    percent_encoding::percent_decode_str(&spaced)
+        .decode_utf8_lossy()
+        .into_owned()
 }
 
 /// Everything but RFC 3986 unreserved characters and `/` is escaped (the

@@ -7,8 +7,8 @@ use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
 
 use super::{
-    LOGIN_CSRF_COOKIE, Principal, SESSION_COOKIE, client_ip, constant_time_eq, cookie, csrf_token_for, new_secret, secure_request,
-    set_cookie, token_hash, verify_dummy, verify_password,
+    LOGIN_CSRF_COOKIE, Principal, SESSION_COOKIE, client_ip, constant_time_eq, cookie, csrf_token_for, new_secret,
+    secure_request, set_cookie, token_hash, verify_dummy, verify_password,
 };
 use crate::AppState;
 use crate::ui;
@@ -133,8 +133,12 @@ pub(crate) async fn login(State(state): State<AppState>, request: Request) -> Re
             // User input goes to the log as a Debug-escaped field, never raw.
             tracing::warn!(username = ?form.username, %ip, ?reason, "login refused: too many failed attempts");
             let message = match reason {
-                Refusal::PairLocked => "Too many failed attempts for this account from this address. Wait and try again.",
-                Refusal::AccountBackoff => "Too many recent failed attempts for this account. Wait a few seconds and try again.",
+                Refusal::PairLocked => {
+                    "Too many failed attempts for this account from this address. Wait and try again."
+                }
+                Refusal::AccountBackoff => {
+                    "Too many recent failed attempts for this account. Wait a few seconds and try again."
+                }
             };
             let mut response = fail(StatusCode::TOO_MANY_REQUESTS, message);
             let seconds = retry_after.num_seconds().max(1);
