@@ -374,7 +374,8 @@ async fn migrations_are_idempotent() {
                 "m0004_health",
                 "m0005_alerts",
                 "m0006_auth",
-                "m0007_release_rollback"
+                "m0007_release_rollback",
+                "m0009_hardening"
             ]
         );
     }
