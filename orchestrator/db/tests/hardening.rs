@@ -32,7 +32,10 @@ async fn bmc_addresses_change_only_with_permission_and_stay_unique() {
         db.import_nodes(&[node("a", "https://10.0.0.1"), node("b", "https://10.0.0.2")], "test")
             .await
             .unwrap();
-        let err = db.import_nodes(&[node("a", "https://evil.example")], "rm").await.unwrap_err();
+        let err = db
+            .import_nodes(&[node("a", "https://evil.example")], "rm")
+            .await
+            .unwrap_err();
         assert!(matches!(err, DbError::NotPermitted { .. }), "{err}");
         let admin = ImportOptions {
             may_change_bmc_address: true,
@@ -40,7 +43,11 @@ async fn bmc_addresses_change_only_with_permission_and_stay_unique() {
         };
         // Swapping two nodes' addresses in one import is allowed.
         let summary = db
-            .import_nodes_with(&[node("a", "https://10.0.0.2"), node("b", "https://10.0.0.1")], "ada", &admin)
+            .import_nodes_with(
+                &[node("a", "https://10.0.0.2"), node("b", "https://10.0.0.1")],
+                "ada",
+                &admin,
+            )
             .await
             .unwrap();
         assert_eq!(summary.updated, 2);
@@ -70,12 +77,17 @@ async fn throttles_lock_the_pair_back_off_the_account_and_only_slow_the_address(
         }
         assert!(matches!(
             db.login_gate("rita", "10.0.0.1", &policy).await.unwrap(),
-            LoginGate::Refused { reason: Refusal::PairLocked, .. }
+            LoginGate::Refused {
+                reason: Refusal::PairLocked,
+                ..
+            }
         ));
         // Not locked from elsewhere; the address is slowed, not refused, for others.
         assert_eq!(
             db.login_gate("rita", "10.0.0.2", &policy).await.unwrap(),
-            LoginGate::Allowed { slow_down: Duration::zero() }
+            LoginGate::Allowed {
+                slow_down: Duration::zero()
+            }
         );
         match db.login_gate("vera", "10.0.0.1", &policy).await.unwrap() {
             LoginGate::Allowed { slow_down } => assert_eq!(slow_down, Duration::milliseconds(250)),
@@ -84,13 +96,19 @@ async fn throttles_lock_the_pair_back_off_the_account_and_only_slow_the_address(
         db.record_login_failure("rita", "10.0.0.3", &policy).await.unwrap();
         assert!(matches!(
             db.login_gate("rita", "10.0.0.2", &policy).await.unwrap(),
-            LoginGate::Refused { reason: Refusal::AccountBackoff, .. }
+            LoginGate::Refused {
+                reason: Refusal::AccountBackoff,
+                ..
+            }
         ));
         assert_eq!(db.login_throttles(Duration::minutes(15)).await.unwrap().len(), 5);
         db.record_login_success("rita", "10.0.0.2").await.unwrap();
         assert!(matches!(
             db.login_gate("rita", "10.0.0.1", &policy).await.unwrap(),
-            LoginGate::Refused { reason: Refusal::PairLocked, .. }
+            LoginGate::Refused {
+                reason: Refusal::PairLocked,
+                ..
+            }
         ));
         assert!(matches!(
             db.login_gate("rita", "10.0.0.2", &policy).await.unwrap(),
