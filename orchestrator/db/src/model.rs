@@ -25,11 +25,21 @@ pub struct NodeLabels {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct NewNode {
+    /// Letters, digits, `-`, `_`, `.`; starts with a letter or digit; no `..`.
+    #[cfg_attr(
+        feature = "openapi",
+        schema(min_length = 1, max_length = 253, pattern = "^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    )]
     pub name: String,
+    /// An http or https URL with a host and no credentials; unique per node
+    /// (scheme, host, port). Changing it for an existing node needs an admin.
+    #[cfg_attr(feature = "openapi", schema(min_length = 1))]
     pub bmc_url: String,
     /// Names a credential in the controller's configuration; never the
     /// secret itself.
+    #[cfg_attr(feature = "openapi", schema(min_length = 1, max_length = 253))]
     pub credential_ref: String,
+    #[cfg_attr(feature = "openapi", schema(min_length = 1, max_length = 253))]
     pub platform_sku: String,
     #[serde(flatten)]
     pub labels: NodeLabels,
