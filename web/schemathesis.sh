@@ -54,7 +54,8 @@ fi
 echo "schemathesis: $URL for ${SECONDS_BUDGET}s"
 status=0
 # The budget bounds fuzzing and stateful testing; the outer timeout is a backstop.
-timeout $((SECONDS_BUDGET + 120)) "$ST" run "$URL/api/v1/openapi.json" \
+# From the work directory, so schemathesis's cache stays out of the checkout.
+(cd "$WORK" && timeout $((SECONDS_BUDGET + 120)) "$ST" run "$URL/api/v1/openapi.json" \
     --url "$URL" \
     --header "Authorization: Bearer $TOKEN" \
     --phases examples,coverage,fuzzing,stateful \
@@ -62,7 +63,7 @@ timeout $((SECONDS_BUDGET + 120)) "$ST" run "$URL/api/v1/openapi.json" \
     --max-time "$SECONDS_BUDGET" \
     --workers 1 \
     --request-timeout 30 \
-    --no-color || status=$?
+    --no-color) || status=$?
 if grep -q "panicked" "$WORK/serve.err"; then
     echo "schemathesis: the server panicked" >&2
     grep -A5 "panicked" "$WORK/serve.err" >&2
