@@ -9,7 +9,8 @@ use sea_orm::{
 use serde_json::json;
 
 use crate::audit;
-use crate::entity::{node_components, nodes};
+use crate::entity::{node_components, nodes, update_steps};
+use crate::execution::StepState;
 use crate::model::{
     Component, ComponentReading, DiscoveredComponent, ImportOptions, ImportSummary, NewNode, Node, NodeFilter,
     NodeLabels, bmc_address,
@@ -166,6 +167,27 @@ impl Db {
                                     reason: format!(
                                         "node {:?} would move from {:?} to {:?}; ask an admin",
                                         node.name, row.bmc_url, node.bmc_url
+                                    ),
+                                });
+                            }
+                            // A step being flashed now would switch BMCs mid-update.
+                            let in_flight: Vec<&str> = StepState::ALL
+                                .iter()
+                                .filter(|state| state.is_in_flight())
+                                .map(|state| state.as_str())
+                                .collect();
+                            let busy = update_steps::Entity::find()
+                                .filter(update_steps::Column::NodeId.eq(row.id))
+                                .filter(update_steps::Column::State.is_in(in_flight))
+                                .count(&txn)
+                                .await?;
+                            if busy > 0 {
+                                return Err(DbError::Invalid {
+                                    field: "nodes".into(),
+                                    reason: format!(
+                                        "node {:?} is being updated by a rollout; pause or abort it before changing \
+                                         its BMC address",
+                                        node.name
                                     ),
                                 });
                             }

@@ -122,3 +122,93 @@ async fn throttles_lock_the_pair_back_off_the_account_and_only_slow_the_address(
         clock.advance(Duration::minutes(-16));
     }
 }
+
+/// A node being flashed keeps its BMC address until its rollout lets go.
+#[tokio::test]
+async fn a_node_being_flashed_cannot_be_readdressed() {
+    use orchestrator_db::execution::{NewPlan, NewStep, NewWave, StepChange, StepFilter, StepState};
+    use orchestrator_db::model::{NewRelease, NewRollout};
+    use orchestrator_types::{ComponentKind, FirmwareVersion};
+
+    for t in TestDb::all_backends().await {
+        let db = &t.db;
+        db.import_nodes(&[node("a", "https://10.0.0.1")], "test").await.unwrap();
+        let a = db.node_by_name("a").await.unwrap().id;
+        let release = db
+            .add_release(
+                &NewRelease {
+                    component_kind: ComponentKind::Gpu,
+                    version: FirmwareVersion::parse("96.00.61.00.01").unwrap(),
+                    image_uri: "https://images.example/gpu.fw".into(),
+                    sha256: "ab".repeat(32),
+                    size_bytes: 1024,
+                    platforms: vec!["hgx-h100-8gpu".into()],
+                    release_notes: String::new(),
+                },
+                "alice",
+            )
+            .await
+            .unwrap();
+        let rollout = db
+            .start_rollout(
+                &NewRollout {
+                    release_id: release.id,
+                    policy_name: "p".into(),
+                    policy_commit: "c0ffee".into(),
+                    policy_blob: "b10b".into(),
+                    seed: 1,
+                },
+                "name: p\n",
+                &NewPlan {
+                    waves: vec![NewWave {
+                        name: "canary".into(),
+                        bake_seconds: 60,
+                        approvals_required: 0,
+                        max_in_flight: 1,
+                        gates: vec![],
+                        control_nodes: vec![],
+                        steps: vec![NewStep {
+                            node_id: a,
+                            inventory_id: "HGX_FW_GPU_*".into(),
+                            expected_from_version: "96.00.5E.00.01".into(),
+                        }],
+                    }],
+                    rollback_assessment: serde_json::json!({ "possible": true }),
+                },
+                "alice",
+            )
+            .await
+            .unwrap();
+        let admin = ImportOptions {
+            may_change_bmc_address: true,
+            known_credential_refs: None,
+        };
+        let fence = db
+            .acquire_lease("executor", "test", Duration::hours(1))
+            .await
+            .unwrap()
+            .unwrap();
+        let step = db
+            .steps(&StepFilter {
+                rollout_id: Some(rollout.id),
+                ..Default::default()
+            })
+            .await
+            .unwrap()[0]
+            .id;
+        let change = StepChange {
+            state: Some(StepState::Flashing),
+            started_at: Some(Utc::now()),
+            ..Default::default()
+        };
+        db.transition_step(&fence, step, StepState::Pending, &change, serde_json::json!({}))
+            .await
+            .unwrap();
+        let err = db
+            .import_nodes_with(&[node("a", "https://10.0.0.9")], "ada", &admin)
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("being updated by a rollout"), "{err}");
+        assert_eq!(db.node_by_name("a").await.unwrap().bmc_url, "https://10.0.0.1");
+    }
+}
