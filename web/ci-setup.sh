@@ -19,3 +19,6 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 chromium --version
 chromedriver --version
+
+# The API fuzzer web/schemathesis.sh drives.
+bash "$(dirname "$0")/schemathesis-setup.sh"

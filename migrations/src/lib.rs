@@ -15,6 +15,7 @@ mod m0005_alerts;
 mod m0006_auth;
 mod m0007_release_rollback;
 mod m0008_wave_decisions;
+mod m0009_hardening;
 
 /// Every migration, oldest first.
 #[derive(Debug)]
@@ -32,6 +33,7 @@ impl MigratorTrait for Migrator {
             Box::new(m0006_auth::Migration),
             Box::new(m0007_release_rollback::Migration),
             Box::new(m0008_wave_decisions::Migration),
+            Box::new(m0009_hardening::Migration),
         ]
     }
 }

@@ -2,6 +2,7 @@
 //! with the secret read from where the configuration says it lives.
 
 use std::collections::BTreeMap;
+use std::net::IpAddr;
 
 use orchestrator_bmc::{AuthMode, BmcEndpoint, Credentials, TlsTrust};
 use orchestrator_db::model::Node;
@@ -18,14 +19,20 @@ pub enum AccessError {
     BadProfile { profile: String, reason: String },
     #[error("BMC URL {url:?} is not a URL: {reason}")]
     BadUrl { url: String, reason: String },
+    /// The profile is bound to other hosts: its password is not sent here.
+    #[error("credential profile {profile:?} may not be sent to {host:?} (not in its hosts list)")]
+    HostNotAllowed { profile: String, host: String },
 }
 
 /// Resolves endpoints for many nodes, reading each profile's secret once.
 #[derive(Debug)]
 pub struct EndpointResolver<'a> {
     profiles: &'a BTreeMap<String, CredentialSource>,
-    resolved: BTreeMap<String, Result<(Credentials, AuthMode, TlsTrust), AccessError>>,
+    resolved: BTreeMap<String, Result<Resolved, AccessError>>,
 }
+
+/// A profile's secret and settings, with the hosts it is bound to.
+type Resolved = (Credentials, AuthMode, TlsTrust, Vec<HostPattern>);
 
 impl<'a> EndpointResolver<'a> {
     /// A resolver over the configured profiles.
@@ -40,7 +47,7 @@ impl<'a> EndpointResolver<'a> {
     pub fn endpoint(&mut self, node: &Node) -> Result<BmcEndpoint, AccessError> {
         let profile_name = node.credential_ref.clone();
         let profiles = self.profiles;
-        let (credentials, auth, tls) = self
+        let (credentials, auth, tls, hosts) = self
             .resolved
             .entry(profile_name.clone())
             .or_insert_with(|| resolve_profile(&profile_name, profiles.get(&profile_name)))
@@ -49,7 +56,111 @@ impl<'a> EndpointResolver<'a> {
             url: node.bmc_url.clone(),
             reason: err.to_string(),
         })?;
+        check_host_binding(&profile_name, &hosts, &url)?;
         Ok(BmcEndpoint::new(url, credentials).with_auth(auth).with_tls(tls))
+    }
+}
+
+/// One entry of a profile's `hosts` list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HostPattern {
+    /// A host name, compared case-insensitively.
+    Exact(String),
+    /// `*.example.com`: any host ending in `.example.com` (not the apex).
+    Suffix(String),
+    /// An address range; a single address is a full-length prefix.
+    Cidr { network: IpAddr, prefix: u8 },
+}
+
+impl HostPattern {
+    /// Parses `name`, `*.suffix`, an IP address or `address/prefix`.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let text = text.trim();
+        if text.is_empty() {
+            return Err("an empty host pattern".into());
+        }
+        if let Some((address, prefix)) = text.split_once('/') {
+            let network: IpAddr = address
+                .parse()
+                .map_err(|_| format!("{text:?}: {address:?} is not an IP address"))?;
+            let max = if network.is_ipv4() { 32 } else { 128 };
+            let prefix: u8 = prefix
+                .parse()
+                .ok()
+                .filter(|p| *p <= max)
+                .ok_or_else(|| format!("{text:?}: the prefix length must be 0..={max}"))?;
+            return Ok(HostPattern::Cidr { network, prefix });
+        }
+        if let Ok(network) = text.trim_start_matches('[').trim_end_matches(']').parse::<IpAddr>() {
+            let prefix = if network.is_ipv4() { 32 } else { 128 };
+            return Ok(HostPattern::Cidr { network, prefix });
+        }
+        let lower = text.to_ascii_lowercase();
+        if let Some(suffix) = lower.strip_prefix("*.") {
+            if suffix.is_empty() || suffix.contains('*') {
+                return Err(format!("{text:?}: a wildcard is only allowed as a leading \"*.\""));
+            }
+            return Ok(HostPattern::Suffix(format!(".{suffix}")));
+        }
+        if lower.contains('*') {
+            return Err(format!("{text:?}: a wildcard is only allowed as a leading \"*.\""));
+        }
+        Ok(HostPattern::Exact(lower))
+    }
+
+    /// Whether `host` (as the URL parser gives it) falls under this pattern.
+    /// A host name never matches an address range: the name could resolve
+    /// anywhere, and binding by range means trusting the address alone.
+    pub fn matches(&self, host: &url::Host<&str>) -> bool {
+        match (self, host) {
+            (HostPattern::Exact(name), url::Host::Domain(domain)) => domain.eq_ignore_ascii_case(name),
+            (HostPattern::Suffix(suffix), url::Host::Domain(domain)) => {
+                domain.len() > suffix.len() && domain.to_ascii_lowercase().ends_with(suffix.as_str())
+            }
+            (HostPattern::Cidr { network, prefix }, url::Host::Ipv4(ip)) => {
+                in_range(IpAddr::V4(*ip), *network, *prefix)
+            }
+            (HostPattern::Cidr { network, prefix }, url::Host::Ipv6(ip)) => {
+                in_range(IpAddr::V6(*ip), *network, *prefix)
+            }
+            _ => false,
+        }
+    }
+}
+
+fn in_range(ip: IpAddr, network: IpAddr, prefix: u8) -> bool {
+    match (ip, network) {
+        (IpAddr::V4(ip), IpAddr::V4(net)) => {
+            let mask = u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0);
+            u32::from(ip) & mask == u32::from(net) & mask
+        }
+        (IpAddr::V6(ip), IpAddr::V6(net)) => {
+            let mask = u128::MAX.checked_shl(128 - u32::from(prefix)).unwrap_or(0);
+            u128::from(ip) & mask == u128::from(net) & mask
+        }
+        _ => false,
+    }
+}
+
+/// The host check made before a profile's password leaves the controller:
+/// a bound profile is sent only to a host its `hosts` list allows. The
+/// engine's connector reaches it through [`EndpointResolver::endpoint`], so
+/// every login and every request carrying the credentials passes here.
+/// A profile with an empty list is unbound (configurations written before
+/// the list existed); SECURITY.md says why that is the operator's choice.
+pub fn check_host_binding(profile: &str, hosts: &[HostPattern], url: &Url) -> Result<(), AccessError> {
+    if hosts.is_empty() {
+        return Ok(());
+    }
+    let refused = || AccessError::HostNotAllowed {
+        profile: profile.to_owned(),
+        host: url.host_str().unwrap_or_default().to_owned(),
+    };
+    let host = url.host().ok_or_else(refused)?;
+    if hosts.iter().any(|pattern| pattern.matches(&host)) {
+        Ok(())
+    } else {
+        Err(refused())
     }
 }
 
@@ -78,10 +189,7 @@ pub fn node_for_access(bmc_url: &str, credential_ref: &str) -> Node {
     }
 }
 
-fn resolve_profile(
-    name: &str,
-    source: Option<&CredentialSource>,
-) -> Result<(Credentials, AuthMode, TlsTrust), AccessError> {
+fn resolve_profile(name: &str, source: Option<&CredentialSource>) -> Result<Resolved, AccessError> {
     let source = source.ok_or_else(|| AccessError::UnknownProfile(name.to_owned()))?;
     let bad = |reason: String| AccessError::BadProfile {
         profile: name.to_owned(),
@@ -108,7 +216,12 @@ fn resolve_profile(
         (None, None) => TlsTrust::System,
         (Some(_), Some(_)) => return Err(bad("set ca_bundle or insecure_skip_verify, not both".into())),
     };
-    Ok((Credentials::new(source.username.clone(), password), auth, tls))
+    let hosts = source
+        .hosts
+        .iter()
+        .map(|text| HostPattern::parse(text).map_err(|reason| bad(format!("hosts: {reason}"))))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((Credentials::new(source.username.clone(), password), auth, tls, hosts))
 }
 
 #[cfg(test)]
@@ -123,6 +236,7 @@ mod tests {
             auth: None,
             ca_bundle: None,
             insecure_skip_verify: None,
+            hosts: Vec::new(),
         }
     }
 
@@ -143,12 +257,96 @@ mod tests {
         let mut from_file = source(None);
         from_file.password_file = Some(file);
         from_file.insecure_skip_verify = Some("lab rack 12".into());
-        let (credentials, auth, tls) = resolve_profile("lab", Some(&from_file)).unwrap();
+        let (credentials, auth, tls, _) = resolve_profile("lab", Some(&from_file)).unwrap();
         assert_eq!(auth, AuthMode::Session);
         assert!(matches!(tls, TlsTrust::InsecureSkipVerify { .. }));
         assert!(
             !format!("{credentials:?}").contains("s3cret"),
             "the password never prints"
+        );
+    }
+
+    /// Issue 24 #1: a release manager points a node at their own host; the
+    /// profile bound to the lab's range refuses to send the password there,
+    /// and the refusal happens in `endpoint`, before any connection.
+    #[test]
+    fn a_bound_profile_is_never_resolved_for_another_host() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("pw");
+        std::fs::write(&file, "fleet-secret").unwrap();
+        let mut lab = source(None);
+        lab.password_file = Some(file);
+        lab.hosts = vec![
+            "10.20.0.0/16".into(),
+            "*.bmc.lab.example".into(),
+            "bmc-0.lab.example".into(),
+        ];
+        let profiles = BTreeMap::from([("lab".to_owned(), lab)]);
+        let mut resolver = EndpointResolver::new(&profiles);
+        for allowed in [
+            "https://10.20.3.4",
+            "https://10.20.255.1:8443/redfish/v1",
+            "https://node7.BMC.lab.example",
+            "https://bmc-0.lab.example",
+        ] {
+            assert!(resolver.endpoint(&node_for_access(allowed, "lab")).is_ok(), "{allowed}");
+        }
+        for refused in [
+            "https://10.21.0.1",
+            "https://attacker.example",
+            "https://bmc.lab.example",
+            "https://evil-bmc.lab.example.attacker.example",
+            "https://[::1]",
+        ] {
+            let err = resolver.endpoint(&node_for_access(refused, "lab")).unwrap_err();
+            assert!(matches!(err, AccessError::HostNotAllowed { .. }), "{refused}: {err}");
+            assert!(!err.to_string().contains("fleet-secret"));
+        }
+    }
+
+    #[test]
+    fn host_patterns_parse_or_say_why_not() {
+        let check = |text: &str, expected: Result<HostPattern, ()>| {
+            assert_eq!(HostPattern::parse(text).map_err(|_| ()), expected, "{text}");
+        };
+        check(
+            "10.0.0.0/8",
+            Ok(HostPattern::Cidr {
+                network: "10.0.0.0".parse().unwrap(),
+                prefix: 8,
+            }),
+        );
+        check(
+            "fd00::/8",
+            Ok(HostPattern::Cidr {
+                network: "fd00::".parse().unwrap(),
+                prefix: 8,
+            }),
+        );
+        check(
+            "192.0.2.7",
+            Ok(HostPattern::Cidr {
+                network: "192.0.2.7".parse().unwrap(),
+                prefix: 32,
+            }),
+        );
+        check("*.Lab.example", Ok(HostPattern::Suffix(".lab.example".into())));
+        check("BMC-1", Ok(HostPattern::Exact("bmc-1".into())));
+        check("10.0.0.0/33", Err(()));
+        check("bmc-*.lab", Err(()));
+        check("*.", Err(()));
+        check("", Err(()));
+        check(
+            "0.0.0.0/0",
+            Ok(HostPattern::Cidr {
+                network: "0.0.0.0".parse().unwrap(),
+                prefix: 0,
+            }),
+        );
+        assert!(
+            HostPattern::parse("0.0.0.0/0")
+                .unwrap()
+                .matches(&url::Host::Ipv4("203.0.113.9".parse().unwrap()))
         );
     }
 }

@@ -49,6 +49,12 @@ pub struct CredentialSource {
     /// Skip certificate verification, for lab BMCs with factory
     /// certificates; the value is the reason, kept for audits.
     pub insecure_skip_verify: Option<String>,
+    /// The BMC hosts this profile's password may be sent to: host names,
+    /// `*.suffix` wildcards, IP addresses or CIDRs (`10.20.0.0/16`). Checked
+    /// before every login and request that carries it, so a node whose
+    /// address was changed to an attacker's host gets no password.
+    #[serde(default)]
+    pub hosts: Vec<String>,
 }
 
 /// The configuration file's shape. Every key is optional.

@@ -388,4 +388,64 @@ mod tests {
         assert!(parse_yaml("nodes: 7\n").is_err());
         assert!(parse_yaml(": : :\n").is_err());
     }
+
+    /// Fuzz (issue 24): no fleet file makes the parsers panic, and every
+    /// error names a line inside the file (or 0 for the whole file).
+    mod fuzz {
+        use super::*;
+        use proptest::prelude::*;
+
+        const GOOD_CSV: &str = "name,bmc_url,credential_ref,platform_sku,region,cluster,rack,nvlink_domain\n\
+            n1,https://10.0.0.1,lab,hgx,us,c1,r1,d1\nn2,https://10.0.0.2,lab,hgx,us,c1,r2,d1\n";
+        const GOOD_YAML: &str = "nodes:\n  - name: n1\n    bmc_url: https://10.0.0.1\n    credential_ref: lab\n    \
+            platform_sku: hgx\n    region: us\n    cluster: c1\n    rack: r1\n    nvlink_domain: d1\n";
+
+        fn lines_ok(text: &str, result: Result<Vec<NewNode>, Vec<RowError>>) -> Result<(), TestCaseError> {
+            if let Err(errors) = result {
+                prop_assert!(!errors.is_empty());
+                // YAML counts a lone CR as a line break too (found by this
+                // target: `"a\r \r\0` errs on line 3), so count both.
+                let lines = text.matches(['\n', '\r']).count() as u64 + 1;
+                for error in errors {
+                    prop_assert!(error.line <= lines, "line {} of {lines}: {}", error.line, error.message);
+                    prop_assert!(!error.message.is_empty());
+                }
+            }
+            Ok(())
+        }
+
+        fn mutate(base: &'static str) -> impl Strategy<Value = String> {
+            (0..base.len(), 0..16usize, ".{0,12}").prop_map(move |(at, cut, insert)| {
+                let mut at = at;
+                while !base.is_char_boundary(at) {
+                    at -= 1;
+                }
+                let mut end = (at + cut).min(base.len());
+                while !base.is_char_boundary(end) {
+                    end -= 1;
+                }
+                format!("{}{}{}", &base[..at], insert, &base[end..])
+            })
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+            #[test]
+            fn arbitrary_text_never_panics(text in ".{0,400}") {
+                lines_ok(&text, parse_csv(&text))?;
+                lines_ok(&text, parse_yaml(&text))?;
+            }
+
+            #[test]
+            fn mutated_csv_never_panics(text in mutate(GOOD_CSV)) {
+                lines_ok(&text, parse_csv(&text))?;
+            }
+
+            #[test]
+            fn mutated_yaml_never_panics(text in mutate(GOOD_YAML)) {
+                lines_ok(&text, parse_yaml(&text))?;
+            }
+        }
+    }
 }

@@ -32,6 +32,9 @@ pub enum ApiError {
     NotFound(String),
     #[error("{0}")]
     Conflict(String),
+    /// The body is over the route's limit.
+    #[error("{0}")]
+    PayloadTooLarge(String),
     #[error("internal error")]
     Internal(#[source] Box<dyn std::error::Error + Send + Sync>),
 }
@@ -47,7 +50,7 @@ pub struct ErrorBody {
 pub struct ErrorDetail {
     /// Stable, machine-readable: `bad_request`, `invalid`,
     /// `unsupported_media_type`, `unauthorized`, `forbidden`, `not_found`,
-    /// `conflict`, `internal`.
+    /// `conflict`, `payload_too_large`, `internal`.
     pub code: &'static str,
     pub message: String,
     /// Per-field problems, for `invalid`.
@@ -65,6 +68,7 @@ impl IntoResponse for ApiError {
             ApiError::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden"),
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
             ApiError::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
+            ApiError::PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         };
         if let ApiError::Internal(source) = &self {
@@ -105,6 +109,7 @@ impl From<DbError> for ApiError {
             DbError::AlreadyExists { .. } | DbError::Conflict { .. } => ApiError::Conflict(err.to_string()),
             DbError::Transition(_) => ApiError::Conflict(err.to_string()),
             DbError::Invalid { field, reason } => ApiError::Invalid(vec![FieldError { field, message: reason }]),
+            DbError::NotPermitted { .. } => ApiError::Forbidden(err.to_string()),
             other => ApiError::Internal(Box::new(other)),
         }
     }
@@ -117,6 +122,7 @@ impl From<JsonRejection> for ApiError {
         match rejection.status() {
             StatusCode::UNPROCESSABLE_ENTITY => ApiError::InvalidBody(rejection.body_text()),
             StatusCode::UNSUPPORTED_MEDIA_TYPE => ApiError::UnsupportedMediaType(rejection.body_text()),
+            StatusCode::PAYLOAD_TOO_LARGE => ApiError::PayloadTooLarge(rejection.body_text()),
             _ => ApiError::BadRequest(rejection.body_text()),
         }
     }

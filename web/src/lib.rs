@@ -9,7 +9,9 @@
 
 mod api;
 pub mod auth;
+mod duties;
 mod error;
+mod headers;
 mod metrics;
 mod ui;
 
@@ -30,11 +32,20 @@ use tower_http::timeout::TimeoutLayer;
 
 pub use api::ApiDoc;
 pub use api::alerts::{AlertReceiverConfig, AlertReceiverConfigError};
+pub use duties::Duties;
 pub use error::ApiError;
 pub use metrics::Metrics;
 
-/// Largest request body accepted; a node import of 100,000 rows fits.
-const MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
+/// Largest request body accepted by any route; a node import of 100,000
+/// rows fits. Per-route limits below it are set in `api::router`.
+pub const MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
+
+/// Body limit of every route that sets none of its own: releases, rollout
+/// commands and inline policies are a few KiB, so 2 MiB is ample and keeps
+/// an unauthenticated flood of large bodies cheap to refuse. axum's own
+/// `DefaultBodyLimit` is set explicitly, because it, not the outer
+/// `RequestBodyLimitLayer`, is what the `Json` and `Bytes` extractors obey.
+pub const DEFAULT_BODY_BYTES: usize = 2 * 1024 * 1024;
 
 /// A request still running after this is answered 408 rather than holding
 /// a connection forever.
@@ -56,6 +67,12 @@ pub struct AppState {
     pub alert_receiver: Option<Arc<AlertReceiverConfig>>,
     /// Sessions, login rate limits and cookie settings.
     pub auth: Arc<auth::AuthState>,
+    /// The credential profiles the controller is configured with; a node
+    /// import naming another is refused. `None` when this process has no
+    /// configuration to check against (tests).
+    pub credential_profiles: Option<Arc<std::collections::BTreeSet<String>>>,
+    /// Separation of duties (qualification, inline policies).
+    pub duties: Arc<Duties>,
 }
 
 impl AppState {
@@ -67,7 +84,22 @@ impl AppState {
             engine_nudge: None,
             alert_receiver: None,
             auth: Arc::new(auth::AuthState::new(auth::AuthConfig::default())),
+            credential_profiles: None,
+            duties: Arc::new(Duties::default()),
         }
+    }
+
+    /// The same state with these separation-of-duties rules.
+    pub fn with_duties(mut self, duties: Duties) -> Self {
+        self.duties = Arc::new(duties);
+        self
+    }
+
+    /// The same state, refusing node imports that name a credential profile
+    /// not in `profiles`.
+    pub fn with_credential_profiles(mut self, profiles: std::collections::BTreeSet<String>) -> Self {
+        self.credential_profiles = Some(Arc::new(profiles));
+        self
     }
 
     /// The same state with other authentication settings (secure cookies,
@@ -105,6 +137,7 @@ pub fn app(state: AppState) -> Router {
         .route("/metrics", get(metrics::render))
         .merge(ui::router())
         .fallback(not_found)
+        .layer(axum::extract::DefaultBodyLimit::max(DEFAULT_BODY_BYTES))
         // Inside the metrics layer, so refused requests are counted too.
         .layer(axum::middleware::from_fn_with_state(state.clone(), auth::authorize))
         .layer(axum::middleware::from_fn_with_state(state.clone(), metrics::track))
@@ -113,6 +146,8 @@ pub fn app(state: AppState) -> Router {
             StatusCode::REQUEST_TIMEOUT,
             REQUEST_TIMEOUT,
         ))
+        // Outermost, so refusals by the layers above carry the headers too.
+        .layer(axum::middleware::from_fn(headers::security_headers))
         .with_state(state)
 }
 

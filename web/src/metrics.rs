@@ -86,12 +86,30 @@ impl Metrics {
     }
 }
 
+/// The method as a label from a closed set: any made-up method (`FOO`,
+/// random tokens) is `other`, so unauthenticated requests cannot grow the
+/// label space, and with it the registry's memory, without bound.
+fn method_label(method: &axum::http::Method) -> &'static str {
+    match method.as_str() {
+        "GET" => "GET",
+        "HEAD" => "HEAD",
+        "POST" => "POST",
+        "PUT" => "PUT",
+        "PATCH" => "PATCH",
+        "DELETE" => "DELETE",
+        "OPTIONS" => "OPTIONS",
+        "CONNECT" => "CONNECT",
+        "TRACE" => "TRACE",
+        _ => "other",
+    }
+}
+
 pub(crate) async fn track(State(state): State<AppState>, request: Request, next: Next) -> Response {
     let route = request
         .extensions()
         .get::<MatchedPath>()
         .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
-    let method = request.method().to_string();
+    let method = method_label(request.method()).to_owned();
     let started = Instant::now();
     let response = next.run(request).await;
     let labels = RequestLabels {
@@ -119,5 +137,20 @@ pub(crate) async fn render(State(state): State<AppState>) -> Response {
         )
             .into_response(),
         Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn methods_outside_the_standard_set_share_one_label() {
+        assert_eq!(method_label(&axum::http::Method::GET), "GET");
+        assert_eq!(method_label(&axum::http::Method::DELETE), "DELETE");
+        for made_up in ["FOO", "GETX", "X1234567"] {
+            let method = axum::http::Method::from_bytes(made_up.as_bytes()).unwrap();
+            assert_eq!(method_label(&method), "other");
+        }
     }
 }

@@ -63,4 +63,15 @@
       if (nodes) nodes.innerHTML = event.data;
     });
   }
+  // The error page's Back link: history.back() from here, because the
+  // Content-Security-Policy refuses javascript: URLs (without this file the
+  // link goes to the overview).
+  document.querySelectorAll("[data-back]").forEach(function (link) {
+    link.addEventListener("click", function (event) {
+      if (window.history.length > 1) {
+        event.preventDefault();
+        window.history.back();
+      }
+    });
+  });
 })();

@@ -221,7 +221,8 @@ async fn actions_confirm_then_act_and_the_two_person_rule_shows() {
     let (_, page) = get(&f.app, &rita, &format!("/rollouts/{}", f.rollout)).await;
     assert!(page.contains("two-person rule"), "{page}");
     let (status, _, body) = post(&f.app, &rita, &approve, &format!("{wave}&confirmed=yes"), true).await;
-    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    // 403, the same status the API gives (issue 24 #10; it was 422 here).
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
     assert!(body.contains("two-person rule"), "{body}");
 
     // Without JavaScript: a confirmation page first, nothing done yet.

@@ -20,6 +20,10 @@ pub enum DbError {
     AlreadyExists { what: &'static str, key: String },
     #[error("invalid {field}: {reason}")]
     Invalid { field: String, reason: String },
+    /// The caller's role does not allow this change (decided here because
+    /// only the datastore sees that a write changes a guarded field).
+    #[error("{action} is an admin action: {reason}")]
+    NotPermitted { action: &'static str, reason: String },
     #[error(transparent)]
     Transition(#[from] TransitionError),
     #[error("stored {what} is corrupt: {reason}")]
@@ -64,6 +68,7 @@ impl DbError {
             DbError::NotFound { .. }
                 | DbError::AlreadyExists { .. }
                 | DbError::Invalid { .. }
+                | DbError::NotPermitted { .. }
                 | DbError::Transition(_)
                 | DbError::Stale { .. }
                 | DbError::Conflict { .. }

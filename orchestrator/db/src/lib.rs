@@ -20,6 +20,7 @@ mod releases;
 pub mod rollouts;
 #[cfg(feature = "testing")]
 pub mod testing;
+pub mod throttle;
 mod users;
 
 pub use audit::AuditFilter;

@@ -25,11 +25,21 @@ pub struct NodeLabels {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct NewNode {
+    /// Letters, digits, `-`, `_`, `.`; starts with a letter or digit; no `..`.
+    #[cfg_attr(
+        feature = "openapi",
+        schema(min_length = 1, max_length = 253, pattern = "^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    )]
     pub name: String,
+    /// An http or https URL with a host and no credentials; unique per node
+    /// (scheme, host, port). Changing it for an existing node needs an admin.
+    #[cfg_attr(feature = "openapi", schema(min_length = 1))]
     pub bmc_url: String,
     /// Names a credential in the controller's configuration; never the
     /// secret itself.
+    #[cfg_attr(feature = "openapi", schema(min_length = 1, max_length = 253))]
     pub credential_ref: String,
+    #[cfg_attr(feature = "openapi", schema(min_length = 1, max_length = 253))]
     pub platform_sku: String,
     #[serde(flatten)]
     pub labels: NodeLabels,
@@ -54,6 +64,19 @@ pub struct Node {
     pub last_discovery_error: Option<String>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+}
+
+/// Who is importing, as the datastore needs to know it.
+#[derive(Debug, Clone, Default)]
+pub struct ImportOptions {
+    /// The importer is an admin (or the audited local-admin CLI): it may
+    /// change an existing node's BMC address. Anyone else is refused,
+    /// because a changed address sends the fleet's BMC password to that host.
+    pub may_change_bmc_address: bool,
+    /// The credential profiles the controller has; a node naming another is
+    /// refused. `None` when the caller cannot know them (tests, tools
+    /// without a configuration).
+    pub known_credential_refs: Option<std::collections::BTreeSet<String>>,
 }
 
 /// What an import did.
@@ -326,11 +349,44 @@ fn check_url(errors: &mut Vec<FieldError>, field: &str, value: &str, schemes: &[
     }
 }
 
+/// A node name ends up in URLs, file names of evidence bundles and log
+/// lines, so it is held to a hostname-like alphabet: `../../etc/passwd`,
+/// `%2F` or a leading dot are refused rather than escaped everywhere.
+fn check_node_name(errors: &mut Vec<FieldError>, field: &str, value: &str) {
+    check_name(errors, field, value);
+    if !errors.is_empty() {
+        return;
+    }
+    let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
+    if !value.chars().all(allowed) || !value.starts_with(|c: char| c.is_ascii_alphanumeric()) {
+        errors.push(FieldError::new(
+            field,
+            format!("{value:?} must start with a letter or digit and use only letters, digits, '-', '_' and '.'"),
+        ));
+    } else if value.contains("..") {
+        errors.push(FieldError::new(field, format!("{value:?} must not contain \"..\"")));
+    }
+}
+
+/// The part of a BMC URL that says which machine receives the credentials:
+/// scheme, host and port, lower-cased by the URL parser. Two nodes with the
+/// same address would let one node's rollout log in to the other's BMC.
+pub fn bmc_address(bmc_url: &str) -> Option<String> {
+    let url = url::Url::parse(bmc_url).ok()?;
+    let host = url.host_str()?;
+    Some(format!(
+        "{}://{}:{}",
+        url.scheme(),
+        host,
+        url.port_or_known_default().unwrap_or(0)
+    ))
+}
+
 impl NewNode {
     /// Every problem with this record, empty when it is acceptable.
     pub fn validate(&self) -> Vec<FieldError> {
         let mut errors = Vec::new();
-        check_name(&mut errors, "name", &self.name);
+        check_node_name(&mut errors, "name", &self.name);
         check_url(&mut errors, "bmc_url", &self.bmc_url, &["http", "https"]);
         check_name(&mut errors, "credential_ref", &self.credential_ref);
         check_name(&mut errors, "platform_sku", &self.platform_sku);

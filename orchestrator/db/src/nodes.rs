@@ -1,4 +1,4 @@
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use orchestrator_types::{NodeId, NodeState};
 use sea_orm::sea_query::OnConflict;
@@ -9,14 +9,21 @@ use sea_orm::{
 use serde_json::json;
 
 use crate::audit;
-use crate::entity::{node_components, nodes};
+use crate::entity::{node_components, nodes, update_steps};
+use crate::execution::StepState;
 use crate::model::{
-    Component, ComponentReading, DiscoveredComponent, ImportSummary, NewNode, Node, NodeFilter, NodeLabels,
+    Component, ComponentReading, DiscoveredComponent, ImportOptions, ImportSummary, NewNode, Node, NodeFilter,
+    NodeLabels, bmc_address,
 };
 use crate::{Db, DbError};
 
 /// Most nodes one list call returns; pages past that.
 const MAX_NODE_PAGE: u64 = 10_000;
+
+/// The discovery error a node gets when its BMC address changes: the
+/// planner leaves unhealthy nodes out, so no rollout targets it until a
+/// discovery pass has read the new BMC (which clears the error).
+pub const DISCOVERY_NEEDED: &str = "BMC address changed: discovery needed before any rollout may target this node";
 
 /// Rows per insert statement during import: well under SQLite's and
 /// PostgreSQL's bind-parameter limits (13 columns per row).
@@ -55,12 +62,32 @@ fn same_identity(row: &nodes::Model, node: &NewNode) -> bool {
 }
 
 impl Db {
-    /// Creates or updates nodes by name, all or nothing. Records are
-    /// validated first; any invalid record or duplicate name fails the whole
-    /// import before anything is written. A node's state (active,
-    /// quarantined) is never changed by an import.
+    /// Creates or updates nodes by name, all or nothing, refusing a change of
+    /// an existing node's BMC address (see [`Db::import_nodes_with`]).
     pub async fn import_nodes(&self, new_nodes: &[NewNode], actor: &str) -> Result<ImportSummary, DbError> {
+        self.import_nodes_with(new_nodes, actor, &ImportOptions::default())
+            .await
+    }
+
+    /// Creates or updates nodes by name, all or nothing. Records are
+    /// validated first; any invalid record, duplicate name, BMC address used
+    /// by another node, or unknown credential profile fails the whole import
+    /// before anything is written. A node's state (active, quarantined) is
+    /// never changed by an import.
+    ///
+    /// Changing an existing node's BMC address needs
+    /// [`ImportOptions::may_change_bmc_address`]; it is audited with the old
+    /// and new address, and the node's inventory is forgotten with a
+    /// discovery error set, so no rollout may target it until discovery has
+    /// read the new BMC.
+    pub async fn import_nodes_with(
+        &self,
+        new_nodes: &[NewNode],
+        actor: &str,
+        options: &ImportOptions,
+    ) -> Result<ImportSummary, DbError> {
         let mut seen = HashSet::new();
+        let mut addresses: HashMap<String, &str> = HashMap::new();
         for (index, node) in new_nodes.iter().enumerate() {
             if let Some(error) = node.validate().into_iter().next() {
                 return Err(DbError::Invalid {
@@ -74,14 +101,53 @@ impl Db {
                     reason: format!("{:?} appears more than once", node.name),
                 });
             }
+            if let Some(known) = &options.known_credential_refs
+                && !known.contains(&node.credential_ref)
+            {
+                return Err(DbError::Invalid {
+                    field: format!("nodes[{index}].credential_ref"),
+                    reason: format!("{:?} is not a configured credential profile", node.credential_ref),
+                });
+            }
+            let address = bmc_address(&node.bmc_url).unwrap_or_default();
+            if let Some(other) = addresses.insert(address, node.name.as_str()) {
+                return Err(DbError::Invalid {
+                    field: format!("nodes[{index}].bmc_url"),
+                    reason: format!("{:?} is also the BMC address of node {other:?}", node.bmc_url),
+                });
+            }
         }
         let now = self.clock.now();
         let txn = self.conn.begin().await?;
+        // Every stored node's address, to refuse one that another node has.
+        let stored: Vec<(String, String)> = nodes::Entity::find()
+            .select_only()
+            .column(nodes::Column::Name)
+            .column(nodes::Column::BmcUrl)
+            .into_tuple()
+            .all(&txn)
+            .await?;
+        for (name, url) in &stored {
+            let Some(address) = bmc_address(url) else { continue };
+            if let Some(importing) = addresses.get(&address)
+                && *importing != name.as_str()
+                && !new_nodes
+                    .iter()
+                    .any(|n| n.name == *name && bmc_address(&n.bmc_url).as_deref() != Some(address.as_str()))
+            {
+                // Refused unless the same import moves `name` off that address.
+                return Err(DbError::Invalid {
+                    field: "nodes".into(),
+                    reason: format!("BMC address {address} of node {importing:?} is already node {name:?}'s"),
+                });
+            }
+        }
         let mut summary = ImportSummary {
             created: 0,
             updated: 0,
             unchanged: 0,
         };
+        let mut readdressed = Vec::new();
         let mut to_insert = Vec::new();
         for chunk in new_nodes.chunks(IMPORT_BATCH) {
             let names: Vec<&str> = chunk.iter().map(|n| n.name.as_str()).collect();
@@ -94,6 +160,53 @@ impl Db {
                     Some(row) if same_identity(row, node) => summary.unchanged += 1,
                     Some(row) => {
                         let mut active = row.clone().into_active_model();
+                        if row.bmc_url != node.bmc_url {
+                            if !options.may_change_bmc_address {
+                                return Err(DbError::NotPermitted {
+                                    action: "changing a node's BMC address",
+                                    reason: format!(
+                                        "node {:?} would move from {:?} to {:?}; ask an admin",
+                                        node.name, row.bmc_url, node.bmc_url
+                                    ),
+                                });
+                            }
+                            // A step being flashed now would switch BMCs mid-update.
+                            let in_flight: Vec<&str> = StepState::ALL
+                                .iter()
+                                .filter(|state| state.is_in_flight())
+                                .map(|state| state.as_str())
+                                .collect();
+                            let busy = update_steps::Entity::find()
+                                .filter(update_steps::Column::NodeId.eq(row.id))
+                                .filter(update_steps::Column::State.is_in(in_flight))
+                                .count(&txn)
+                                .await?;
+                            if busy > 0 {
+                                return Err(DbError::Invalid {
+                                    field: "nodes".into(),
+                                    reason: format!(
+                                        "node {:?} is being updated by a rollout; pause or abort it before changing \
+                                         its BMC address",
+                                        node.name
+                                    ),
+                                });
+                            }
+                            // What was read from the old address says nothing
+                            // about the machine at the new one.
+                            node_components::Entity::delete_many()
+                                .filter(node_components::Column::NodeId.eq(row.id))
+                                .exec(&txn)
+                                .await?;
+                            active.last_discovered_at = Set(None);
+                            active.last_discovery_error = Set(Some(DISCOVERY_NEEDED.to_owned()));
+                            readdressed.push(json!({
+                                "node": node.name,
+                                "old_bmc_url": row.bmc_url,
+                                "new_bmc_url": node.bmc_url,
+                                "old_credential_ref": row.credential_ref,
+                                "new_credential_ref": node.credential_ref,
+                            }));
+                        }
                         active.bmc_url = Set(node.bmc_url.clone());
                         active.credential_ref = Set(node.credential_ref.clone());
                         active.platform_sku = Set(node.platform_sku.clone());
@@ -134,6 +247,10 @@ impl Db {
                 .exec(&txn)
                 .await?;
         }
+        for change in readdressed {
+            let name = change["node"].as_str().unwrap_or_default().to_owned();
+            audit::append(&txn, now, actor, "node.bmc_address", "node", &name, change).await?;
+        }
         audit::append(
             &txn,
             now,
@@ -170,7 +287,9 @@ impl Db {
         }
         let rows = query
             .order_by_asc(nodes::Column::Name)
-            .offset(filter.offset)
+            // Bind parameters are signed 64-bit on both backends; a larger
+            // offset is past every row anyway.
+            .offset(filter.offset.map(|offset| offset.min(i64::MAX as u64)))
             .limit(filter.limit.unwrap_or(MAX_NODE_PAGE).min(MAX_NODE_PAGE))
             .all(&self.conn)
             .await?;

@@ -375,7 +375,8 @@ async fn migrations_are_idempotent() {
                 "m0005_alerts",
                 "m0006_auth",
                 "m0007_release_rollback",
-                "m0008_wave_decisions"
+                "m0008_wave_decisions",
+                "m0009_hardening"
             ]
         );
     }

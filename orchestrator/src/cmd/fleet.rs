@@ -54,7 +54,16 @@ pub async fn run(command: FleetCommand, context: &Context) -> anyhow::Result<Exi
         FleetCommand::Import { file } => {
             let nodes = fleet_file::read(&file)?;
             let db = context.db().await?;
-            let summary = db.import_nodes(&nodes, &context.cli_actor()).await?;
+            // The CLI holds the database credentials, so it is the local
+            // admin: it may re-address nodes (audited with old and new
+            // address under the CLI actor), and it checks profiles against
+            // the configuration when there is one.
+            let credentials = &context.config.credentials;
+            let options = orchestrator_db::model::ImportOptions {
+                may_change_bmc_address: true,
+                known_credential_refs: (!credentials.is_empty()).then(|| credentials.keys().cloned().collect()),
+            };
+            let summary = db.import_nodes_with(&nodes, &context.cli_actor(), &options).await?;
             println!(
                 "imported {} node(s) from {}: {} created, {} updated, {} unchanged",
                 nodes.len(),

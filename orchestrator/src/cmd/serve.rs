@@ -69,6 +69,34 @@ pub struct ServeArgs {
         requires = "prometheus_url"
     )]
     prometheus_token_env: Option<String>,
+    /// Let API and UI rollouts use an inline policy (`policy_yaml`) instead
+    /// of a reviewed one from git. Off by default: an inline policy can have
+    /// one wave, no gates and no approval.
+    #[arg(long, env = "WAVEGUARD_ALLOW_INLINE_POLICIES")]
+    allow_inline_policies: bool,
+    /// A user who may move releases to `qualified` (repeat for several);
+    /// without any, every release manager may.
+    #[arg(long = "qualifier", value_name = "USER")]
+    qualifiers: Vec<String>,
+    /// Let the user who registered a release qualify it too (by default a
+    /// second person must).
+    #[arg(long)]
+    single_person_qualification: bool,
+}
+
+/// The separation-of-duties rules `serve` enforces: strict unless the
+/// admin who starts it relaxes them.
+fn duties(args: &ServeArgs) -> web::Duties {
+    let mut duties = web::Duties::strict();
+    duties.allow_inline_policies = args.allow_inline_policies;
+    duties.second_person_qualifies = !args.single_person_qualification;
+    if !args.qualifiers.is_empty() {
+        duties.qualifiers = Some(args.qualifiers.iter().cloned().collect());
+    }
+    if duties.allow_inline_policies {
+        tracing::warn!("inline policies enabled: rollouts may bypass the reviewed policies in git");
+    }
+    duties
 }
 
 /// The Prometheus client for the policies' `source: prometheus` gates, if
@@ -158,6 +186,10 @@ impl orchestrator_types::Clock for ScaledClock {
 /// it a loaded host could lose healthy transactions.
 const MIN_PG_IDLE_IN_TRANSACTION: std::time::Duration = std::time::Duration::from_millis(500);
 
+/// How often expired browser sessions are deleted: they already refuse
+/// to authenticate, so this only bounds the table's growth.
+const SESSION_SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(15 * 60);
+
 /// Runs until SIGINT or SIGTERM, then finishes in-flight requests.
 pub async fn run(args: ServeArgs, context: Context) -> anyhow::Result<ExitCode> {
     let listen = args.listen.unwrap_or(context.config.listen);
@@ -194,7 +226,16 @@ pub async fn run(args: ServeArgs, context: Context) -> anyhow::Result<ExitCode> 
     println!("waveguard listening on http://{local}");
     let engine = start_engine(&db, &context, &args, prometheus);
     // API commands (approve, pause, ...) wake the engine at once.
-    let state = AppState::new(db.clone()).with_engine_nudge(engine.nudge());
+    let state = AppState::new(db.clone())
+        .with_engine_nudge(engine.nudge())
+        .with_duties(duties(&args));
+    // With profiles configured, an API import naming an unknown one is refused.
+    let state = if context.config.credentials.is_empty() {
+        state
+    } else {
+        state.with_credential_profiles(context.config.credentials.keys().cloned().collect())
+    };
+    let _session_sweeper = web::auth::spawn_session_sweeper(db.clone(), SESSION_SWEEP_EVERY);
     let state = match alert_receiver {
         Some(receiver) => state.with_alert_receiver(receiver),
         None => state,

@@ -45,6 +45,15 @@ pub const ALERTMANAGER_ACTOR: &str = "alertmanager";
 /// human must look at, and the bound keeps one request's work finite.
 const MAX_ALERTS_PER_NOTIFICATION: usize = 1000;
 
+/// Room for one alert as Alertmanager sends it: its labels, annotations,
+/// URLs and timestamps are a few KiB even with long descriptions.
+const MAX_ALERT_BYTES: usize = 16 * 1024;
+
+/// Largest notification body accepted: `MAX_ALERTS_PER_NOTIFICATION` alerts
+/// of `MAX_ALERT_BYTES` each (16 MiB). A 1,000-alert group of ordinary
+/// alerts is about 2 MB, which the default 2 MiB limit used to refuse.
+pub(crate) const MAX_NOTIFICATION_BYTES: usize = MAX_ALERTS_PER_NOTIFICATION * MAX_ALERT_BYTES;
+
 /// Alertmanager fingerprints are 16 hex digits; the bound leaves room for
 /// other senders without letting a label-sized string into the unique key.
 const MAX_FINGERPRINT_LEN: usize = 128;
@@ -137,14 +146,7 @@ impl AlertReceiverConfig {
 
     /// Whether the request carries `Authorization: Bearer <the token>`.
     fn authorized(&self, headers: &HeaderMap) -> bool {
-        let Some(value) = headers.get(header::AUTHORIZATION) else {
-            return false;
-        };
-        let Some(presented) = value
-            .as_bytes()
-            .strip_prefix(b"Bearer ")
-            .or_else(|| value.as_bytes().strip_prefix(b"bearer "))
-        else {
+        let Some(presented) = crate::auth::bearer_token(headers) else {
             return false;
         };
         // Comparing digests hides the token's length, and the fold reads
@@ -259,7 +261,8 @@ pub struct AlertQuery {
     fingerprint: Option<String>,
     /// `firing` or `resolved`.
     status: Option<String>,
-    /// At most this many (default 100, at most 1000).
+    /// 1 to 1,000; default 100.
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<u64>,
 }
 
@@ -276,7 +279,7 @@ pub(crate) async fn list_alerts(
     let filter = AlertFilter {
         fingerprint: query.fingerprint,
         status,
-        limit: query.limit,
+        limit: super::in_range("limit", query.limit, 1, 1000)?,
     };
     Ok(ApiJson(state.db.alerts(&filter).await?))
 }
@@ -734,6 +737,7 @@ mod tests {
             config.authorized(&headers)
         };
         assert!(check(Some("Bearer 0123456789abcdef-secret")));
+        assert!(check(Some("BEARER 0123456789abcdef-secret")));
         assert!(!check(Some("Bearer 0123456789abcdef-secreT")));
         assert!(!check(Some("Bearer 0123456789abcdef-secret ")));
         assert!(!check(Some("Basic 0123456789abcdef-secret")));

@@ -20,9 +20,11 @@ pub struct AuditQuery {
     subject_id: Option<String>,
     /// RFC 3339 instant.
     since: Option<DateTime<Utc>>,
-    /// At most 1,000; default 100.
+    /// 1 to 1,000; default 100.
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<u64>,
-    /// Page backwards from this entry id.
+    /// Page backwards from this entry id (1 or more).
+    #[param(minimum = 1)]
     before_id: Option<i64>,
 }
 
@@ -38,8 +40,8 @@ pub(crate) async fn list_audit(
         subject_type: query.subject_type,
         subject_id: query.subject_id,
         since: query.since,
-        limit: query.limit,
-        before_id: query.before_id,
+        limit: super::in_range("limit", query.limit, 1, 1000)?,
+        before_id: super::in_range("before_id", query.before_id, 1, i64::MAX)?,
     };
     Ok(ApiJson(state.db.audit_entries(&filter).await?))
 }

@@ -6,8 +6,10 @@ mod evidence;
 mod nodes;
 mod releases;
 pub(crate) mod rollouts;
+mod throttles;
 
-use axum::extract::{FromRequest, FromRequestParts};
+use axum::extract::{DefaultBodyLimit, FromRequest, FromRequestParts};
+use axum::handler::Handler;
 use axum::http::request::Parts;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -38,6 +40,25 @@ pub struct ApiQuery<T>(pub T);
 #[derive(Debug, FromRequestParts)]
 #[from_request(via(axum::extract::Path), rejection(ApiError))]
 pub struct ApiPath<T>(pub T);
+
+/// Largest `offset` a list accepts: far past any fleet, and small enough
+/// that every backend takes it as a signed 64-bit bind parameter.
+pub(crate) const MAX_OFFSET: u64 = 1_000_000_000;
+
+/// A query parameter checked against its real range, so an out-of-range
+/// value is a 400 that names the range rather than a clamp or a panic deeper
+/// down (`offset=9223372036854775808` once panicked in the SQLite driver).
+pub(crate) fn in_range<T>(name: &str, value: Option<T>, min: T, max: T) -> Result<Option<T>, ApiError>
+where
+    T: PartialOrd + std::fmt::Display + Copy,
+{
+    match value {
+        Some(v) if v < min || v > max => Err(ApiError::BadRequest(format!(
+            "{name} must be between {min} and {max}, got {v}"
+        ))),
+        other => Ok(other),
+    }
+}
 
 /// Who is making a request, as recorded in the audit log: the username of
 /// the authenticated [`Principal`](crate::auth::Principal) that the
@@ -84,6 +105,7 @@ impl<S: Send + Sync> FromRequestParts<S> for Actor {
         rollouts::abort,
         rollouts::rollback,
         evidence::evidence,
+        throttles::list,
     ),
     components(schemas(ErrorBody, ErrorDetail)),
     tags(
@@ -92,6 +114,7 @@ impl<S: Send + Sync> FromRequestParts<S> for Actor {
         (name = "audit", description = "The append-only audit log"),
         (name = "alerts", description = "Alertmanager webhook: alerts that pause or roll back rollouts"),
         (name = "rollouts", description = "Staged rollouts: plans, waves, approvals and commands"),
+        (name = "users", description = "Users and login throttling (admin only)"),
     )
 )]
 pub struct ApiDoc;
@@ -99,7 +122,10 @@ pub struct ApiDoc;
 pub(crate) fn router() -> Router<AppState> {
     Router::new()
         .route("/openapi.json", get(openapi))
-        .route("/nodes", get(nodes::list_nodes).post(nodes::import_nodes))
+        .route(
+            "/nodes",
+            get(nodes::list_nodes).post(nodes::import_nodes.layer(DefaultBodyLimit::max(crate::MAX_BODY_BYTES))),
+        )
         .route("/nodes/{name}", get(nodes::get_node))
         .route("/releases", get(releases::list_releases).post(releases::add_release))
         .route("/releases/{id}", get(releases::get_release))
@@ -110,7 +136,10 @@ pub(crate) fn router() -> Router<AppState> {
         )
         .route("/audit", get(audit::list_audit))
         .route("/alerts", get(alerts::list_alerts))
-        .route("/alerts/alertmanager", post(alerts::receive))
+        .route(
+            "/alerts/alertmanager",
+            post(alerts::receive.layer(DefaultBodyLimit::max(alerts::MAX_NOTIFICATION_BYTES))),
+        )
         .route("/rollouts", get(rollouts::list).post(rollouts::start))
         .route("/rollouts/{id}", get(rollouts::get))
         .route("/rollouts/{id}/steps", get(rollouts::steps))
@@ -120,6 +149,7 @@ pub(crate) fn router() -> Router<AppState> {
         .route("/rollouts/{id}/abort", post(rollouts::abort))
         .route("/rollouts/{id}/rollback", post(rollouts::rollback))
         .route("/rollouts/{id}/evidence", get(evidence::evidence))
+        .route("/users/login-throttles", get(throttles::list))
 }
 
 async fn openapi() -> Json<utoipa::openapi::OpenApi> {

@@ -1,11 +1,12 @@
 use axum::extract::State;
-use orchestrator_db::model::{Component, ImportSummary, NewNode, Node, NodeFilter};
-use orchestrator_types::NodeState;
+use orchestrator_db::model::{Component, ImportOptions, ImportSummary, NewNode, Node, NodeFilter};
+use orchestrator_types::{NodeState, Role};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use super::{Actor, ApiJson, ApiPath, ApiQuery};
 use crate::AppState;
+use crate::auth::Principal;
 use crate::error::{ApiError, ErrorBody};
 
 /// Filters for the node list.
@@ -22,10 +23,16 @@ pub struct NodeQuery {
     nvlink_domain: Option<String>,
     /// Substring of the node name.
     name_contains: Option<String>,
-    /// At most 10,000.
+    /// 1 to 10,000; default 10,000.
+    #[param(minimum = 1, maximum = 10000)]
     limit: Option<u64>,
+    /// 0 to 1,000,000,000; default 0.
+    #[param(minimum = 0, maximum = 1000000000)]
     offset: Option<u64>,
 }
+
+/// Most nodes one page returns (the datastore's page size).
+const MAX_NODE_PAGE: u64 = 10_000;
 
 /// Nodes to create or update by name, all or nothing.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -62,20 +69,31 @@ pub(crate) async fn list_nodes(
         rack: query.rack,
         nvlink_domain: query.nvlink_domain,
         name_contains: query.name_contains,
-        limit: query.limit,
-        offset: query.offset,
+        limit: super::in_range("limit", query.limit, 1, MAX_NODE_PAGE)?,
+        offset: super::in_range("offset", query.offset, 0, super::MAX_OFFSET)?,
     };
     Ok(ApiJson(state.db.list_nodes(&filter).await?))
 }
 
+/// Creates or updates nodes. Changing an existing node's `bmc_url` needs
+/// the admin role (403 otherwise): the new host would receive the fleet's
+/// BMC password. A changed node needs discovery before any rollout targets it.
 #[utoipa::path(post, path = "/api/v1/nodes", tag = "nodes", request_body = ImportRequest,
-    responses((status = 200, body = ImportSummary), (status = 400, body = ErrorBody), (status = 422, body = ErrorBody)))]
+    responses((status = 200, body = ImportSummary), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 422, body = ErrorBody)))]
 pub(crate) async fn import_nodes(
     State(state): State<AppState>,
+    principal: Option<axum::Extension<Principal>>,
     actor: Actor,
     ApiJson(request): ApiJson<ImportRequest>,
 ) -> Result<ApiJson<ImportSummary>, ApiError> {
-    Ok(ApiJson(state.db.import_nodes(&request.nodes, &actor.0).await?))
+    let options = ImportOptions {
+        may_change_bmc_address: principal.is_some_and(|p| p.user.role >= Role::Admin),
+        known_credential_refs: state.credential_profiles.as_deref().cloned(),
+    };
+    Ok(ApiJson(
+        state.db.import_nodes_with(&request.nodes, &actor.0, &options).await?,
+    ))
 }
 
 #[utoipa::path(get, path = "/api/v1/nodes/{name}", tag = "nodes",

@@ -78,6 +78,7 @@ pub(crate) async fn get_release(
 #[utoipa::path(post, path = "/api/v1/releases/{id}/transition", tag = "releases",
     params(("id" = i64, Path, description = "Release id")), request_body = TransitionBody,
     responses((status = 200, body = Release), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
+              (status = 403, body = ErrorBody, description = "Separation of duties: not a qualifier, or the registrant"),
               (status = 409, body = ErrorBody, description = "The state machine does not allow it")))]
 pub(crate) async fn transition_release(
     State(state): State<AppState>,
@@ -89,6 +90,10 @@ pub(crate) async fn transition_release(
         .to
         .parse()
         .map_err(|e: orchestrator_types::ParseEnumError| ApiError::BadRequest(e.to_string()))?;
+    state
+        .duties
+        .check_transition(&state.db, ReleaseId(id), to, &actor.0)
+        .await?;
     let request = TransitionRequest {
         to,
         reason: body.reason,

@@ -147,8 +147,11 @@ pub struct StepQuery {
     state: Option<String>,
     /// Node name or id.
     node: Option<String>,
-    /// At most 1000; default 100.
+    /// 1 to 1,000; default 100.
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<usize>,
+    /// 0 to 1,000,000,000; default 0.
+    #[param(minimum = 0, maximum = 1000000000)]
     offset: Option<usize>,
 }
 
@@ -314,7 +317,10 @@ pub(crate) async fn start_rollout_as(
                 Some(in_force.version.blob_id),
             )
         }
-        (None, Some(yaml)) => (yaml, None, None),
+        (None, Some(yaml)) => {
+            state.duties.check_inline_policy()?;
+            (yaml, None, None)
+        }
         _ => {
             return Err(invalid(
                 "policy",
@@ -445,11 +451,9 @@ pub(crate) async fn steps(
         },
         None => None,
     };
-    let limit = query.limit.unwrap_or(DEFAULT_STEP_PAGE);
-    if limit == 0 || limit > MAX_STEP_PAGE {
-        return Err(ApiError::BadRequest(format!("limit must be 1 to {MAX_STEP_PAGE}")));
-    }
-    let offset = query.offset.unwrap_or(0);
+    let limit = super::in_range("limit", query.limit, 1, MAX_STEP_PAGE)?.unwrap_or(DEFAULT_STEP_PAGE);
+    let max_offset = usize::try_from(super::MAX_OFFSET).unwrap_or(usize::MAX);
+    let offset = super::in_range("offset", query.offset, 0, max_offset)?.unwrap_or(0);
     let all = state
         .db
         .steps(&StepFilter {

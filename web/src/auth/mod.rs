@@ -1,6 +1,7 @@
 //! Who is asking, and may they: local users with argon2 password hashes,
 //! browser sessions in HttpOnly cookies with a per-session CSRF token, API
-//! tokens for automation (`Authorization: Bearer`), login rate limiting, and
+//! tokens for automation (`Authorization: Bearer`), login throttling (in
+//! the database, `orchestrator_db::throttle`), and
 //! one authorization layer in front of every route.
 //!
 //! Invariant: authorization is decided in one place, [`authorize`], from the
@@ -14,7 +15,6 @@
 //! the database holds argon2 hashes of passwords and SHA-256 hashes of
 //! tokens (which are 256-bit random, so a fast hash is enough).
 
-mod ratelimit;
 pub(crate) mod routes;
 
 use std::net::SocketAddr;
@@ -35,7 +35,6 @@ use sha2::{Digest, Sha256};
 
 use crate::AppState;
 use crate::error::ApiError;
-pub use ratelimit::RateLimiter;
 
 /// Name of the session cookie.
 pub const SESSION_COOKIE: &str = "wg_session";
@@ -61,11 +60,25 @@ pub struct AuthConfig {
     pub secure_cookies: bool,
     /// How long a session lives after login.
     pub session_ttl: chrono::Duration,
-    /// Failed logins allowed per username, and per client address, within
-    /// `failure_window`, before further attempts are refused.
+    /// Failed logins of one account from one address within
+    /// `failure_window` before that pair (only) is refused for the window.
     pub max_failures: u32,
     /// The window failed logins are counted in.
     pub failure_window: chrono::Duration,
+    /// The per-account backoff and per-address slowdown; see
+    /// [`orchestrator_db::throttle::ThrottlePolicy`].
+    pub throttle: orchestrator_db::throttle::ThrottlePolicy,
+}
+
+impl AuthConfig {
+    /// The throttle numbers, with the pair limit and window from this config.
+    pub fn throttle_policy(&self) -> orchestrator_db::throttle::ThrottlePolicy {
+        orchestrator_db::throttle::ThrottlePolicy {
+            window: self.failure_window,
+            pair_max_failures: self.max_failures,
+            ..self.throttle
+        }
+    }
 }
 
 /// Environment variable that turns on `Secure` cookies (`1` or `true`) for
@@ -81,6 +94,7 @@ impl Default for AuthConfig {
             // Enough for typos, far too few for guessing.
             max_failures: 5,
             failure_window: chrono::Duration::minutes(15),
+            throttle: orchestrator_db::throttle::ThrottlePolicy::default(),
         }
     }
 }
@@ -89,14 +103,12 @@ impl Default for AuthConfig {
 #[derive(Debug)]
 pub struct AuthState {
     pub(crate) config: AuthConfig,
-    pub(crate) limiter: RateLimiter,
 }
 
 impl AuthState {
     /// State with `config`.
     pub fn new(config: AuthConfig) -> Self {
-        let limiter = RateLimiter::new(config.max_failures, config.failure_window);
-        Self { config, limiter }
+        Self { config }
     }
 }
 
@@ -198,7 +210,9 @@ pub async fn authorize(State(state): State<AppState>, request: Request, next: Ne
     if let Access::Role(needed) = access
         && principal.user.role < needed
     {
-        tracing::info!(user = %principal.user.username, role = %principal.user.role, %method, %path, "refused: role too low");
+        // Debug formatting escapes control characters: a path cannot forge log lines.
+        tracing::info!(user = ?principal.user.username, role = %principal.user.role, %method, path = ?path,
+            "refused: role too low");
         let message = format!(
             "{} is a {}; this needs {}",
             principal.user.username, principal.user.role, needed
@@ -220,8 +234,8 @@ pub async fn authorize(State(state): State<AppState>, request: Request, next: Ne
 
 /// Finds the user behind a request's bearer token or session cookie.
 async fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<Option<Principal>, ApiError> {
-    if let Some(value) = headers.get(header::AUTHORIZATION) {
-        let Some(token) = value.to_str().ok().and_then(|v| v.strip_prefix("Bearer ")) else {
+    if headers.contains_key(header::AUTHORIZATION) {
+        let Some(token) = bearer_token(headers).and_then(|t| std::str::from_utf8(t).ok()) else {
             return Ok(None);
         };
         let user = state.db.user_by_api_token(&token_hash(token.trim())).await?;
@@ -234,10 +248,10 @@ async fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<Option<Pr
         return Ok(None);
     };
     let found = state.db.session(&token_hash(&token)).await?;
-    Ok(found.map(|(session, user)| Principal {
+    Ok(found.map(|(_session, user)| Principal {
         user,
         credential: Credential::Session {
-            csrf_token: session.csrf_token,
+            csrf_token: csrf_token_for(&token),
         },
     }))
 }
@@ -312,51 +326,43 @@ pub(crate) fn form_field(body: &[u8], name: &str) -> Option<String> {
     })
 }
 
+/// A form or query component decoded: `+` is a space (HTML forms), then
+/// percent escapes; invalid UTF-8 becomes U+FFFD rather than an error.
 fn urldecode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'+' => out.push(b' '),
-            b'%' if i + 2 < bytes.len() => {
-                let hi = char::from(bytes[i + 1]).to_digit(16);
-                let lo = char::from(bytes[i + 2]).to_digit(16);
-                match (hi, lo) {
-                    (Some(hi), Some(lo)) => {
-                        out.push(u8::try_from(hi * 16 + lo).unwrap_or(b'?'));
-                        i += 2;
-                    }
-                    _ => out.push(b'%'),
-                }
-            }
-            b => out.push(b),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    let spaced = text.replace('+', " ");
+    percent_encoding::percent_decode_str(&spaced)
+        .decode_utf8_lossy()
+        .into_owned()
 }
+
+/// Everything but RFC 3986 unreserved characters and `/` is escaped (the
+/// slash is kept so a `next` path stays readable in the address bar).
+const URL_COMPONENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~')
+    .remove(b'/');
 
 /// Percent-encodes everything but unreserved characters.
 pub(crate) fn urlencode(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for b in text.bytes() {
-        if b.is_ascii_alphanumeric() || b"-_.~/".contains(&b) {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
+    percent_encoding::utf8_percent_encode(text, URL_COMPONENT).to_string()
 }
 
 /// Compares secrets without an early exit, so timing does not reveal how
-/// much of a guess was right.
+/// much of a guess was right (`subtle` keeps the optimiser from adding one).
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    use subtle::ConstantTimeEq;
+    a.ct_eq(b).into()
+}
+
+/// The token of an `Authorization: Bearer <token>` header. The scheme is
+/// case-insensitive (RFC 9110 section 11.1), the same here as at the
+/// Alertmanager webhook, so `bearer` works everywhere or nowhere.
+pub(crate) fn bearer_token(headers: &HeaderMap) -> Option<&[u8]> {
+    let value = headers.get(header::AUTHORIZATION)?.as_bytes();
+    let (scheme, token) = value.split_at_checked(7)?;
+    scheme.eq_ignore_ascii_case(b"Bearer ").then_some(token)
 }
 
 /// A cookie's value from the request headers.
@@ -399,6 +405,24 @@ pub(crate) fn client_ip(request_extensions: &axum::http::Extensions) -> String {
         .map_or_else(|| "unknown".to_owned(), |ConnectInfo(addr)| addr.ip().to_string())
 }
 
+/// Deletes expired sessions every `every` until the returned task is
+/// aborted (or the runtime ends). Failures are logged and retried at the
+/// next tick: a missed sweep costs only table space, never access.
+pub fn spawn_session_sweeper(db: orchestrator_db::Db, every: std::time::Duration) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut ticks = tokio::time::interval(every);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticks.tick().await;
+            match db.delete_expired_sessions().await {
+                Ok(0) => {}
+                Ok(deleted) => tracing::debug!(deleted, "expired sessions deleted"),
+                Err(err) => tracing::warn!(error = %err, "could not delete expired sessions"),
+            }
+        }
+    })
+}
+
 /// A fresh 256-bit random token, hex.
 pub fn new_secret() -> String {
     let mut bytes = [0u8; 32];
@@ -409,6 +433,16 @@ pub fn new_secret() -> String {
 /// A fresh API token: shown once to the user, stored only as [`token_hash`].
 pub fn new_api_token() -> String {
     format!("{API_TOKEN_PREFIX}{}", new_secret())
+}
+
+/// A session's CSRF token, derived from the session secret rather than
+/// stored: the database keeps only its hash (like every other secret), and
+/// knowing the CSRF token reveals nothing of the session cookie.
+pub(crate) fn csrf_token_for(session_token: &str) -> String {
+    let mut hasher = Sha256::new();
+    hasher.update(b"waveguard-csrf\0");
+    hasher.update(session_token.as_bytes());
+    hex::encode(hasher.finalize())
 }
 
 /// The stored form of a session or API token.

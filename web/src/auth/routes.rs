@@ -7,11 +7,12 @@ use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
 
 use super::{
-    LOGIN_CSRF_COOKIE, Principal, SESSION_COOKIE, client_ip, constant_time_eq, cookie, new_secret, secure_request,
-    set_cookie, token_hash, verify_dummy, verify_password,
+    LOGIN_CSRF_COOKIE, Principal, SESSION_COOKIE, client_ip, constant_time_eq, cookie, csrf_token_for, new_secret,
+    secure_request, set_cookie, token_hash, verify_dummy, verify_password,
 };
 use crate::AppState;
 use crate::ui;
+use orchestrator_db::throttle::{LoginGate, Refusal};
 
 /// Where to go after logging in.
 #[derive(Debug, Deserialize)]
@@ -38,12 +39,25 @@ impl std::fmt::Debug for LoginForm {
     }
 }
 
-/// Only local paths, so a crafted link cannot send a user elsewhere after login.
-fn safe_next(next: Option<&str>) -> String {
-    match next {
-        Some(next) if next.starts_with('/') && !next.starts_with("//") && !next.contains('\\') => next.to_owned(),
-        _ => "/".to_owned(),
+/// Only a same-origin path, so a crafted link cannot send a user elsewhere
+/// after login. Browsers strip tabs and newlines from URLs and treat a backslash as
+/// `/`, so `/\t/evil.example` is `//evil.example` to them: any control
+/// character, backslash or scheme-relative start falls back to `/`. Anything
+/// kept is a valid header value, so the redirect cannot fail with a 500.
+pub(crate) fn safe_next(next: Option<&str>) -> String {
+    let Some(next) = next else { return "/".to_owned() };
+    let unsafe_start = |text: &str| !text.starts_with('/') || text.starts_with("//") || text.starts_with("/\\");
+    let unsafe_char = |c: char| c.is_control() || c == '\\';
+    let decoded = super::urldecode(next);
+    if unsafe_start(next)
+        || unsafe_start(&decoded)
+        || next.chars().any(|c| unsafe_char(c) || c.is_whitespace())
+        || decoded.chars().any(unsafe_char)
+        || axum::http::HeaderValue::from_str(next).is_err()
+    {
+        return "/".to_owned();
     }
+    next.to_owned()
 }
 
 pub(crate) async fn login_page(
@@ -106,16 +120,40 @@ pub(crate) async fn login(State(state): State<AppState>, request: Request) -> Re
         return fail(StatusCode::FORBIDDEN, "The form expired. Please try again.");
     }
 
-    let now = state.db.clock().now();
-    let user_key = format!("user:{}", form.username.trim().to_lowercase());
-    let ip_key = format!("ip:{ip}");
-    let limiter = &state.auth.limiter;
-    if limiter.locked_until(&user_key, now).is_some() || limiter.locked_until(&ip_key, now).is_some() {
-        tracing::warn!(username = %form.username, %ip, "login refused: too many failed attempts");
-        return fail(
-            StatusCode::TOO_MANY_REQUESTS,
-            "Too many failed attempts. Wait a few minutes and try again.",
-        );
+    // Throttling is decided by the database, so every replica agrees.
+    let policy = state.auth.config.throttle_policy();
+    match state.db.login_gate(&form.username, &ip, &policy).await {
+        Ok(LoginGate::Allowed { slow_down }) => {
+            if slow_down > chrono::Duration::zero() {
+                // The address is guessing across accounts: slow it, never lock it.
+                tokio::time::sleep(state.db.clock().real_time(slow_down)).await;
+            }
+        }
+        Ok(LoginGate::Refused { retry_after, reason }) => {
+            // User input goes to the log as a Debug-escaped field, never raw.
+            tracing::warn!(username = ?form.username, %ip, ?reason, "login refused: too many failed attempts");
+            let message = match reason {
+                Refusal::PairLocked => {
+                    "Too many failed attempts for this account from this address. Wait and try again."
+                }
+                Refusal::AccountBackoff => {
+                    "Too many recent failed attempts for this account. Wait a few seconds and try again."
+                }
+            };
+            let mut response = fail(StatusCode::TOO_MANY_REQUESTS, message);
+            let seconds = retry_after.num_seconds().max(1);
+            if let Ok(value) = seconds.to_string().parse() {
+                response.headers_mut().insert(header::RETRY_AFTER, value);
+            }
+            return response;
+        }
+        Err(err) => {
+            tracing::error!(error = %err, "login: throttle lookup failed");
+            return fail(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "The database is unreachable; try again shortly.",
+            );
+        }
     }
 
     let found = state.db.user_with_password_hash(form.username.trim()).await;
@@ -141,12 +179,15 @@ pub(crate) async fn login(State(state): State<AppState>, request: Request) -> Re
         }
     };
     let Some(user) = verified else {
-        limiter.record_failure(&user_key, now);
-        limiter.record_failure(&ip_key, now);
-        tracing::info!(username = %form.username, %ip, "login failed");
+        if let Err(err) = state.db.record_login_failure(&form.username, &ip, &policy).await {
+            tracing::error!(error = %err, "login: could not count a failed attempt");
+        }
+        tracing::info!(username = ?form.username, %ip, "login failed");
         return fail(StatusCode::UNAUTHORIZED, "Wrong username or password.");
     };
-    limiter.clear(&user_key);
+    if let Err(err) = state.db.record_login_success(&form.username, &ip).await {
+        tracing::warn!(error = %err, "login: could not clear the throttle");
+    }
 
     let token = new_secret();
     let session = match state
@@ -154,7 +195,7 @@ pub(crate) async fn login(State(state): State<AppState>, request: Request) -> Re
         .create_session(
             user.id,
             &token_hash(&token),
-            &new_secret(),
+            &token_hash(&csrf_token_for(&token)),
             state.auth.config.session_ttl,
         )
         .await
@@ -168,7 +209,7 @@ pub(crate) async fn login(State(state): State<AppState>, request: Request) -> Re
             );
         }
     };
-    tracing::info!(username = %user.username, session = session.id, "logged in");
+    tracing::info!(username = ?user.username, session = session.id, "logged in");
     let secure = secure_request(&state.auth.config, &headers);
     let max_age = state.auth.config.session_ttl.num_seconds();
     let mut response = Redirect::to(&safe_next(form.next.as_deref())).into_response();
@@ -194,7 +235,7 @@ pub(crate) async fn logout(
         tracing::error!(error = %err, "logout: could not delete the session");
     }
     if let Some(axum::Extension(principal)) = principal {
-        tracing::info!(username = %principal.user.username, "logged out");
+        tracing::info!(username = ?principal.user.username, "logged out");
     }
     let secure = secure_request(&state.auth.config, &headers);
     let mut response = Redirect::to("/login").into_response();

@@ -158,6 +158,11 @@ pub(crate) async fn transition_release(
         UiError::new(StatusCode::BAD_REQUEST, e.to_string()).json(json)
     })?;
     let reason = form.reason.map(|r| r.trim().to_owned()).filter(|r| !r.is_empty());
+    state
+        .duties
+        .check_transition(&state.db, ReleaseId(id), to, &me.user.username)
+        .await
+        .map_err(|e| UiError::from(e).json(json))?;
     let request = TransitionRequest { to, reason };
     let release = state
         .db

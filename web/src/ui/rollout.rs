@@ -415,10 +415,14 @@ pub(crate) async fn action(
         Action::Approve => {
             let wave = wave.ok_or_else(|| fail(StatusCode::BAD_REQUEST, "which wave?".into()))?;
             let comment = form.get("comment").map(|c| c.trim()).filter(|c| !c.is_empty());
-            let given = db
-                .approve_wave(wave.id, actor, comment)
-                .await
-                .map_err(|e| UiError::from(e).json(json))?;
+            let given = db.approve_wave(wave.id, actor, comment).await.map_err(|e| match e {
+                // The two-person rule answers 403 here as in the API: who
+                // asks is the problem, not what.
+                orchestrator_db::DbError::Invalid { field, reason } if field == "approver" => {
+                    UiError::from(crate::error::ApiError::Forbidden(reason)).json(json)
+                }
+                other => UiError::from(other).json(json),
+            })?;
             format!(
                 "Approved wave {} ({} of {} approvals).",
                 wave.name,

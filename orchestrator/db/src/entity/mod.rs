@@ -8,6 +8,7 @@ pub mod engine_leases;
 pub mod health_cursors;
 pub mod health_looks;
 pub mod health_samples;
+pub mod login_throttles;
 pub mod node_components;
 pub mod nodes;
 pub mod policy_in_force;

@@ -1,0 +1,214 @@
+//! Issue 24 in the datastore, on every backend: BMC re-addressing rules and
+//! login throttling (m0009).
+
+use std::sync::Arc;
+
+use chrono::{Duration, TimeZone, Utc};
+use orchestrator_db::DbError;
+use orchestrator_db::model::{ImportOptions, NewNode, NodeLabels};
+use orchestrator_db::testing::TestDb;
+use orchestrator_db::throttle::{LoginGate, Refusal, ThrottlePolicy};
+use orchestrator_types::ManualClock;
+
+fn node(name: &str, bmc_url: &str) -> NewNode {
+    NewNode {
+        name: name.into(),
+        bmc_url: bmc_url.into(),
+        credential_ref: "lab".into(),
+        platform_sku: "hgx-h100-8gpu".into(),
+        labels: NodeLabels {
+            region: "us-east-1".into(),
+            cluster: "c1".into(),
+            rack: "r1".into(),
+            nvlink_domain: "nvl1".into(),
+        },
+    }
+}
+
+#[tokio::test]
+async fn bmc_addresses_change_only_with_permission_and_stay_unique() {
+    for t in TestDb::all_backends().await {
+        let db = &t.db;
+        db.import_nodes(&[node("a", "https://10.0.0.1"), node("b", "https://10.0.0.2")], "test")
+            .await
+            .unwrap();
+        let err = db
+            .import_nodes(&[node("a", "https://evil.example")], "rm")
+            .await
+            .unwrap_err();
+        assert!(matches!(err, DbError::NotPermitted { .. }), "{err}");
+        let admin = ImportOptions {
+            may_change_bmc_address: true,
+            known_credential_refs: None,
+        };
+        // Swapping two nodes' addresses in one import is allowed.
+        let summary = db
+            .import_nodes_with(
+                &[node("a", "https://10.0.0.2"), node("b", "https://10.0.0.1")],
+                "ada",
+                &admin,
+            )
+            .await
+            .unwrap();
+        assert_eq!(summary.updated, 2);
+        let err = db
+            .import_nodes_with(&[node("c", "https://10.0.0.1:443")], "ada", &admin)
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("already node \"b\""), "{err}");
+        let a = db.node_by_name("a").await.unwrap();
+        assert!(a.last_discovery_error.is_some());
+    }
+}
+
+#[tokio::test]
+async fn throttles_lock_the_pair_back_off_the_account_and_only_slow_the_address() {
+    let clock = Arc::new(ManualClock::new(Utc.with_ymd_and_hms(2026, 12, 4, 12, 0, 0).unwrap()));
+    for t in TestDb::all_backends_with_clock(clock.clone()).await {
+        let db = &t.db;
+        let policy = ThrottlePolicy {
+            pair_max_failures: 3,
+            account_free_failures: 3,
+            address_free_failures: 2,
+            ..ThrottlePolicy::default()
+        };
+        for _ in 0..3 {
+            db.record_login_failure("Rita", "10.0.0.1", &policy).await.unwrap();
+        }
+        assert!(matches!(
+            db.login_gate("rita", "10.0.0.1", &policy).await.unwrap(),
+            LoginGate::Refused {
+                reason: Refusal::PairLocked,
+                ..
+            }
+        ));
+        // Not locked from elsewhere; the address is slowed, not refused, for others.
+        assert_eq!(
+            db.login_gate("rita", "10.0.0.2", &policy).await.unwrap(),
+            LoginGate::Allowed {
+                slow_down: Duration::zero()
+            }
+        );
+        match db.login_gate("vera", "10.0.0.1", &policy).await.unwrap() {
+            LoginGate::Allowed { slow_down } => assert_eq!(slow_down, Duration::milliseconds(250)),
+            other => panic!("{other:?}"),
+        }
+        db.record_login_failure("rita", "10.0.0.3", &policy).await.unwrap();
+        assert!(matches!(
+            db.login_gate("rita", "10.0.0.2", &policy).await.unwrap(),
+            LoginGate::Refused {
+                reason: Refusal::AccountBackoff,
+                ..
+            }
+        ));
+        assert_eq!(db.login_throttles(Duration::minutes(15)).await.unwrap().len(), 5);
+        db.record_login_success("rita", "10.0.0.2").await.unwrap();
+        assert!(matches!(
+            db.login_gate("rita", "10.0.0.1", &policy).await.unwrap(),
+            LoginGate::Refused {
+                reason: Refusal::PairLocked,
+                ..
+            }
+        ));
+        assert!(matches!(
+            db.login_gate("rita", "10.0.0.2", &policy).await.unwrap(),
+            LoginGate::Allowed { .. }
+        ));
+        clock.advance(Duration::minutes(16));
+        assert!(matches!(
+            db.login_gate("rita", "10.0.0.1", &policy).await.unwrap(),
+            LoginGate::Allowed { .. }
+        ));
+        clock.advance(Duration::minutes(-16));
+    }
+}
+
+/// A node being flashed keeps its BMC address until its rollout lets go.
+#[tokio::test]
+async fn a_node_being_flashed_cannot_be_readdressed() {
+    use orchestrator_db::execution::{NewPlan, NewStep, NewWave, StepChange, StepFilter, StepState};
+    use orchestrator_db::model::{NewRelease, NewRollout};
+    use orchestrator_types::{ComponentKind, FirmwareVersion};
+
+    for t in TestDb::all_backends().await {
+        let db = &t.db;
+        db.import_nodes(&[node("a", "https://10.0.0.1")], "test").await.unwrap();
+        let a = db.node_by_name("a").await.unwrap().id;
+        let release = db
+            .add_release(
+                &NewRelease {
+                    component_kind: ComponentKind::Gpu,
+                    version: FirmwareVersion::parse("96.00.61.00.01").unwrap(),
+                    image_uri: "https://images.example/gpu.fw".into(),
+                    sha256: "ab".repeat(32),
+                    size_bytes: 1024,
+                    platforms: vec!["hgx-h100-8gpu".into()],
+                    release_notes: String::new(),
+                },
+                "alice",
+            )
+            .await
+            .unwrap();
+        let rollout = db
+            .start_rollout(
+                &NewRollout {
+                    release_id: release.id,
+                    policy_name: "p".into(),
+                    policy_commit: "c0ffee".into(),
+                    policy_blob: "b10b".into(),
+                    seed: 1,
+                },
+                "name: p\n",
+                &NewPlan {
+                    waves: vec![NewWave {
+                        name: "canary".into(),
+                        bake_seconds: 60,
+                        approvals_required: 0,
+                        max_in_flight: 1,
+                        gates: vec![],
+                        control_nodes: vec![],
+                        steps: vec![NewStep {
+                            node_id: a,
+                            inventory_id: "HGX_FW_GPU_*".into(),
+                            expected_from_version: "96.00.5E.00.01".into(),
+                        }],
+                    }],
+                    rollback_assessment: serde_json::json!({ "possible": true }),
+                },
+                "alice",
+            )
+            .await
+            .unwrap();
+        let admin = ImportOptions {
+            may_change_bmc_address: true,
+            known_credential_refs: None,
+        };
+        let fence = db
+            .acquire_lease("executor", "test", Duration::hours(1))
+            .await
+            .unwrap()
+            .unwrap();
+        let step = db
+            .steps(&StepFilter {
+                rollout_id: Some(rollout.id),
+                ..Default::default()
+            })
+            .await
+            .unwrap()[0]
+            .id;
+        let change = StepChange {
+            state: Some(StepState::Flashing),
+            started_at: Some(Utc::now()),
+            ..Default::default()
+        };
+        db.transition_step(&fence, step, StepState::Pending, &change, serde_json::json!({}))
+            .await
+            .unwrap();
+        let err = db
+            .import_nodes_with(&[node("a", "https://10.0.0.9")], "ada", &admin)
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("being updated by a rollout"), "{err}");
+        assert_eq!(db.node_by_name("a").await.unwrap().bmc_url, "https://10.0.0.1");
+    }
+}
