@@ -438,7 +438,7 @@ async fn drive(client: &Client, base: &str, sim: &SimController, release: Releas
     ensure!(client.find_all(Locator::Css("button.approve")).await?.is_empty());
     let (status, body) = post_approval(client, rollout, canary).await?;
     ensure!(
-        status == 422 && body.to_string().contains("two-person rule"),
+        status == 403 && body["error"]["code"] == "forbidden" && body.to_string().contains("two-person rule"),
         "the author's approval is refused: {status} {body}"
     );
     logout(client, base).await?;

@@ -58,9 +58,11 @@ pub struct ErrorDetail {
     pub fields: Vec<FieldError>,
 }
 
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let (status, code) = match &self {
+impl ApiError {
+    /// The HTTP status and the stable error code: one mapping, used by the
+    /// API and by the UI's answers to scripts.
+    pub(crate) fn status_and_code(&self) -> (StatusCode, &'static str) {
+        match self {
             ApiError::BadRequest(_) => (StatusCode::BAD_REQUEST, "bad_request"),
             ApiError::Invalid(_) | ApiError::InvalidBody(_) => (StatusCode::UNPROCESSABLE_ENTITY, "invalid"),
             ApiError::UnsupportedMediaType(_) => (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type"),
@@ -70,7 +72,13 @@ impl IntoResponse for ApiError {
             ApiError::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
             ApiError::PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
-        };
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, code) = self.status_and_code();
         if let ApiError::Internal(source) = &self {
             tracing::error!(error = %error_chain(source.as_ref()), "request failed");
         }
@@ -106,7 +114,9 @@ impl From<DbError> for ApiError {
     fn from(err: DbError) -> Self {
         match err {
             DbError::NotFound { .. } => ApiError::NotFound(err.to_string()),
-            DbError::AlreadyExists { .. } | DbError::Conflict { .. } => ApiError::Conflict(err.to_string()),
+            DbError::AlreadyExists { .. } | DbError::Conflict { .. } | DbError::Stale { .. } => {
+                ApiError::Conflict(err.to_string())
+            }
             DbError::Transition(_) => ApiError::Conflict(err.to_string()),
             DbError::Invalid { field, reason } => ApiError::Invalid(vec![FieldError { field, message: reason }]),
             DbError::NotPermitted { .. } => ApiError::Forbidden(err.to_string()),

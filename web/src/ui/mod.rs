@@ -137,14 +137,25 @@ fn base(principal: &Principal, nav: &str, title: &str) -> Value {
 #[derive(Debug)]
 pub(crate) struct UiError {
     status: StatusCode,
+    /// The API's error code for the same failure, answered to scripts.
+    code: &'static str,
     message: String,
     json: bool,
 }
 
 impl UiError {
     fn new(status: StatusCode, message: impl Into<String>) -> Self {
+        let code = match status {
+            StatusCode::NOT_FOUND => "not_found",
+            StatusCode::CONFLICT => "conflict",
+            StatusCode::UNPROCESSABLE_ENTITY => "invalid",
+            StatusCode::FORBIDDEN => "forbidden",
+            s if s.is_client_error() => "bad_request",
+            _ => "internal",
+        };
         Self {
             status,
+            code,
             message: message.into(),
             json: false,
         }
@@ -158,37 +169,15 @@ impl UiError {
 
 impl From<DbError> for UiError {
     fn from(err: DbError) -> Self {
-        let status = match &err {
-            DbError::NotFound { .. } => StatusCode::NOT_FOUND,
-            DbError::AlreadyExists { .. } | DbError::Transition(_) | DbError::Stale { .. } => StatusCode::CONFLICT,
-            DbError::Invalid { .. } => StatusCode::UNPROCESSABLE_ENTITY,
-            _ => StatusCode::INTERNAL_SERVER_ERROR,
-        };
-        if status == StatusCode::INTERNAL_SERVER_ERROR {
-            tracing::error!(error = %crate::error::error_chain(&err), "UI request failed");
-            Self::new(status, "internal error; the details are in the server log")
-        } else {
-            Self::new(status, err.to_string())
-        }
+        crate::error::ApiError::from(err).into()
     }
 }
 
 impl From<crate::error::ApiError> for UiError {
     fn from(err: crate::error::ApiError) -> Self {
         use crate::error::ApiError;
-        let status = match &err {
-            ApiError::BadRequest(_) | ApiError::InvalidBody(_) | ApiError::UnsupportedMediaType(_) => {
-                StatusCode::BAD_REQUEST
-            }
-            ApiError::Invalid(_) => StatusCode::UNPROCESSABLE_ENTITY,
-            ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
-            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
-            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
-            ApiError::Conflict(_) => StatusCode::CONFLICT,
-            ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
-            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
-        };
-        match err {
+        let (status, code) = err.status_and_code();
+        let ui = match err {
             ApiError::Invalid(fields) => Self::new(
                 status,
                 fields
@@ -202,20 +191,15 @@ impl From<crate::error::ApiError> for UiError {
                 Self::new(status, "internal error; the details are in the server log")
             }
             other => Self::new(status, other.to_string()),
-        }
+        };
+        Self { code, ..ui }
     }
 }
 
 impl IntoResponse for UiError {
     fn into_response(self) -> Response {
         if self.json {
-            let code = match self.status {
-                StatusCode::NOT_FOUND => "not_found",
-                StatusCode::CONFLICT => "conflict",
-                StatusCode::UNPROCESSABLE_ENTITY => "invalid",
-                StatusCode::BAD_REQUEST => "bad_request",
-                _ => "internal",
-            };
+            let code = self.code;
             (
                 self.status,
                 Json(serde_json::json!({ "error": { "code": code, "message": self.message } })),
