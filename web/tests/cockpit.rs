@@ -32,6 +32,8 @@ const ABOVE: &str = "96.00.61.00.01";
 /// 100 nodes at the baseline, 100 below, 40 above, one without inventory.
 const NODES: usize = 241;
 const EVIL: &str = "x<script>y";
+/// The node whose rack label is [`EVIL`]; its name sorts after every `gpu-NNN`.
+const EVIL_NODE: &str = "zz-evil";
 
 struct Fixture {
     _t: TestDb,
@@ -147,12 +149,17 @@ async fn fixture() -> Fixture {
             },
         })
         .collect();
+    // Node names are held to a hostname alphabet on import; labels are free
+    // text, so the escaping is checked through a label.
     new_nodes.push(NewNode {
-        name: EVIL.into(),
+        name: EVIL_NODE.into(),
         bmc_url: "https://10.9.9.9".into(),
         credential_ref: "default".into(),
         platform_sku: "b200".into(),
-        labels: new_nodes[0].labels.clone(),
+        labels: NodeLabels {
+            rack: EVIL.into(),
+            ..new_nodes[0].labels.clone()
+        },
     });
     db.import_nodes(&new_nodes, "test").await.unwrap();
     let nodes = db.list_nodes(&Default::default()).await.unwrap();
@@ -371,7 +378,7 @@ async fn nodes_are_paged_and_filtered_by_the_server() {
     assert!(!first.contains("prev-page"));
     // Page 3 holds the last 41 nodes; the name sorts after every gpu-NNN.
     let last = check("/nodes?page=3", "Nodes 201–241 of 241", 41).await;
-    assert!(last.contains("x&lt;script&gt;y"), "names are escaped");
+    assert!(last.contains("x&lt;script&gt;y"), "labels are escaped");
     assert!(!last.contains("<script>y"), "never raw");
     assert!(!last.contains("next-page"));
     let above = check("/nodes?version=96.00.61.00.01", "Nodes 1–40 of 40", 40).await;
@@ -415,7 +422,7 @@ async fn a_node_page_shows_inventory_history_health_and_quarantine() {
         quarantined.contains("gpu-009: active → quarantined"),
         "the change is in words:\n{quarantined}"
     );
-    let (status, escaped) = get(&f.app, &token, "/nodes/x%3Cscript%3Ey").await;
+    let (status, escaped) = get(&f.app, &token, &format!("/nodes/{EVIL_NODE}")).await;
     assert_eq!(status, StatusCode::OK);
     assert!(escaped.contains("x&lt;script&gt;y") && !escaped.contains("x<script>y"));
     let (status, _) = get(&f.app, &token, "/nodes/nope").await;
