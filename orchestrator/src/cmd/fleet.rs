@@ -52,6 +52,7 @@ pub enum FleetCommand {
 pub async fn run(command: FleetCommand, context: &Context) -> anyhow::Result<ExitCode> {
     match command {
         FleetCommand::Import { file } => {
+            let actor = context.local_admin()?;
             let nodes = fleet_file::read(&file)?;
             let db = context.db().await?;
             // The CLI holds the database credentials, so it is the local
@@ -63,7 +64,7 @@ pub async fn run(command: FleetCommand, context: &Context) -> anyhow::Result<Exi
                 may_change_bmc_address: true,
                 known_credential_refs: (!credentials.is_empty()).then(|| credentials.keys().cloned().collect()),
             };
-            let summary = db.import_nodes_with(&nodes, &context.cli_actor(), &options).await?;
+            let summary = db.import_nodes_with(&nodes, &actor, &options).await?;
             println!(
                 "imported {} node(s) from {}: {} created, {} updated, {} unchanged",
                 nodes.len(),
