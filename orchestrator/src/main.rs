@@ -140,7 +140,7 @@ fn local_admin_from(
     // a service or CI job often has neither, and then the uid names it.
     let user = ["USER", "LOGNAME"]
         .into_iter()
-        .filter_map(|key| env(key))
+        .filter_map(&env)
         .map(|value| value.trim().to_owned())
         .find(|value| !value.is_empty())
         .or_else(uid_name)
@@ -264,7 +264,12 @@ mod tests {
             super::local_admin_from(env(&[]), || Some("root".into())).unwrap(),
             "local-admin:root"
         );
-        for refused in [&[][..], &[("USER", "")][..], &[("USER", "eve\nforged")][..], &[("USER", "a:b")][..]] {
+        for refused in [
+            &[][..],
+            &[("USER", "")][..],
+            &[("USER", "eve\nforged")][..],
+            &[("USER", "a:b")][..],
+        ] {
             let err = super::local_admin_from(env(refused), no_uid).unwrap_err();
             assert!(!err.0.contains("cli:unknown"), "{err}");
         }

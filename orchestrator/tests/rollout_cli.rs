@@ -263,10 +263,30 @@ async fn steer(t: &TestDb) {
         "{}",
         text(&unnamed.stderr)
     );
-    let prefixed = waveguard(d, url, &["rollout", "approve", "1", "--wave", "canary", "--as", "local-admin:dave"]);
+    let prefixed = waveguard(
+        d,
+        url,
+        &[
+            "rollout",
+            "approve",
+            "1",
+            "--wave",
+            "canary",
+            "--as",
+            "local-admin:dave",
+        ],
+    );
     expect_exit(&prefixed, 2, "approval as an actor prefix");
-    assert!(text(&prefixed.stderr).contains("name a person"), "{}", text(&prefixed.stderr));
-    let own = waveguard(d, url, &["rollout", "approve", "1", "--wave", "canary", "--as", "carol"]);
+    assert!(
+        text(&prefixed.stderr).contains("name a person"),
+        "{}",
+        text(&prefixed.stderr)
+    );
+    let own = waveguard(
+        d,
+        url,
+        &["rollout", "approve", "1", "--wave", "canary", "--as", "carol"],
+    );
     expect_exit(&own, 2, "author approves");
     assert!(text(&own.stderr).contains("two-person rule"), "{}", text(&own.stderr));
     // A write whose OS user cannot be named plainly is refused, never

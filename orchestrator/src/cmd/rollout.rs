@@ -148,7 +148,10 @@ pub async fn run(command: RolloutCommand, context: &Context) -> anyhow::Result<E
             let entered_by = actor()?;
             // An approval is a person's judgement of a verdict: the local
             // admin only enters it, so it must name that person.
-            let Some(approver) = as_user.map(|name| name.trim().to_owned()).filter(|name| !name.is_empty()) else {
+            let Some(approver) = as_user
+                .map(|name| name.trim().to_owned())
+                .filter(|name| !name.is_empty())
+            else {
                 return Err(BadInput(format!(
                     "--as USER is required: an approval counts for a named person, never for {entered_by}"
                 ))
