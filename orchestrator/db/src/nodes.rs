@@ -583,10 +583,19 @@ impl Db {
         }
         let mut parsed = std::collections::BTreeSet::new();
         for host in hosts {
-            let host = binding_host(&format!("https://{}/", host.trim())).ok_or_else(|| DbError::Invalid {
-                field: "hosts".into(),
-                reason: format!("{host:?} is not a host name or address"),
-            })?;
+            // Only a bare host: a path, user info or port would be silently
+            // dropped by the URL parser and bind something else than typed.
+            let bare = !host.trim().is_empty()
+                && !host
+                    .trim()
+                    .contains(|c: char| c.is_whitespace() || matches!(c, '/' | '@' | '?' | '#' | '*'));
+            let host = bare
+                .then(|| binding_host(&format!("https://{}/", host.trim())))
+                .flatten()
+                .ok_or_else(|| DbError::Invalid {
+                    field: "hosts".into(),
+                    reason: format!("{host:?} is not a host name or address"),
+                })?;
             parsed.insert(host);
         }
         if parsed.is_empty() {
