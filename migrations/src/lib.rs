@@ -16,6 +16,7 @@ mod m0006_auth;
 mod m0007_release_rollback;
 mod m0008_wave_decisions;
 mod m0009_hardening;
+mod m0010_credential_bindings;
 
 /// Every migration, oldest first.
 #[derive(Debug)]
@@ -34,6 +35,7 @@ impl MigratorTrait for Migrator {
             Box::new(m0007_release_rollback::Migration),
             Box::new(m0008_wave_decisions::Migration),
             Box::new(m0009_hardening::Migration),
+            Box::new(m0010_credential_bindings::Migration),
         ]
     }
 }

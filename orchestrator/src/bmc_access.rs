@@ -20,7 +20,10 @@ pub enum AccessError {
     #[error("BMC URL {url:?} is not a URL: {reason}")]
     BadUrl { url: String, reason: String },
     /// The profile is bound to other hosts: its password is not sent here.
-    #[error("credential profile {profile:?} may not be sent to {host:?} (not in its hosts list)")]
+    #[error(
+        "credential profile {profile:?} may not be sent to {host:?} (not in its hosts list, nor among the hosts \
+         it was first imported with; an admin can extend it with `waveguard fleet bind-host`)"
+    )]
     HostNotAllowed { profile: String, host: String },
 }
 
@@ -29,6 +32,9 @@ pub enum AccessError {
 pub struct EndpointResolver<'a> {
     profiles: &'a BTreeMap<String, CredentialSource>,
     resolved: BTreeMap<String, Result<Resolved, AccessError>>,
+    /// Hosts each profile was bound to on its first import (the database's
+    /// `credential_host_bindings`), used when the configuration lists none.
+    learned: BTreeMap<String, Vec<String>>,
 }
 
 /// A profile's secret and settings, with the hosts it is bound to.
@@ -40,7 +46,15 @@ impl<'a> EndpointResolver<'a> {
         Self {
             profiles,
             resolved: BTreeMap::new(),
+            learned: BTreeMap::new(),
         }
+    }
+
+    /// Adds the bindings learned on first import (`Db::credential_host_bindings`).
+    /// A configured `hosts` list wins; a profile with neither stays unbound.
+    pub fn with_learned_bindings(mut self, learned: BTreeMap<String, Vec<String>>) -> Self {
+        self.learned = learned;
+        self
     }
 
     /// The endpoint of one node's BMC.
@@ -56,7 +70,25 @@ impl<'a> EndpointResolver<'a> {
             url: node.bmc_url.clone(),
             reason: err.to_string(),
         })?;
-        check_host_binding(&profile_name, &hosts, &url)?;
+        if hosts.is_empty()
+            && let Some(learned) = self.learned.get(&profile_name)
+        {
+            let learned = learned
+                .iter()
+                .filter_map(|host| HostPattern::parse(host).ok())
+                .collect::<Vec<_>>();
+            // A stored binding that no longer parses must not unbind the
+            // profile: an empty list here would mean "send anywhere".
+            if learned.is_empty() {
+                return Err(AccessError::HostNotAllowed {
+                    profile: profile_name,
+                    host: url.host_str().unwrap_or_default().to_owned(),
+                });
+            }
+            check_host_binding(&profile_name, &learned, &url)?;
+        } else {
+            check_host_binding(&profile_name, &hosts, &url)?;
+        }
         Ok(BmcEndpoint::new(url, credentials).with_auth(auth).with_tls(tls))
     }
 }
@@ -302,6 +334,41 @@ mod tests {
             assert!(matches!(err, AccessError::HostNotAllowed { .. }), "{refused}: {err}");
             assert!(!err.to_string().contains("fleet-secret"));
         }
+    }
+
+    /// Issue 24 #1, unbound profiles: the hosts learned on first import bind
+    /// a profile whose configuration lists none, and an extension admits
+    /// the new host.
+    #[test]
+    fn an_unlisted_profile_is_bound_to_the_hosts_it_was_first_imported_with() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("pw");
+        std::fs::write(&file, "fleet-secret").unwrap();
+        let mut lab = source(None);
+        lab.password_file = Some(file);
+        let profiles = BTreeMap::from([("lab".to_owned(), lab)]);
+        let learned =
+            |hosts: &[&str]| BTreeMap::from([("lab".to_owned(), hosts.iter().map(|h| h.to_string()).collect())]);
+        let mut resolver = EndpointResolver::new(&profiles).with_learned_bindings(learned(&["10.0.0.1", "bmc-a.lab"]));
+        assert!(resolver.endpoint(&node_for_access("https://10.0.0.1", "lab")).is_ok());
+        assert!(
+            resolver
+                .endpoint(&node_for_access("https://BMC-A.lab:8443", "lab"))
+                .is_ok()
+        );
+        let err = resolver
+            .endpoint(&node_for_access("https://10.0.0.2", "lab"))
+            .unwrap_err();
+        assert!(matches!(err, AccessError::HostNotAllowed { .. }), "{err}");
+        let mut extended =
+            EndpointResolver::new(&profiles).with_learned_bindings(learned(&["10.0.0.1", "bmc-a.lab", "10.0.0.2"]));
+        assert!(extended.endpoint(&node_for_access("https://10.0.0.2", "lab")).is_ok());
+        // A corrupt stored binding refuses rather than unbinding.
+        let mut corrupt = EndpointResolver::new(&profiles).with_learned_bindings(learned(&["bad*host"]));
+        assert!(corrupt.endpoint(&node_for_access("https://10.0.0.1", "lab")).is_err());
+        // With no binding at all (a profile never imported) it stays unbound.
+        let mut unbound = EndpointResolver::new(&profiles);
+        assert!(unbound.endpoint(&node_for_access("https://10.9.9.9", "lab")).is_ok());
     }
 
     #[test]

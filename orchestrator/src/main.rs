@@ -97,11 +97,73 @@ impl Context {
             .context("cannot open the database")
     }
 
-    /// Who a command acts as, in the audit log.
-    pub fn cli_actor(&self) -> String {
-        let user = std::env::var("USER").unwrap_or_else(|_| "unknown".into());
-        format!("cli:{user}")
+    /// Who a CLI write acts as, in the audit log: `local-admin:<OS user>`.
+    ///
+    /// The CLI writes to the database directly, so whoever holds the
+    /// database credentials is the local admin; the API's authorization is
+    /// not in the path. The `local-admin:` prefix marks every such entry, so
+    /// an auditor can tell them from API and UI actions, and a write whose
+    /// OS user cannot be named is refused rather than recorded anonymously.
+    /// The name comes from the environment: it attributes, it does not
+    /// authenticate (the database credentials are the authentication).
+    pub fn local_admin(&self) -> Result<String, cmd::BadInput> {
+        local_admin_from(|key| std::env::var(key).ok(), uid_name)
     }
+}
+
+/// The login name of this process's real uid, from `/proc` and
+/// `/etc/passwd` (no libc binding needed); `None` off Linux or for a uid
+/// with no passwd entry (e.g. a container run as an arbitrary uid).
+fn uid_name() -> Option<String> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let uid = status
+        .lines()
+        .find_map(|line| line.strip_prefix("Uid:"))?
+        .split_whitespace()
+        .next()?
+        .to_owned();
+    let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
+    passwd.lines().find_map(|line| {
+        let mut fields = line.split(':');
+        let name = fields.next()?;
+        let _password = fields.next()?;
+        (fields.next()? == uid).then(|| name.to_owned())
+    })
+}
+
+/// [`Context::local_admin`] over any environment, for tests.
+fn local_admin_from(
+    env: impl Fn(&str) -> Option<String>,
+    uid_name: impl FnOnce() -> Option<String>,
+) -> Result<String, cmd::BadInput> {
+    // LOGNAME is POSIX's name for the login; USER is what most shells set;
+    // a service or CI job often has neither, and then the uid names it.
+    let user = ["USER", "LOGNAME"]
+        .into_iter()
+        .filter_map(&env)
+        .map(|value| value.trim().to_owned())
+        .find(|value| !value.is_empty())
+        .or_else(uid_name)
+        .ok_or_else(|| {
+            cmd::BadInput(
+                "the OS user is unknown (USER and LOGNAME unset, no passwd entry for this uid): CLI writes \
+                 are recorded as local-admin:<OS user> and are refused without one"
+                    .into(),
+            )
+        })?;
+    // A name that could forge another audit actor (`:`), break a log line or
+    // hide in whitespace is refused, not cleaned up.
+    let plausible = user.len() <= 64
+        && user
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '@' | '$'));
+    if !plausible {
+        return Err(cmd::BadInput(format!(
+            "the OS user {user:?} is not a plausible user name (letters, digits, . _ - @ $; at most 64): \
+             CLI writes are refused"
+        )));
+    }
+    Ok(format!("local-admin:{user}"))
 }
 
 /// Exit status for input the user must fix (bad file, illegal transition).
@@ -183,6 +245,38 @@ fn is_bad_input(err: &anyhow::Error) -> bool {
 #[cfg(test)]
 mod tests {
     use clap::CommandFactory;
+
+    #[test]
+    fn local_admin_names_the_os_user_or_refuses() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |key: &str| pairs.iter().find(|(k, _)| *k == key).map(|(_, v)| (*v).to_owned())
+        };
+        let no_uid = || None;
+        assert_eq!(
+            super::local_admin_from(env(&[("USER", "carol")]), no_uid).unwrap(),
+            "local-admin:carol"
+        );
+        assert_eq!(
+            super::local_admin_from(env(&[("USER", " "), ("LOGNAME", "dave")]), no_uid).unwrap(),
+            "local-admin:dave"
+        );
+        assert_eq!(
+            super::local_admin_from(env(&[]), || Some("root".into())).unwrap(),
+            "local-admin:root"
+        );
+        for refused in [
+            &[][..],
+            &[("USER", "")][..],
+            &[("USER", "eve\nforged")][..],
+            &[("USER", "a:b")][..],
+        ] {
+            let err = super::local_admin_from(env(refused), no_uid).unwrap_err();
+            assert!(!err.0.contains("cli:unknown"), "{err}");
+        }
+        // A forged-looking name in the environment is refused, not replaced
+        // by the uid's name.
+        assert!(super::local_admin_from(env(&[("USER", "x:y")]), || Some("root".into())).is_err());
+    }
 
     #[test]
     fn every_option_is_documented() {

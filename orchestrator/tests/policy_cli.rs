@@ -257,7 +257,7 @@ async fn a_running_rollout_stays_pinned_while_git_moves_on_and_bad_commits_are_r
             .await
             .unwrap();
         assert_eq!(audits.len(), 3);
-        assert!(audits[0].actor.starts_with("cli:"));
+        assert!(audits[0].actor.starts_with("local-admin:"));
         assert_eq!(audits[0].details["rejected"].as_array().map(Vec::len), Some(2));
 
         // Syncing the same commit again changes nothing and adds no audit entry.

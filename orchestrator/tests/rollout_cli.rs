@@ -249,13 +249,69 @@ async fn steer(t: &TestDb) {
     expect_exit(&show, 0, "show");
     let detail: Value = serde_json::from_slice(&show.stdout).unwrap();
     assert_eq!(detail["rollout"]["state"], "running");
-    assert_eq!(detail["rollout"]["created_by"], "cli:carol");
+    assert_eq!(detail["rollout"]["created_by"], "local-admin:carol");
     assert_eq!(detail["waves"][0]["wave"]["name"], "canary");
     assert_eq!(detail["waves"][0]["progress"]["pending"], 2);
 
-    let own = waveguard(d, url, &["rollout", "approve", "1", "--wave", "canary"]);
+    // The local admin is never counted as an approver: the approval must
+    // name a person, and naming the author (by name or as the local admin
+    // who started the rollout) is the two-person rule's refusal.
+    let unnamed = waveguard(d, url, &["rollout", "approve", "1", "--wave", "canary"]);
+    expect_exit(&unnamed, 2, "approval without --as");
+    assert!(
+        text(&unnamed.stderr).contains("--as USER is required") && text(&unnamed.stderr).contains("local-admin:carol"),
+        "{}",
+        text(&unnamed.stderr)
+    );
+    let prefixed = waveguard(
+        d,
+        url,
+        &[
+            "rollout",
+            "approve",
+            "1",
+            "--wave",
+            "canary",
+            "--as",
+            "local-admin:dave",
+        ],
+    );
+    expect_exit(&prefixed, 2, "approval as an actor prefix");
+    assert!(
+        text(&prefixed.stderr).contains("name a person"),
+        "{}",
+        text(&prefixed.stderr)
+    );
+    let own = waveguard(
+        d,
+        url,
+        &["rollout", "approve", "1", "--wave", "canary", "--as", "carol"],
+    );
     expect_exit(&own, 2, "author approves");
     assert!(text(&own.stderr).contains("two-person rule"), "{}", text(&own.stderr));
+    // A write whose OS user cannot be named plainly is refused, never
+    // recorded under a made-up CLI actor; reads need no OS user.
+    let forged = Command::new(BIN)
+        .args(["--database-url", url, "rollout", "pause", "1", "--reason", "who?"])
+        .current_dir(d)
+        .env_remove("WAVEGUARD_CONFIG")
+        .env("USER", "local-admin:root")
+        .output()
+        .unwrap();
+    expect_exit(&forged, 2, "write with an implausible OS user");
+    assert!(
+        text(&forged.stderr).contains("not a plausible user name") && !text(&forged.stderr).contains("cli:unknown"),
+        "{}",
+        text(&forged.stderr)
+    );
+    let read = Command::new(BIN)
+        .args(["--database-url", url, "rollout", "list"])
+        .current_dir(d)
+        .env_remove("WAVEGUARD_CONFIG")
+        .env("USER", "local-admin:root")
+        .output()
+        .unwrap();
+    expect_exit(&read, 0, "read with an implausible OS user");
     // Before the canary's verdict an approval would be counted for a
     // verdict nobody read: refused, with the reason.
     let early = waveguard(d, url, &["rollout", "approve", "1", "--wave", "0", "--as", "bob"]);
@@ -284,6 +340,17 @@ async fn steer(t: &TestDb) {
         "{}",
         text(&bob.stdout)
     );
+    let entered =
+        t.db.audit_entries(&orchestrator_db::AuditFilter {
+            action: Some("wave.approval_entered".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(entered.len(), 1, "{entered:?}");
+    assert_eq!(entered[0].actor, "local-admin:carol");
+    assert_eq!(entered[0].details["approver"], "bob");
+    assert_eq!(entered[0].details["mode"], "local-admin");
     expect_exit(
         &waveguard(d, url, &["rollout", "approve", "1", "--wave", "nope", "--as", "bob"]),
         2,
@@ -339,5 +406,5 @@ async fn steer(t: &TestDb) {
             "rollout.start"
         ]
     );
-    assert!(audit.iter().all(|e| e.actor == "cli:carol"), "{audit:?}");
+    assert!(audit.iter().all(|e| e.actor == "local-admin:carol"), "{audit:?}");
 }

@@ -48,11 +48,14 @@ where
             let started = Instant::now();
             let result = match tokio::time::timeout(per_node_deadline, bmc.firmware_inventory()).await {
                 Ok(result) => result,
-                Err(_) => Err(BmcError::Timeout {
+                // The deadline bounds the whole read (several requests and
+                // their retries), so it is reported as a time bound of the
+                // operation, not as a request that timed out "after 0 attempts".
+                Err(_) => Err(BmcError::ReadLimit {
                     endpoint: bmc.endpoint().to_string(),
-                    method: "GET".to_string(),
-                    path: "/redfish/v1/UpdateService/FirmwareInventory".to_string(),
-                    attempts: 0,
+                    operation: "firmware inventory".to_string(),
+                    limit: "time",
+                    detail: format!("not read in full within the per-node discovery deadline of {per_node_deadline:?}"),
                 }),
             };
             // Free the BMC's session slot; a failure here changes nothing about the inventory read.
@@ -122,4 +125,105 @@ fn without_user_info(url: &url::Url) -> String {
     let _ = url.set_username("");
     let _ = url.set_password(None);
     url.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ResetKind;
+    use crate::types::{
+        EventBatch, EventCursor, ResetTarget, SensorReading, ServiceInfo, TaskHandle, TaskStatus, UpdateRequest,
+    };
+
+    /// A BMC that accepts the connection and never sends the inventory.
+    #[derive(Debug)]
+    struct Silent;
+
+    impl Silent {
+        fn unsupported<T>(&self) -> Result<T, BmcError> {
+            Err(BmcError::Unsupported {
+                endpoint: self.endpoint().to_string(),
+                feature: "anything but hanging".to_string(),
+            })
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl Bmc for Silent {
+        fn endpoint(&self) -> &str {
+            "https://silent.bmc.test"
+        }
+        async fn probe(&self) -> Result<ServiceInfo, BmcError> {
+            self.unsupported()
+        }
+        async fn firmware_inventory(&self) -> Result<Vec<FirmwareComponent>, BmcError> {
+            std::future::pending().await
+        }
+        async fn start_update(&self, _: &UpdateRequest) -> Result<TaskHandle, BmcError> {
+            self.unsupported()
+        }
+        async fn poll_task(&self, _: &TaskHandle) -> Result<TaskStatus, BmcError> {
+            self.unsupported()
+        }
+        async fn reset(&self, _: &ResetTarget, _: ResetKind) -> Result<Option<TaskHandle>, BmcError> {
+            self.unsupported()
+        }
+        async fn read_sensors(&self) -> Result<Vec<SensorReading>, BmcError> {
+            self.unsupported()
+        }
+        async fn read_events(&self, _: &EventCursor) -> Result<EventBatch, BmcError> {
+            self.unsupported()
+        }
+        async fn logout(&self) -> Result<(), BmcError> {
+            Ok(())
+        }
+    }
+
+    /// Issue 24: the per-node deadline used to be reported as a request
+    /// timeout "after 0 attempts"; it names the deadline it enforced.
+    #[tokio::test]
+    async fn a_silent_bmc_is_reported_against_the_discovery_deadline() {
+        let bmc: Arc<dyn Bmc> = Arc::new(Silent);
+        let results = discover_with([(1u32, bmc)], 4, Duration::from_millis(50)).await;
+        assert_eq!(results.len(), 1);
+        let err = results[0].result.as_ref().unwrap_err();
+        let text = err.to_string();
+        assert_eq!(
+            text,
+            "BMC https://silent.bmc.test: firmware inventory went past its time bound \
+             (not read in full within the per-node discovery deadline of 50ms)"
+        );
+        assert!(!text.contains("0 attempts"), "{text}");
+        assert!(err.is_transient(), "a slow BMC may answer next time");
+    }
+
+    #[test]
+    fn attempt_counts_read_as_english() {
+        let timeout = |attempts| BmcError::Timeout {
+            endpoint: "http://x".into(),
+            method: "GET".into(),
+            path: "/redfish/v1".into(),
+            attempts,
+        };
+        assert_eq!(
+            timeout(1).to_string(),
+            "BMC http://x did not answer GET /redfish/v1 in time after 1 attempt"
+        );
+        assert_eq!(
+            timeout(3).to_string(),
+            "BMC http://x did not answer GET /redfish/v1 in time after 3 attempts"
+        );
+        let busy = BmcError::Unavailable {
+            endpoint: "http://x".into(),
+            method: "PATCH".into(),
+            path: "/redfish/v1/UpdateService".into(),
+            status: 409,
+            retry_after: None,
+            attempts: 0,
+        };
+        assert_eq!(
+            busy.to_string(),
+            "BMC http://x stayed unavailable (HTTP 409) for PATCH /redfish/v1/UpdateService before any attempt"
+        );
+    }
 }

@@ -105,7 +105,7 @@ pub enum BmcError {
     },
 
     /// The BMC kept answering 503/429 until the retry budget ran out.
-    #[error("BMC {endpoint} stayed unavailable (HTTP {status}) for {method} {path} after {attempts} attempts")]
+    #[error("BMC {endpoint} stayed unavailable (HTTP {status}) for {method} {path} {}", attempts_phrase(*attempts))]
     Unavailable {
         /// BMC base URL.
         endpoint: String,
@@ -122,7 +122,7 @@ pub enum BmcError {
     },
 
     /// No answer within the per-request timeout, on every attempt the budget allowed.
-    #[error("BMC {endpoint} did not answer {method} {path} in time after {attempts} attempts")]
+    #[error("BMC {endpoint} did not answer {method} {path} in time {}", attempts_phrase(*attempts))]
     Timeout {
         /// BMC base URL.
         endpoint: String,
@@ -216,6 +216,16 @@ pub enum BmcError {
         #[source]
         source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
     },
+}
+
+/// "after 3 attempts", "after 1 attempt"; a refusal made before any request
+/// (a busy flag read first) says so instead of counting zero attempts.
+fn attempts_phrase(attempts: u32) -> String {
+    match attempts {
+        0 => "before any attempt".to_owned(),
+        1 => "after 1 attempt".to_owned(),
+        n => format!("after {n} attempts"),
+    }
 }
 
 impl BmcError {

@@ -1153,7 +1153,9 @@ impl Db {
                 what: "rollout",
                 key: wave_row.rollout_id.to_string(),
             })?;
-        if rollout.created_by == approver {
+        // A rollout started from the CLI is recorded as `local-admin:<user>`;
+        // that user is its author too.
+        if rollout.created_by == approver || rollout.created_by.strip_prefix("local-admin:") == Some(approver) {
             return Err(DbError::Invalid {
                 field: "approver".into(),
                 reason: format!("{approver} started this rollout and cannot approve its waves (two-person rule)"),

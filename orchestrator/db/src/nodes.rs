@@ -9,7 +9,7 @@ use sea_orm::{
 use serde_json::json;
 
 use crate::audit;
-use crate::entity::{node_components, nodes, update_steps};
+use crate::entity::{credential_host_bindings, node_components, nodes, update_steps};
 use crate::execution::StepState;
 use crate::model::{
     Component, ComponentReading, DiscoveredComponent, ImportOptions, ImportSummary, NewNode, Node, NodeFilter,
@@ -251,6 +251,10 @@ impl Db {
             let name = change["node"].as_str().unwrap_or_default().to_owned();
             audit::append(&txn, now, actor, "node.bmc_address", "node", &name, change).await?;
         }
+        let profiles: std::collections::BTreeSet<&str> = new_nodes.iter().map(|n| n.credential_ref.as_str()).collect();
+        for profile in profiles {
+            bind_on_first_import(&txn, now, actor, profile).await?;
+        }
         audit::append(
             &txn,
             now,
@@ -475,5 +479,145 @@ impl Db {
                 })
             })
             .collect()
+    }
+}
+
+/// The host of a BMC URL as the binding stores it: what `url` prints
+/// (lower-case name, dotted IPv4, bracketed IPv6), so the resolver compares
+/// like with like.
+pub fn binding_host(bmc_url: &str) -> Option<String> {
+    url::Url::parse(bmc_url).ok()?.host_str().map(str::to_ascii_lowercase)
+}
+
+/// Binds `profile` to the hosts of its nodes (those of this import and any
+/// stored before) if it has no binding yet; later imports never widen it.
+/// The configuration's own `hosts` list, when set, takes precedence in the
+/// resolver; this is the fallback that keeps an unlisted profile from
+/// following a node to any address.
+async fn bind_on_first_import(
+    txn: &sea_orm::DatabaseTransaction,
+    now: chrono::DateTime<chrono::Utc>,
+    actor: &str,
+    profile: &str,
+) -> Result<(), DbError> {
+    let bound = credential_host_bindings::Entity::find()
+        .filter(credential_host_bindings::Column::Profile.eq(profile))
+        .count(txn)
+        .await?;
+    if bound > 0 {
+        return Ok(());
+    }
+    let urls: Vec<String> = nodes::Entity::find()
+        .select_only()
+        .column(nodes::Column::BmcUrl)
+        .filter(nodes::Column::CredentialRef.eq(profile))
+        .into_tuple()
+        .all(txn)
+        .await?;
+    let hosts: std::collections::BTreeSet<String> = urls.iter().filter_map(|url| binding_host(url)).collect();
+    if hosts.is_empty() {
+        return Ok(());
+    }
+    insert_bindings(txn, now, actor, profile, &hosts).await?;
+    audit::append(
+        txn,
+        now,
+        actor,
+        "credential.bound_on_first_import",
+        "credential_profile",
+        profile,
+        json!({ "hosts": hosts }),
+    )
+    .await
+}
+
+async fn insert_bindings(
+    txn: &sea_orm::DatabaseTransaction,
+    now: chrono::DateTime<chrono::Utc>,
+    actor: &str,
+    profile: &str,
+    hosts: &std::collections::BTreeSet<String>,
+) -> Result<(), DbError> {
+    for chunk in hosts.iter().collect::<Vec<_>>().chunks(IMPORT_BATCH) {
+        let rows = chunk.iter().map(|host| credential_host_bindings::ActiveModel {
+            profile: Set(profile.to_owned()),
+            host: Set((*host).clone()),
+            bound_at: Set(now),
+            bound_by: Set(actor.to_owned()),
+        });
+        credential_host_bindings::Entity::insert_many(rows)
+            .on_conflict_do_nothing_on([
+                credential_host_bindings::Column::Profile,
+                credential_host_bindings::Column::Host,
+            ])
+            .exec_without_returning(txn)
+            .await?;
+    }
+    Ok(())
+}
+
+impl Db {
+    /// Every profile's learned host binding (profile -> hosts), for the
+    /// endpoint resolver.
+    pub async fn credential_host_bindings(&self) -> Result<std::collections::BTreeMap<String, Vec<String>>, DbError> {
+        let rows = credential_host_bindings::Entity::find()
+            .order_by_asc(credential_host_bindings::Column::Profile)
+            .order_by_asc(credential_host_bindings::Column::Host)
+            .all(&self.conn)
+            .await?;
+        let mut map = std::collections::BTreeMap::<String, Vec<String>>::new();
+        for row in rows {
+            map.entry(row.profile).or_default().push(row.host);
+        }
+        Ok(map)
+    }
+
+    /// An admin extends a profile's binding to more hosts; audited with the
+    /// hosts added. Hosts are given as names or addresses (no scheme).
+    pub async fn extend_credential_binding(&self, profile: &str, hosts: &[String], actor: &str) -> Result<(), DbError> {
+        if profile.trim().is_empty() {
+            return Err(DbError::Invalid {
+                field: "profile".into(),
+                reason: "name the credential profile".into(),
+            });
+        }
+        let mut parsed = std::collections::BTreeSet::new();
+        for host in hosts {
+            // Only a bare host: a path, user info or port would be silently
+            // dropped by the URL parser and bind something else than typed.
+            let bare = !host.trim().is_empty()
+                && !host
+                    .trim()
+                    .contains(|c: char| c.is_whitespace() || matches!(c, '/' | '@' | '?' | '#' | '*'));
+            let host = bare
+                .then(|| binding_host(&format!("https://{}/", host.trim())))
+                .flatten()
+                .ok_or_else(|| DbError::Invalid {
+                    field: "hosts".into(),
+                    reason: format!("{host:?} is not a host name or address"),
+                })?;
+            parsed.insert(host);
+        }
+        if parsed.is_empty() {
+            return Err(DbError::Invalid {
+                field: "hosts".into(),
+                reason: "name at least one host".into(),
+            });
+        }
+        let now = self.clock.now();
+        let txn = self.conn.begin().await?;
+        insert_bindings(&txn, now, actor, profile, &parsed).await?;
+        audit::append(
+            &txn,
+            now,
+            actor,
+            "credential.binding_extended",
+            "credential_profile",
+            profile,
+            json!({ "added_hosts": parsed }),
+        )
+        .await?;
+        txn.commit().await?;
+        Ok(())
     }
 }

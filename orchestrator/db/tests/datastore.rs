@@ -376,7 +376,8 @@ async fn migrations_are_idempotent() {
                 "m0006_auth",
                 "m0007_release_rollback",
                 "m0008_wave_decisions",
-                "m0009_hardening"
+                "m0009_hardening",
+                "m0010_credential_bindings"
             ]
         );
     }

@@ -212,3 +212,41 @@ async fn a_node_being_flashed_cannot_be_readdressed() {
         assert_eq!(db.node_by_name("a").await.unwrap().bmc_url, "https://10.0.0.1");
     }
 }
+
+/// Issue 24 #1, unbound profiles (m0010): the first import names the hosts,
+/// later imports never widen them, only an admin's extension does.
+#[tokio::test]
+async fn a_profile_is_bound_to_the_hosts_of_its_first_import() {
+    for t in TestDb::all_backends().await {
+        let db = &t.db;
+        db.import_nodes(
+            &[
+                node("a", "https://10.0.0.1"),
+                node("b", "https://BMC-B.lab.example:8443"),
+            ],
+            "ops",
+        )
+        .await
+        .unwrap();
+        let bound = db.credential_host_bindings().await.unwrap();
+        assert_eq!(bound["lab"], ["10.0.0.1", "bmc-b.lab.example"], "{:?}", t.backend());
+        db.import_nodes(&[node("c", "https://10.0.0.3")], "rm").await.unwrap();
+        assert_eq!(
+            db.credential_host_bindings().await.unwrap(),
+            bound,
+            "a later import never widens it"
+        );
+        let err = db
+            .extend_credential_binding("lab", &["10.0.0.9/x".into()], "local-admin:ops")
+            .await
+            .unwrap_err();
+        assert!(matches!(err, DbError::Invalid { .. }), "{err}");
+        db.extend_credential_binding("lab", &["10.0.0.3".into(), "10.0.0.1".into()], "local-admin:ops")
+            .await
+            .unwrap();
+        assert_eq!(
+            db.credential_host_bindings().await.unwrap()["lab"],
+            ["10.0.0.1", "10.0.0.3", "bmc-b.lab.example"]
+        );
+    }
+}

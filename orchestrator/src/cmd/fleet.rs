@@ -40,6 +40,18 @@ pub enum FleetCommand {
         #[arg(long, default_value_t = 60)]
         node_timeout_secs: u64,
     },
+    /// Extend a credential profile's host binding (admin, audited). A
+    /// profile with no `hosts` in the configuration is bound to the hosts of
+    /// the nodes it was first imported with; a node on another host gets no
+    /// password until its host is added here.
+    BindHost {
+        /// The credential profile (a node's credential_ref).
+        #[arg(long)]
+        profile: String,
+        /// Host names or addresses to add (no scheme or port).
+        #[arg(required = true)]
+        hosts: Vec<String>,
+    },
     /// List nodes.
     List {
         /// Print JSON instead of a table.
@@ -52,6 +64,7 @@ pub enum FleetCommand {
 pub async fn run(command: FleetCommand, context: &Context) -> anyhow::Result<ExitCode> {
     match command {
         FleetCommand::Import { file } => {
+            let actor = context.local_admin()?;
             let nodes = fleet_file::read(&file)?;
             let db = context.db().await?;
             // The CLI holds the database credentials, so it is the local
@@ -63,7 +76,7 @@ pub async fn run(command: FleetCommand, context: &Context) -> anyhow::Result<Exi
                 may_change_bmc_address: true,
                 known_credential_refs: (!credentials.is_empty()).then(|| credentials.keys().cloned().collect()),
             };
-            let summary = db.import_nodes_with(&nodes, &context.cli_actor(), &options).await?;
+            let summary = db.import_nodes_with(&nodes, &actor, &options).await?;
             println!(
                 "imported {} node(s) from {}: {} created, {} updated, {} unchanged",
                 nodes.len(),
@@ -71,6 +84,17 @@ pub async fn run(command: FleetCommand, context: &Context) -> anyhow::Result<Exi
                 summary.created,
                 summary.updated,
                 summary.unchanged
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        FleetCommand::BindHost { profile, hosts } => {
+            let actor = context.local_admin()?;
+            let db = context.db().await?;
+            db.extend_credential_binding(&profile, &hosts, &actor).await?;
+            let bound = db.credential_host_bindings().await?;
+            println!(
+                "credential profile {profile:?} may be sent to: {}",
+                bound.get(&profile).map(|h| h.join(", ")).unwrap_or_default()
             );
             Ok(ExitCode::SUCCESS)
         }
@@ -139,7 +163,8 @@ async fn discover(
     }
     let started = Instant::now();
     let clients = HttpClients::new();
-    let mut resolver = EndpointResolver::new(&context.config.credentials);
+    let mut resolver =
+        EndpointResolver::new(&context.config.credentials).with_learned_bindings(db.credential_host_bindings().await?);
     let mut targets: Vec<(NodeId, Arc<dyn Bmc>)> = Vec::new();
     let mut failed = 0usize;
     let mut first_errors = Vec::new();

@@ -194,8 +194,9 @@ pub async fn run(command: PolicyCommand, context: &Context) -> anyhow::Result<Ex
                 args.git_ref.as_deref(),
                 args.path.as_deref(),
             )?;
+            let actor = context.local_admin()?;
             let db = context.db().await?;
-            let outcome = sync_once(&db, &settings, &context.cli_actor()).await?;
+            let outcome = sync_once(&db, &settings, &actor).await?;
             if args.json {
                 println!("{}", serde_json::to_string_pretty(&outcome.record)?);
             } else {

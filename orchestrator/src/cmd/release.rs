@@ -104,7 +104,8 @@ pub struct AddArgs {
 
 /// Runs a release command.
 pub async fn run(command: ReleaseCommand, context: &Context) -> anyhow::Result<ExitCode> {
-    let actor = context.cli_actor();
+    // Reads need no OS user; every write asks for one (local-admin mode).
+    let actor = || context.local_admin();
     match command {
         ReleaseCommand::Add(args) => {
             let args = *args;
@@ -127,7 +128,7 @@ pub async fn run(command: ReleaseCommand, context: &Context) -> anyhow::Result<E
                 rollback_floor: args.rollback_floor,
             };
             let db = context.db().await?;
-            let release = db.add_release_with(&new, &rollback, &actor).await?;
+            let release = db.add_release_with(&new, &rollback, &actor()?).await?;
             println!(
                 "registered release {} ({}@{})",
                 release.id, release.component_kind, release.version
@@ -195,7 +196,7 @@ pub async fn run(command: ReleaseCommand, context: &Context) -> anyhow::Result<E
             let db = context.db().await?;
             let found = find(&db, &release).await?;
             let updated = db
-                .transition_release(found.id, &TransitionRequest { to, reason }, &actor)
+                .transition_release(found.id, &TransitionRequest { to, reason }, &actor()?)
                 .await?;
             println!(
                 "release {} ({}@{}): {} -> {}",
@@ -224,7 +225,7 @@ pub async fn run(command: ReleaseCommand, context: &Context) -> anyhow::Result<E
                         passed: pass,
                         evidence,
                     },
-                    &actor,
+                    &actor()?,
                 )
                 .await?;
             println!(

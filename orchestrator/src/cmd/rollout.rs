@@ -43,7 +43,9 @@ pub enum RolloutCommand {
         /// Wave name or position (as `show` lists it).
         #[arg(long, value_name = "NAME|N")]
         wave: String,
-        /// Approve as this user instead of the CLI user.
+        /// The person whose approval this is (required: the local admin
+        /// running the CLI is never counted as an approver; the entry is
+        /// audited as made by local-admin:<OS user> for this user).
         #[arg(long = "as", value_name = "USER")]
         as_user: Option<String>,
         /// A comment recorded with the approval.
@@ -98,9 +100,10 @@ pub struct CommandArgs {
 
 /// Runs a rollout command.
 pub async fn run(command: RolloutCommand, context: &Context) -> anyhow::Result<ExitCode> {
-    let actor = context.cli_actor();
+    // Reads need no OS user; every write asks for one (local-admin mode).
+    let actor = || context.local_admin();
     match command {
-        RolloutCommand::Start(args) => start(args, context, &actor).await,
+        RolloutCommand::Start(args) => start(args, context, &actor()?).await,
         RolloutCommand::List { json } => {
             let rollouts = context.db().await?.exec_rollouts().await?;
             if json {
@@ -142,11 +145,25 @@ pub async fn run(command: RolloutCommand, context: &Context) -> anyhow::Result<E
             as_user,
             comment,
         } => {
-            let db = context.db().await?;
-            let approver = as_user.unwrap_or(actor);
-            if approver.trim().is_empty() {
-                return Err(BadInput("--as needs a user name".into()).into());
+            let entered_by = actor()?;
+            // An approval is a person's judgement of a verdict: the local
+            // admin only enters it, so it must name that person.
+            let Some(approver) = as_user
+                .map(|name| name.trim().to_owned())
+                .filter(|name| !name.is_empty())
+            else {
+                return Err(BadInput(format!(
+                    "--as USER is required: an approval counts for a named person, never for {entered_by}"
+                ))
+                .into());
+            };
+            if approver.contains(':') {
+                return Err(BadInput(format!(
+                    "--as {approver:?}: name a person; actor prefixes such as local-admin: never count as approvers"
+                ))
+                .into());
             }
+            let db = context.db().await?;
             let found = find_wave(&db, RolloutId(id), &wave).await?;
             if found.kind != WaveKind::Update {
                 return Err(BadInput(format!(
@@ -156,6 +173,21 @@ pub async fn run(command: RolloutCommand, context: &Context) -> anyhow::Result<E
                 .into());
             }
             let given = db.approve_wave(found.id, &approver, comment.as_deref()).await?;
+            // The approval's own entry names the approver; this one names who
+            // typed it, so a local-admin approval can be told from a UI one.
+            db.record_audit(
+                &entered_by,
+                "wave.approval_entered",
+                "wave",
+                &found.id.to_string(),
+                json!({
+                    "mode": "local-admin",
+                    "approver": approver,
+                    "rollout_id": id,
+                    "wave": found.name,
+                }),
+            )
+            .await?;
             println!(
                 "rollout {id} wave {}: approved by {approver} ({} of {} approvals)",
                 found.name,
@@ -165,15 +197,15 @@ pub async fn run(command: RolloutCommand, context: &Context) -> anyhow::Result<E
             Ok(ExitCode::SUCCESS)
         }
         RolloutCommand::Pause(args) => {
-            set_state(context, &actor, args, &[RolloutState::Running], RolloutState::Paused).await
+            set_state(context, &actor()?, args, &[RolloutState::Running], RolloutState::Paused).await
         }
         RolloutCommand::Resume(args) => {
-            set_state(context, &actor, args, &[RolloutState::Paused], RolloutState::Running).await
+            set_state(context, &actor()?, args, &[RolloutState::Paused], RolloutState::Running).await
         }
         RolloutCommand::Abort(args) => {
             set_state(
                 context,
-                &actor,
+                &actor()?,
                 args,
                 &[RolloutState::Running, RolloutState::Paused, RolloutState::Halted],
                 RolloutState::Aborted,
@@ -187,7 +219,7 @@ pub async fn run(command: RolloutCommand, context: &Context) -> anyhow::Result<E
             }
             let db = context.db().await?;
             let wave = db
-                .begin_rollback(None, RolloutId(id), json!({ "scope": "rollout" }), reason, &actor)
+                .begin_rollback(None, RolloutId(id), json!({ "scope": "rollout" }), reason, &actor()?)
                 .await?;
             println!("rollout {id}: rolling back (wave {})", wave.id);
             Ok(ExitCode::SUCCESS)

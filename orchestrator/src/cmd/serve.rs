@@ -224,7 +224,13 @@ pub async fn run(args: ServeArgs, context: Context) -> anyhow::Result<ExitCode> 
     let local = listener.local_addr().context("listener address")?;
     tracing::info!(address = %local, database = ?db.backend(), "waveguard serving");
     println!("waveguard listening on http://{local}");
-    let engine = start_engine(&db, &context, &args, prometheus);
+    // Read before the engine starts, so no BMC is reached with a profile
+    // whose learned binding is not loaded yet.
+    let bindings = db
+        .credential_host_bindings()
+        .await
+        .context("reading credential host bindings")?;
+    let engine = start_engine(&db, &context, &args, prometheus, bindings);
     // API commands (approve, pause, ...) wake the engine at once.
     let state = AppState::new(db.clone())
         .with_engine_nudge(engine.nudge())
@@ -255,6 +261,29 @@ fn lease_ttl(args: &ServeArgs) -> chrono::Duration {
     chrono::Duration::seconds(i64::from(args.lease_ttl.max(1)))
 }
 
+/// How often `serve` re-reads the credential host bindings learned on
+/// import: an admin's extension reaches the engine within this time.
+const BINDING_REFRESH: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Keeps `learned` in step with the database's credential host bindings.
+/// A profile first imported while `serve` runs is unbound in the engine
+/// until the next read (at most this interval); SECURITY.md lists it.
+fn refresh_bindings(
+    db: orchestrator_db::Db,
+    learned: std::sync::Arc<std::sync::RwLock<std::collections::BTreeMap<String, Vec<String>>>>,
+) {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(BINDING_REFRESH);
+        loop {
+            tick.tick().await;
+            match db.credential_host_bindings().await {
+                Ok(map) => *learned.write().unwrap_or_else(|p| p.into_inner()) = map,
+                Err(err) => tracing::warn!(error = %err, "cannot read credential host bindings; keeping the last"),
+            }
+        }
+    });
+}
+
 /// Starts the rollout engine. Every replica runs one; only the holder of
 /// the executor lease executes.
 fn start_engine(
@@ -262,11 +291,16 @@ fn start_engine(
     context: &Context,
     args: &ServeArgs,
     prometheus: Option<orchestrator_engine::prometheus::PrometheusClient>,
+    bindings: std::collections::BTreeMap<String, Vec<String>>,
 ) -> orchestrator_engine::Engine {
     let profiles = std::sync::Arc::new(context.config.credentials.clone());
+    let learned = std::sync::Arc::new(std::sync::RwLock::new(bindings));
+    refresh_bindings(db.clone(), learned.clone());
     let resolve = std::sync::Arc::new(move |bmc_url: &str, credential_ref: &str| {
         let node = crate::bmc_access::node_for_access(bmc_url, credential_ref);
+        let learned = learned.read().unwrap_or_else(|p| p.into_inner()).clone();
         crate::bmc_access::EndpointResolver::new(&profiles)
+            .with_learned_bindings(learned)
             .endpoint(&node)
             .map_err(|e| e.to_string())
     });

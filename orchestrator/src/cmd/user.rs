@@ -105,7 +105,8 @@ fn read_password(env_var: Option<&str>) -> anyhow::Result<String> {
 /// Runs a user command.
 pub async fn run(command: UserCommand, context: &Context) -> anyhow::Result<ExitCode> {
     let db = context.db().await?;
-    let actor = context.cli_actor();
+    // Reads need no OS user; every write asks for one (local-admin mode).
+    let actor = || context.local_admin();
     match command {
         UserCommand::Add {
             name,
@@ -127,7 +128,7 @@ pub async fn run(command: UserCommand, context: &Context) -> anyhow::Result<Exit
                     display_name.as_deref().unwrap_or(&name),
                     role,
                     hash.as_deref(),
-                    &actor,
+                    &actor()?,
                 )
                 .await?;
             println!("added {} ({})", user.username, user.role);
@@ -135,7 +136,7 @@ pub async fn run(command: UserCommand, context: &Context) -> anyhow::Result<Exit
         UserCommand::Passwd { name, password_env } => {
             let password = read_password(password_env.as_deref())?;
             let hash = web::auth::hash_password(&password).context("cannot hash the password")?;
-            db.update_user(&name, Some(&hash), None, None, &actor).await?;
+            db.update_user(&name, Some(&hash), None, None, &actor()?).await?;
             println!("password of {name} changed; its sessions are ended");
         }
         UserCommand::Set {
@@ -155,7 +156,7 @@ pub async fn run(command: UserCommand, context: &Context) -> anyhow::Result<Exit
             if role.is_none() && disabled.is_none() {
                 return Err(BadInput("nothing to change: give --role, --disable or --enable".into()).into());
             }
-            let user = db.update_user(&name, None, role, disabled, &actor).await?;
+            let user = db.update_user(&name, None, role, disabled, &actor()?).await?;
             println!(
                 "{} is {}{}",
                 user.username,
@@ -166,7 +167,7 @@ pub async fn run(command: UserCommand, context: &Context) -> anyhow::Result<Exit
         UserCommand::Token { name, label } => {
             let token = web::auth::new_api_token();
             let stored = db
-                .add_api_token(&name, &label, &web::auth::token_hash(&token), &actor)
+                .add_api_token(&name, &label, &web::auth::token_hash(&token), &actor()?)
                 .await?;
             eprintln!(
                 "API token {} for {name} ({label}); it is shown only now, store it safely:",
@@ -175,7 +176,7 @@ pub async fn run(command: UserCommand, context: &Context) -> anyhow::Result<Exit
             println!("{token}");
         }
         UserCommand::Revoke { name, token_id } => {
-            db.revoke_api_token(&name, token_id, &actor).await?;
+            db.revoke_api_token(&name, token_id, &actor()?).await?;
             println!("revoked token {token_id} of {name}");
         }
         UserCommand::List { tokens } => {

@@ -4,6 +4,7 @@
 pub mod alerts;
 pub mod api_tokens;
 pub mod audit_log;
+pub mod credential_host_bindings;
 pub mod engine_leases;
 pub mod health_cursors;
 pub mod health_looks;
