@@ -60,6 +60,17 @@ impl DbError {
         }
     }
 
+    /// True when the controller's own side failed (its pool timed out or
+    /// was closed, it could not connect to its database) rather than any
+    /// row, node or caller: the engine reports itself degraded and charges
+    /// no node for it.
+    pub fn is_controller_fault(&self) -> bool {
+        matches!(
+            self,
+            DbError::Connect { .. } | DbError::Query(sea_orm::DbErr::ConnectionAcquire(_) | sea_orm::DbErr::Conn(_))
+        )
+    }
+
     /// True when the caller's input was at fault (not found, duplicate,
     /// invalid, illegal transition) rather than the database.
     pub fn is_caller_error(&self) -> bool {

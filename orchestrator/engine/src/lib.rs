@@ -56,6 +56,7 @@
 
 mod config;
 mod connector;
+mod controller;
 mod error;
 mod executor;
 mod health;
@@ -68,7 +69,8 @@ mod step;
 pub mod watch;
 pub mod wave;
 
-pub use config::{DEFAULT_FLEET_MAX_IN_FLIGHT, EXECUTOR_LEASE, EngineConfig, StepDeadlines};
+pub use config::{DEFAULT_CONTROLLER_FAULT_HOLD, DEFAULT_FLEET_MAX_IN_FLIGHT, EXECUTOR_LEASE, EngineConfig, StepDeadlines};
+pub use controller::{ControllerHealth, ControllerStatus};
 pub use connector::{BmcConnector, EndpointResolver, RedfishConnector};
 pub use error::EngineError;
 pub use health::{GatelessJudge, HealthJudge};
