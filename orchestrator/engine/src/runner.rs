@@ -31,6 +31,12 @@ impl Nudge {
     pub fn controller_status(&self) -> ControllerStatus {
         self.1.status()
     }
+
+    /// A handle reading `health` and waking nothing: for a process (or a
+    /// test) that shows a controller's health without running its engine.
+    pub fn for_health(health: Arc<ControllerHealth>) -> Nudge {
+        Nudge(Arc::new(Notify::new()), health)
+    }
 }
 
 /// A running engine.
