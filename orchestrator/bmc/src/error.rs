@@ -466,13 +466,22 @@ mod tests {
     #[test]
     fn controller_faults_are_found_through_the_chain_and_io_wrappers() {
         let direct = std::io::Error::from_raw_os_error(24);
-        assert_eq!(ControllerFault::find_in(&direct), Some(ControllerFault::ProcessFileLimit));
+        assert_eq!(
+            ControllerFault::find_in(&direct),
+            Some(ControllerFault::ProcessFileLimit)
+        );
         let wrapped = Wrapper(Box::new(std::io::Error::from_raw_os_error(23)));
-        assert_eq!(ControllerFault::find_in(&wrapped), Some(ControllerFault::SystemFileLimit));
+        assert_eq!(
+            ControllerFault::find_in(&wrapped),
+            Some(ControllerFault::SystemFileLimit)
+        );
         // A custom io::Error around an OS error: io::Error::source skips it, get_ref does not.
         let custom = std::io::Error::other(std::io::Error::from_raw_os_error(24));
         let wrapped = Wrapper(Box::new(custom));
-        assert_eq!(ControllerFault::find_in(&wrapped), Some(ControllerFault::ProcessFileLimit));
+        assert_eq!(
+            ControllerFault::find_in(&wrapped),
+            Some(ControllerFault::ProcessFileLimit)
+        );
         // The BMC's (or the network's) failures stay the BMC's.
         for code in [111, 113, 104, 110] {
             let e = Wrapper(Box::new(std::io::Error::from_raw_os_error(code)));

@@ -81,7 +81,11 @@ async fn injected_emfile_and_enfile_are_the_controllers_not_the_bmcs() {
         assert!(err.is_controller_fault() && err.is_transient(), "{err}");
         assert_eq!(err.kind(), "controller_resource");
         // Reported at once: retrying inside the driver would only deepen a descriptor storm.
-        assert_eq!(faults.connects.load(Ordering::SeqCst) - before, 1, "no retries on a controller fault");
+        assert_eq!(
+            faults.connects.load(Ordering::SeqCst) - before,
+            1,
+            "no retries on a controller fault"
+        );
 
         // A reset (its lookups, then its non-idempotent POST) fails the same way: a connect that
         // failed sent nothing, so this is never an unknown outcome.
@@ -94,7 +98,10 @@ async fn injected_emfile_and_enfile_are_the_controllers_not_the_bmcs() {
 
     // The condition clears: the same driver and clients work again.
     faults.errno.store(0, Ordering::SeqCst);
-    let inventory = bmc.firmware_inventory().await.expect("inventory once descriptors are back");
+    let inventory = bmc
+        .firmware_inventory()
+        .await
+        .expect("inventory once descriptors are back");
     assert!(!inventory.is_empty());
 
     // Evidence about the BMC stays the BMC's: a port nobody listens on is `Unreachable`.

@@ -21,8 +21,8 @@ use orchestrator_types::{
 use serde_json::json;
 
 use crate::config::EngineConfig;
-use crate::controller::ControllerHealth;
 use crate::connector::BmcConnector;
+use crate::controller::ControllerHealth;
 use crate::health::HealthJudge;
 use crate::step::StepCtx;
 use crate::wave::{ReleaseStanding, WaveAction, WaveFacts, decide};
@@ -114,7 +114,12 @@ fn is_fenced(err: &DbError) -> bool {
 /// Logs a step-level error; a lost lease is passed up to stop the pass. A
 /// database fault of the controller's own (pool exhausted) marks it degraded:
 /// the step's state simply was not written, so no node is charged.
-fn absorb(result: Result<(), DbError>, what: &str, health: &ControllerHealth, now: DateTime<Utc>) -> Result<(), DbError> {
+fn absorb(
+    result: Result<(), DbError>,
+    what: &str,
+    health: &ControllerHealth,
+    now: DateTime<Utc>,
+) -> Result<(), DbError> {
     match result {
         Ok(()) => Ok(()),
         Err(err) if is_fenced(&err) => Err(err),

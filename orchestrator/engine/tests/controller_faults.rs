@@ -18,8 +18,8 @@ use std::time::Duration;
 
 use common::{GPU_FROM, GPU_TO, Harness, policy};
 use orchestrator_bmc::{ConnectFaults, HttpClients};
-use orchestrator_db::execution::{ExecStep, RolloutState, StepFilter, StepState};
 use orchestrator_db::Db;
+use orchestrator_db::execution::{ExecStep, RolloutState, StepFilter, StepState};
 use orchestrator_engine::{StartRollout, start_rollout};
 use orchestrator_types::{NodeState, RolloutId};
 
@@ -54,8 +54,18 @@ async fn steps(db: &Db, rollout: RolloutId) -> Vec<ExecStep> {
 /// from it (a retry charged to the node records the error), nothing failed.
 fn assert_nothing_charged(steps: &[ExecStep], when: &str) {
     for s in steps {
-        assert!(s.unreachable_since.is_none(), "{when}: brick timer started on {:?}", s.id);
-        assert_ne!(s.state, StepState::Failed, "{when}: step {:?} failed: {:?}", s.id, s.error);
+        assert!(
+            s.unreachable_since.is_none(),
+            "{when}: brick timer started on {:?}",
+            s.id
+        );
+        assert_ne!(
+            s.state,
+            StepState::Failed,
+            "{when}: step {:?} failed: {:?}",
+            s.id,
+            s.error
+        );
         let error = s.error.as_deref().unwrap_or("");
         assert!(
             !error.contains("exhausted on this host") && !error.contains("os error 24"),
@@ -117,7 +127,10 @@ async fn emfile_storm_during_flashes_pauses_degrades_and_resumes_without_chargin
     // Degraded soon: in-flight polls and prechecks open new connections.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     while !engine.controller_status().degraded {
-        assert!(tokio::time::Instant::now() < deadline, "controller never reported degraded");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "controller never reported degraded"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let status = engine.controller_status();
@@ -172,7 +185,10 @@ async fn emfile_storm_during_flashes_pauses_degrades_and_resumes_without_chargin
     assert!(status.faults_total > 0 && status.episodes_total >= 1, "{status:?}");
 
     let all = steps(&h.db, rollout.id).await;
-    assert!(all.iter().all(|s| s.state == StepState::Succeeded), "every step succeeded");
+    assert!(
+        all.iter().all(|s| s.state == StepState::Succeeded),
+        "every step succeeded"
+    );
     assert_nothing_charged(&all, "after the storm");
     for s in &all {
         let node = h.db.node(s.node_id).await.expect("node");
@@ -180,7 +196,12 @@ async fn emfile_storm_during_flashes_pauses_degrades_and_resumes_without_chargin
     }
     for e in h.fleet.endpoints() {
         let counts = h.fleet.flash_counts(&e.name).expect("sim node");
-        assert_eq!(counts.values().sum::<u32>(), 1, "{}: flashed exactly once: {counts:?}", e.name);
+        assert_eq!(
+            counts.values().sum::<u32>(),
+            1,
+            "{}: flashed exactly once: {counts:?}",
+            e.name
+        );
     }
     eprintln!(
         "storm: {injected} connects refused with EMFILE, {} controller faults, {} degraded episodes",

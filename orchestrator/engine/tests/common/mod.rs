@@ -309,7 +309,12 @@ impl Harness {
     }
 
     pub fn start_engine_on(&mut self, config: EngineConfig, connector: Arc<dyn BmcConnector>) {
-        self.engine = Some(Engine::start(self.db.clone(), config, connector, Arc::new(GatelessJudge)));
+        self.engine = Some(Engine::start(
+            self.db.clone(),
+            config,
+            connector,
+            Arc::new(GatelessJudge),
+        ));
     }
 
     pub async fn stop_engine(&mut self) {
