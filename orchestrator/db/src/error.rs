@@ -91,3 +91,28 @@ impl DbError {
 pub(crate) fn is_unique_violation(err: &sea_orm::DbErr) -> bool {
     matches!(err.sql_err(), Some(sea_orm::SqlErr::UniqueConstraintViolation(_)))
 }
+
+#[cfg(test)]
+mod controller_fault_tests {
+    use super::*;
+
+    #[test]
+    fn pool_exhaustion_is_the_controllers_and_row_errors_are_not() {
+        let timeout = DbError::Query(sea_orm::DbErr::ConnectionAcquire(
+            sea_orm::error::ConnAcquireErr::Timeout,
+        ));
+        assert!(timeout.is_controller_fault());
+        let closed = DbError::Query(sea_orm::DbErr::ConnectionAcquire(
+            sea_orm::error::ConnAcquireErr::ConnectionClosed,
+        ));
+        assert!(closed.is_controller_fault());
+        assert!(!DbError::Query(sea_orm::DbErr::RecordNotFound("x".into())).is_controller_fault());
+        assert!(
+            !DbError::NotFound {
+                what: "node",
+                key: "n1".into()
+            }
+            .is_controller_fault()
+        );
+    }
+}
