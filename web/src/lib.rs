@@ -168,10 +168,21 @@ pub async fn serve(
 /// Liveness and readiness in one: 200 when the database answers.
 async fn healthz(State(state): State<AppState>) -> impl IntoResponse {
     match state.db.ping().await {
-        Ok(()) => (StatusCode::OK, "ok\n"),
+        // Still 200: a degraded controller must not be restarted by a load
+        // balancer mid-storm; the body says why flashing is paused.
+        Ok(()) => match state.engine_nudge.as_ref().map(|n| n.controller_status()) {
+            Some(status) if status.degraded => (
+                StatusCode::OK,
+                format!(
+                    "degraded: {}; new flashes paused, no node is charged\n",
+                    status.reason.as_deref().unwrap_or("controller fault")
+                ),
+            ),
+            _ => (StatusCode::OK, "ok\n".to_owned()),
+        },
         Err(err) => {
             tracing::warn!(error = %err, "health check: database unreachable");
-            (StatusCode::SERVICE_UNAVAILABLE, "database unreachable\n")
+            (StatusCode::SERVICE_UNAVAILABLE, "database unreachable\n".to_owned())
         }
     }
 }

@@ -42,6 +42,12 @@ pub struct Metrics {
     registry: Mutex<Registry>,
     requests: Family<RequestLabels, Counter>,
     latency: Family<RequestLabels, Histogram, fn() -> Histogram>,
+    /// 1 while the engine has paused flashing for a fault of the controller's
+    /// own (EMFILE, database pool, image source), read from the engine at
+    /// each scrape.
+    controller_degraded: Gauge,
+    /// Controller faults seen since start (never charged to a node).
+    controller_faults: Gauge,
 }
 
 impl Default for Metrics {
@@ -65,10 +71,24 @@ impl Metrics {
         registry.register("http_requests", "HTTP requests served", requests.clone());
         registry.register("http_request_duration_seconds", "HTTP request latency", latency.clone());
         registry.register("build_info", "Waveguard build", build);
+        let controller_degraded = Gauge::default();
+        let controller_faults = Gauge::default();
+        registry.register(
+            "controller_degraded",
+            "1 while flashing is paused for a fault of the controller's own",
+            controller_degraded.clone(),
+        );
+        registry.register(
+            "controller_faults",
+            "Faults of the controller's own seen since start (never charged to a node)",
+            controller_faults.clone(),
+        );
         Self {
             registry: Mutex::new(registry),
             requests,
             latency,
+            controller_degraded,
+            controller_faults,
         }
     }
 
@@ -127,6 +147,14 @@ pub(crate) async fn track(State(state): State<AppState>, request: Request, next:
 }
 
 pub(crate) async fn render(State(state): State<AppState>) -> Response {
+    if let Some(nudge) = &state.engine_nudge {
+        let status = nudge.controller_status();
+        state.metrics.controller_degraded.set(i64::from(status.degraded));
+        state
+            .metrics
+            .controller_faults
+            .set(i64::try_from(status.faults_total).unwrap_or(i64::MAX));
+    }
     match state.metrics.encode() {
         Ok(text) => (
             [(

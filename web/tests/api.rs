@@ -277,6 +277,34 @@ async fn nodes_import_and_read_back() {
 }
 
 #[tokio::test]
+async fn controller_degraded_shows_on_healthz_and_metrics() {
+    let t = TestDb::sqlite(std::sync::Arc::new(orchestrator_types::SystemClock)).await;
+    let health = std::sync::Arc::new(orchestrator_engine::ControllerHealth::new(
+        std::time::Duration::from_secs(60),
+    ));
+    let nudge = orchestrator_engine::Nudge::for_health(health.clone());
+    let app = authed_app(AppState::new(t.db.clone()).with_engine_nudge(nudge)).await;
+    let (_, metrics) = call(&app, Method::GET, "/metrics", None).await;
+    assert!(
+        metrics.as_str().unwrap().contains("waveguard_controller_degraded 0"),
+        "{metrics}"
+    );
+
+    health.report_fault("controller_resource", chrono::Utc::now());
+    let (status, body) = call(&app, Method::GET, "/healthz", None).await;
+    // Still 200 (a balancer must not restart it mid-storm), but it says so.
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        body,
+        Value::String("degraded: controller_resource; new flashes paused, no node is charged\n".into())
+    );
+    let (_, metrics) = call(&app, Method::GET, "/metrics", None).await;
+    let metrics = metrics.as_str().unwrap();
+    assert!(metrics.contains("waveguard_controller_degraded 1"), "{metrics}");
+    assert!(metrics.contains("waveguard_controller_faults 1"), "{metrics}");
+}
+
+#[tokio::test]
 async fn health_metrics_and_openapi() {
     let t = TestDb::sqlite(std::sync::Arc::new(orchestrator_types::SystemClock)).await;
     let app = authed_app(AppState::new(t.db.clone())).await;

@@ -30,6 +30,25 @@ pub enum BmcError {
         source: reqwest::Error,
     },
 
+    /// The controller itself ran out of something it needs to talk to the BMC (file descriptors,
+    /// local ports): the request never left this host, so it says nothing about the BMC. Callers
+    /// must not charge it to the node (no attempt spent, no brick timer); they wait on real time
+    /// and report the controller degraded instead.
+    #[error("controller cannot reach BMC {endpoint} for {method} {path}: {resource} exhausted on this host")]
+    ControllerResource {
+        /// BMC base URL.
+        endpoint: String,
+        /// HTTP method.
+        method: String,
+        /// Request path.
+        path: String,
+        /// Which local resource ran out ([`ControllerFault::label`]).
+        resource: ControllerFault,
+        /// The transport error whose source chain carries the OS error.
+        #[source]
+        source: reqwest::Error,
+    },
+
     /// The TLS handshake failed on certificate verification: the BMC's certificate is not signed by
     /// the configured CA, has the wrong name, or expired. Not retried: it will not fix itself.
     #[error("BMC {endpoint} presented a certificate the configured trust rejects ({method} {path})")]
@@ -239,6 +258,7 @@ impl BmcError {
             | BmcError::Unavailable { .. }
             | BmcError::Timeout { .. }
             | BmcError::TaskTimeout { .. }
+            | BmcError::ControllerResource { .. }
             // The image server may be back next pass; nothing reached the BMC.
             | BmcError::ImageUnavailable { .. } => true,
             // A slow BMC may be faster next time; one that sends too much will send too much again.
@@ -274,7 +294,86 @@ impl BmcError {
             BmcError::ReadLimit { .. } => "read_limit",
             BmcError::NoUpdatePath { .. } => "no_update_path",
             BmcError::ImageUnavailable { .. } => "image_unavailable",
+            BmcError::ControllerResource { .. } => "controller_resource",
         }
+    }
+
+    /// Whether the failure is the controller's own rather than evidence about the BMC: local
+    /// resource exhaustion, or the controller's image source failing before anything reached the
+    /// BMC. Such an error must never count against the node or its wave.
+    pub fn is_controller_fault(&self) -> bool {
+        matches!(
+            self,
+            BmcError::ControllerResource { .. } | BmcError::ImageUnavailable { .. }
+        )
+    }
+}
+
+/// A local resource whose exhaustion makes a request fail before it reaches the BMC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ControllerFault {
+    /// EMFILE: this process hit its open-file limit (`ulimit -n`).
+    ProcessFileLimit,
+    /// ENFILE: the whole host hit its open-file limit.
+    SystemFileLimit,
+    /// EADDRNOTAVAIL on connect: no free local (ephemeral) port.
+    LocalPorts,
+    /// ENOBUFS / ENOMEM from the socket layer: the kernel refused buffers to this host.
+    SocketBuffers,
+}
+
+impl ControllerFault {
+    /// A short stable label for logs and metrics.
+    pub fn label(self) -> &'static str {
+        match self {
+            ControllerFault::ProcessFileLimit => "process open-file limit (EMFILE)",
+            ControllerFault::SystemFileLimit => "system open-file table (ENFILE)",
+            ControllerFault::LocalPorts => "local ports (EADDRNOTAVAIL)",
+            ControllerFault::SocketBuffers => "socket buffers (ENOBUFS/ENOMEM)",
+        }
+    }
+
+    /// The fault an OS error number stands for, if it is one of the controller's own. Linux
+    /// numbering (the controller's platform); other errors (refused, unreachable, reset) are
+    /// about the peer or the network and stay the BMC's.
+    pub fn from_raw_os_error(code: i32) -> Option<Self> {
+        match code {
+            24 => Some(ControllerFault::ProcessFileLimit),
+            23 => Some(ControllerFault::SystemFileLimit),
+            99 => Some(ControllerFault::LocalPorts),
+            105 | 12 => Some(ControllerFault::SocketBuffers),
+            _ => None,
+        }
+    }
+
+    /// Walks an error's source chain (reqwest -> hyper-util -> connector -> `io::Error`) for an OS
+    /// error that is the controller's own. `io::Error::source` skips the error it wraps, so a
+    /// custom `io::Error` is also looked into through `get_ref`.
+    pub fn find_in(err: &(dyn std::error::Error + 'static)) -> Option<Self> {
+        let mut current = Some(err);
+        // Bounded: a cyclic or absurdly deep chain must not hang the caller.
+        for _ in 0..32 {
+            let e = current?;
+            if let Some(io) = e.downcast_ref::<std::io::Error>() {
+                if let Some(fault) = io.raw_os_error().and_then(Self::from_raw_os_error) {
+                    return Some(fault);
+                }
+                if let Some(inner) = io.get_ref()
+                    && let Some(fault) = Self::find_in(inner)
+                {
+                    return Some(fault);
+                }
+            }
+            current = e.source();
+        }
+        None
+    }
+}
+
+impl std::fmt::Display for ControllerFault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.label())
     }
 }
 
@@ -368,6 +467,36 @@ mod tests {
             redacted_snippet(html, &["secret-pass"]),
             "<html><redacted> in page</html>"
         );
+    }
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("connect failed")]
+    struct Wrapper(#[source] Box<dyn std::error::Error + Send + Sync>);
+
+    #[test]
+    fn controller_faults_are_found_through_the_chain_and_io_wrappers() {
+        let direct = std::io::Error::from_raw_os_error(24);
+        assert_eq!(
+            ControllerFault::find_in(&direct),
+            Some(ControllerFault::ProcessFileLimit)
+        );
+        let wrapped = Wrapper(Box::new(std::io::Error::from_raw_os_error(23)));
+        assert_eq!(
+            ControllerFault::find_in(&wrapped),
+            Some(ControllerFault::SystemFileLimit)
+        );
+        // A custom io::Error around an OS error: io::Error::source skips it, get_ref does not.
+        let custom = std::io::Error::other(std::io::Error::from_raw_os_error(24));
+        let wrapped = Wrapper(Box::new(custom));
+        assert_eq!(
+            ControllerFault::find_in(&wrapped),
+            Some(ControllerFault::ProcessFileLimit)
+        );
+        // The BMC's (or the network's) failures stay the BMC's.
+        for code in [111, 113, 104, 110] {
+            let e = Wrapper(Box::new(std::io::Error::from_raw_os_error(code)));
+            assert_eq!(ControllerFault::find_in(&e), None, "os error {code}");
+        }
     }
 
     #[test]

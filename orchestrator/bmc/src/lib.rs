@@ -58,9 +58,9 @@ pub use config::{AuthMode, BmcEndpoint, Credentials, RetryPolicy, Timeouts, TlsT
 pub use discovery::{
     DEFAULT_DISCOVERY_CONCURRENCY, DiscoveryResult, discover_inventory, discover_inventory_stream, discover_with,
 };
-pub use error::{BODY_SNIPPET_LIMIT, BmcError};
+pub use error::{BODY_SNIPPET_LIMIT, BmcError, ControllerFault};
 pub use redfish_bmc::RedfishBmc;
-pub use transport::HttpClients;
+pub use transport::{ConnectFaults, HttpClients};
 pub use types::{
     ApplyTime, EventBatch, EventCursor, EventLogEntry, FirmwareComponent, ResetTarget, SensorKind, SensorReading,
     ServiceInfo, TaskHandle, TaskMessage, TaskState, TaskStatus, UpdateMethod, UpdateRequest,

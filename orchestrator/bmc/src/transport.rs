@@ -18,7 +18,7 @@ use tokio::time::Instant;
 use url::Url;
 
 use crate::config::{AuthMode, BmcEndpoint, Credentials, RetryPolicy, Timeouts, TlsTrust};
-use crate::error::{BmcError, redacted_snippet};
+use crate::error::{BmcError, ControllerFault, redacted_snippet};
 
 use crate::limits::MAX_RESPONSE_BYTES;
 
@@ -37,12 +37,74 @@ const POOL_MAX_IDLE_PER_BMC: usize = crate::redfish_bmc::PER_BMC_FETCH_CONCURREN
 #[derive(Debug, Default)]
 pub struct HttpClients {
     clients: Mutex<HashMap<(TlsTrust, Duration), reqwest::Client>>,
+    faults: Option<Arc<dyn ConnectFaults>>,
+}
+
+/// The seam where the controller's own connect failures can be injected: consulted before every
+/// new connection the clients open, below reqwest and hyper, so an injected error travels the same
+/// source chain a real `EMFILE` from `socket(2)` does. Tests use it instead of a process-wide
+/// `setrlimit`, which would hit every other test running in the same process.
+pub trait ConnectFaults: Send + Sync + std::fmt::Debug {
+    /// The error this connection attempt fails with, as the OS would report it; `None` connects.
+    fn on_connect(&self) -> Option<std::io::Error>;
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+#[derive(Clone)]
+struct FaultLayer(Arc<dyn ConnectFaults>);
+
+impl<S> tower::Layer<S> for FaultLayer {
+    type Service = FaultService<S>;
+
+    fn layer(&self, inner: S) -> FaultService<S> {
+        FaultService {
+            inner,
+            faults: self.0.clone(),
+        }
+    }
+}
+
+#[derive(Clone)]
+struct FaultService<S> {
+    inner: S,
+    faults: Arc<dyn ConnectFaults>,
+}
+
+impl<S, R> tower::Service<R> for FaultService<S>
+where
+    S: tower::Service<R, Error = BoxError>,
+    S::Future: Send + 'static,
+    S::Response: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = BoxError;
+    type Future = std::pin::Pin<Box<dyn Future<Output = Result<S::Response, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), BoxError>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: R) -> Self::Future {
+        if let Some(err) = self.faults.on_connect() {
+            return Box::pin(std::future::ready(Err(Box::new(err) as BoxError)));
+        }
+        Box::pin(self.inner.call(req))
+    }
 }
 
 impl HttpClients {
     /// An empty cache.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty cache whose clients consult `faults` before every new connection.
+    pub fn with_connect_faults(faults: Arc<dyn ConnectFaults>) -> Self {
+        Self {
+            clients: Mutex::default(),
+            faults: Some(faults),
+        }
     }
 
     pub(crate) fn get(&self, endpoint: &BmcEndpoint, label: &str) -> Result<reqwest::Client, BmcError> {
@@ -52,13 +114,18 @@ impl HttpClients {
         if let Some(client) = clients.get(&key) {
             return Ok(client.clone());
         }
-        let client = build_client(&endpoint.tls, endpoint.timeouts.connect, label)?;
+        let client = build_client(&endpoint.tls, endpoint.timeouts.connect, label, self.faults.clone())?;
         clients.insert(key, client.clone());
         Ok(client)
     }
 }
 
-fn build_client(tls: &TlsTrust, connect_timeout: Duration, label: &str) -> Result<reqwest::Client, BmcError> {
+fn build_client(
+    tls: &TlsTrust,
+    connect_timeout: Duration,
+    label: &str,
+    faults: Option<Arc<dyn ConnectFaults>>,
+) -> Result<reqwest::Client, BmcError> {
     let mut builder = reqwest::Client::builder()
         .connect_timeout(connect_timeout)
         .pool_idle_timeout(POOL_IDLE_TIMEOUT)
@@ -66,6 +133,9 @@ fn build_client(tls: &TlsTrust, connect_timeout: Duration, label: &str) -> Resul
         // Redfish needs no redirects, and following one could carry our X-Auth-Token to another host.
         .redirect(reqwest::redirect::Policy::none())
         .user_agent(concat!("waveguard-bmc/", env!("CARGO_PKG_VERSION")));
+    if let Some(faults) = faults {
+        builder = builder.connector_layer(FaultLayer(faults));
+    }
     match tls {
         TlsTrust::System => {}
         TlsTrust::CaBundle { path } => {
@@ -487,6 +557,21 @@ impl Transport {
                 Err(err) => {
                     // A connect failure means nothing was sent, so even an update push may be resent.
                     let never_sent = err.is_connect();
+                    // The controller's own exhaustion says nothing about the BMC: report it at once
+                    // (no retries here, which would only deepen a descriptor storm) so the engine
+                    // can pause instead of charging the node. A non-idempotent call that may have
+                    // been sent stays `OutcomeUnknown` below: that ambiguity is about the BMC.
+                    if let Some(resource) = ControllerFault::find_in(&err)
+                        && (call.idempotent || never_sent)
+                    {
+                        return Err(BmcError::ControllerResource {
+                            endpoint: self.label.clone(),
+                            method: call.method.to_string(),
+                            path,
+                            resource,
+                            source: err,
+                        });
+                    }
                     if !call.idempotent && !never_sent {
                         return Err(BmcError::OutcomeUnknown {
                             endpoint: self.label.clone(),

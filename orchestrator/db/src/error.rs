@@ -60,6 +60,17 @@ impl DbError {
         }
     }
 
+    /// True when the controller's own side failed (its pool timed out or
+    /// was closed, it could not connect to its database) rather than any
+    /// row, node or caller: the engine reports itself degraded and charges
+    /// no node for it.
+    pub fn is_controller_fault(&self) -> bool {
+        matches!(
+            self,
+            DbError::Connect { .. } | DbError::Query(sea_orm::DbErr::ConnectionAcquire(_) | sea_orm::DbErr::Conn(_))
+        )
+    }
+
     /// True when the caller's input was at fault (not found, duplicate,
     /// invalid, illegal transition) rather than the database.
     pub fn is_caller_error(&self) -> bool {
@@ -79,4 +90,29 @@ impl DbError {
 /// True when the error is a unique-constraint violation.
 pub(crate) fn is_unique_violation(err: &sea_orm::DbErr) -> bool {
     matches!(err.sql_err(), Some(sea_orm::SqlErr::UniqueConstraintViolation(_)))
+}
+
+#[cfg(test)]
+mod controller_fault_tests {
+    use super::*;
+
+    #[test]
+    fn pool_exhaustion_is_the_controllers_and_row_errors_are_not() {
+        let timeout = DbError::Query(sea_orm::DbErr::ConnectionAcquire(
+            sea_orm::error::ConnAcquireErr::Timeout,
+        ));
+        assert!(timeout.is_controller_fault());
+        let closed = DbError::Query(sea_orm::DbErr::ConnectionAcquire(
+            sea_orm::error::ConnAcquireErr::ConnectionClosed,
+        ));
+        assert!(closed.is_controller_fault());
+        assert!(!DbError::Query(sea_orm::DbErr::RecordNotFound("x".into())).is_controller_fault());
+        assert!(
+            !DbError::NotFound {
+                what: "node",
+                key: "n1".into()
+            }
+            .is_controller_fault()
+        );
+    }
 }

@@ -39,7 +39,16 @@ pub struct EngineConfig {
     /// when the step entered it; past it the step fails with the reason, so
     /// a task that never ends cannot hold a rollout (or a rollback) for good.
     pub deadlines: StepDeadlines,
+    /// Real (wall) time the controller stays degraded after a fault of its
+    /// own (EMFILE, an exhausted pool, its image source failing): flashing
+    /// pauses and resumes once no such fault was seen for this long. Not on
+    /// the rollout clock, which may run thousands of times faster.
+    pub controller_fault_hold: std::time::Duration,
 }
+
+/// Default [`EngineConfig::controller_fault_hold`]: a few engine passes, long
+/// enough for descriptors held by closing sockets to come back.
+pub const DEFAULT_CONTROLLER_FAULT_HOLD: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// How long a step may stay in each state that waits on a BMC. Each must
 /// exceed what a slow but healthy BMC takes, retries included.
@@ -93,6 +102,7 @@ impl Default for EngineConfig {
             activation_timeout: Duration::minutes(20),
             max_resets: 3,
             deadlines: StepDeadlines::default(),
+            controller_fault_hold: DEFAULT_CONTROLLER_FAULT_HOLD,
         }
     }
 }

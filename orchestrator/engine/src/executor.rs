@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
-use chrono::Duration;
+use chrono::{DateTime, Duration, Utc};
 use futures::StreamExt;
 use orchestrator_db::execution::{
     Blocker, ExecRollout, ExecStep, ExecWave, Fence, PlacedStep, RolloutState, StepFilter, StepPurpose, StepState,
@@ -22,6 +22,7 @@ use serde_json::json;
 
 use crate::config::EngineConfig;
 use crate::connector::BmcConnector;
+use crate::controller::ControllerHealth;
 use crate::health::HealthJudge;
 use crate::step::StepCtx;
 use crate::wave::{ReleaseStanding, WaveAction, WaveFacts, decide};
@@ -34,6 +35,8 @@ pub(crate) struct Executor {
     pub config: EngineConfig,
     pub connector: Arc<dyn BmcConnector>,
     pub judge: Arc<dyn HealthJudge>,
+    /// The controller's own health: faults here pause flashing, never charge a node.
+    pub health: Arc<ControllerHealth>,
     policies: Mutex<HashMap<RolloutId, Arc<Policy>>>,
     kinds: Mutex<HashMap<RolloutId, ComponentKind>>,
 }
@@ -108,12 +111,24 @@ fn is_fenced(err: &DbError) -> bool {
     matches!(err, DbError::Fenced { .. })
 }
 
-/// Logs a step-level error; a lost lease is passed up to stop the pass.
-fn absorb(result: Result<(), DbError>, what: &str) -> Result<(), DbError> {
+/// Logs a step-level error; a lost lease is passed up to stop the pass. A
+/// database fault of the controller's own (pool exhausted) marks it degraded:
+/// the step's state simply was not written, so no node is charged.
+fn absorb(
+    result: Result<(), DbError>,
+    what: &str,
+    health: &ControllerHealth,
+    now: DateTime<Utc>,
+) -> Result<(), DbError> {
     match result {
         Ok(()) => Ok(()),
         Err(err) if is_fenced(&err) => Err(err),
         Err(DbError::Stale { .. }) => Ok(()),
+        Err(err) if err.is_controller_fault() => {
+            tracing::warn!(error = %crate::step_error_chain(&err), "{what}: controller database fault");
+            health.report_fault("database", now);
+            Ok(())
+        }
         Err(err) => {
             tracing::warn!(error = %crate::step_error_chain(&err), "{what}");
             Ok(())
@@ -124,6 +139,7 @@ fn absorb(result: Result<(), DbError>, what: &str) -> Result<(), DbError> {
 impl Executor {
     pub fn new(db: Db, config: EngineConfig, connector: Arc<dyn BmcConnector>, judge: Arc<dyn HealthJudge>) -> Self {
         Self {
+            health: Arc::new(ControllerHealth::new(config.controller_fault_hold)),
             clock: db.clock().clone(),
             db,
             config,
@@ -169,7 +185,14 @@ impl Executor {
             clock: self.clock.clone(),
             config: self.config.clone(),
             fence: fence.clone(),
+            health: self.health.clone(),
         };
+        // A controller short of descriptors (or its image source) would fail
+        // every BMC call the same way and blame nothing but itself: while it
+        // is degraded no step moves and nothing new is admitted. Waves,
+        // bakes and verdicts below still advance; only BMC work waits, on
+        // real time (the hold), not on the rollout clock.
+        let degraded = self.health.refresh(self.clock.now());
         let rollouts = self.db.unfinished_rollouts().await?;
         let mut kinds = HashMap::new();
         for rollout in &rollouts {
@@ -179,7 +202,11 @@ impl Executor {
         // 1. Every admitted step moves once, whatever its rollout's state:
         // paused, aborted and halted rollouts let in-flight flashes finish.
         let open = self.db.open_steps().await?;
-        let in_flight: Vec<&PlacedStep> = open.iter().filter(|p| p.step.state.is_in_flight()).collect();
+        let in_flight: Vec<&PlacedStep> = if degraded {
+            Vec::new()
+        } else {
+            open.iter().filter(|p| p.step.state.is_in_flight()).collect()
+        };
         let lost = Mutex::new(None);
         futures::stream::iter(in_flight)
             .for_each_concurrent(self.config.bmc_concurrency, |placed| {
@@ -194,7 +221,7 @@ impl Executor {
                         Ok(bmc) => ctx.advance(placed, bmc.as_ref(), kind).await,
                         Err(reason) => ctx.fail_unaddressable(&placed.step, reason).await,
                     };
-                    if let Err(err) = absorb(result, "step move failed") {
+                    if let Err(err) = absorb(result, "step move failed", &self.health, self.clock.now()) {
                         *lost.lock().unwrap_or_else(|p| p.into_inner()) = Some(err);
                     }
                 }
@@ -220,7 +247,7 @@ impl Executor {
             let rollout = match self.db.exec_rollout(rollout.id).await {
                 Ok(r) => r,
                 Err(err) => {
-                    absorb(Err(err), "reading rollout")?;
+                    absorb(Err(err), "reading rollout", &self.health, self.clock.now())?;
                     continue;
                 }
             };
@@ -232,9 +259,16 @@ impl Executor {
                 }
             };
             let result = self.reconcile_rollout(&mut walk, &rollout, &policy).await;
-            absorb(result, "rollout pass failed")?;
+            absorb(result, "rollout pass failed", &self.health, self.clock.now())?;
         }
-        let admitted = walk.admitted;
+        let mut admitted = walk.admitted;
+        if self.health.is_degraded() {
+            // Admitted but not prechecked stays pending: nothing is charged.
+            if !admitted.is_empty() {
+                tracing::debug!(held = admitted.len(), "controller degraded: admissions wait");
+            }
+            admitted.clear();
+        }
 
         // 3. Prechecks of the admitted steps (reads only), concurrently.
         let lost = Mutex::new(None);
@@ -247,7 +281,7 @@ impl Executor {
                         Ok(bmc) => ctx.precheck(placed, bmc.as_ref()).await,
                         Err(reason) => ctx.fail_unaddressable(&placed.step, reason).await,
                     };
-                    if let Err(err) = absorb(result, "precheck failed") {
+                    if let Err(err) = absorb(result, "precheck failed", &self.health, self.clock.now()) {
                         *lost.lock().unwrap_or_else(|p| p.into_inner()) = Some(err);
                     }
                 }
@@ -854,6 +888,7 @@ impl Executor {
                     clock: self.clock.clone(),
                     config: self.config.clone(),
                     fence: fence.clone(),
+                    health: self.health.clone(),
                 }
                 .fail_unaddressable(
                     &added,

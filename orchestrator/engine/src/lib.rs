@@ -38,7 +38,8 @@
 //! | `flashing` | task URI stored | poll it: running → wait; completed → `activating`; exception → `failed`; task gone → inventory decides |
 //! | `activating` | image staged; `reset_issued_at` if a reset was requested | new version already active → `verifying` (no reset); no reset requested → write `reset_issued_at` (intent) then reset; reset requested less than `activation_timeout` ago → wait; older → reset again (at most `max_resets`) |
 //! | `verifying` | activation happened | inventory reads the target → `succeeded`; otherwise → `failed` with the versions read |
-//! | any in flight | `unreachable_since` | BMC silent longer than `brick_timeout` → node quarantined, step `failed`, rollout halted |
+//! | any in flight | `unreachable_since` | BMC silent longer than `brick_timeout` (measured from the end of the controller's last degraded episode) → node quarantined, step `failed`, rollout halted |
+//! | any | nothing new (a fault of the controller's own: EMFILE, its pool, its image source) | nothing written for the node (a reset that never left gives its attempt back): no attempt, no backoff, no brick timer; the controller is degraded and moves no step until a real-time hold passes without such a fault (`controller` module) |
 //!
 //! Safety limit: a replica only acts while it holds the lease. A fenced
 //! write proves nobody has taken the lease over *yet*, not that nobody will
@@ -56,6 +57,7 @@
 
 mod config;
 mod connector;
+mod controller;
 mod error;
 mod executor;
 mod health;
@@ -68,8 +70,11 @@ mod step;
 pub mod watch;
 pub mod wave;
 
-pub use config::{DEFAULT_FLEET_MAX_IN_FLIGHT, EXECUTOR_LEASE, EngineConfig, StepDeadlines};
+pub use config::{
+    DEFAULT_CONTROLLER_FAULT_HOLD, DEFAULT_FLEET_MAX_IN_FLIGHT, EXECUTOR_LEASE, EngineConfig, StepDeadlines,
+};
 pub use connector::{BmcConnector, EndpointResolver, RedfishConnector};
+pub use controller::{ControllerHealth, ControllerStatus};
 pub use error::EngineError;
 pub use health::{GatelessJudge, HealthJudge};
 pub use inventory::{InventoryReadings, inventory_readings};

@@ -11,17 +11,31 @@ use tokio::task::JoinHandle;
 
 use crate::config::{EXECUTOR_LEASE, EngineConfig};
 use crate::connector::BmcConnector;
+use crate::controller::{ControllerHealth, ControllerStatus};
 use crate::executor::Executor;
 use crate::health::HealthJudge;
 
-/// Wakes the engine before its next periodic pass (after an API command).
+/// Wakes the engine before its next periodic pass (after an API command),
+/// and reads the controller's own health for whoever holds it (the web
+/// layer's `/metrics` and status API).
 #[derive(Debug, Clone, Default)]
-pub struct Nudge(Arc<Notify>);
+pub struct Nudge(Arc<Notify>, Arc<ControllerHealth>);
 
 impl Nudge {
     /// Asks for a pass as soon as the current one ends.
     pub fn nudge(&self) {
         self.0.notify_one();
+    }
+
+    /// Whether the controller is degraded by a fault of its own, and why.
+    pub fn controller_status(&self) -> ControllerStatus {
+        self.1.status()
+    }
+
+    /// A handle reading `health` and waking nothing: for a process (or a
+    /// test) that shows a controller's health without running its engine.
+    pub fn for_health(health: Arc<ControllerHealth>) -> Nudge {
+        Nudge(Arc::new(Notify::new()), health)
     }
 }
 
@@ -43,9 +57,9 @@ impl Engine {
         connector: Arc<dyn BmcConnector>,
         judge: Arc<dyn HealthJudge>,
     ) -> Engine {
-        let nudge = Nudge::default();
         let stop = Arc::new(Notify::new());
         let executor = Executor::new(db, config, connector.clone(), judge);
+        let nudge = Nudge(Arc::new(Notify::new()), executor.health.clone());
         let task = tokio::spawn(run(executor, nudge.clone(), stop.clone()));
         Engine {
             nudge,
@@ -58,6 +72,11 @@ impl Engine {
     /// A handle to wake the engine.
     pub fn nudge(&self) -> Nudge {
         self.nudge.clone()
+    }
+
+    /// Whether the controller is degraded by a fault of its own, and why.
+    pub fn controller_status(&self) -> ControllerStatus {
+        self.nudge.controller_status()
     }
 
     /// Stops after the current pass, gives the lease up so a standby takes
@@ -109,6 +128,9 @@ async fn run(executor: Executor, nudge: Nudge, stop: Arc<Notify>) {
                 fence = None;
             } else {
                 tracing::warn!(error = %crate::step_error_chain(&err), "executor pass failed");
+                if err.is_controller_fault() {
+                    executor.health.report_fault("database", db.clock().now());
+                }
             }
         }
         tokio::select! {

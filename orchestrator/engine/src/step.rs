@@ -13,6 +13,7 @@ use orchestrator_types::{Clock, ComponentKind, FirmwareVersion, NodeState};
 use serde_json::json;
 
 use crate::config::EngineConfig;
+use crate::controller::ControllerHealth;
 
 /// What one move needs.
 #[derive(Debug, Clone)]
@@ -21,6 +22,7 @@ pub(crate) struct StepCtx {
     pub clock: Arc<dyn Clock>,
     pub config: EngineConfig,
     pub fence: Fence,
+    pub health: Arc<ControllerHealth>,
 }
 
 /// The ids a step flashes: the planner's inventory ids, joined by commas
@@ -189,6 +191,24 @@ impl StepCtx {
         self.fail(step, reason).await
     }
 
+    /// A fault of the controller's own (see [`BmcError::is_controller_fault`]):
+    /// it says nothing about the node, so no attempt is spent, no backoff is
+    /// set on the rollout clock and no brick timer starts. The step stays
+    /// where it is; the controller is marked degraded, which holds every
+    /// step and admission for a while of real time.
+    fn controller_fault(&self, step: &ExecStep, err: &BmcError) -> Result<(), DbError> {
+        tracing::debug!(step = %step.id, error = %error_chain(err), "controller fault; not charged to the node");
+        self.health.report_fault(err.kind(), self.now());
+        Ok(())
+    }
+
+    /// The later of `since` and the end of the controller's last degraded
+    /// episode: time the controller could not look does not count as the
+    /// node's silence or slowness.
+    fn healthy_since(&self, since: chrono::DateTime<chrono::Utc>) -> chrono::DateTime<chrono::Utc> {
+        self.health.episode_end().map_or(since, |end| end.max(since))
+    }
+
     /// A transient failure: retry after a backoff, or fail after too many.
     async fn retry_later(&self, step: &ExecStep, back_to: StepState, err: &BmcError) -> Result<(), DbError> {
         let attempts = step.attempts + 1;
@@ -219,6 +239,11 @@ impl StepCtx {
     async fn unreachable(&self, placed: &PlacedStep, err: &BmcError) -> Result<(), DbError> {
         let step = &placed.step;
         let now = self.now();
+        if err.is_controller_fault() || self.health.is_degraded() {
+            // Only the BMC's silence while the controller itself is healthy
+            // is evidence against the node.
+            return self.controller_fault(step, err);
+        }
         let Some(since) = step.unreachable_since else {
             self.transition(
                 step,
@@ -231,7 +256,7 @@ impl StepCtx {
             .await?;
             return Ok(());
         };
-        if now - since < self.config.brick_timeout {
+        if now - self.healthy_since(since) < self.config.brick_timeout {
             return Ok(());
         }
         let reason = format!(
@@ -284,6 +309,7 @@ impl StepCtx {
         let step = &placed.step;
         let inventory = match bmc.firmware_inventory().await {
             Ok(inventory) => inventory,
+            Err(err) if err.is_controller_fault() => return self.controller_fault(step, &err),
             Err(err) if err.is_transient() => return self.retry_later(step, StepState::Pending, &err).await,
             Err(err) => return self.fail(step, format!("precheck: {}", error_chain(&err))).await,
         };
@@ -335,7 +361,7 @@ impl StepCtx {
     fn past_deadline(&self, step: &ExecStep) -> Option<String> {
         let deadline = self.config.step_deadline(step.state)?;
         let since = step.state_entered_at;
-        if self.now() - since < deadline {
+        if self.now() - self.healthy_since(since) < deadline {
             return None;
         }
         let what = match step.state {
@@ -383,6 +409,7 @@ impl StepCtx {
         let known = match bmc.list_tasks().await {
             Ok(tasks) => Some(tasks),
             Err(BmcError::Unsupported { .. }) => None,
+            Err(err) if err.is_controller_fault() => return self.controller_fault(step, &err),
             Err(err) if err.is_transient() => return self.retry_later(step, StepState::Prechecked, &err).await,
             Err(err) => return self.fail(step, format!("listing tasks: {}", error_chain(&err))).await,
         };
@@ -423,6 +450,10 @@ impl StepCtx {
             // next move finds out from the task list.
             None | Some(Err(BmcError::OutcomeUnknown { .. })) => Ok(()),
             // Never sent, or answered 503: nothing was accepted.
+            // Nothing reached the BMC (a failed connect sends nothing; the
+            // image never arrived): the step stays `pushing`, which the next
+            // move resolves from the task list as a push that never landed.
+            Some(Err(err)) if err.is_controller_fault() => self.controller_fault(&step, &err),
             Some(Err(err)) if err.is_transient() => self.retry_later(&step, StepState::Prechecked, &err).await,
             Some(Err(err)) => self.fail(&step, format!("push refused: {}", error_chain(&err))).await,
         }
@@ -481,6 +512,7 @@ impl StepCtx {
         }
         let inventory = match bmc.firmware_inventory().await {
             Ok(inventory) => inventory,
+            Err(err) if err.is_controller_fault() => return self.controller_fault(&step, &err),
             Err(err) if err.is_transient() => return Ok(()),
             Err(err) => return self.fail(&step, format!("resolving push: {}", error_chain(&err))).await,
         };
@@ -609,6 +641,7 @@ impl StepCtx {
                     .await;
             }
         }
+        let issued_before = step.reset_issued_at;
         let step = self
             .transition(
                 &step,
@@ -635,6 +668,22 @@ impl StepCtx {
             // the new version never appears.
             Some(Ok(_) | Err(BmcError::OutcomeUnknown { .. })) | None => Ok(()),
             // Not sent: the timeout above retries it.
+            // Certainly not sent (a failed connect sends nothing): give the
+            // reset attempt back so the controller's fault spends none of
+            // the node's `max_resets`.
+            Some(Err(err)) if err.is_controller_fault() => {
+                self.transition(
+                    &step,
+                    StepChange {
+                        reset_issued_at: Some(issued_before),
+                        attempts: Some(step.attempts - 1),
+                        ..Default::default()
+                    },
+                    json!({ "reason": "reset not sent: controller fault" }),
+                )
+                .await?;
+                self.controller_fault(&step, &err)
+            }
             Some(Err(err)) if err.is_transient() => {
                 tracing::debug!(step = %step.id, error = %err, "reset not sent; will retry");
                 Ok(())
@@ -837,6 +886,7 @@ fleet:
                 clock: self.clock.clone(),
                 config,
                 fence,
+                health: Arc::new(ControllerHealth::default()),
             }
         }
 

@@ -275,6 +275,11 @@ impl Harness {
     }
 
     pub fn connector(&self) -> Arc<dyn BmcConnector> {
+        self.connector_with(HttpClients::new())
+    }
+
+    /// [`Harness::connector`] over given clients (e.g. with injected connect faults).
+    pub fn connector_with(&self, clients: HttpClients) -> Arc<dyn BmcConnector> {
         let resolve = Arc::new(|url: &str, _profile: &str| {
             let url = url::Url::parse(url).map_err(|e| e.to_string())?;
             Ok(BmcEndpoint::new(url, Credentials::new("admin", "admin"))
@@ -292,7 +297,7 @@ impl Harness {
                     deadline: Duration::from_secs(3),
                 }))
         });
-        Arc::new(RedfishConnector::new(HttpClients::new(), resolve))
+        Arc::new(RedfishConnector::new(clients, resolve))
     }
 
     pub fn start_engine(&mut self) {
@@ -301,6 +306,15 @@ impl Harness {
 
     pub fn start_engine_with(&mut self, config: EngineConfig, judge: Arc<dyn HealthJudge>) {
         self.engine = Some(Engine::start(self.db.clone(), config, self.connector(), judge));
+    }
+
+    pub fn start_engine_on(&mut self, config: EngineConfig, connector: Arc<dyn BmcConnector>) {
+        self.engine = Some(Engine::start(
+            self.db.clone(),
+            config,
+            connector,
+            Arc::new(GatelessJudge),
+        ));
     }
 
     pub async fn stop_engine(&mut self) {
