@@ -268,8 +268,13 @@ pub struct Concurrency {
     pub max_in_flight: u32,
     /// Per rack.
     pub per_rack: Option<u32>,
-    /// Per NVLink domain.
-    pub per_nvlink_domain: Option<u32>,
+    /// Per scale-up domain: the nodes one accelerator fabric joins (an
+    /// NVLink domain, a Trainium UltraServer), named by the node's domain
+    /// label (`nvlink_domain` in the fleet file). One bad flash in a domain
+    /// takes the whole domain's jobs down, so this bounds the blast radius
+    /// where racks do not. Policy key `per_domain`, or its older name
+    /// `per_nvlink_domain` with the same meaning.
+    pub per_domain: Option<u32>,
     /// Percent of a cluster's nodes, in (0, 100].
     pub per_cluster_percent: Option<f64>,
     /// Percent of a cluster's GPUs out of service at once (drained,
