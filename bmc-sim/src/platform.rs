@@ -196,7 +196,10 @@ mod tests {
     #[test]
     fn trn2_is_labelled_an_assumption_and_lists_sixteen_accelerators() {
         let text = BUILT_IN.iter().find(|(n, _)| *n == "trn2").unwrap().1;
-        assert!(text.starts_with("# ASSUMPTION"), "the header must say the layout is assumed");
+        assert!(
+            text.starts_with("# ASSUMPTION"),
+            "the header must say the layout is assumed"
+        );
         let yaml = "seed: 1\nplatform: trn2\nfleet:\n  nodes: 4\n  racks: 1\n  clusters: 1\n  region: r\n  \
                     sku: trn2\n  nodes_per_nvlink_domain: 4\n";
         let scenario = crate::Scenario::from_yaml_str(yaml).unwrap();

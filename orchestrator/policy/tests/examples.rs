@@ -63,7 +63,8 @@ fn per_nvlink_domain_keeps_its_meaning_as_per_domain() {
     let text = std::fs::read_to_string(policies_dir().join("hgx-gpu-firmware.yaml")).unwrap();
     assert!(text.contains("  per_nvlink_domain: 1\n"));
     let old = orchestrator_policy::parse_policy(&text).unwrap();
-    let new = orchestrator_policy::parse_policy(&text.replace("  per_nvlink_domain: 1\n", "  per_domain: 1\n")).unwrap();
+    let new =
+        orchestrator_policy::parse_policy(&text.replace("  per_nvlink_domain: 1\n", "  per_domain: 1\n")).unwrap();
     assert_eq!(old.concurrency.per_domain, Some(1));
     assert_eq!(old.concurrency, new.concurrency);
 }
