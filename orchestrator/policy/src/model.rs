@@ -282,6 +282,21 @@ pub struct Concurrency {
     pub max_out_of_service_percent: Option<f64>,
 }
 
+/// Written by hand to keep the field's historical name: the planner's plan
+/// fingerprint hashes this text, and renaming `per_nvlink_domain` to
+/// `per_domain` must not change the fingerprint of an unchanged policy.
+impl std::fmt::Debug for Concurrency {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Concurrency")
+            .field("max_in_flight", &self.max_in_flight)
+            .field("per_rack", &self.per_rack)
+            .field("per_nvlink_domain", &self.per_domain)
+            .field("per_cluster_percent", &self.per_cluster_percent)
+            .field("max_out_of_service_percent", &self.max_out_of_service_percent)
+            .finish()
+    }
+}
+
 /// Health gates and alert rules.
 #[derive(Debug, Clone)]
 pub struct Health {
@@ -414,20 +429,5 @@ mod tests {
         assert!(!rules.permits(&v("0.9"), &v("1.1")), "current version outside `from`");
         rules.allow_downgrade = true;
         assert!(rules.permits(&v("1.1"), &v("1.0")));
-    }
-}
-
-/// Written by hand to keep the field's historical name: the planner's plan
-/// fingerprint hashes this text, and renaming `per_nvlink_domain` to
-/// `per_domain` must not change the fingerprint of an unchanged policy.
-impl std::fmt::Debug for Concurrency {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Concurrency")
-            .field("max_in_flight", &self.max_in_flight)
-            .field("per_rack", &self.per_rack)
-            .field("per_nvlink_domain", &self.per_domain)
-            .field("per_cluster_percent", &self.per_cluster_percent)
-            .field("max_out_of_service_percent", &self.max_out_of_service_percent)
-            .finish()
     }
 }
