@@ -3,6 +3,6 @@
 # CI runs the default layout and hgx-h100 only (bmc-sim/tests/validator.rs). Needs bmc-sim/ci-setup.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-platforms="default,generic-dmtf,hgx-h100,gb200,dell"
+platforms="default,generic-dmtf,hgx-h100,gb200,dell,trn2"
 BMC_SIM_VALIDATOR_PLATFORMS="$platforms" WAVEGUARD_REQUIRE_ALL=1 \
     cargo test -p bmc-sim --test validator -- --nocapture

@@ -19,6 +19,8 @@ const BUILT_IN: &[(&str, &str)] = &[
     ("hgx-h100", include_str!("../profiles/hgx-h100.yaml")),
     ("gb200", include_str!("../profiles/gb200.yaml")),
     ("dell", include_str!("../profiles/dell.yaml")),
+    // An assumed layout (AWS publishes none): see the file's header.
+    ("trn2", include_str!("../profiles/trn2.yaml")),
 ];
 
 /// Names of the built-in profiles.
@@ -189,5 +191,27 @@ mod tests {
         let gb = built_in("gb200").unwrap().update_service.unwrap();
         assert!(gb.simple_update.is_none());
         assert_eq!(gb.multipart.unwrap().apply_times, vec!["Immediate".to_string()]);
+    }
+
+    #[test]
+    fn trn2_is_labelled_an_assumption_and_lists_sixteen_accelerators() {
+        let text = BUILT_IN.iter().find(|(n, _)| *n == "trn2").unwrap().1;
+        assert!(
+            text.starts_with("# ASSUMPTION"),
+            "the header must say the layout is assumed"
+        );
+        let yaml = "seed: 1\nplatform: trn2\nfleet:\n  nodes: 4\n  racks: 1\n  clusters: 1\n  region: r\n  \
+                    sku: trn2\n  nodes_per_nvlink_domain: 4\n";
+        let scenario = crate::Scenario::from_yaml_str(yaml).unwrap();
+        let chips: Vec<&str> = scenario
+            .fleet
+            .components
+            .iter()
+            .filter(|c| c.kind == orchestrator_types::ComponentKind::Gpu)
+            .map(|c| c.id.as_str())
+            .collect();
+        assert_eq!(chips.len(), 16, "{chips:?}");
+        assert_eq!(chips[0], "NeuronDevice_0");
+        assert_eq!(chips[15], "NeuronDevice_15");
     }
 }

@@ -797,7 +797,7 @@ impl Executor {
                 continue;
             }
             let nvl_key = format!("{}/{}", placed.cluster, placed.nvlink_domain);
-            if let Some(limit) = policy.concurrency.per_nvlink_domain
+            if let Some(limit) = policy.concurrency.per_domain
                 && !placed.nvlink_domain.is_empty()
                 && load.nvlink.get(&nvl_key).copied().unwrap_or(0) >= limit
             {

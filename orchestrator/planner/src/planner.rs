@@ -122,7 +122,7 @@ pub fn plan(input: &PlanInput<'_>) -> Result<Plan, PlanError> {
                 wave_size: size,
                 pool: remaining.len(),
                 per_rack: policy.concurrency.per_rack,
-                per_nvlink_domain: policy.concurrency.per_nvlink_domain,
+                per_nvlink_domain: policy.concurrency.per_domain,
                 per_cluster_percent: policy.concurrency.per_cluster_percent,
             };
             let (selected, relaxations) = select_with_caps(&order, size, &nodes, &caps, &cluster_sizes);

@@ -129,6 +129,11 @@ pub(crate) struct RawConcurrency {
     pub max_in_flight: S<i64>,
     #[serde(default)]
     pub per_rack: Option<S<i64>>,
+    /// Per scale-up domain (an NVLink domain, a Trainium UltraServer).
+    #[serde(default)]
+    pub per_domain: Option<S<i64>>,
+    /// The older name of `per_domain`, kept because policies are users'
+    /// code: one written with it keeps its meaning.
     #[serde(default)]
     pub per_nvlink_domain: Option<S<i64>>,
     #[serde(default)]

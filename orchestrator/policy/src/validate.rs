@@ -296,10 +296,7 @@ fn concurrency(sink: &mut Sink, raw: &RawConcurrency) -> Option<Concurrency> {
         .per_rack
         .as_ref()
         .map(|v| positive(sink, "concurrency.per_rack", v, 1, MAX_NODES));
-    let per_nvlink_domain = raw
-        .per_nvlink_domain
-        .as_ref()
-        .map(|v| positive(sink, "concurrency.per_nvlink_domain", v, 1, MAX_NODES));
+    let per_domain = domain_cap(sink, raw);
     let per_cluster_percent = raw
         .per_cluster_percent
         .as_ref()
@@ -311,10 +308,28 @@ fn concurrency(sink: &mut Sink, raw: &RawConcurrency) -> Option<Concurrency> {
     Some(Concurrency {
         max_in_flight: max_in_flight?,
         per_rack: optional(per_rack)?,
-        per_nvlink_domain: optional(per_nvlink_domain)?,
+        per_domain: optional(per_domain)?,
         per_cluster_percent: optional(per_cluster_percent)?,
         max_out_of_service_percent: optional(max_out_of_service_percent)?,
     })
+}
+
+/// The scale-up domain cap from `per_domain` or its older name
+/// `per_nvlink_domain`. Both at once is refused even when equal: a reader
+/// would not know which one a later edit must change.
+fn domain_cap(sink: &mut Sink, raw: &RawConcurrency) -> Option<Option<u32>> {
+    match (&raw.per_domain, &raw.per_nvlink_domain) {
+        (Some(_), Some(old)) => {
+            sink.error(
+                at(old),
+                "concurrency: give per_domain or its older name per_nvlink_domain, not both",
+            );
+            Some(None)
+        }
+        (Some(v), None) => Some(positive(sink, "concurrency.per_domain", v, 1, MAX_NODES)),
+        (None, Some(v)) => Some(positive(sink, "concurrency.per_nvlink_domain", v, 1, MAX_NODES)),
+        (None, None) => None,
+    }
 }
 
 /// An optional field's check result: `None` (absent) is fine, `Some(None)`

@@ -55,3 +55,16 @@ fn hgx_example_has_the_documented_shape() {
     assert_eq!(policy.waves[0].gates.len(), 5, "a wave without `gates` uses every gate");
     assert!((policy.health.alpha - 0.05).abs() < 1e-12);
 }
+
+/// `per_domain` and its older name `per_nvlink_domain` are one cap: a policy
+/// written with either reads the same.
+#[test]
+fn per_nvlink_domain_keeps_its_meaning_as_per_domain() {
+    let text = std::fs::read_to_string(policies_dir().join("hgx-gpu-firmware.yaml")).unwrap();
+    assert!(text.contains("  per_nvlink_domain: 1\n"));
+    let old = orchestrator_policy::parse_policy(&text).unwrap();
+    let new =
+        orchestrator_policy::parse_policy(&text.replace("  per_nvlink_domain: 1\n", "  per_domain: 1\n")).unwrap();
+    assert_eq!(old.concurrency.per_domain, Some(1));
+    assert_eq!(old.concurrency, new.concurrency);
+}

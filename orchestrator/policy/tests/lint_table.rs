@@ -494,6 +494,29 @@ const CASES: &[Case] = &[
         )],
         &["t.yaml:14:31: concurrency.max_out_of_service_percent must be a percentage in (0, 100], got 0"],
     ),
+    (
+        "scale-up domain cap under its new name",
+        &[("  max_in_flight: 4\n", "  max_in_flight: 4\n  per_domain: 1\n")],
+        &[],
+    ),
+    (
+        "scale-up domain cap under its older name still lints clean",
+        &[("  max_in_flight: 4\n", "  max_in_flight: 4\n  per_nvlink_domain: 1\n")],
+        &[],
+    ),
+    (
+        "scale-up domain cap out of range",
+        &[("  max_in_flight: 4\n", "  max_in_flight: 4\n  per_domain: 0\n")],
+        &["t.yaml:14:15: concurrency.per_domain must be between 1 and 10000000, got 0"],
+    ),
+    (
+        "both names of the scale-up domain cap",
+        &[(
+            "  max_in_flight: 4\n",
+            "  max_in_flight: 4\n  per_domain: 1\n  per_nvlink_domain: 1\n",
+        )],
+        &["t.yaml:15:22: concurrency: give per_domain or its older name per_nvlink_domain, not both"],
+    ),
 ];
 
 #[test]

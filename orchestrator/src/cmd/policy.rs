@@ -1118,7 +1118,7 @@ mod tests {
     fn examples_directory_lints_clean() {
         let (code, out) = lint(&[examples()], None, None).unwrap();
         assert_eq!(code, ExitCode::SUCCESS, "{out}");
-        assert!(out.ends_with("5 file(s) checked: 0 error(s), 0 warning(s)\n"), "{out}");
+        assert!(out.ends_with("6 file(s) checked: 0 error(s), 0 warning(s)\n"), "{out}");
         // The DCGM policy's exporter fields, the ones off by default with their CSV line.
         assert!(
             out.contains(

@@ -103,7 +103,9 @@ impl ComponentKind {
                 Some(ComponentKind::Other)
             } else if has("BMC") {
                 Some(ComponentKind::Bmc)
-            } else if has("GPU") {
+            } else if has("GPU") || has("NEURON") || has("TRAINIUM") {
+                // Accelerators share the `gpu` kind: a Trainium chip's
+                // firmware is the accelerator firmware a GPU policy means.
                 Some(ComponentKind::Gpu)
             } else if has("BIOS") || has("UEFI") {
                 Some(ComponentKind::Bios)
@@ -202,6 +204,7 @@ mod tests {
             ("BMC_Firmware", None, Bmc),
             ("HGX_FW_GPU_0", None, Gpu),
             ("HGX_FW_GPU_SXM_7", None, Gpu),
+            ("NeuronDevice_15", None, Gpu),
             ("HGX_FW_NVSwitch_0", None, Other),
             ("HGX_FW_PCIeRetimer_3", None, Other),
             ("HGX_FW_FPGA_0", None, Other),

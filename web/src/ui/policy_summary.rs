@@ -129,8 +129,8 @@ pub(crate) fn summarise(policy: &Policy) -> Value {
     if let Some(n) = concurrency.per_rack {
         limits.push(format!("{n} per rack"));
     }
-    if let Some(n) = concurrency.per_nvlink_domain {
-        limits.push(format!("{n} per NVLink domain"));
+    if let Some(n) = concurrency.per_domain {
+        limits.push(format!("{n} per scale-up domain (NVLink domain, UltraServer)"));
     }
     if let Some(p) = concurrency.per_cluster_percent {
         limits.push(format!("{p}% of a cluster"));

@@ -23,6 +23,10 @@ use sha2::{Digest, Sha256};
 pub const SKU: &str = "hgx-h100-8gpu";
 pub const GPU_FROM: &str = "96.00.5E.00.01";
 pub const GPU_TO: &str = "96.00.61.00.01";
+/// The trn2 platform profile's SKU label and its accelerator firmware pair.
+pub const TRN2_SKU: &str = "trn2-48xl";
+pub const TRN2_FROM: &str = "2.20.0.0";
+pub const TRN2_TO: &str = "2.21.0.0";
 /// Simulated seconds per real second: a 2-4 minute flash takes about a second.
 pub const SPEEDUP: f64 = 240.0;
 
@@ -180,6 +184,13 @@ impl Harness {
                 bmc_sim::image::build(ComponentKind::Gpu, version, &[SKU], version.as_bytes()),
             );
         }
+        // The Trainium profile's accelerator firmware (`trainium.rs`), built for its own SKU.
+        for version in [TRN2_FROM, TRN2_TO] {
+            images.insert(
+                format!("gpu-{version}.fw"),
+                bmc_sim::image::build(ComponentKind::Gpu, version, &[TRN2_SKU], version.as_bytes()),
+            );
+        }
         let (image_base, image_server) = image_server(images).await;
         let new_nodes: Vec<NewNode> = fleet
             .endpoints()
@@ -232,8 +243,19 @@ impl Harness {
 
     /// [`Harness::add_release`] with rollback metadata.
     pub async fn add_release_with(&self, version: &str, qualified: bool, rollback: &ReleaseRollback) -> Release {
+        self.add_release_on(SKU, version, qualified, rollback).await
+    }
+
+    /// [`Harness::add_release_with`] for another platform SKU.
+    pub async fn add_release_on(
+        &self,
+        sku: &str,
+        version: &str,
+        qualified: bool,
+        rollback: &ReleaseRollback,
+    ) -> Release {
         let name = format!("gpu-{version}.fw");
-        let bytes = bmc_sim::image::build(ComponentKind::Gpu, version, &[SKU], version.as_bytes());
+        let bytes = bmc_sim::image::build(ComponentKind::Gpu, version, &[sku], version.as_bytes());
         let release = self
             .db
             .add_release_with(
@@ -243,7 +265,7 @@ impl Harness {
                     image_uri: format!("{}/{name}", self.image_base),
                     sha256: hex::encode(Sha256::digest(&bytes)),
                     size_bytes: bytes.len() as u64,
-                    platforms: vec![SKU.into()],
+                    platforms: vec![sku.into()],
                     release_notes: String::new(),
                 },
                 rollback,
