@@ -11,7 +11,7 @@ use std::time::Duration;
 use common::{GPU_FROM, GPU_TO, Harness, SKU};
 use orchestrator_bmc::{BmcEndpoint, Credentials, HttpClients, RetryPolicy, Timeouts};
 use orchestrator_db::AuditFilter;
-use orchestrator_db::execution::{RolloutState, StepFilter, StepPurpose, StepState, WaveState};
+use orchestrator_db::execution::{ExecRollout, RolloutState, StepFilter, StepPurpose, StepState, WaveState};
 use orchestrator_db::health::{Cohort, SampleScope};
 use orchestrator_detect::{InconclusiveReason, Verdict};
 use orchestrator_engine::prometheus::{PrometheusClient, PrometheusConfig};
@@ -577,26 +577,21 @@ async fn fake_prometheus_tsdb(
     (format!("http://{addr}"), server, scraper)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_pcie_replay_regression_in_dcgm_counters_is_rolled_back_through_the_prometheus_source() {
-    // The bad firmware multiplies PCIe errors tenfold; DCGM's replay counter
-    // carries them (bmc-sim derives it from the same event log).
-    let extra = scenario_extra()
-        .replace(
-            "      - {metric: xid_errors_per_gpu_hour, multiply: 3.0, share: 1.0, onset: 0s}",
-            "      - {metric: pcie_aer_per_node_hour, multiply: 10.0, share: 1.0, onset: 0s}",
-        )
-        .replace("pcie_aer_per_node_hour: 0.01", "pcie_aer_per_node_hour: 6");
-    let Some(mut h) = Harness::start(40, &extra, false).await else {
-        return;
-    };
+/// Starts a rollout of `version` gated on DCGM's PCIe replay counter (a rate
+/// gate over a counter), read through [`fake_prometheus_tsdb`] scraping the
+/// fleet's simulated exporters, with the engine running. Returns the rollout
+/// and the stand-in's server and scraper tasks, for the caller to abort.
+async fn start_pcie_replay_rollout(
+    h: &mut Harness,
+    version: &str,
+) -> (ExecRollout, tokio::task::JoinHandle<()>, tokio::task::JoinHandle<()>) {
     let (prometheus_url, server, scraper) =
         fake_prometheus_tsdb(format!("{}/sim/dcgm/metrics", h.fleet.control_url()), h.fleet.clock()).await;
     let policy = policy_with_gates("[pcie_replay]").replace(
         "    - name: link_degraded\n",
         "    - name: pcie_replay\n      source: prometheus\n      query: DCGM_FI_DEV_PCIE_REPLAY_COUNTER\n      kind: rate\n      direction: increase_is_bad\n      min_effect: 2.0\n      interval: 10m\n    - name: link_degraded\n",
     );
-    let release = h.add_release(GPU_BAD, true).await;
+    let release = h.add_release(version, true).await;
     h.add_release(GPU_FROM, true).await;
     let rollout = start_rollout(
         &h.db,
@@ -616,6 +611,23 @@ async fn a_pcie_replay_regression_in_dcgm_counters_is_rolled_back_through_the_pr
     let client = PrometheusClient::new(config).unwrap();
     let judge = Arc::new(DetectorJudge::new(h.db.clone(), health_bmcs()).with_prometheus(client));
     h.start_engine_with(h.config(), judge);
+    (rollout, server, scraper)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pcie_replay_regression_in_dcgm_counters_is_rolled_back_through_the_prometheus_source() {
+    // The bad firmware multiplies PCIe errors tenfold; DCGM's replay counter
+    // carries them (bmc-sim derives it from the same event log).
+    let extra = scenario_extra()
+        .replace(
+            "      - {metric: xid_errors_per_gpu_hour, multiply: 3.0, share: 1.0, onset: 0s}",
+            "      - {metric: pcie_aer_per_node_hour, multiply: 10.0, share: 1.0, onset: 0s}",
+        )
+        .replace("pcie_aer_per_node_hour: 0.01", "pcie_aer_per_node_hour: 6");
+    let Some(mut h) = Harness::start(40, &extra, false).await else {
+        return;
+    };
+    let (rollout, server, scraper) = start_pcie_replay_rollout(&mut h, GPU_BAD).await;
     let done = h
         .wait_for(
             rollout.id,
@@ -647,32 +659,7 @@ async fn healthy_firmware_with_dcgm_exporter_restarts_mid_bake_has_no_false_even
     let Some(mut h) = Harness::start(40, &extra, false).await else {
         return;
     };
-    let (prometheus_url, server, scraper) =
-        fake_prometheus_tsdb(format!("{}/sim/dcgm/metrics", h.fleet.control_url()), h.fleet.clock()).await;
-    let policy = policy_with_gates("[pcie_replay]").replace(
-        "    - name: link_degraded\n",
-        "    - name: pcie_replay\n      source: prometheus\n      query: DCGM_FI_DEV_PCIE_REPLAY_COUNTER\n      kind: rate\n      direction: increase_is_bad\n      min_effect: 2.0\n      interval: 10m\n    - name: link_degraded\n",
-    );
-    let release = h.add_release(GPU_TO, true).await;
-    h.add_release(GPU_FROM, true).await;
-    let rollout = start_rollout(
-        &h.db,
-        &StartRollout {
-            release_id: release.id,
-            policy_source: policy,
-            policy_commit: None,
-            policy_blob: None,
-            seed: 5,
-        },
-        "alice",
-    )
-    .await
-    .expect("rollout starts");
-    let mut config = PrometheusConfig::new(url::Url::parse(&prometheus_url).unwrap());
-    config.node_label = "Hostname".into();
-    let client = PrometheusClient::new(config).unwrap();
-    let judge = Arc::new(DetectorJudge::new(h.db.clone(), health_bmcs()).with_prometheus(client));
-    h.start_engine_with(h.config(), judge);
+    let (rollout, server, scraper) = start_pcie_replay_rollout(&mut h, GPU_TO).await;
     // Only the updated (canary) nodes' exporters restart, so a reset misread
     // as events would inflate the canary alone and fail the gate.
     let control = h.fleet.control_url().to_owned();
