@@ -138,7 +138,7 @@ impl Db {
         address: &str,
         policy: &ThrottlePolicy,
     ) -> Result<LoginGate, DbError> {
-        let now = self.clock.now();
+        let now = self.session_clock.now();
         let username = username.trim().to_lowercase();
         let live = |row: &login_throttles::Model| row.window_started_at + policy.window > now;
         if let Some(pair) = self.throttle_row(PAIR, &username, address).await?
@@ -179,7 +179,7 @@ impl Db {
         address: &str,
         policy: &ThrottlePolicy,
     ) -> Result<(), DbError> {
-        let now = self.clock.now();
+        let now = self.session_clock.now();
         let username = username.trim().to_lowercase();
         let txn = self.conn.begin().await?;
         for (scope, user, addr) in [
@@ -261,7 +261,7 @@ impl Db {
     /// Throttles with a failure within `window`, most recent first: what an
     /// admin looks at when users say they are being refused.
     pub async fn login_throttles(&self, window: Duration) -> Result<Vec<LoginThrottle>, DbError> {
-        let since = self.clock.now() - window;
+        let since = self.session_clock.now() - window;
         let rows = login_throttles::Entity::find()
             .filter(login_throttles::Column::LastFailureAt.gt(since))
             .order_by_desc(login_throttles::Column::LastFailureAt)

@@ -123,6 +123,44 @@ async fn throttles_lock_the_pair_back_off_the_account_and_only_slow_the_address(
     }
 }
 
+/// The demo runs rollouts on an accelerated clock; a lockout is about a
+/// person at a keyboard, so it must last its wall-clock time whatever the
+/// rollout clock does.
+#[tokio::test]
+async fn a_lockout_runs_on_the_session_clock_not_the_rollout_clock() {
+    let start = Utc.with_ymd_and_hms(2026, 12, 4, 12, 0, 0).unwrap();
+    let rollout_clock = Arc::new(ManualClock::new(start));
+    let session_clock = Arc::new(ManualClock::new(start));
+    for t in TestDb::all_backends_with_clock(rollout_clock.clone()).await {
+        let db = t.db.clone().with_session_clock(session_clock.clone());
+        let policy = ThrottlePolicy {
+            pair_max_failures: 2,
+            ..ThrottlePolicy::default()
+        };
+        for _ in 0..2 {
+            db.record_login_failure("rita", "10.0.0.9", &policy).await.unwrap();
+        }
+        rollout_clock.advance(Duration::hours(6));
+        assert!(
+            matches!(
+                db.login_gate("rita", "10.0.0.9", &policy).await.unwrap(),
+                LoginGate::Refused {
+                    reason: Refusal::PairLocked,
+                    ..
+                }
+            ),
+            "six rollout-clock hours must not end a wall-clock lockout"
+        );
+        session_clock.advance(Duration::hours(1));
+        assert!(matches!(
+            db.login_gate("rita", "10.0.0.9", &policy).await.unwrap(),
+            LoginGate::Allowed { .. }
+        ));
+        session_clock.advance(Duration::hours(-1));
+        rollout_clock.advance(Duration::hours(-6));
+    }
+}
+
 /// A node being flashed keeps its BMC address until its rollout lets go.
 #[tokio::test]
 async fn a_node_being_flashed_cannot_be_readdressed() {
