@@ -25,8 +25,9 @@ use integration_tests::process::{required_program, start_prometheus};
 use orchestrator_bmc::HttpClients;
 use orchestrator_db::execution::{ExecWave, RolloutState, WaveState};
 use orchestrator_db::health::SampleScope;
+use orchestrator_engine::RedfishConnector;
 use orchestrator_engine::prometheus::{PrometheusClient, PrometheusConfig};
-use orchestrator_engine::watch::{DetectorJudge, RedfishHealthBmcs};
+use orchestrator_engine::watch::DetectorJudge;
 use orchestrator_engine::{EngineError, StartChecks, StartRollout, start_rollout_checked};
 use orchestrator_types::{Outcome, QualificationState, RolloutId};
 
@@ -312,10 +313,10 @@ async fn wait_for_scrapes(client: &PrometheusClient, series: usize) -> anyhow::R
     }
 }
 
-fn health_bmcs() -> Arc<RedfishHealthBmcs> {
+fn health_bmcs() -> Arc<RedfishConnector> {
     // The policy has no Redfish gate; the judge still needs a way to BMCs for the ones it could have.
     let resolve = Arc::new(|url: &str, _profile: &str| integration_tests::sim_endpoint(url).map_err(|e| e.to_string()));
-    Arc::new(RedfishHealthBmcs::new(HttpClients::new(), resolve))
+    Arc::new(RedfishConnector::new(HttpClients::new(), resolve))
 }
 
 async fn canary(world: &World) -> anyhow::Result<ExecWave> {

@@ -265,17 +265,12 @@ fn start_engine(
     });
     let connector = std::sync::Arc::new(orchestrator_engine::RedfishConnector::new(
         orchestrator_bmc::HttpClients::new(),
-        resolve.clone(),
+        resolve,
     ));
     // Waves are judged against their control cohorts from Redfish health;
     // gates this judge cannot evaluate hold the wave for a human.
-    let mut judge = orchestrator_engine::watch::DetectorJudge::new(
-        db.clone(),
-        std::sync::Arc::new(orchestrator_engine::watch::RedfishHealthBmcs::new(
-            orchestrator_bmc::HttpClients::new(),
-            resolve,
-        )),
-    );
+    // The same drivers as the engine's: one session per BMC for flashing and watching.
+    let mut judge = orchestrator_engine::watch::DetectorJudge::new(db.clone(), connector.clone());
     if let Some(client) = prometheus {
         judge = judge.with_prometheus(client);
     }
