@@ -293,3 +293,36 @@ async fn a_plan_that_flashes_no_node_is_refused_at_start() {
     assert!(err.to_string().contains("flashes no node"), "{err}");
     h.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_plan_names_exactly_the_inventory_ids_each_node_will_be_pushed_to() {
+    let h = Harness::start_with(scenario("hgx-h100", "", GPU_FROM, GPU_TO), false)
+        .await
+        .unwrap();
+    let release = h.add_release(GPU_TO, true).await;
+    // No inventory_id in the policy: the component kind and the platform decide, and the plan says
+    // what they decided before anything is flashed.
+    let (_, plan) = orchestrator_engine::start_rollout_planned(
+        &h.db,
+        &StartRollout {
+            release_id: release.id,
+            policy_source: policy(None),
+            policy_commit: Some("abc".into()),
+            policy_blob: Some("def".into()),
+            seed: 5,
+        },
+        "alice",
+    )
+    .await
+    .expect("rollout starts");
+    let targets = plan.targets();
+    assert_eq!(targets.len(), 1, "one layout, one group: {targets:#?}");
+    let expected: Vec<String> = (1..=8).map(|i| format!("HGX_FW_GPU_SXM_{i}")).collect();
+    assert_eq!(targets[0].inventory_ids, expected, "{targets:#?}");
+    assert_eq!(targets[0].nodes, NODES);
+    assert_eq!(
+        targets[0].examples.len(),
+        NODES.min(orchestrator_planner::TARGET_EXAMPLES)
+    );
+    h.shutdown().await;
+}

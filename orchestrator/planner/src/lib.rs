@@ -86,7 +86,8 @@ pub use input::{ComponentSnapshot, FleetSnapshot, NodeHealth, NodeSnapshot, Rele
 pub use plan::{
     ApprovalRule, CapDimension, CapRelaxation, ControlMember, ControlPlan, ControlShortfall, ControlSource,
     ExclusionReason, NodeEligibility, NodePlan, Outcome, PLAN_FORMAT_VERSION, Plan, PlanSummary, ReleaseSummary,
-    RollbackAssessment, RollbackBlocker, SizeRule, StepPlan, WaveBlocker, WaveCaps, WavePlan,
+    RollbackAssessment, RollbackBlocker, SizeRule, StepPlan, TARGET_EXAMPLES, TargetGroup, WaveBlocker, WaveCaps,
+    WavePlan,
 };
 pub use planner::{MAX_CONTROL_COHORT, MIN_CONTROL_COHORT, PlanInput, plan};
 

@@ -60,6 +60,52 @@ impl Plan {
                 .flat_map(move |n| n.steps.iter().map(move |s| (i, n, s)))
         })
     }
+
+    /// Exactly which inventory ids the plan's steps push to, grouped: nodes whose steps touch the same
+    /// set of ids form one group (a homogeneous fleet is one line), largest group first. What a human
+    /// checks before the first flash, so that an ERoT or a host BMC in the list is seen, not flashed.
+    pub fn targets(&self) -> Vec<TargetGroup> {
+        let mut groups: BTreeMap<Vec<String>, Vec<String>> = BTreeMap::new();
+        for wave in &self.waves {
+            for node in &wave.nodes {
+                let mut ids: Vec<String> = node.steps.iter().map(|s| s.inventory_id.clone()).collect();
+                ids.sort();
+                ids.dedup();
+                groups.entry(ids).or_default().push(node.name.clone());
+            }
+        }
+        let mut out: Vec<TargetGroup> = groups
+            .into_iter()
+            .map(|(inventory_ids, mut nodes)| {
+                nodes.sort();
+                TargetGroup {
+                    inventory_ids,
+                    nodes: nodes.len(),
+                    examples: nodes.into_iter().take(TARGET_EXAMPLES).collect(),
+                }
+            })
+            .collect();
+        out.sort_by(|a, b| {
+            b.nodes
+                .cmp(&a.nodes)
+                .then_with(|| a.inventory_ids.cmp(&b.inventory_ids))
+        });
+        out
+    }
+}
+
+/// Node names shown per [`TargetGroup`]: enough to find one, few enough for 100,000 nodes.
+pub const TARGET_EXAMPLES: usize = 3;
+
+/// Nodes whose steps push to the same inventory ids.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TargetGroup {
+    /// The FirmwareInventory ids each of these nodes' steps push to, sorted.
+    pub inventory_ids: Vec<String>,
+    /// How many nodes.
+    pub nodes: usize,
+    /// The first few node names, sorted.
+    pub examples: Vec<String>,
 }
 
 /// The release as the plan records it.

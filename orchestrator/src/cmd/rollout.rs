@@ -339,6 +339,7 @@ async fn start(args: StartArgs, context: &Context, actor: &str) -> anyhow::Resul
             "planned_nodes": plan.summary.planned,
             "excluded": plan.summary.excluded,
             "waves": waves,
+            "targets": plan.targets(),
             "rollback": {
                 "possible": plan.rollback.possible,
                 "reasons": plan.rollback.blockers.iter().map(ToString::to_string).collect::<Vec<_>>(),
@@ -371,6 +372,14 @@ async fn start(args: StartArgs, context: &Context, actor: &str) -> anyhow::Resul
             } else {
                 ""
             }
+        );
+    }
+    for group in plan.targets() {
+        println!(
+            "  pushes to {} on {} node(s), e.g. {}",
+            group.inventory_ids.join(", "),
+            group.nodes,
+            group.examples.join(", ")
         );
     }
     if plan.rollback.possible {

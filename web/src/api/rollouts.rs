@@ -75,9 +75,23 @@ pub struct PlanSummary {
     /// Nodes left out, by reason code.
     excluded: BTreeMap<String, usize>,
     waves: Vec<WaveSummary>,
+    /// Exactly which inventory ids the steps push to, nodes with the same
+    /// set grouped, largest group first.
+    targets: Vec<TargetSummary>,
     rollback: RollbackSummary,
     /// Remarks for humans (empty waves, qualification, short control cohorts).
     notes: Vec<String>,
+}
+
+/// Nodes whose steps push to the same inventory ids.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TargetSummary {
+    /// FirmwareInventory ids, sorted.
+    inventory_ids: Vec<String>,
+    /// How many nodes.
+    nodes: usize,
+    /// The first few node names.
+    examples: Vec<String>,
 }
 
 /// One planned wave.
@@ -251,6 +265,15 @@ fn summarize(rollout: ExecRollout, plan: &Plan) -> PlanSummary {
         planned_components: plan.summary.steps,
         excluded: plan.summary.excluded.clone(),
         waves,
+        targets: plan
+            .targets()
+            .into_iter()
+            .map(|g| TargetSummary {
+                inventory_ids: g.inventory_ids,
+                nodes: g.nodes,
+                examples: g.examples,
+            })
+            .collect(),
         rollback: RollbackSummary {
             possible: plan.rollback.possible,
             reasons: plan.rollback.blockers.iter().map(ToString::to_string).collect(),
