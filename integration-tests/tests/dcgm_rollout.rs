@@ -215,7 +215,7 @@ async fn run(prometheus_bin: &std::path::Path) -> anyhow::Result<()> {
         };
         let checks = StartChecks {
             prometheus: Some(client.clone()),
-            allow_missing_series: false,
+            ..Default::default()
         };
         if prefix == "xid" {
             // A gate on a field this fleet's exporters do not export is refused before any flash, naming

@@ -76,6 +76,9 @@ pub struct AppState {
     /// The Prometheus the policies' gates read: a rollout start checks
     /// their series exist for the first wave. `None`: nothing to check.
     pub prometheus: Option<orchestrator_engine::prometheus::PrometheusClient>,
+    /// The engine's BMC drivers: a rollout start asks the first wave's
+    /// BMCs whether they can carry out the update. `None`: nothing asked.
+    pub bmcs: Option<Arc<orchestrator_engine::RedfishConnector>>,
 }
 
 impl AppState {
@@ -90,7 +93,15 @@ impl AppState {
             credential_profiles: None,
             duties: Arc::new(Duties::default()),
             prometheus: None,
+            bmcs: None,
         }
+    }
+
+    /// The same state, asking the first wave's BMCs through `bmcs` before
+    /// a rollout starts whether they can carry out its update.
+    pub fn with_bmcs(mut self, bmcs: Arc<orchestrator_engine::RedfishConnector>) -> Self {
+        self.bmcs = Some(bmcs);
+        self
     }
 
     /// The same state with these separation-of-duties rules.

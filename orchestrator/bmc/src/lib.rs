@@ -125,6 +125,16 @@ pub trait Bmc: Send + Sync + fmt::Debug {
     /// Every entry of `UpdateService/FirmwareInventory`.
     async fn firmware_inventory(&self) -> Result<Vec<FirmwareComponent>, BmcError>;
 
+    /// What the UpdateService offers (paths, targets, apply times), as read from the service's own
+    /// links and annotations; checked before a rollout's first flash. A driver that cannot tell says
+    /// [`BmcError::Unsupported`].
+    async fn update_capabilities(&self) -> Result<UpdateCapabilities, BmcError> {
+        Err(BmcError::Unsupported {
+            endpoint: self.endpoint().to_string(),
+            feature: "reading update capabilities".to_string(),
+        })
+    }
+
     /// Starts an update and returns where to poll it. Never re-sent after an ambiguous failure
     /// ([`BmcError::OutcomeUnknown`]); persist the handle before polling so a restart resumes.
     async fn start_update(&self, request: &UpdateRequest) -> Result<TaskHandle, BmcError>;

@@ -19,7 +19,7 @@ use crate::types::{
     ApplyTime, EventBatch, EventCursor, EventLogEntry, FirmwareComponent, ResetTarget, SensorKind, SensorReading,
     ServiceInfo, TaskHandle, TaskMessage, TaskState, TaskStatus, UpdateMethod, UpdateRequest,
 };
-use crate::update::{PushCaps, SimpleUpdateCaps, UpdateCapabilities, UpdateIntent, UpdatePath, choose_update_path};
+use crate::update::{PushCaps, SimpleUpdateCaps, UpdateCapabilities, UpdatePath, choose_update_path};
 use crate::{Bmc, ResetKind};
 
 /// How many member GETs one BMC gets at once when a collection lists links only. BMC web servers are
@@ -487,15 +487,12 @@ impl RedfishBmc {
         info: &UpdateServiceInfo,
         request: &UpdateRequest,
         image_uri: &str,
-        forced: Option<UpdatePath>,
-        strict_apply_time: bool,
     ) -> Result<TaskHandle, BmcError> {
-        let intent = UpdateIntent {
-            targeted: !request.targets.is_empty(),
-            apply_time: request.apply_time,
-            strict_apply_time,
-            forced,
-            image_scheme: url::Url::parse(image_uri).ok().map(|u| u.scheme().to_string()),
+        let Some(intent) = request.intent() else {
+            return Err(BmcError::Unsupported {
+                endpoint: self.transport.label().to_string(),
+                feature: "choosing an update path for a request that names its own".to_string(),
+            });
         };
         let plan = choose_update_path(&info.caps, &intent).map_err(|refusal| BmcError::NoUpdatePath {
             endpoint: self.transport.label().to_string(),
@@ -739,6 +736,11 @@ impl Bmc for RedfishBmc {
             .collect()
     }
 
+    async fn update_capabilities(&self) -> Result<UpdateCapabilities, BmcError> {
+        // The inherent method (callers holding the concrete driver use it too).
+        RedfishBmc::update_capabilities(self).await
+    }
+
     async fn start_update(&self, request: &UpdateRequest) -> Result<TaskHandle, BmcError> {
         let info = self.update_service().await?.clone();
         let resp = match &request.method {
@@ -768,14 +770,8 @@ impl Bmc for RedfishBmc {
                 self.multipart_push(&push_uri.uri, image.clone(), filename, request.apply_time, request)
                     .await?
             }
-            UpdateMethod::FromImageUri {
-                image_uri,
-                forced,
-                strict_apply_time,
-            } => {
-                return self
-                    .update_from_uri(&info, request, image_uri, *forced, *strict_apply_time)
-                    .await;
+            UpdateMethod::FromImageUri { image_uri, .. } => {
+                return self.update_from_uri(&info, request, image_uri).await;
             }
         };
         self.task_handle_from(&resp)?.ok_or_else(|| {

@@ -261,6 +261,29 @@ pub struct UpdateRequest {
     pub force_update: Option<bool>,
 }
 
+impl UpdateRequest {
+    /// What [`crate::choose_update_path`] decides on for a [`UpdateMethod::FromImageUri`] request;
+    /// `None` for a request that names its path itself. The driver decides from it at the push, and a
+    /// controller can ask the same question of a BMC's capabilities before any push.
+    pub fn intent(&self) -> Option<crate::UpdateIntent> {
+        let UpdateMethod::FromImageUri {
+            image_uri,
+            forced,
+            strict_apply_time,
+        } = &self.method
+        else {
+            return None;
+        };
+        Some(crate::UpdateIntent {
+            targeted: !self.targets.is_empty(),
+            apply_time: self.apply_time,
+            strict_apply_time: *strict_apply_time,
+            forced: *forced,
+            image_scheme: url::Url::parse(image_uri).ok().map(|u| u.scheme().to_string()),
+        })
+    }
+}
+
 /// What to reset.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ResetTarget {

@@ -16,6 +16,9 @@ pub enum EngineError {
     /// A Prometheus gate has no series for some of the first wave's nodes.
     #[error("{}", missing_series_message(missing))]
     MissingSeries { missing: Vec<MissingSeries> },
+    /// Some first-wave BMC offers no update path for what the policy requires: (node, why).
+    #[error("{}", no_update_path_message(refused))]
+    NoUpdatePath { refused: Vec<(String, String)> },
     /// Prometheus could not be asked whether the gates' series exist.
     #[error("cannot check the Prometheus gates' series before the first flash")]
     SeriesCheck(#[source] crate::metric_source::SourceError),
@@ -34,6 +37,25 @@ pub struct MissingSeries {
 
 /// Names at most this many nodes per gate; the count says the rest.
 const NAMED_NODES: usize = 5;
+
+fn no_update_path_message(refused: &[(String, String)]) -> String {
+    let named: Vec<String> = refused
+        .iter()
+        .take(NAMED_NODES)
+        .map(|(node, why)| format!("{node}: {why}"))
+        .collect();
+    let more = refused.len().saturating_sub(NAMED_NODES);
+    let more = if more > 0 {
+        format!("; and {more} more")
+    } else {
+        String::new()
+    };
+    format!(
+        "{} first-wave BMC(s) cannot carry out this update (check the policy's `update:` section): {}{more}",
+        refused.len(),
+        named.join("; ")
+    )
+}
 
 fn missing_series_message(missing: &[MissingSeries]) -> String {
     let gates: Vec<String> = missing
@@ -69,7 +91,8 @@ impl EngineError {
             EngineError::Policy(_)
             | EngineError::Plan(_)
             | EngineError::EmptyPlan { .. }
-            | EngineError::MissingSeries { .. } => true,
+            | EngineError::MissingSeries { .. }
+            | EngineError::NoUpdatePath { .. } => true,
             EngineError::LostLease | EngineError::SeriesCheck(_) => false,
         }
     }

@@ -24,7 +24,7 @@ use crate::config::EngineConfig;
 use crate::connector::BmcConnector;
 use crate::controller::ControllerHealth;
 use crate::health::HealthJudge;
-use crate::step::StepCtx;
+use crate::step::{StepCtx, StepRules};
 use crate::wave::{ReleaseStanding, WaveAction, WaveFacts, decide};
 
 /// Long-lived state of the executor: caches that are safe to lose.
@@ -194,9 +194,18 @@ impl Executor {
         // real time (the hold), not on the rollout clock.
         let degraded = self.health.refresh(self.clock.now());
         let rollouts = self.db.unfinished_rollouts().await?;
-        let mut kinds = HashMap::new();
+        let mut rules = HashMap::new();
         for rollout in &rollouts {
-            kinds.insert(rollout.id, self.kind(rollout).await?);
+            // The policy was validated when the rollout started; a stored
+            // policy that no longer parses keeps the driver's defaults.
+            let update = self.policy(rollout).map(|p| p.update).unwrap_or_default();
+            rules.insert(
+                rollout.id,
+                StepRules {
+                    kind: self.kind(rollout).await?,
+                    update,
+                },
+            );
         }
 
         // 1. Every admitted step moves once, whatever its rollout's state:
@@ -212,13 +221,13 @@ impl Executor {
             .for_each_concurrent(self.config.bmc_concurrency, |placed| {
                 let ctx = &ctx;
                 let lost = &lost;
-                let kind = kinds
+                let rules = rules
                     .get(&placed.step.rollout_id)
                     .copied()
-                    .unwrap_or(ComponentKind::Other);
+                    .unwrap_or_else(|| StepRules::of_kind(ComponentKind::Other));
                 async move {
                     let result = match self.connector.connect(placed) {
-                        Ok(bmc) => ctx.advance(placed, bmc.as_ref(), kind).await,
+                        Ok(bmc) => ctx.advance(placed, bmc.as_ref(), rules).await,
                         Err(reason) => ctx.fail_unaddressable(&placed.step, reason).await,
                     };
                     if let Err(err) = absorb(result, "step move failed", &self.health, self.clock.now()) {

@@ -196,6 +196,11 @@ pub struct StartChecks {
     /// Start even when series are missing (a new exporter field about to be enabled, say); recorded in
     /// the log as a warning.
     pub allow_missing_series: bool,
+    /// The controller's BMC drivers: every first-wave BMC is asked what its UpdateService offers, and a
+    /// start whose update (the policy's `update:` requirements, targeted at the planned components) no
+    /// path of some BMC can carry out is refused ([`EngineError::NoUpdatePath`]) before any flash.
+    /// `None` asks nothing; the step then fails at its push with the same reason.
+    pub bmcs: Option<std::sync::Arc<crate::RedfishConnector>>,
 }
 
 /// [`start_rollout_planned`] after the [`StartChecks`].
@@ -247,6 +252,9 @@ pub async fn start_rollout_checked(
     }
     if let Some(client) = &checks.prometheus {
         check_gate_series(client, &policy, &plan, db.clock().now(), checks.allow_missing_series).await?;
+    }
+    if let Some(bmcs) = &checks.bmcs {
+        check_update_paths(db, bmcs, &policy, &plan, &release.image_uri).await?;
     }
     let rows = plan_to_rows(&plan);
     let inline = || {
@@ -316,6 +324,71 @@ async fn check_gate_series(
         return Ok(());
     }
     Err(err)
+}
+
+/// BMCs asked at once by [`check_update_paths`]: the first wave is small, and each answer is two GETs.
+const UPDATE_CHECK_CONCURRENCY: usize = 16;
+
+/// Every first-wave BMC must offer an update path for the policy's `update:` requirements that can
+/// restrict the push to the step's components. A BMC that cannot be read now is left to its step
+/// (it may be rebooting); a BMC that answers and cannot do it refuses the start, naming why.
+async fn check_update_paths(
+    db: &Db,
+    bmcs: &crate::RedfishConnector,
+    policy: &Policy,
+    plan: &Plan,
+    image_uri: &str,
+) -> Result<(), EngineError> {
+    use futures::StreamExt;
+    let rules = crate::step::StepRules {
+        kind: plan.release.kind,
+        update: policy.update,
+    };
+    // Every planned step names its components, so the push is targeted.
+    let request = rules.update_request(image_uri.to_owned(), vec![String::new()]);
+    let Some(intent) = request.intent() else {
+        return Ok(());
+    };
+    let mut first_wave: Vec<orchestrator_types::NodeId> = plan
+        .steps()
+        .filter(|(wave, _, _)| *wave == 0)
+        .map(|(_, node, _)| node.node)
+        .collect();
+    first_wave.dedup();
+    let answers: Vec<Result<Option<(String, String)>, EngineError>> = futures::stream::iter(first_wave)
+        .map(|id| {
+            let intent = &intent;
+            async move {
+                let node = db.node(id).await?;
+                let bmc = match bmcs.driver(&node.bmc_url, &node.credential_ref) {
+                    Ok(bmc) => bmc,
+                    Err(reason) => return Ok(Some((node.name, reason))),
+                };
+                match bmc.update_capabilities().await {
+                    Ok(caps) => Ok(orchestrator_bmc::choose_update_path(&caps, intent)
+                        .err()
+                        .map(|refusal| (node.name, refusal.to_string()))),
+                    Err(err) => {
+                        tracing::warn!(node = %node.name, error = %err, "update capabilities unreadable at start; left to the step");
+                        Ok(None)
+                    }
+                }
+            }
+        })
+        .buffer_unordered(UPDATE_CHECK_CONCURRENCY)
+        .collect()
+        .await;
+    let mut refused = Vec::new();
+    for answer in answers {
+        if let Some(found) = answer? {
+            refused.push(found);
+        }
+    }
+    if refused.is_empty() {
+        return Ok(());
+    }
+    refused.sort();
+    Err(EngineError::NoUpdatePath { refused })
 }
 
 /// Convenience for callers holding only an id.

@@ -9,6 +9,7 @@ use orchestrator_bmc::{
 };
 use orchestrator_db::execution::{ExecStep, Fence, PlacedStep, RolloutState, StepChange, StepState};
 use orchestrator_db::{Db, DbError};
+use orchestrator_policy::{ApplyTimeRule, UpdatePathRule, UpdateRules};
 use orchestrator_types::{Clock, ComponentKind, FirmwareVersion, NodeState};
 use serde_json::json;
 
@@ -23,6 +24,49 @@ pub(crate) struct StepCtx {
     pub config: EngineConfig,
     pub fence: Fence,
     pub health: Arc<ControllerHealth>,
+}
+
+/// What a step's moves need to know of its rollout.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct StepRules {
+    /// The release's component kind (which reset activates it).
+    pub kind: ComponentKind,
+    /// The policy's `update:` requirements.
+    pub update: UpdateRules,
+}
+
+impl StepRules {
+    /// A kind with the driver's default update choice.
+    pub fn of_kind(kind: ComponentKind) -> Self {
+        Self {
+            kind,
+            update: UpdateRules::default(),
+        }
+    }
+
+    /// The push the policy asks for: a required path is the only candidate; a required apply time is
+    /// strict (refused, not replaced, by a BMC that cannot do it); by default OnReset is preferred.
+    pub(crate) fn update_request(&self, image_uri: String, targets: Vec<String>) -> UpdateRequest {
+        let forced = self.update.path.map(|p| match p {
+            UpdatePathRule::SimpleUpdate => orchestrator_bmc::UpdatePath::SimpleUpdate,
+            UpdatePathRule::MultipartPush => orchestrator_bmc::UpdatePath::MultipartPush,
+            UpdatePathRule::HttpPush => orchestrator_bmc::UpdatePath::HttpPush,
+        });
+        let apply_time = match self.update.apply_time {
+            Some(ApplyTimeRule::Immediate) => ApplyTime::Immediate,
+            Some(ApplyTimeRule::OnReset) | None => ApplyTime::OnReset,
+        };
+        UpdateRequest {
+            method: UpdateMethod::FromImageUri {
+                image_uri,
+                forced,
+                strict_apply_time: self.update.apply_time.is_some(),
+            },
+            targets,
+            apply_time: Some(apply_time),
+            force_update: None,
+        }
+    }
 }
 
 /// The ids a step flashes: the planner's inventory ids, joined by commas
@@ -380,7 +424,7 @@ impl StepCtx {
     }
 
     /// One move of an admitted step.
-    pub async fn advance(&self, placed: &PlacedStep, bmc: &dyn Bmc, kind: ComponentKind) -> Result<(), DbError> {
+    pub async fn advance(&self, placed: &PlacedStep, bmc: &dyn Bmc, rules: StepRules) -> Result<(), DbError> {
         let step = &placed.step;
         // Before the backoff: a step retrying forever is as stuck as one
         // whose task never ends.
@@ -391,17 +435,17 @@ impl StepCtx {
             return Ok(());
         }
         match step.state {
-            StepState::Prechecked => self.push(placed, bmc).await,
+            StepState::Prechecked => self.push(placed, bmc, rules).await,
             StepState::Pushing => self.resolve_push(placed, bmc).await,
             StepState::Flashing => self.poll_flash(placed, bmc).await,
-            StepState::Activating => self.activate(placed, bmc, kind).await,
+            StepState::Activating => self.activate(placed, bmc, rules.kind).await,
             StepState::Verifying => self.verify(placed, bmc).await,
             StepState::Pending | StepState::Succeeded | StepState::Failed | StepState::Skipped => Ok(()),
         }
     }
 
     /// prechecked → pushing (intent, with the BMC's task list) → flashing.
-    async fn push(&self, placed: &PlacedStep, bmc: &dyn Bmc) -> Result<(), DbError> {
+    async fn push(&self, placed: &PlacedStep, bmc: &dyn Bmc, rules: StepRules) -> Result<(), DbError> {
         let step = &placed.step;
         if !self.lease_covers_side_effect() {
             return Ok(());
@@ -433,17 +477,12 @@ impl StepCtx {
         }
         // The driver picks the path this BMC offers (SimpleUpdate, multipart
         // or HttpPushUri) and refuses one that cannot restrict the targets;
-        // OnReset is a preference (push-only BMCs apply Immediately).
-        let request = UpdateRequest {
-            method: UpdateMethod::FromImageUri {
-                image_uri: step.image_uri.clone(),
-                forced: None,
-                strict_apply_time: false,
-            },
-            targets: step.targets.iter().map(|t| t.uri.clone()).collect(),
-            apply_time: Some(ApplyTime::OnReset),
-            force_update: None,
-        };
+        // OnReset is a preference (push-only BMCs apply Immediately) unless
+        // the policy's `update:` requires a path or an apply time.
+        let request = rules.update_request(
+            step.image_uri.clone(),
+            step.targets.iter().map(|t| t.uri.clone()).collect(),
+        );
         match self.within_lease(bmc.start_update(&request)).await {
             Some(Ok(handle)) => self.adopt_task(&step, handle.poll_uri().to_owned()).await,
             // The BMC may or may not have accepted it: stay in `pushing`; the
@@ -912,7 +951,9 @@ fleet:
 
         // A slow pass: 40 of the lease's 60 seconds are gone.
         clock.advance(Duration::seconds(40));
-        ctx.advance(&placed, bmc, ComponentKind::Gpu).await.expect("move");
+        ctx.advance(&placed, bmc, StepRules::of_kind(ComponentKind::Gpu))
+            .await
+            .expect("move");
         assert!(
             bmc.list_tasks().await.expect("tasks").is_empty(),
             "pushed on a dying lease"
@@ -922,7 +963,9 @@ fleet:
 
         // Renewed: the same move pushes.
         let ctx = world.ctx(Duration::seconds(60)).await;
-        ctx.advance(&placed, bmc, ComponentKind::Gpu).await.expect("move");
+        ctx.advance(&placed, bmc, StepRules::of_kind(ComponentKind::Gpu))
+            .await
+            .expect("move");
         assert_eq!(bmc.list_tasks().await.expect("tasks").len(), 1, "one push");
         let step = db.step(placed.step.id).await.expect("step");
         assert_eq!(step.state, StepState::Flashing);
@@ -1004,7 +1047,7 @@ fleet:
         };
         tokio::time::timeout(
             std::time::Duration::from_secs(10),
-            ctx.advance(&placed, &stuck, ComponentKind::Gpu),
+            ctx.advance(&placed, &stuck, StepRules::of_kind(ComponentKind::Gpu)),
         )
         .await
         .expect("the push outlived the lease")
@@ -1024,7 +1067,7 @@ fleet:
             if placed.step.state == StepState::Flashing {
                 break;
             }
-            ctx.advance(&placed, &world.bmc, ComponentKind::Gpu)
+            ctx.advance(&placed, &world.bmc, StepRules::of_kind(ComponentKind::Gpu))
                 .await
                 .expect("move");
         }
@@ -1051,7 +1094,9 @@ fleet:
             push: false,
             task: true,
         };
-        ctx.advance(&placed, &stuck, ComponentKind::Gpu).await.expect("push");
+        ctx.advance(&placed, &stuck, StepRules::of_kind(ComponentKind::Gpu))
+            .await
+            .expect("push");
         let flashing = world.db.open_steps().await.expect("steps").remove(0);
         assert_eq!(flashing.step.state, StepState::Flashing);
         let deadline = ctx.config.deadlines.task;
@@ -1059,14 +1104,18 @@ fleet:
         // Polled for just under the deadline: still flashing.
         world.clock.advance(deadline - Duration::minutes(1));
         let ctx = world.ctx(Duration::seconds(60)).await;
-        ctx.advance(&flashing, &stuck, ComponentKind::Gpu).await.expect("poll");
+        ctx.advance(&flashing, &stuck, StepRules::of_kind(ComponentKind::Gpu))
+            .await
+            .expect("poll");
         let placed = world.db.open_steps().await.expect("steps").remove(0);
         assert_eq!(placed.step.state, StepState::Flashing);
 
         // Past it: failed, with the reason.
         world.clock.advance(Duration::minutes(2));
         let ctx = world.ctx(Duration::seconds(60)).await;
-        ctx.advance(&placed, &stuck, ComponentKind::Gpu).await.expect("poll");
+        ctx.advance(&placed, &stuck, StepRules::of_kind(ComponentKind::Gpu))
+            .await
+            .expect("poll");
         let step = world.db.step(placed.step.id).await.expect("step");
         assert_eq!(step.state, StepState::Failed);
         let error = step.error.unwrap_or_default();

@@ -46,6 +46,11 @@ bmc_faults:
 }
 
 fn policy(inventory_id: Option<&str>) -> String {
+    policy_updating(inventory_id, "")
+}
+
+/// [`policy`] with an `update:` section (`update` is its YAML, empty for none).
+fn policy_updating(inventory_id: Option<&str>, update: &str) -> String {
     let id_line = inventory_id.map_or(String::new(), |p| format!("  inventory_id: \"{p}\"\n"));
     format!(
         r#"
@@ -71,7 +76,7 @@ failure_budget:
 rollback:
   automatic: false
   scope: rollout
-"#
+{update}"#
     )
 }
 
@@ -324,5 +329,92 @@ async fn the_plan_names_exactly_the_inventory_ids_each_node_will_be_pushed_to() 
         targets[0].examples.len(),
         NODES.min(orchestrator_planner::TARGET_EXAMPLES)
     );
+    h.shutdown().await;
+}
+
+/// Starts a rollout of `version` under `policy_source` with the BMC check `serve` makes.
+async fn start_checked(
+    h: &Harness,
+    release: &orchestrator_db::model::Release,
+    policy_source: String,
+) -> Result<RolloutId, orchestrator_engine::EngineError> {
+    let checks = orchestrator_engine::StartChecks {
+        bmcs: Some(h.redfish()),
+        ..Default::default()
+    };
+    let request = StartRollout {
+        release_id: release.id,
+        policy_source,
+        policy_commit: Some("abc".into()),
+        policy_blob: Some("def".into()),
+        seed: 5,
+    };
+    orchestrator_engine::start_rollout_checked(&h.db, &request, "alice", &checks)
+        .await
+        .map(|(rollout, _)| rollout.id)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_apply_time_a_bmc_cannot_do_is_refused_at_start_and_one_it_can_do_runs() {
+    let (from, to) = ("97.00.52.00.01", "97.00.61.00.01");
+    // GB200's multipart push applies Immediately only; here it is the only path the BMC offers.
+    let multipart_only = "update_service:\n  multipart: {apply_times: [Immediate]}\n  accepted: task_monitor\n";
+    let mut h = Harness::start_with(scenario("gb200", multipart_only, from, to), false)
+        .await
+        .unwrap();
+    let release = h.add_release(to, true).await;
+    // OnReset, required, is refused before any flash, naming every node and the reason.
+    let on_reset = "update:\n  apply_time: on_reset\n";
+    let err = start_checked(&h, &release, policy_updating(Some("HGX_FW_GPU_*"), on_reset))
+        .await
+        .expect_err("GB200 cannot apply on reset");
+    let message = err.to_string();
+    assert!(
+        matches!(&err, orchestrator_engine::EngineError::NoUpdatePath { refused } if refused.len() == NODES),
+        "{message}"
+    );
+    assert!(message.contains("Immediate") || message.contains("apply"), "{message}");
+    assert!(err.is_caller_error());
+    assert!(
+        h.db.exec_rollouts().await.unwrap().is_empty(),
+        "a refused start stores nothing"
+    );
+
+    // Immediate, required, is what it does: the rollout runs to the end.
+    let immediate = "update:\n  apply_time: immediate\n";
+    let id = start_checked(&h, &release, policy_updating(Some("HGX_FW_GPU_*"), immediate))
+        .await
+        .expect("GB200 applies immediately");
+    h.start_engine();
+    let done = h
+        .wait_for(id, &[RolloutState::Completed, RolloutState::Halted], LIMIT)
+        .await;
+    assert_eq!(done.state, RolloutState::Completed, "{:?}", done.state_reason);
+    for node in versions(&h).values() {
+        for (id, version) in node.iter().filter(|(id, _)| id.starts_with("HGX_FW_GPU_")) {
+            assert_eq!(version, to, "{id}");
+        }
+    }
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_path_that_cannot_restrict_targets_is_refused_at_start() {
+    // The DGX H100 layout's SimpleUpdate takes no Targets: required by the policy, it would flash
+    // every applicable component, so the start is refused; `auto` takes the multipart path instead.
+    let h = Harness::start_with(scenario("hgx-h100", "", GPU_FROM, GPU_TO), false)
+        .await
+        .unwrap();
+    let release = h.add_release(GPU_TO, true).await;
+    let simple = "update:\n  path: simple_update\n";
+    let err = start_checked(&h, &release, policy_updating(None, simple))
+        .await
+        .expect_err("an untargetable SimpleUpdate must be refused");
+    let message = err.to_string();
+    assert!(message.contains("Targets"), "{message}");
+    assert!(h.db.exec_rollouts().await.unwrap().is_empty());
+    start_checked(&h, &release, policy_updating(None, "update:\n  path: auto\n"))
+        .await
+        .expect("auto finds the multipart path");
     h.shutdown().await;
 }

@@ -33,9 +33,9 @@ pub use lint::{
     Checked, FileReport, MAX_POLICY_BYTES, PolicyError, check_bytes, check_source, lint_files, parse_policy,
 };
 pub use model::{
-    Approval, Concurrency, DEFAULT_ALPHA, DEFAULT_DRAIN_TIMEOUT_HOURS, DrainRules, FailureBudget, Health, IdPattern,
-    LabelSelector, OnDrainTimeout, Policy, QualificationRules, RollbackPolicy, RollbackScope, Target, VersionRules,
-    Wave, WaveSize,
+    ApplyTimeRule, Approval, Concurrency, DEFAULT_ALPHA, DEFAULT_DRAIN_TIMEOUT_HOURS, DrainRules, FailureBudget,
+    Health, IdPattern, LabelSelector, OnDrainTimeout, Policy, QualificationRules, RollbackPolicy, RollbackScope,
+    Target, UpdatePathRule, UpdateRules, VersionRules, Wave, WaveSize,
 };
 pub use version_constraint::{Comparator, ConstraintError, Op, VersionConstraint};
 pub use window::{MaintenanceWindow, next_window_start, window_open_at};

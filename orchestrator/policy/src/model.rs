@@ -40,6 +40,52 @@ pub struct Policy {
     pub rollback: RollbackPolicy,
     /// Error budgets, soak and holdback of fleet-scale detection.
     pub detection: crate::detection::Detection,
+    /// How images reach the BMCs (`update:`, optional).
+    pub update: UpdateRules,
+}
+
+/// `update:`: which Redfish update path and apply time the steps use. Both default to `auto`: the
+/// driver takes the first path the BMC offers that can restrict the update to the step's targets
+/// (SimpleUpdate, then multipart push, then HttpPushUri) and prefers `OnReset`, falling back to
+/// what the path supports. A value set here is a requirement: a BMC that cannot meet it is refused
+/// at `rollout start` (the first wave's BMCs are asked) and its step fails before any push.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UpdateRules {
+    /// Only this path; `None` is `auto`.
+    pub path: Option<UpdatePathRule>,
+    /// Exactly this apply time; `None` is `auto`.
+    pub apply_time: Option<ApplyTimeRule>,
+}
+
+/// A Redfish update path a policy may require.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpdatePathRule {
+    /// `UpdateService.SimpleUpdate` (the BMC pulls the image).
+    SimpleUpdate,
+    /// POST multipart to `MultipartHttpPushUri`.
+    MultipartPush,
+    /// POST the image to `HttpPushUri`.
+    HttpPush,
+}
+
+impl UpdatePathRule {
+    /// The policy's spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UpdatePathRule::SimpleUpdate => "simple_update",
+            UpdatePathRule::MultipartPush => "multipart_push",
+            UpdatePathRule::HttpPush => "http_push",
+        }
+    }
+}
+
+/// When a pushed image takes effect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ApplyTimeRule {
+    /// At the next reset, which the step issues.
+    OnReset,
+    /// As soon as the update completes.
+    Immediate,
 }
 
 /// Label selector: every listed label must have one of the listed values.

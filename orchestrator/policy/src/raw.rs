@@ -36,6 +36,35 @@ pub(crate) struct RawPolicy {
     pub rollback: S<RawRollback>,
     #[serde(default)]
     pub detection: Option<S<crate::detection::RawDetection>>,
+    #[serde(default)]
+    pub update: Option<S<RawUpdate>>,
+}
+
+/// `update:` as written: how images reach the BMCs.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawUpdate {
+    #[serde(default)]
+    pub path: Option<S<UpdatePathRaw>>,
+    #[serde(default)]
+    pub apply_time: Option<S<ApplyTimeRaw>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum UpdatePathRaw {
+    Auto,
+    SimpleUpdate,
+    MultipartPush,
+    HttpPush,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum ApplyTimeRaw {
+    Auto,
+    OnReset,
+    Immediate,
 }
 
 #[derive(Debug, Deserialize)]

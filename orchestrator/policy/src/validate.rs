@@ -12,16 +12,16 @@ use orchestrator_types::ComponentKind;
 use crate::diag::{Position, Sink};
 use crate::duration::{format_duration, parse_duration};
 use crate::health::{AlertAction, AlertRule, Direction, GateKind, GateSource, HealthGate, LabelMatcher, RedfishMetric};
+use crate::model::{ApplyTimeRule, DrainRules, OnDrainTimeout, UpdatePathRule, UpdateRules};
 use crate::model::{
     Approval, Concurrency, DEFAULT_ALPHA, FailureBudget, Health, IdPattern, LabelSelector, Policy, QualificationRules,
     RollbackPolicy, RollbackScope, Target, VersionRules, Wave, WaveSize,
 };
-use crate::model::{DrainRules, OnDrainTimeout};
-use crate::raw::OnDrainTimeoutRaw;
 use crate::raw::{
     ActionRaw, ApprovalKind, DirectionRaw, KindRaw, OneOrMany, RawAlert, RawConcurrency, RawFailureBudget, RawGate,
     RawHealth, RawPolicy, RawRollback, RawTarget, RawVersions, RawWave, RawWindow, S, ScopeRaw, SourceKind,
 };
+use crate::raw::{ApplyTimeRaw, OnDrainTimeoutRaw, RawUpdate, UpdatePathRaw};
 use crate::version_constraint::VersionConstraint;
 use crate::window::MaintenanceWindow;
 
@@ -142,6 +142,7 @@ pub(crate) fn validate(raw: &RawPolicy, sink: &mut Sink) -> Option<Policy> {
     let failure_budget = failure_budget(sink, &raw.failure_budget);
     let rollback = rollback(&raw.rollback.value);
     let detection = crate::detection::detection(sink, raw.detection.as_ref());
+    let update = update(raw.update.as_ref().map(|u| &u.value));
     if sink.has_errors() {
         return None;
     }
@@ -158,7 +159,28 @@ pub(crate) fn validate(raw: &RawPolicy, sink: &mut Sink) -> Option<Policy> {
         failure_budget: failure_budget?,
         rollback,
         detection: detection?,
+        update,
     })
+}
+
+/// `update:`; `auto` (or absent) leaves the choice to the driver.
+fn update(raw: Option<&RawUpdate>) -> UpdateRules {
+    let Some(raw) = raw else {
+        return UpdateRules::default();
+    };
+    UpdateRules {
+        path: raw.path.as_ref().and_then(|p| match p.value {
+            UpdatePathRaw::Auto => None,
+            UpdatePathRaw::SimpleUpdate => Some(UpdatePathRule::SimpleUpdate),
+            UpdatePathRaw::MultipartPush => Some(UpdatePathRule::MultipartPush),
+            UpdatePathRaw::HttpPush => Some(UpdatePathRule::HttpPush),
+        }),
+        apply_time: raw.apply_time.as_ref().and_then(|a| match a.value {
+            ApplyTimeRaw::Auto => None,
+            ApplyTimeRaw::OnReset => Some(ApplyTimeRule::OnReset),
+            ApplyTimeRaw::Immediate => Some(ApplyTimeRule::Immediate),
+        }),
+    }
 }
 
 fn selector(sink: &mut Sink, what: &str, map: &BTreeMap<String, S<Vec<S<String>>>>) -> LabelSelector {

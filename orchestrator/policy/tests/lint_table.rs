@@ -67,8 +67,13 @@ const CASES: &[Case] = &[
         "unknown top-level key",
         &[("name: t\n", "name: t\nowner: me\n")],
         &[
-            "t.yaml:2:1: unknown field `owner`, expected one of name, description, target, versions, qualification, waves, concurrency, maintenance_windows, health, failure_budget, rollback, detection",
+            "t.yaml:2:1: unknown field `owner`, expected one of name, description, target, versions, qualification, waves, concurrency, maintenance_windows, health, failure_budget, rollback, detection, update",
         ],
+    ),
+    (
+        "an update path no Redfish service offers",
+        &[("name: t\n", "name: t\nupdate:\n  path: ftp_push\n")],
+        &["t.yaml:3:9: unknown variant `ftp_push`, expected one of auto, simple_update, multipart_push, http_push"],
     ),
     (
         "yaml syntax error",

@@ -296,6 +296,9 @@ async fn start(args: StartArgs, context: &Context, actor: &str) -> anyhow::Resul
     let checks = StartChecks {
         prometheus: args.prometheus.client()?,
         allow_missing_series: args.allow_missing_series,
+        // The CLI runs beside the database, not necessarily where the BMCs
+        // are reachable; `serve` asks them at an API or UI start.
+        bmcs: None,
     };
     let (rollout, plan) = start_rollout_checked(&db, &request, actor, &checks)
         .await

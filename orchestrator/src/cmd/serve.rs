@@ -185,11 +185,12 @@ pub async fn run(args: ServeArgs, context: Context) -> anyhow::Result<ExitCode> 
         .credential_host_bindings()
         .await
         .context("reading credential host bindings")?;
-    let engine = start_engine(&db, &context, &args, prometheus.clone(), bindings);
+    let (engine, bmcs) = start_engine(&db, &context, &args, prometheus.clone(), bindings);
     // API commands (approve, pause, ...) wake the engine at once.
     let state = AppState::new(db.clone())
         .with_engine_nudge(engine.nudge())
-        .with_duties(duties(&args));
+        .with_duties(duties(&args))
+        .with_bmcs(bmcs);
     let state = match prometheus {
         Some(client) => state.with_prometheus(client),
         None => state,
@@ -244,14 +245,18 @@ fn refresh_bindings(
 }
 
 /// Starts the rollout engine. Every replica runs one; only the holder of
-/// the executor lease executes.
+/// the executor lease executes. Also returns its BMC drivers, which the API
+/// shares (one session per BMC).
 fn start_engine(
     db: &orchestrator_db::Db,
     context: &Context,
     args: &ServeArgs,
     prometheus: Option<orchestrator_engine::prometheus::PrometheusClient>,
     bindings: std::collections::BTreeMap<String, Vec<String>>,
-) -> orchestrator_engine::Engine {
+) -> (
+    orchestrator_engine::Engine,
+    std::sync::Arc<orchestrator_engine::RedfishConnector>,
+) {
     let profiles = std::sync::Arc::new(context.config.credentials.clone());
     let learned = std::sync::Arc::new(std::sync::RwLock::new(bindings));
     refresh_bindings(db.clone(), learned.clone());
@@ -285,7 +290,8 @@ fn start_engine(
         pass_interval: std::time::Duration::from_millis(args.engine_interval_ms.max(10)),
         ..Default::default()
     };
-    orchestrator_engine::Engine::start(db.clone(), config, connector, judge)
+    let engine = orchestrator_engine::Engine::start(db.clone(), config, connector.clone(), judge);
+    (engine, connector)
 }
 
 /// Resolves on the first SIGINT (Ctrl-C) or SIGTERM.

@@ -304,9 +304,9 @@ fn engine_error(err: EngineError) -> ApiError {
             }
             ApiError::Conflict(format!("the rollout cannot be planned: {message}"))
         }
-        other @ (EngineError::EmptyPlan { .. } | EngineError::MissingSeries { .. }) => {
-            ApiError::Conflict(other.to_string())
-        }
+        other @ (EngineError::EmptyPlan { .. }
+        | EngineError::MissingSeries { .. }
+        | EngineError::NoUpdatePath { .. }) => ApiError::Conflict(other.to_string()),
         // Prometheus could not answer: the rollout is not started, and the
         // caller may retry or skip the check; the cause is the server's.
         other @ EngineError::SeriesCheck(_) => ApiError::Conflict(format!(
@@ -396,6 +396,7 @@ pub(crate) async fn start_rollout_as(
     let checks = StartChecks {
         prometheus: state.prometheus.clone(),
         allow_missing_series: body.allow_missing_series,
+        bmcs: state.bmcs.clone(),
     };
     let (rollout, plan) = start_rollout_checked(&state.db, &request, actor, &checks)
         .await
