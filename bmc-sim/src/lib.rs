@@ -23,12 +23,14 @@
 //! reproducible for a seed. Firmware images use the format in [`image`]. The control server is described in
 //! [`control`](crate::control) (module docs) and in `bmc-sim/README.md`.
 
+mod accounts;
 pub mod clock;
 mod control;
 mod dcgm;
 mod fleet;
 pub mod image;
 pub mod platform;
+mod protocol;
 mod redfish;
 mod rng;
 pub mod scenario;
