@@ -131,6 +131,13 @@ fn parse_query(query: Option<&str>) -> Result<Paging, RfError> {
     Ok(paging)
 }
 
+/// The one property of a response body the Link header needs.
+#[derive(serde::Deserialize)]
+struct Typed {
+    #[serde(rename = "@odata.type")]
+    odata_type: Option<String>,
+}
+
 /// The JSON schema a resource of `odata_type` is described by: `#Chassis.v1_28_0.Chassis` ->
 /// `Chassis.v1_28_0.json`, `#ChassisCollection.ChassisCollection` -> `ChassisCollection.json`.
 fn schema_link(odata_type: &str) -> Option<String> {
@@ -229,16 +236,18 @@ pub(crate) async fn layer(State(p): State<Arc<Protocol>>, mut req: Request, next
             );
         }
     };
-    if is_json && let Ok(mut doc) = serde_json::from_slice::<Value>(&bytes) {
-        if let Some(link) = doc
-            .get("@odata.type")
-            .and_then(Value::as_str)
-            .and_then(schema_link)
-            .and_then(|l| HeaderValue::from_str(&l).ok())
+    if is_json {
+        // Only `@odata.type` is needed for the Link; a typed read skips the rest without building a tree.
+        if let Ok(Typed {
+            odata_type: Some(t),
+        }) = serde_json::from_slice::<Typed>(&bytes)
+            && let Some(link) = schema_link(&t).and_then(|l| HeaderValue::from_str(&l).ok())
         {
             parts.headers.insert(header::LINK, link);
         }
-        if page_collection(&mut doc, paging, &path)
+        if paging != Paging::default()
+            && let Ok(mut doc) = serde_json::from_slice::<Value>(&bytes)
+            && page_collection(&mut doc, paging, &path)
             && let Ok(v) = serde_json::to_vec(&doc)
         {
             bytes = Bytes::from(v);
