@@ -248,9 +248,8 @@ pub(crate) fn router(state: Arc<FleetState>) -> Router {
         .route("/redfish/v1/TaskService/Tasks", get(tasks))
         .route("/redfish/v1/TaskService/Tasks/{id}", get(task))
         .route("/redfish/v1/TaskService/TaskMonitors/{id}", get(task_monitor))
-        .merge(crate::accounts::routes())
         .fallback(|| async { RfError::not_found("Resource") });
-    let routes = v1.with_state(state.clone());
+    let routes = v1.merge(crate::accounts::routes()).with_state(state.clone());
     // Authentication and faults first (outermost), then the protocol rules, then the resource.
     routes
         .clone()
