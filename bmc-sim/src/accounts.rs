@@ -25,7 +25,13 @@ pub(crate) const ROLE: &str = "#Role.v1_3_3.Role";
 const ROLES: &[(&str, &[&str])] = &[
     (
         "Administrator",
-        &["Login", "ConfigureManager", "ConfigureUsers", "ConfigureSelf", "ConfigureComponents"],
+        &[
+            "Login",
+            "ConfigureManager",
+            "ConfigureUsers",
+            "ConfigureSelf",
+            "ConfigureComponents",
+        ],
     ),
     ("Operator", &["Login", "ConfigureSelf", "ConfigureComponents"]),
     ("ReadOnly", &["Login", "ConfigureSelf"]),

@@ -238,9 +238,7 @@ pub(crate) async fn layer(State(p): State<Arc<Protocol>>, mut req: Request, next
     };
     if is_json {
         // Only `@odata.type` is needed for the Link; a typed read skips the rest without building a tree.
-        if let Ok(Typed {
-            odata_type: Some(t),
-        }) = serde_json::from_slice::<Typed>(&bytes)
+        if let Ok(Typed { odata_type: Some(t) }) = serde_json::from_slice::<Typed>(&bytes)
             && let Some(link) = schema_link(&t).and_then(|l| HeaderValue::from_str(&l).ok())
         {
             parts.headers.insert(header::LINK, link);

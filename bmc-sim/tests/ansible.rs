@@ -28,7 +28,12 @@ async fn ansible_simple_update_multipart_push_and_requested_resets() {
         skip_or_fail("ansible-playbook (the `ansible` PyPI package)");
         return;
     };
-    if python_with("ansible_collections.community.general", "Ansible's community.general collection").is_none() {
+    if python_with(
+        "ansible_collections.community.general",
+        "Ansible's community.general collection",
+    )
+    .is_none()
+    {
         return;
     }
     let h = start_with(SMALL, |o| o.tls = true).await;
@@ -48,7 +53,11 @@ async fn ansible_simple_update_multipart_push_and_requested_resets() {
     let gpu_img = image::build(ComponentKind::Gpu, GPU_NEW, &[SKU], b"gpu firmware for ansible");
     let base = serve_images(vec![("/gpu.bin", gpu_img)]).await;
     let bmc_file = work.path().join("bmc.bin");
-    std::fs::write(&bmc_file, image::build(ComponentKind::Bmc, BMC_NEW, &[SKU], b"bmc firmware")).expect("bmc image");
+    std::fs::write(
+        &bmc_file,
+        image::build(ComponentKind::Bmc, BMC_NEW, &[SKU], b"bmc firmware"),
+    )
+    .expect("bmc image");
     let vars = work.path().join("vars.json");
     let baseuri = h.url(0, "").trim_start_matches("https://").to_owned();
     std::fs::write(

@@ -55,14 +55,26 @@ async fn get_and_head_carry_allow_cache_control_and_a_schema_link() {
             vec!["GET", "HEAD", "POST"],
             "SessionCollection.json",
         ),
-        ("/redfish/v1/UpdateService", vec!["GET", "HEAD", "PATCH"], "UpdateService.v1_17_1.json"),
-        ("/redfish/v1/Systems/1", vec!["GET", "HEAD"], "ComputerSystem.v1_28_0.json"),
+        (
+            "/redfish/v1/UpdateService",
+            vec!["GET", "HEAD", "PATCH"],
+            "UpdateService.v1_17_1.json",
+        ),
+        (
+            "/redfish/v1/Systems/1",
+            vec!["GET", "HEAD"],
+            "ComputerSystem.v1_28_0.json",
+        ),
     ] {
         for method in [Method::GET, Method::HEAD] {
             let resp = request(&h, method.clone(), path).await;
             assert_eq!(resp.status(), StatusCode::OK, "{method} {path}");
             assert_eq!(allowed(&resp), want, "{method} {path}");
-            assert_eq!(header(&resp, "cache-control").as_deref(), Some("no-cache"), "{method} {path}");
+            assert_eq!(
+                header(&resp, "cache-control").as_deref(),
+                Some("no-cache"),
+                "{method} {path}"
+            );
             let link = header(&resp, "link").unwrap_or_default();
             assert!(
                 link.contains(schema) && link.contains("rel=describedby"),
@@ -112,13 +124,25 @@ async fn unsupported_dollar_queries_get_501_and_others_are_ignored() {
     assert_eq!(features["FilterQuery"], false);
     assert_eq!(features["TopSkipQuery"], true);
 
-    for q in ["$expand=*", "$expand=.($levels=1)", "$select=Id", "$filter=Id%20eq%201", "$levels=2"] {
+    for q in [
+        "$expand=*",
+        "$expand=.($levels=1)",
+        "$select=Id",
+        "$filter=Id%20eq%201",
+        "$levels=2",
+    ] {
         let resp = h.get(0, &format!("/redfish/v1/Systems?{q}")).await;
         assert_eq!(resp.status(), StatusCode::NOT_IMPLEMENTED, "{q}");
         let body: Value = resp.json().await.expect("extended error");
-        assert!(message_id(&body).starts_with("Base.") && message_id(&body).ends_with(".QueryNotSupported"), "{body}");
+        assert!(
+            message_id(&body).starts_with("Base.") && message_id(&body).ends_with(".QueryNotSupported"),
+            "{body}"
+        );
         let name = q.split('=').next().unwrap_or(q);
-        assert!(body["error"]["message"].as_str().unwrap_or_default().contains(name), "{body}");
+        assert!(
+            body["error"]["message"].as_str().unwrap_or_default().contains(name),
+            "{body}"
+        );
     }
     // Without `$`, an unsupported parameter is ignored (DSP0266).
     for q in ["only", "excerpt", "includeoriginofcondition=true", "rpvunknown"] {
@@ -238,7 +262,9 @@ async fn sessions_can_be_created_through_the_members_uri() {
 async fn account_service_lists_the_account_and_the_predefined_roles() {
     let h = start(SMALL).await;
     let root = h.get_json(0, "/redfish/v1").await;
-    let service_uri = root["AccountService"]["@odata.id"].as_str().expect("AccountService link");
+    let service_uri = root["AccountService"]["@odata.id"]
+        .as_str()
+        .expect("AccountService link");
     let service = h.get_json(0, service_uri).await;
     assert_eq!(service["@odata.type"], "#AccountService.v1_18_1.AccountService");
 
@@ -254,7 +280,11 @@ async fn account_service_lists_the_account_and_the_predefined_roles() {
     assert_eq!(account["RoleId"], "Administrator");
     assert_eq!(account["Password"], Value::Null, "Password is always null when read");
     let again = h.get(0, account_uri).await;
-    assert_eq!(header(&again, "etag"), Some(etag), "the ETag is stable while nothing changes");
+    assert_eq!(
+        header(&again, "etag"),
+        Some(etag),
+        "the ETag is stable while nothing changes"
+    );
 
     let roles_uri = service["Roles"]["@odata.id"].as_str().expect("Roles");
     let roles = h.get_json(0, roles_uri).await;

@@ -20,10 +20,7 @@ use std::time::Duration;
 use common::{PASS, USER, one_node_on, python_with, start_with};
 use serde::Deserialize;
 
-const WRAPPER: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/tests/tools/protocol_validator_no_ssdp.py"
-);
+const WRAPPER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/tools/protocol_validator_no_ssdp.py");
 
 /// Results bmc-sim is allowed to FAIL, with the reason. Empty: none is inapplicable today. An entry
 /// names the assertion and a fragment of the validator's message, so it cannot hide a new failure.
@@ -117,7 +114,10 @@ async fn validate(python: &str, platform: &str) {
         !ssdp.is_empty() && ssdp.iter().all(|r| r.result == "NOT_TESTED"),
         "{platform}: the wrapper must mark every SSDP assertion NOT_TESTED: {ssdp:?}"
     );
-    assert!(counts.pass > 100, "{platform}: suspiciously few results {counts:?}\n{text}");
+    assert!(
+        counts.pass > 100,
+        "{platform}: suspiciously few results {counts:?}\n{text}"
+    );
     let failures: Vec<&Row> = rows
         .iter()
         .filter(|r| r.result == "FAIL")

@@ -61,20 +61,31 @@ async fn sushy_waits_on_the_task_monitor_and_resets_as_asked() {
     drop(ticker);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "sushy script failed: {:?}\n{stderr}", out.status);
-    let report: Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("report is not JSON ({e}): {}\n{stderr}", String::from_utf8_lossy(&out.stdout)));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "report is not JSON ({e}): {}\n{stderr}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    });
     eprintln!("sushy: {report}");
 
     let location = report["location"].as_str().expect("location");
     assert!(location.contains("/TaskMonitors/"), "{report}");
-    assert!(report["polls_202"].as_u64().unwrap_or(0) >= 1, "the monitor answered 202 while running: {report}");
+    assert!(
+        report["polls_202"].as_u64().unwrap_or(0) >= 1,
+        "the monitor answered 202 while running: {report}"
+    );
     assert_eq!(report["final_status"], 200, "{report}");
     assert_eq!(report["task_state"], "Completed", "{report}");
     let ids: Vec<&str> = report["message_ids"]
         .as_array()
         .map(|a| a.iter().filter_map(Value::as_str).collect())
         .unwrap_or_default();
-    assert!(ids.iter().any(|m| m.starts_with("Update.") && m.ends_with(".AwaitToActivate")), "{report}");
+    assert!(
+        ids.iter()
+            .any(|m| m.starts_with("Update.") && m.ends_with(".AwaitToActivate")),
+        "{report}"
+    );
     assert_eq!(
         report["resets_performed"],
         serde_json::json!(["/redfish/v1/Systems/1/Actions/ComputerSystem.Reset"]),
