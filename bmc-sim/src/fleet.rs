@@ -662,7 +662,8 @@ impl RunningFleet {
             .map(|n| crate::control::versions_of(&self.state, n))
     }
 
-    /// Redfish sessions currently open on node `name` (logged in and not deleted).
+    /// Redfish sessions currently held by node `name`: logged in, not deleted, and not yet found idle
+    /// past `SessionTimeout` (expiry is noticed on the next request to the node).
     pub fn open_sessions(&self, name: &str) -> Option<usize> {
         self.state.node_by_name(name).map(|n| n.lock().sessions.len())
     }

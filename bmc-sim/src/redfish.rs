@@ -76,6 +76,11 @@ const METADATA_REFS: &[(&str, &[&str])] = &[
     ("LogServiceCollection", &["LogServiceCollection"]),
     ("LogEntry", &["LogEntry", "LogEntry.v1_21_0"]),
     ("LogEntryCollection", &["LogEntryCollection"]),
+    ("AccountService", &["AccountService", "AccountService.v1_18_1"]),
+    ("ManagerAccount", &["ManagerAccount", "ManagerAccount.v1_14_1"]),
+    ("ManagerAccountCollection", &["ManagerAccountCollection"]),
+    ("Role", &["Role", "Role.v1_3_3"]),
+    ("RoleCollection", &["RoleCollection"]),
     ("Message", &["Message", "Message.v1_3_0"]),
     ("Resource", &["Resource", "Resource.v1_24_0"]),
     ("RedfishExtensions", &["RedfishExtensions.v1_0_0"]),
@@ -93,14 +98,14 @@ pub(crate) struct RfError {
 }
 
 impl RfError {
-    fn new(status: StatusCode, message_id: &'static str, message: impl Into<String>) -> Self {
+    pub(crate) fn new(status: StatusCode, message_id: &'static str, message: impl Into<String>) -> Self {
         Self {
             status,
             message_id,
             message: message.into(),
         }
     }
-    fn not_found(what: &str) -> Self {
+    pub(crate) fn not_found(what: &str) -> Self {
         Self::new(
             StatusCode::NOT_FOUND,
             "Base.1.18.ResourceNotFound",
@@ -134,9 +139,9 @@ impl IntoResponse for RfError {
     }
 }
 
-type RfResult = Result<Response, RfError>;
+pub(crate) type RfResult = Result<Response, RfError>;
 
-fn ok(v: Value) -> RfResult {
+pub(crate) fn ok(v: Value) -> RfResult {
     let mut resp = Json(v).into_response();
     resp.headers_mut()
         .insert("OData-Version", HeaderValue::from_static("4.0"));
@@ -147,11 +152,11 @@ fn ts(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(SecondsFormat::Secs, true)
 }
 
-fn link(uri: impl Into<String>) -> Value {
+pub(crate) fn link(uri: impl Into<String>) -> Value {
     json!({ "@odata.id": uri.into() })
 }
 
-fn collection(id: &str, odata_type: &str, name: &str, members: Vec<String>) -> Value {
+pub(crate) fn collection(id: &str, odata_type: &str, name: &str, members: Vec<String>) -> Value {
     json!({
         "@odata.id": id,
         "@odata.type": odata_type,
@@ -161,7 +166,7 @@ fn collection(id: &str, odata_type: &str, name: &str, members: Vec<String>) -> V
     })
 }
 
-fn status_ok() -> Value {
+pub(crate) fn status_ok() -> Value {
     json!({ "State": "Enabled", "Health": "OK" })
 }
 
@@ -183,6 +188,8 @@ pub(crate) fn router(state: Arc<FleetState>) -> Router {
             "/redfish/v1/SessionService/Sessions",
             get(sessions).post(create_session),
         )
+        // DSP0266: a collection that accepts POST accepts it on its `Members` URI too.
+        .route("/redfish/v1/SessionService/Sessions/Members", post(create_session))
         .route(
             "/redfish/v1/SessionService/Sessions/{id}",
             get(session).delete(delete_session),
@@ -242,8 +249,15 @@ pub(crate) fn router(state: Arc<FleetState>) -> Router {
         .route("/redfish/v1/TaskService/Tasks/{id}", get(task))
         .route("/redfish/v1/TaskService/TaskMonitors/{id}", get(task_monitor))
         .fallback(|| async { RfError::not_found("Resource") });
-    v1.layer(middleware::from_fn_with_state(state.clone(), gate))
-        .with_state(state)
+    let routes = v1.merge(crate::accounts::routes()).with_state(state.clone());
+    // Authentication and faults first (outermost), then the protocol rules, then the resource.
+    routes
+        .clone()
+        .layer(middleware::from_fn_with_state(
+            crate::protocol::Protocol::new(routes),
+            crate::protocol::layer,
+        ))
+        .layer(middleware::from_fn_with_state(state, gate))
 }
 
 /// Paths readable without credentials (the spec requires the service root to be open).
@@ -252,7 +266,11 @@ fn is_public(method: &axum::http::Method, path: &str) -> bool {
     matches!(
         p,
         "/redfish" | "/redfish/v1" | "/redfish/v1/$metadata" | "/redfish/v1/odata"
-    ) || (method == axum::http::Method::POST && p == "/redfish/v1/SessionService/Sessions")
+    ) || (method == axum::http::Method::POST
+        && matches!(
+            p,
+            "/redfish/v1/SessionService/Sessions" | "/redfish/v1/SessionService/Sessions/Members"
+        ))
 }
 
 /// Faults, then authentication, then the handler.
@@ -328,10 +346,17 @@ fn authenticate(s: &FleetState, node: &Node, headers: &HeaderMap) -> Result<(), 
         e
     };
     if let Some(token) = headers.get("X-Auth-Token").and_then(|v| v.to_str().ok()) {
-        return if node.lock().sessions.contains_key(token) {
-            Ok(())
-        } else {
-            Err(unauthorized())
+        // A session lives until DELETE or `SessionTimeout` seconds without a request (DSP0266
+        // "Session lifetime"); each authenticated request restarts its clock.
+        let now = s.now();
+        let mut m = node.lock();
+        m.expire_sessions(now);
+        return match m.sessions.get_mut(token) {
+            Some(rec) => {
+                rec.last_used = now;
+                Ok(())
+            }
+            None => Err(unauthorized()),
         };
     }
     if let Some(basic) = headers
@@ -387,6 +412,8 @@ async fn service_root(State(s): State<Arc<FleetState>>, ConnectInfo(c): ConnectI
         "SessionService": link("/redfish/v1/SessionService"),
         "UpdateService": link("/redfish/v1/UpdateService"),
         "Tasks": link("/redfish/v1/TaskService"),
+        "AccountService": link("/redfish/v1/AccountService"),
+        "ProtocolFeaturesSupported": crate::protocol::protocol_features(),
         "Links": { "Sessions": link("/redfish/v1/SessionService/Sessions") },
     }))
 }
@@ -439,6 +466,7 @@ async fn odata() -> RfResult {
         ("SessionService", "/redfish/v1/SessionService"),
         ("UpdateService", "/redfish/v1/UpdateService"),
         ("TaskService", "/redfish/v1/TaskService"),
+        ("AccountService", "/redfish/v1/AccountService"),
     ];
     ok(json!({
         "@odata.context": "/redfish/v1/$metadata",
@@ -453,7 +481,7 @@ async fn session_service() -> RfResult {
         "Id": "SessionService",
         "Name": "Session Service",
         "ServiceEnabled": true,
-        "SessionTimeout": 1800,
+        "SessionTimeout": crate::state::SESSION_TIMEOUT_SECS,
         "Status": status_ok(),
         "Sessions": link("/redfish/v1/SessionService/Sessions"),
     }))
@@ -461,7 +489,11 @@ async fn session_service() -> RfResult {
 
 async fn sessions(State(s): State<Arc<FleetState>>, ConnectInfo(c): ConnectInfo<BmcConn>) -> RfResult {
     let node = node_of(&s, &c)?;
-    let mut ids: Vec<u64> = node.lock().sessions.values().map(|r| r.id).collect();
+    let now = s.now();
+    let mut m = node.lock();
+    m.expire_sessions(now);
+    let mut ids: Vec<u64> = m.sessions.values().map(|r| r.id).collect();
+    drop(m);
     ids.sort_unstable();
     ok(collection(
         "/redfish/v1/SessionService/Sessions",
@@ -529,6 +561,7 @@ async fn create_session(
         id: m.next_session,
         token: token.clone(),
         created: now,
+        last_used: now,
     };
     let body = session_json(&rec, &s.username);
     m.sessions.insert(token.clone(), rec);
@@ -550,7 +583,9 @@ async fn session(
     Path(id): Path<String>,
 ) -> RfResult {
     let node = node_of(&s, &c)?;
-    let m = node.lock();
+    let now = s.now();
+    let mut m = node.lock();
+    m.expire_sessions(now);
     let rec = m
         .sessions
         .values()

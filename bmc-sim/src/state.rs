@@ -251,12 +251,17 @@ impl TaskRec {
     }
 }
 
+/// `SessionService.SessionTimeout`: seconds of inactivity after which a session ends.
+pub(crate) const SESSION_TIMEOUT_SECS: i64 = 1800;
+
 /// A login session.
 #[derive(Debug, Clone)]
 pub(crate) struct SessionRec {
     pub id: u64,
     pub token: String,
     pub created: DateTime<Utc>,
+    /// The last request made with this session (fleet clock), from which its timeout runs.
+    pub last_used: DateTime<Utc>,
 }
 
 /// Kind of event-log entry.
@@ -298,6 +303,16 @@ pub(crate) struct NodeMut {
     pub events: EventCache,
     /// The UpdateService's global `HttpPushUri` settings.
     pub http_push: HttpPushSettings,
+}
+
+impl NodeMut {
+    /// Ends every session idle for `SESSION_TIMEOUT_SECS` or longer at `now`. Measured on the fleet's
+    /// clock like every other duration in bmc-sim, so a test moves it explicitly and a sped-up clock
+    /// expires sessions as fast as it runs everything else.
+    pub(crate) fn expire_sessions(&mut self, now: DateTime<Utc>) {
+        let timeout = chrono::Duration::seconds(SESSION_TIMEOUT_SECS);
+        self.sessions.retain(|_, r| now - r.last_used < timeout);
+    }
 }
 
 /// `HttpPushUriTargets` and its reservation flag, with the generation that makes the ETag.

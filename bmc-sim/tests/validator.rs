@@ -13,17 +13,10 @@ use std::time::Duration;
 
 use bmc_sim::image;
 use chrono::Duration as SimDuration;
-use common::{PASS, SKU, SMALL, USER, start};
+use common::{PASS, SKU, USER, find_on_path, one_node_on, skip_or_fail, start};
 use orchestrator_types::ComponentKind;
 
 const VALIDATOR: &str = "rf_service_validator";
-
-fn find_on_path(program: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|d| d.join(program))
-        .find(|p| p.is_file())
-}
 
 fn copy_dir(from: &Path, to: &Path) -> std::io::Result<usize> {
     std::fs::create_dir_all(to)?;
@@ -56,32 +49,6 @@ fn fail_count(output: &str) -> Option<u64> {
         .filter(|_| cells.first().is_some_and(|&pass| pass > 0))
 }
 
-/// The small scenario on one node, on `platform` (its own components replaced by the profile's).
-fn scenario_for(platform: &str) -> String {
-    let one = SMALL.replace("nodes: 4", "nodes: 1");
-    if platform == "default" {
-        return one;
-    }
-    let mut out = String::new();
-    let mut in_components = false;
-    for line in one.lines() {
-        if line.starts_with("  components:") {
-            in_components = true;
-            continue;
-        }
-        if in_components && line.starts_with("    - ") {
-            continue;
-        }
-        in_components = false;
-        out.push_str(line);
-        out.push('\n');
-        if line.starts_with("seed:") {
-            out.push_str(&format!("platform: {platform}\n"));
-        }
-    }
-    out
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redfish_service_validator_reports_no_failures() {
     let platforms = std::env::var("BMC_SIM_VALIDATOR_PLATFORMS").unwrap_or_else(|_| "default,hgx-h100".to_string());
@@ -92,12 +59,7 @@ async fn redfish_service_validator_reports_no_failures() {
 
 async fn validate(platform: &str) {
     let Some(validator) = find_on_path(VALIDATOR) else {
-        if std::env::var("WAVEGUARD_REQUIRE_ALL").as_deref() == Ok("1") {
-            panic!("{VALIDATOR} is not installed (run bmc-sim/ci-setup.sh) and WAVEGUARD_REQUIRE_ALL=1");
-        }
-        eprintln!(
-            "\n!!!!!!!! SKIPPED: {VALIDATOR} not on PATH; run bmc-sim/ci-setup.sh to enable this test !!!!!!!!\n"
-        );
+        skip_or_fail(VALIDATOR);
         return;
     };
     let schemas = tempfile::tempdir().expect("tempdir");
@@ -105,7 +67,7 @@ async fn validate(platform: &str) {
     assert!(copied > 100, "expected the DMTF CSDL bundle, found {copied} files");
     let logs = tempfile::tempdir().expect("tempdir");
 
-    let h = start(&scenario_for(platform)).await;
+    let h = start(&one_node_on(platform)).await;
     // Give the validator more to look at: a finished and a failed update task, and hours of event log.
     let img = image::build(ComponentKind::Gpu, "96.00.61.00.01", &[SKU], b"payload");
     let corrupt = b"not an image".to_vec();
@@ -201,7 +163,7 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
 #[test]
 fn every_platform_scenario_parses_with_the_profile_layout() {
     for platform in bmc_sim::platform::built_in_names() {
-        let yaml = scenario_for(platform);
+        let yaml = one_node_on(platform);
         let scenario = bmc_sim::Scenario::from_yaml_str(&yaml).unwrap_or_else(|e| panic!("{platform}: {e}\n{yaml}"));
         assert_eq!(scenario.platform.as_deref(), Some(platform));
         assert!(

@@ -121,3 +121,89 @@ pub async fn serve_images(files: Vec<(&'static str, Vec<u8>)>) -> String {
     });
     format!("http://{addr}")
 }
+
+/// Whether a test whose external program is missing must fail instead of skipping (CI sets it).
+pub fn require_all() -> bool {
+    std::env::var("WAVEGUARD_REQUIRE_ALL").as_deref() == Ok("1")
+}
+
+/// Reports a missing external program: a loud skip, or a failure under `WAVEGUARD_REQUIRE_ALL=1`.
+pub fn skip_or_fail(what: &str) {
+    if require_all() {
+        panic!("{what} is not installed (run bmc-sim/ci-setup.sh) and WAVEGUARD_REQUIRE_ALL=1");
+    }
+    eprintln!("\n!!!!!!!! SKIPPED: {what} is not installed; run bmc-sim/ci-setup.sh to enable this test !!!!!!!!\n");
+}
+
+/// The Python interpreter (`$PYTHON`, else `python3`) when it can import `module`; otherwise skips
+/// loudly (or fails under `WAVEGUARD_REQUIRE_ALL=1`) and returns `None`.
+pub fn python_with(module: &str, what: &str) -> Option<String> {
+    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".to_owned());
+    let importable = std::process::Command::new(&python)
+        .args(["-c", &format!("import {module}")])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if importable {
+        Some(python)
+    } else {
+        skip_or_fail(what);
+        None
+    }
+}
+
+/// A program on `PATH`.
+pub fn find_on_path(program: &str) -> Option<std::path::PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(program))
+        .find(|p| p.is_file())
+}
+
+/// The small scenario on one node, on `platform` (`default` keeps the scenario's own components; a
+/// profile replaces them with the profile's).
+pub fn one_node_on(platform: &str) -> String {
+    let one = SMALL.replace("nodes: 4", "nodes: 1");
+    if platform == "default" {
+        return one;
+    }
+    let mut out = String::new();
+    let mut in_components = false;
+    for line in one.lines() {
+        if line.starts_with("  components:") {
+            in_components = true;
+            continue;
+        }
+        if in_components && line.starts_with("    - ") {
+            continue;
+        }
+        in_components = false;
+        out.push_str(line);
+        out.push('\n');
+        if line.starts_with("seed:") {
+            out.push_str(&format!("platform: {platform}\n"));
+        }
+    }
+    out
+}
+
+/// Advances the fleet's manual clock by `step` every `every` of real time until the returned handle
+/// is dropped or aborted, so an external client that polls in real time sees simulated flashes end.
+pub fn tick_clock(clock: Arc<ManualClock>, step: chrono::Duration, every: Duration) -> AbortOnDrop {
+    AbortOnDrop(tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(every).await;
+            clock.advance(step);
+        }
+    }))
+}
+
+/// Aborts its task when dropped.
+pub struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
