@@ -83,6 +83,8 @@ pub struct InjectedFaults {
     pub timeout: bool,
     /// Every response body is cut mid-JSON.
     pub malformed: bool,
+    /// The event log's `Members@odata.nextLink` names the same page on every page.
+    pub looping_next_link: bool,
 }
 
 impl InjectedFaults {
@@ -92,6 +94,7 @@ impl InjectedFaults {
             unavailable: b & fault::UNAVAILABLE != 0,
             timeout: b & fault::TIMEOUT != 0,
             malformed: b & fault::MALFORMED != 0,
+            looping_next_link: b & fault::LOOPING_NEXT_LINK != 0,
         }
     }
     fn bits(self) -> u8 {
@@ -99,6 +102,7 @@ impl InjectedFaults {
             | (if self.unavailable { fault::UNAVAILABLE } else { 0 })
             | (if self.timeout { fault::TIMEOUT } else { 0 })
             | (if self.malformed { fault::MALFORMED } else { 0 })
+            | (if self.looping_next_link { fault::LOOPING_NEXT_LINK } else { 0 })
     }
 }
 
@@ -115,6 +119,7 @@ fn node_json(s: &FleetState, n: &Node) -> Value {
         "faults": InjectedFaults::from_bits(n.injected.load(Ordering::Relaxed)),
         "answering": !n.is_down(now_ms),
         "bricked": n.is_bricked(),
+        "event_log_pages": n.event_log_pages.load(Ordering::Relaxed),
     })
 }
 
