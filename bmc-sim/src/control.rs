@@ -6,7 +6,7 @@
 //! | `GET /sim/nodes/{name}`                 | one node                                                        |
 //! | `GET /sim/versions`                     | `{node: [{id, kind, active, pending}]}`                         |
 //! | `GET /sim/flash-counts`                 | `{node: {version: flashes started}}` (nodes with flashes only)  |
-//! | `PUT /sim/nodes/{name}/faults`          | body `{"brick":b,"unavailable":b,"timeout":b,"malformed":b}`    |
+//! | `PUT /sim/nodes/{name}/faults`          | body `{"brick":b,"unavailable":b,"timeout":b,"malformed":b,"looping_next_link":b}` |
 //! | `DELETE /sim/nodes/{name}/faults`       | clear injected faults                                           |
 //! | `POST /sim/nodes/{name}/expire-sessions`| drop every session (clients must log in again)                  |
 //! | `GET /sim/clock`                        | `{"now": RFC 3339 simulated time}`                              |
