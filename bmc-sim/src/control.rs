@@ -102,7 +102,11 @@ impl InjectedFaults {
             | (if self.unavailable { fault::UNAVAILABLE } else { 0 })
             | (if self.timeout { fault::TIMEOUT } else { 0 })
             | (if self.malformed { fault::MALFORMED } else { 0 })
-            | (if self.looping_next_link { fault::LOOPING_NEXT_LINK } else { 0 })
+            | (if self.looping_next_link {
+                fault::LOOPING_NEXT_LINK
+            } else {
+                0
+            })
     }
 }
 

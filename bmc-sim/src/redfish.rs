@@ -615,7 +615,11 @@ fn system_uri(sys: &str) -> String {
 
 fn gpu_uri(s: &FleetState, g: usize) -> String {
     let l = layout(s);
-    format!("/redfish/v1/Systems/{}/Processors/{}", l.gpu_system, l.name(&l.gpu_id, g))
+    format!(
+        "/redfish/v1/Systems/{}/Processors/{}",
+        l.gpu_system,
+        l.name(&l.gpu_id, g)
+    )
 }
 
 /// The chassis holding GPU `g`'s sensors.
@@ -733,10 +737,7 @@ fn parse_reset(body: &[u8], allowed: &[&str]) -> Result<(), RfError> {
 
 /// The URI of the host system's Reset action (what `Base.ResetRequired` names).
 pub(crate) fn system_reset_uri(s: &FleetState) -> String {
-    format!(
-        "{}/Actions/ComputerSystem.Reset",
-        system_uri(layout(s).main_system())
-    )
+    format!("{}/Actions/ComputerSystem.Reset", system_uri(layout(s).main_system()))
 }
 
 async fn system_reset(
@@ -1226,7 +1227,11 @@ async fn chassis(
         })
     } else {
         let g = gpus.first().copied().unwrap_or_default();
-        let parent = if l.host_system.is_some() { &l.gpu_system } else { l.main_system() };
+        let parent = if l.host_system.is_some() {
+            &l.gpu_system
+        } else {
+            l.main_system()
+        };
         json!({
             "@odata.id": uri,
             "@odata.type": types::CHASSIS,
@@ -1392,9 +1397,12 @@ async fn sensor(
 ) -> RfResult {
     let gpus = chassis_gpus(&s, &ch)?;
     let node = node_of(&s, &c)?;
-    let found = gpus
-        .iter()
-        .find_map(|&g| sensor_ids(&s, g).into_iter().find(|(sid, _)| *sid == id).map(|(_, w)| (g, w)));
+    let found = gpus.iter().find_map(|&g| {
+        sensor_ids(&s, g)
+            .into_iter()
+            .find(|(sid, _)| *sid == id)
+            .map(|(_, w)| (g, w))
+    });
     let (g, which) = found.ok_or_else(|| RfError::not_found("Sensor"))?;
     ok(sensor_doc(&s, node, &ch, g, &id, which))
 }

@@ -69,7 +69,13 @@ async fn hgx_health_layout_is_the_dgx_one() {
         ]
     );
     let sel = h.get_json(0, "/redfish/v1/Systems/DGX/LogServices/SEL/Entries").await;
-    assert!(sel["Members"].as_array().unwrap().iter().all(|e| e["EntryType"] == json!("SEL")));
+    assert!(
+        sel["Members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|e| e["EntryType"] == json!("SEL"))
+    );
 
     let gpus = h
         .get_json(0, "/redfish/v1/Systems/HGX_Baseboard_0/Processors?$expand=.($levels=1)")
@@ -86,7 +92,10 @@ async fn hgx_health_layout_is_the_dgx_one() {
     let service = h
         .get_json(0, "/redfish/v1/Systems/HGX_Baseboard_0/LogServices/EventLog")
         .await;
-    assert!(service.get("LogEntryType").is_none(), "HGX's log service states no LogEntryType");
+    assert!(
+        service.get("LogEntryType").is_none(),
+        "HGX's log service states no LogEntryType"
+    );
 
     let chassis = h.get_json(0, "/redfish/v1/Chassis").await;
     assert!(members(&chassis).contains(&"/redfish/v1/Chassis/HGX_GPU_SXM_3".to_owned()));
@@ -99,7 +108,10 @@ async fn hgx_health_layout_is_the_dgx_one() {
             "/redfish/v1/Chassis/HGX_GPU_SXM_3/Sensors/HGX_GPU_SXM_3_Power_0"
         ]
     );
-    assert!(plain["Members"][0].get("Reading").is_none(), "links only without $expand");
+    assert!(
+        plain["Members"][0].get("Reading").is_none(),
+        "links only without $expand"
+    );
     let sensors = h
         .get_json(0, "/redfish/v1/Chassis/HGX_GPU_SXM_3/Sensors?$expand=.($levels=1)")
         .await;

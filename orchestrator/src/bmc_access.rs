@@ -302,7 +302,10 @@ mod tests {
         assert_eq!(endpoint.event_log, dgx.event_log);
         dgx.event_log = Some("EventLog".into());
         let err = resolve_profile("dgx", Some(&dgx)).unwrap_err();
-        assert!(err.to_string().contains("credential profile \"dgx\": event_log"), "{err}");
+        assert!(
+            err.to_string().contains("credential profile \"dgx\": event_log"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -118,8 +118,15 @@ async fn hgx_temperatures_and_xids_land_on_the_right_gpu() {
         let unit = format!("GPU_SXM_{n}");
         let temp = levels["gpu_temp_c"][&unit];
         assert_eq!(temp, reading(format!("HGX_GPU_SXM_{n}_TEMP_0")), "{unit}");
-        assert_ne!(temp, reading(format!("HGX_GPU_SXM_{n}_DRAM_0_Temp_0")), "{unit}: not the memory's");
-        assert_eq!(levels["gpu_power_w"][&unit], reading(format!("HGX_GPU_SXM_{n}_Power_0")));
+        assert_ne!(
+            temp,
+            reading(format!("HGX_GPU_SXM_{n}_DRAM_0_Temp_0")),
+            "{unit}: not the memory's"
+        );
+        assert_eq!(
+            levels["gpu_power_w"][&unit],
+            reading(format!("HGX_GPU_SXM_{n}_Power_0"))
+        );
     }
     // Each GPU's temperature sensor is related to its processor.
     let t1 = sensors.iter().find(|s| s.id == "HGX_GPU_SXM_1_TEMP_0").unwrap();
@@ -145,10 +152,8 @@ async fn hgx_temperatures_and_xids_land_on_the_right_gpu() {
     assert!(per_gpu.len() > 1, "XIDs spread over GPUs: {per_gpu:?}");
     // The HGX event log, not the host's SEL or event log (boot and status entries only).
     assert!(
-        batch
-            .entries
-            .iter()
-            .all(|e| e.entry_type.as_deref() == Some("Event") && e.message_id.as_deref() != Some("ResourceEvent.1.3.ResourceStatusChangedOK")),
+        batch.entries.iter().all(|e| e.entry_type.as_deref() == Some("Event")
+            && e.message_id.as_deref() != Some("ResourceEvent.1.3.ResourceStatusChangedOK")),
         "a host log was read"
     );
     h.shutdown().await;
@@ -276,8 +281,14 @@ async fn a_looping_next_link_stops_at_its_first_repeat_and_the_gate_names_the_no
 
     // Stored on the node's cursor, which its first failed poll created.
     let cursors = h.db.health_cursors(canary.id).await.unwrap();
-    let stored = cursors.iter().find(|c| c.node_id == looping.id).expect("a cursor for the looping node");
-    assert!(stored.last_error.as_deref().unwrap_or_default().contains("repeats"), "{stored:?}");
+    let stored = cursors
+        .iter()
+        .find(|c| c.node_id == looping.id)
+        .expect("a cursor for the looping node");
+    assert!(
+        stored.last_error.as_deref().unwrap_or_default().contains("repeats"),
+        "{stored:?}"
+    );
     // Every poll read the first page and the page it links to, then stopped at the repeat.
     let rounds = cursors
         .iter()
@@ -308,7 +319,12 @@ async fn a_looping_next_link_stops_at_its_first_repeat_and_the_gate_names_the_no
             .filter(|s| s.node_id == c.node_id && s.metric == "gpu_temp_c")
             .flat_map(|s| s.units.keys())
             .collect();
-        assert_eq!(temps.into_iter().cloned().collect::<Vec<_>>(), gpu_units, "{}", node.name);
+        assert_eq!(
+            temps.into_iter().cloned().collect::<Vec<_>>(),
+            gpu_units,
+            "{}",
+            node.name
+        );
         // The stored per-GPU XID counts against the log itself, over the same span.
         let mut stored: BTreeMap<String, u64> = BTreeMap::new();
         for s in samples

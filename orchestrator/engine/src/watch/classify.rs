@@ -129,7 +129,11 @@ pub fn gpu_levels(sensors: &[SensorReading], gpus: &[GpuUnit]) -> LevelReadings 
         if !value.is_finite() {
             continue;
         }
-        let rank = (sensor.physical_context.as_deref() != Some("GPU"), sensor.id.as_str(), value);
+        let rank = (
+            sensor.physical_context.as_deref() != Some("GPU"),
+            sensor.id.as_str(),
+            value,
+        );
         best.entry((metric.as_str(), unit))
             .and_modify(|b| {
                 if (rank.0, rank.1) < (b.0, b.1) {
@@ -326,19 +330,39 @@ mod tests {
         let sensors = [
             hgx_sensor("HGX_GPU_SXM_1_TEMP_0", SensorKind::Temperature, "GPU", 61.0, &proc(1)),
             // The memory's temperature, related to the same GPU: not the GPU's reading.
-            hgx_sensor("HGX_GPU_SXM_1_DRAM_0_Temp_0", SensorKind::Temperature, "Memory", 67.0, &proc(1)),
+            hgx_sensor(
+                "HGX_GPU_SXM_1_DRAM_0_Temp_0",
+                SensorKind::Temperature,
+                "Memory",
+                67.0,
+                &proc(1),
+            ),
             hgx_sensor("HGX_GPU_SXM_11_TEMP_0", SensorKind::Temperature, "GPU", 63.0, &proc(8)),
             // Related to the GPU's chassis rather than its processor.
-            hgx_sensor("HGX_GPU_SXM_3_Power_0", SensorKind::Power, "GPU", 410.0, "/redfish/v1/Chassis/HGX_GPU_SXM_3"),
+            hgx_sensor(
+                "HGX_GPU_SXM_3_Power_0",
+                SensorKind::Power,
+                "GPU",
+                410.0,
+                "/redfish/v1/Chassis/HGX_GPU_SXM_3",
+            ),
         ];
         assert_eq!(gpu_unit(&sensors[0], &gpus).as_deref(), Some("GPU_SXM_1"));
-        assert_eq!(gpu_unit(&sensors[2], &gpus).as_deref(), Some("GPU_SXM_8"), "RelatedItem wins over the id");
+        assert_eq!(
+            gpu_unit(&sensors[2], &gpus).as_deref(),
+            Some("GPU_SXM_8"),
+            "RelatedItem wins over the id"
+        );
         let levels = gpu_levels(&sensors, &gpus);
         assert_eq!(levels["gpu_temp_c"]["GPU_SXM_1"], 61.0);
         assert_eq!(levels["gpu_temp_c"]["GPU_SXM_8"], 63.0);
         assert_eq!(levels["gpu_power_w"]["GPU_SXM_3"], 410.0);
         assert_eq!(gpu_count(&sensors, &gpus), 8, "from the inventory, not the sensors");
-        assert_eq!(gpu_count(&sensors, &[]), 3, "without an inventory: the devices the sensors name");
+        assert_eq!(
+            gpu_count(&sensors, &[]),
+            3,
+            "without an inventory: the devices the sensors name"
+        );
         assert_eq!(
             gpu_unit(&sensors[3], &[]).as_deref(),
             Some("HGX_GPU_SXM_3"),
@@ -399,7 +423,11 @@ mod tests {
                 from + chrono::Duration::minutes(5),
                 Some("GPU_SXM_2".to_owned()),
             ),
-            (RedfishMetric::XidErrorsPerGpuHour, now - chrono::Duration::minutes(5), None),
+            (
+                RedfishMetric::XidErrorsPerGpuHour,
+                now - chrono::Duration::minutes(5),
+                None,
+            ),
             (RedfishMetric::PcieAerPerNodeHour, now, None),
         ];
         let mut levels = BTreeMap::new();

@@ -250,7 +250,12 @@ pub struct PollError {
 
 impl PollError {
     fn describe(&self) -> String {
-        format!("health of {} node {} unreadable: {}", self.cohort.as_str(), self.name, self.error)
+        format!(
+            "health of {} node {} unreadable: {}",
+            self.cohort.as_str(),
+            self.name,
+            self.error
+        )
     }
 }
 
