@@ -232,7 +232,11 @@ async fn a_looping_next_link_stops_at_its_first_repeat_and_the_gate_names_the_no
     .expect("rollout starts");
     let waves = h.db.rollout_waves(rollout.id).await.unwrap();
     let canary = waves.iter().find(|w| w.name == "canary").unwrap();
-    assert!(!canary.control_nodes.is_empty(), "the planner picked a control cohort");
+    assert!(
+        canary.control_nodes.len() >= 2,
+        "a control cohort: {:?}",
+        canary.control_nodes
+    );
     let canary_steps =
         h.db.steps(&StepFilter {
             wave_id: Some(canary.id),
@@ -241,15 +245,18 @@ async fn a_looping_next_link_stops_at_its_first_repeat_and_the_gate_names_the_no
         })
         .await
         .unwrap();
-    // One canary BMC's event log loops from the start.
+    // One canary BMC's and one control BMC's event logs loop from the start.
     let looping = h.db.node(canary_steps[0].node_id).await.unwrap();
-    let resp = reqwest::Client::new()
-        .put(format!("{}/sim/nodes/{}/faults", h.fleet.control_url(), looping.name))
-        .json(&serde_json::json!({ "looping_next_link": true }))
-        .send()
-        .await
-        .unwrap();
-    assert!(resp.status().is_success(), "{}", resp.status());
+    let looping_control = h.db.node(canary.control_nodes[0]).await.unwrap();
+    for node in [&looping, &looping_control] {
+        let resp = reqwest::Client::new()
+            .put(format!("{}/sim/nodes/{}/faults", h.fleet.control_url(), node.name))
+            .json(&serde_json::json!({ "looping_next_link": true }))
+            .send()
+            .await
+            .unwrap();
+        assert!(resp.status().is_success(), "{}", resp.status());
+    }
 
     let judge = Arc::new(DetectorJudge::new(h.db.clone(), health_bmcs()));
     h.start_engine_with(h.config(), judge);
@@ -273,11 +280,25 @@ async fn a_looping_next_link_stops_at_its_first_repeat_and_the_gate_names_the_no
         "{}",
         verdict.summary
     );
+    assert!(
+        verdict.summary.contains(&format!(
+            "left out of the control: health of control node {}",
+            looping_control.name
+        )),
+        "{}",
+        verdict.summary
+    );
     let evidence: DetectorEvidence = serde_json::from_value(verdict.evidence.clone()).unwrap();
-    assert_eq!(evidence.poll_errors.len(), 1, "{evidence:#?}");
-    assert_eq!(evidence.poll_errors[0].node, looping.id);
-    assert_eq!(evidence.poll_errors[0].cohort, Cohort::Canary);
-    assert!(evidence.poll_errors[0].error.contains("repeats"), "{evidence:#?}");
+    let errors: Vec<_> = evidence.poll_errors.iter().map(|e| (e.node, e.cohort)).collect();
+    assert_eq!(
+        errors,
+        [(looping.id, Cohort::Canary), (looping_control.id, Cohort::Control)],
+        "{evidence:#?}"
+    );
+    assert!(
+        evidence.poll_errors.iter().all(|e| e.error.contains("repeats")),
+        "{evidence:#?}"
+    );
 
     // Stored on the node's cursor, which its first failed poll created.
     let cursors = h.db.health_cursors(canary.id).await.unwrap();
@@ -290,9 +311,10 @@ async fn a_looping_next_link_stops_at_its_first_repeat_and_the_gate_names_the_no
         "{stored:?}"
     );
     // Every poll read the first page and the page it links to, then stopped at the repeat.
+    let unread = [looping.id, looping_control.id];
     let rounds = cursors
         .iter()
-        .filter(|c| c.node_id != looping.id)
+        .filter(|c| !unread.contains(&c.node_id))
         .map(|c| c.polls)
         .max()
         .unwrap();
@@ -306,7 +328,7 @@ async fn a_looping_next_link_stops_at_its_first_repeat_and_the_gate_names_the_no
     // Everyone else was read on the HGX layout: eight GPUs each, temperatures per GPU_SXM unit,
     // XIDs counted under the GPU their entry's OriginOfCondition names.
     let samples = h.db.health_samples(SampleScope::Wave(canary.id)).await.unwrap();
-    let watched: Vec<_> = cursors.iter().filter(|c| c.node_id != looping.id).collect();
+    let watched: Vec<_> = cursors.iter().filter(|c| !unread.contains(&c.node_id)).collect();
     assert!(watched.iter().any(|c| c.cohort == Cohort::Control));
     let gpu_units: Vec<String> = (1..=8).map(|n| format!("GPU_SXM_{n}")).collect();
     let mut xids = 0;

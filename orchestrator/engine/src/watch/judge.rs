@@ -649,11 +649,15 @@ impl DetectorJudge {
             };
             states.push(state);
         }
+        let worst = states.iter().map(|s| s.outcome).max().unwrap_or(Outcome::Inconclusive);
+        if !last && worst != Outcome::Fail {
+            return None;
+        }
+        // Only a verdict that will be stored shows the nodes whose health could not be read.
         let poll_errors = match self.poll_errors(wave).await {
             Ok(errors) => errors,
             Err(err) => return error(format!("cannot read poll errors: {}", crate::step_error_chain(&err))),
         };
-        let worst = states.iter().map(|s| s.outcome).max().unwrap_or(Outcome::Inconclusive);
         let evidence = DetectorEvidence {
             alpha: policy.health.alpha,
             correction: "bonferroni".into(),
