@@ -46,7 +46,7 @@ use serde_json::json;
 
 use crate::rng::{self, Purpose};
 use crate::scenario::{Metric, ScenarioError};
-use crate::state::{EVENT_BUCKET, EventKind, FleetState, Node, NodeMut, poisson_by_inversion};
+use crate::state::{EventKind, FleetState, Node, NodeMut, poisson_by_inversion};
 
 /// The scenario's `dcgm:` section as written (every key optional).
 #[derive(Debug, Default, Deserialize)]
@@ -209,13 +209,14 @@ fn poisson_events(
     if to <= from || to <= s.epoch {
         return 0;
     }
-    let bucket_ms = EVENT_BUCKET.num_milliseconds();
+    let bucket = s.event_bucket();
+    let bucket_ms = bucket.num_milliseconds();
     let first = ((from.max(s.epoch) - s.epoch).num_milliseconds() / bucket_ms) as u64;
     let last = ((to - s.epoch).num_milliseconds() / bucket_ms) as u64;
     let hours = bucket_ms as f64 / 3_600_000.0;
     let mut count = 0;
     for b in first..=last {
-        let start = s.epoch + EVENT_BUCKET * (b as i32);
+        let start = s.epoch + bucket * (b as i32);
         let (mul, add) = s.adjust(node, m, metric, Some(gpu), start);
         let lambda = ((base * mul + add).max(0.0)) * hours;
         let n = poisson_by_inversion(

@@ -254,6 +254,8 @@ struct RawBaseline {
     pcie_aer_per_node_hour: Option<f64>,
     #[serde(default)]
     link_degraded_per_node_day: Option<f64>,
+    #[serde(default)]
+    event_bucket: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -402,7 +404,15 @@ pub struct Baseline {
     pub pcie_aer_per_node_hour: f64,
     /// Link degradation entries per node-day.
     pub link_degraded_per_node_day: f64,
+    /// How often event rates are re-evaluated: events of one bucket are drawn at its start's rate, so a
+    /// firmware effect shows from the first bucket that starts after its activation. The default suits
+    /// simulated clocks (hours pass in seconds); a fleet run on wall time with bakes of minutes wants
+    /// seconds here, or a regression would start up to a whole bucket after the flash.
+    pub event_bucket: Duration,
 }
+
+/// Default `baseline.event_bucket`.
+pub const DEFAULT_EVENT_BUCKET: Duration = Duration::from_secs(600);
 
 /// A `{min, max}` duration range; draws are uniform in it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -721,6 +731,21 @@ fn validate(raw: RawScenario) -> Result<Scenario, ScenarioError> {
             "baseline.link_degraded_per_node_day",
             b.link_degraded_per_node_day.unwrap_or(0.0),
         )?,
+        event_bucket: match &b.event_bucket {
+            None => DEFAULT_EVENT_BUCKET,
+            Some(raw) => {
+                let bucket = duration_at("baseline.event_bucket", raw)?;
+                // Entry ids are `bucket * 10_000 + i` and buckets are counted in i32 steps from the
+                // fleet's start: a second keeps 68 years of buckets; a day bounds a bucket's draw.
+                if bucket < Duration::from_secs(1) || bucket > Duration::from_secs(86_400) {
+                    return Err(invalid(
+                        "baseline.event_bucket",
+                        format!("must be between 1s and 24h, got {raw}"),
+                    ));
+                }
+                bucket
+            }
+        },
     };
 
     let mut firmware = Vec::new();
@@ -855,5 +880,28 @@ mod tests {
         assert_eq!(ids[7], "HGX_FW_GPU_7");
         assert_eq!(expand_id("p", "BMC").unwrap_or_default(), vec!["BMC".to_owned()]);
         assert!(expand_id("p", "X_{3..1}").is_err());
+    }
+
+    #[test]
+    fn event_bucket_defaults_to_ten_minutes_and_is_bounded() {
+        let with = |extra: &str| {
+            Scenario::from_yaml_str(&format!(
+                "seed: 1\nfleet: {{nodes: 1, racks: 1, clusters: 1, sku: s, components: \
+                 [{{id: BMC, kind: bmc, version: \"1.0\"}}]}}\nbaseline: {{{extra}}}\n"
+            ))
+            .map_err(|e| match e {
+                ScenarioError::Invalid { path, reason } => format!("{path}: {reason}"),
+                other => format!("{other:?}"),
+            })
+        };
+        assert_eq!(with("").map(|s| s.baseline.event_bucket), Ok(DEFAULT_EVENT_BUCKET));
+        assert_eq!(
+            with("event_bucket: 15s").map(|s| s.baseline.event_bucket),
+            Ok(Duration::from_secs(15))
+        );
+        for bad in ["0s", "2d", "soon"] {
+            let err = with(&format!("event_bucket: {bad}")).expect_err(bad);
+            assert!(err.contains("baseline.event_bucket"), "{bad}: {err}");
+        }
     }
 }

@@ -16,8 +16,6 @@ use serde::Serialize;
 use crate::rng::{self, Purpose};
 use crate::scenario::{DurationRange, Metric, Scenario};
 
-/// Length of one event-generation bucket: rates are evaluated once per bucket.
-pub(crate) const EVENT_BUCKET: Duration = Duration::minutes(10);
 /// Health gauges keep their noise draw for this long, like a sensor's polling interval.
 pub(crate) const GAUGE_BUCKET_SECS: i64 = 60;
 /// Cap on entries per bucket so entry ids (`bucket * 10_000 + i`) stay unique.
@@ -551,8 +549,13 @@ impl FleetState {
         ((temp * 10.0).round() / 10.0, power.max(0.0).round())
     }
 
+    /// The scenario's `baseline.event_bucket` (validated to 1 s..24 h, so the conversion cannot fail).
+    pub(crate) fn event_bucket(&self) -> Duration {
+        Duration::from_std(self.scenario.baseline.event_bucket).unwrap_or(Duration::minutes(10))
+    }
+
     fn bucket_start(&self, b: u64) -> DateTime<Utc> {
-        self.epoch + EVENT_BUCKET * (b as i32)
+        self.epoch + self.event_bucket() * (b as i32)
     }
 
     /// All entries of one bucket, sorted by time, with stable ids.
@@ -561,7 +564,8 @@ impl FleetState {
         let seed = self.scenario.seed;
         let n = node.index as u64;
         let start = self.bucket_start(b);
-        let hours = EVENT_BUCKET.num_seconds() as f64 / 3600.0;
+        let bucket = self.event_bucket();
+        let hours = bucket.num_seconds() as f64 / 3600.0;
         let base = &self.scenario.baseline;
         let mut out: Vec<(DateTime<Utc>, EventKind)> = Vec::new();
         let mut emit =
@@ -573,7 +577,7 @@ impl FleetState {
                 }
                 let mut r = rng::stream(seed, n, purpose, sub, b);
                 for _ in 0..count {
-                    let offset_ms = (r.random::<f64>() * EVENT_BUCKET.num_milliseconds() as f64) as i64;
+                    let offset_ms = (r.random::<f64>() * bucket.num_milliseconds() as f64) as i64;
                     out.push((start + Duration::milliseconds(offset_ms), make(&mut r)));
                 }
             };
@@ -615,7 +619,7 @@ impl FleetState {
         if now < self.epoch {
             return Vec::new();
         }
-        let current = ((now - self.epoch).num_milliseconds() / EVENT_BUCKET.num_milliseconds()) as u64;
+        let current = ((now - self.epoch).num_milliseconds() / self.event_bucket().num_milliseconds()) as u64;
         while m.events.next_bucket < current {
             let b = m.events.next_bucket;
             let evs = self.generate_bucket(node, m, b);

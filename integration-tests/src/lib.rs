@@ -23,6 +23,8 @@ use orchestrator_engine::{Engine, EngineConfig, HealthJudge, RedfishConnector};
 use orchestrator_types::{ComponentKind, FirmwareVersion, QualificationState, ReleaseId, TransitionRequest};
 use sha2::{Digest, Sha256};
 
+pub mod process;
+
 /// Set to `1` to turn a missing external program from a loud skip into a failure (CI).
 pub const REQUIRE_ALL_ENV: &str = "WAVEGUARD_REQUIRE_ALL";
 

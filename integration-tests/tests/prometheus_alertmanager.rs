@@ -16,13 +16,13 @@
 //! child processes are killed when the test ends, pass or fail, and their
 //! logs are printed when it fails.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
 use bmc_sim::Scenario;
+use integration_tests::process::ChildProcess;
 use integration_tests::{REQUIRE_ALL_ENV, SimController, find_program, free_port};
 use orchestrator_db::execution::{RolloutState, StepFilter, StepPurpose};
 use orchestrator_engine::prometheus::{NodeIndex, NodeSeries, PrometheusClient, PrometheusConfig};
@@ -139,68 +139,6 @@ groups:
 }
 
 /// A child process killed (and reaped) on drop, with its log file.
-struct ChildGuard {
-    name: &'static str,
-    child: Child,
-    log: PathBuf,
-}
-
-impl ChildGuard {
-    fn spawn(name: &'static str, program: &Path, args: &[String], dir: &Path) -> anyhow::Result<ChildGuard> {
-        let log = dir.join(format!("{name}.log"));
-        let out = std::fs::File::create(&log).with_context(|| format!("create {}", log.display()))?;
-        let err = out.try_clone().context("clone log handle")?;
-        let child = Command::new(program)
-            .args(args)
-            .current_dir(dir)
-            .stdin(Stdio::null())
-            .stdout(out)
-            .stderr(err)
-            .spawn()
-            .with_context(|| format!("start {}", program.display()))?;
-        Ok(ChildGuard { name, child, log })
-    }
-
-    fn log_tail(&self) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(40)..].join("\n")
-    }
-
-    fn exited(&mut self) -> Option<std::process::ExitStatus> {
-        self.child.try_wait().ok().flatten()
-    }
-}
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-async fn wait_ready(http: &reqwest::Client, url: &str, child: &mut ChildGuard) -> anyhow::Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Some(status) = child.exited() {
-            bail!(
-                "{} exited with {status} before it was ready:\n{}",
-                child.name,
-                child.log_tail()
-            );
-        }
-        if let Ok(response) = http.get(url).send().await
-            && response.status().is_success()
-        {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            bail!("{} not ready at {url} after 30 s:\n{}", child.name, child.log_tail());
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_real_alert_from_prometheus_via_alertmanager_rolls_the_canary_back() {
     let prometheus = find_program(&["prometheus"]);
@@ -288,7 +226,7 @@ scrape_configs:
 "#
         ),
     )?;
-    let mut am = ChildGuard::spawn(
+    let mut am = ChildProcess::spawn(
         "alertmanager",
         alertmanager_bin,
         &[
@@ -300,7 +238,7 @@ scrape_configs:
         ],
         dir.path(),
     )?;
-    let mut prom = ChildGuard::spawn(
+    let mut prom = ChildProcess::spawn(
         "prometheus",
         prometheus_bin,
         &[
@@ -312,8 +250,10 @@ scrape_configs:
     )?;
     let http = reqwest::Client::builder().timeout(Duration::from_secs(5)).build()?;
     let outcome = async {
-        wait_ready(&http, &format!("http://127.0.0.1:{am_port}/-/ready"), &mut am).await?;
-        wait_ready(&http, &format!("http://127.0.0.1:{prom_port}/-/ready"), &mut prom).await?;
+        am.wait_ready(&http, &format!("http://127.0.0.1:{am_port}/-/ready"))
+            .await?;
+        prom.wait_ready(&http, &format!("http://127.0.0.1:{prom_port}/-/ready"))
+            .await?;
 
         // When: a rollout of the bad firmware starts.
         let rollout = start_rollout(

@@ -14,14 +14,14 @@
 //! when `WAVEGUARD_REQUIRE_ALL=1`. Prometheus listens on 127.0.0.1 only and is killed when the test ends.
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
 use bmc_sim::{Fleet, FleetOptions, Scenario, SimClock};
 use chrono::{DateTime, TimeDelta, Utc};
-use integration_tests::{REQUIRE_ALL_ENV, find_program, free_port};
+use integration_tests::process::start_prometheus;
+use integration_tests::{REQUIRE_ALL_ENV, find_program};
 use orchestrator_db::health::Cohort;
 use orchestrator_engine::metric_source::{MetricSource, PrometheusSource, WatchedNode};
 use orchestrator_engine::prometheus::{PrometheusClient, PrometheusConfig};
@@ -49,15 +49,6 @@ dcgm:
   xid_count_window: 10s
 "#;
     Scenario::from_yaml_str(yaml).unwrap_or_else(|e| panic!("scenario: {e}"))
-}
-
-struct ChildGuard(Child);
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -125,11 +116,8 @@ async fn run(prometheus_bin: &Path) -> anyhow::Result<()> {
     options.password = "admin".into();
     let fleet = Fleet::start(scenario(), options).await?;
     let control = fleet.control_url().trim_start_matches("http://").to_owned();
-    let port = free_port()?;
-    std::fs::write(
-        dir.path().join("prometheus.yml"),
-        format!(
-            r#"
+    let config = format!(
+        r#"
 global:
   scrape_interval: 1s
 scrape_configs:
@@ -138,26 +126,11 @@ scrape_configs:
     static_configs:
       - targets: ["{control}"]
 "#
-        ),
-    )?;
-    let log = dir.path().join("prometheus.log");
-    let out = std::fs::File::create(&log)?;
-    let child = Command::new(prometheus_bin)
-        .args([
-            format!("--config.file={}", dir.path().join("prometheus.yml").display()),
-            format!("--storage.tsdb.path={}", dir.path().join("data").display()),
-            format!("--web.listen-address=127.0.0.1:{port}"),
-        ])
-        .current_dir(dir.path())
-        .stdin(Stdio::null())
-        .stdout(out.try_clone()?)
-        .stderr(out)
-        .spawn()
-        .context("start prometheus")?;
-    let _guard = ChildGuard(child);
+    );
+    let (prometheus, port) = start_prometheus(prometheus_bin, dir.path(), &config).await?;
     let outcome = scenario_steps(port, &fleet).await;
     if outcome.is_err() {
-        eprintln!("prometheus log:\n{}", std::fs::read_to_string(&log).unwrap_or_default());
+        eprintln!("prometheus log:\n{}", prometheus.log_tail());
     }
     fleet.shutdown().await;
     outcome

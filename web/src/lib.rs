@@ -73,6 +73,9 @@ pub struct AppState {
     pub credential_profiles: Option<Arc<std::collections::BTreeSet<String>>>,
     /// Separation of duties (qualification, inline policies).
     pub duties: Arc<Duties>,
+    /// The Prometheus the policies' gates read: a rollout start checks
+    /// their series exist for the first wave. `None`: nothing to check.
+    pub prometheus: Option<orchestrator_engine::prometheus::PrometheusClient>,
 }
 
 impl AppState {
@@ -86,6 +89,7 @@ impl AppState {
             auth: Arc::new(auth::AuthState::new(auth::AuthConfig::default())),
             credential_profiles: None,
             duties: Arc::new(Duties::default()),
+            prometheus: None,
         }
     }
 
@@ -112,6 +116,13 @@ impl AppState {
     /// The same state, accepting Alertmanager webhooks as `config` says.
     pub fn with_alert_receiver(mut self, config: AlertReceiverConfig) -> Self {
         self.alert_receiver = Some(Arc::new(config));
+        self
+    }
+
+    /// The same state, checking the Prometheus gates' series against
+    /// `client` before a rollout starts.
+    pub fn with_prometheus(mut self, client: orchestrator_engine::prometheus::PrometheusClient) -> Self {
+        self.prometheus = Some(client);
         self
     }
 

@@ -43,7 +43,8 @@ pub async fn logout_all(connector: &dyn BmcConnector) {
 pub type EndpointResolver = dyn Fn(&str, &str) -> Result<BmcEndpoint, String> + Send + Sync;
 
 /// Redfish drivers over one shared connection pool, one driver (and
-/// session) per BMC, kept between passes.
+/// session) per BMC, kept between passes and shared with the health
+/// collector ([`crate::watch::HealthBmcs`]).
 pub struct RedfishConnector {
     clients: HttpClients,
     resolve: Arc<EndpointResolver>,
@@ -74,14 +75,29 @@ impl BmcConnector for RedfishConnector {
     }
 
     fn connect(&self, step: &PlacedStep) -> Result<Arc<dyn Bmc>, String> {
-        let key = (step.bmc_url.clone(), step.credential_ref.clone());
+        self.driver(&step.bmc_url, &step.credential_ref)
+    }
+}
+
+impl RedfishConnector {
+    /// The one driver (and so the one session) for the BMC at `bmc_url` reached with the credential
+    /// profile `credential_ref`, created on first use. The engine's steps and the health collector both
+    /// come here, so a node that is flashed and watched holds one session, and shutdown deletes all.
+    pub fn driver(&self, bmc_url: &str, credential_ref: &str) -> Result<Arc<dyn Bmc>, String> {
+        let key = (bmc_url.to_owned(), credential_ref.to_owned());
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(bmc) = cache.get(&key) {
             return Ok(bmc.clone());
         }
-        let endpoint = (self.resolve)(&step.bmc_url, &step.credential_ref)?;
+        let endpoint = (self.resolve)(bmc_url, credential_ref)?;
         let bmc: Arc<dyn Bmc> = Arc::new(RedfishBmc::new(&endpoint, &self.clients).map_err(|e| e.to_string())?);
         cache.insert(key, bmc.clone());
         Ok(bmc)
+    }
+}
+
+impl crate::watch::HealthBmcs for RedfishConnector {
+    fn bmc(&self, bmc_url: &str, credential_ref: &str) -> Result<Arc<dyn Bmc>, String> {
+        self.driver(bmc_url, credential_ref)
     }
 }

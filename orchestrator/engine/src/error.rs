@@ -13,6 +13,52 @@ pub enum EngineError {
     EmptyPlan { nodes: usize, excluded: String },
     #[error("this controller no longer holds the executor lease")]
     LostLease,
+    /// A Prometheus gate has no series for some of the first wave's nodes.
+    #[error("{}", missing_series_message(missing))]
+    MissingSeries { missing: Vec<MissingSeries> },
+    /// Prometheus could not be asked whether the gates' series exist.
+    #[error("cannot check the Prometheus gates' series before the first flash")]
+    SeriesCheck(#[source] crate::metric_source::SourceError),
+}
+
+/// One gate's missing series at a rollout's start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MissingSeries {
+    /// The gate.
+    pub gate: String,
+    /// Nodes in the first wave.
+    pub of: usize,
+    /// First-wave nodes without series.
+    pub nodes: Vec<String>,
+}
+
+/// Names at most this many nodes per gate; the count says the rest.
+const NAMED_NODES: usize = 5;
+
+fn missing_series_message(missing: &[MissingSeries]) -> String {
+    let gates: Vec<String> = missing
+        .iter()
+        .map(|m| {
+            let named = m.nodes.iter().take(NAMED_NODES).cloned().collect::<Vec<_>>().join(", ");
+            let more = m.nodes.len().saturating_sub(NAMED_NODES);
+            let more = if more > 0 {
+                format!(" and {more} more")
+            } else {
+                String::new()
+            };
+            format!(
+                "gate {:?} has no series for {} of the first wave's {} nodes ({named}{more})",
+                m.gate,
+                m.nodes.len(),
+                m.of
+            )
+        })
+        .collect();
+    format!(
+        "{}; check that the exporter field is enabled and the node label matches (`policy lint` lists the \
+         fields a policy needs), or start with allow_missing_series",
+        gates.join("; ")
+    )
 }
 
 impl EngineError {
@@ -20,8 +66,11 @@ impl EngineError {
     pub fn is_caller_error(&self) -> bool {
         match self {
             EngineError::Db(err) => err.is_caller_error(),
-            EngineError::Policy(_) | EngineError::Plan(_) | EngineError::EmptyPlan { .. } => true,
-            EngineError::LostLease => false,
+            EngineError::Policy(_)
+            | EngineError::Plan(_)
+            | EngineError::EmptyPlan { .. }
+            | EngineError::MissingSeries { .. } => true,
+            EngineError::LostLease | EngineError::SeriesCheck(_) => false,
         }
     }
 }

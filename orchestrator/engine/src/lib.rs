@@ -75,13 +75,13 @@ pub use config::{
 };
 pub use connector::{BmcConnector, EndpointResolver, RedfishConnector};
 pub use controller::{ControllerHealth, ControllerStatus};
-pub use error::EngineError;
+pub use error::{EngineError, MissingSeries};
 pub use health::{GatelessJudge, HealthJudge};
 pub use inventory::{InventoryReadings, inventory_readings};
 pub use orchestrator_db::execution::ENGINE_ACTOR;
 pub use orchestrator_types::{Blocker, Outcome, WaveVerdict};
 pub use runner::{Engine, Nudge};
-pub use start::start_rollout_planned;
+pub use start::{StartChecks, start_rollout_checked, start_rollout_planned};
 pub use start::{StartRollout, fleet_snapshot, parse_policy, plan_to_rows, rollout, start_rollout};
 
 /// The error and its sources on one line, for logs.

@@ -468,12 +468,11 @@ pub struct PrometheusSource {
 }
 
 impl PrometheusSource {
-    /// A source over this client (its node label maps series to nodes).
+    /// A source over this client (its node label maps series to nodes, its
+    /// staleness bound says when a series is gone).
     pub fn new(client: PrometheusClient) -> Self {
-        Self {
-            client,
-            staleness: STALENESS,
-        }
+        let staleness = client.config().staleness;
+        Self { client, staleness }
     }
 
     /// How long a counter series may go without a sample before its node
@@ -482,6 +481,57 @@ impl PrometheusSource {
     pub fn with_staleness(mut self, staleness: TimeDelta) -> Self {
         self.staleness = staleness;
         self
+    }
+}
+
+impl PrometheusSource {
+    /// Which of `nodes` have no series for `gate` at `at`: for a rate gate, no sample of its counter
+    /// within the staleness bound; for a level gate, no sample of its query's result. Checked before a
+    /// rollout's first flash, so a policy that needs an exporter field the fleet has not enabled is
+    /// refused with the field's name, not discovered as a held wave hours later.
+    pub async fn missing_series(
+        &self,
+        gate: &HealthGate,
+        nodes: &[WatchedNode],
+        at: DateTime<Utc>,
+    ) -> Result<Vec<String>, SourceError> {
+        let GateSource::Prometheus { query } = &gate.source else {
+            return Err(SourceError::WrongSource {
+                gate: gate.name.clone(),
+                source_name: "prometheus",
+            });
+        };
+        let node_label = self.client.config().node_label.clone();
+        let promql = if gate.kind == GateKind::Rate {
+            let sel = exporter::parse_selector(query).map_err(|source| SourceError::Query {
+                gate: gate.name.clone(),
+                source,
+            })?;
+            let secs = self.staleness.num_seconds().max(1);
+            format!("last_over_time({}[{secs}s])", scoped_selector(&sel, &node_label, nodes))
+        } else {
+            query.clone()
+        };
+        let data = self
+            .client
+            .query(&promql, at)
+            .await
+            .map_err(|source| SourceError::Prometheus {
+                gate: gate.name.clone(),
+                source,
+            })?;
+        let present: BTreeSet<String> = match data {
+            QueryData::Vector(samples) => samples
+                .into_iter()
+                .filter_map(|s| s.labels.get(&node_label).cloned())
+                .collect(),
+            _ => BTreeSet::new(),
+        };
+        Ok(nodes
+            .iter()
+            .filter(|n| !present.contains(&n.name))
+            .map(|n| n.name.clone())
+            .collect())
     }
 }
 

@@ -45,6 +45,11 @@ pub struct PrometheusConfig {
     pub node_label: String,
     /// Sent as `Authorization: Bearer ...` when set; never logged.
     pub bearer_token: Option<String>,
+    /// A counter series without a sample for longer than this is gone: its
+    /// node vanished (a canary) or is left out (a control), and the gap adds
+    /// no exposure. Prometheus' own lookback (5 min) suits scrape intervals
+    /// of up to a minute or so; a few scrape intervals is the floor.
+    pub staleness: chrono::TimeDelta,
 }
 
 impl fmt::Debug for PrometheusConfig {
@@ -54,18 +59,21 @@ impl fmt::Debug for PrometheusConfig {
             .field("timeout", &self.timeout)
             .field("node_label", &self.node_label)
             .field("bearer_token", &self.bearer_token.as_ref().map(|_| "<redacted>"))
+            .field("staleness", &self.staleness)
             .finish()
     }
 }
 
 impl PrometheusConfig {
-    /// Defaults for a base URL: 30 s timeout, label `node`, no token.
+    /// Defaults for a base URL: 30 s timeout, label `node`, no token, and
+    /// Prometheus' 5-minute lookback as the staleness bound.
     pub fn new(base_url: Url) -> Self {
         Self {
             base_url,
             timeout: DEFAULT_QUERY_TIMEOUT,
             node_label: "node".to_owned(),
             bearer_token: None,
+            staleness: crate::metric_source::STALENESS,
         }
     }
 }

@@ -14,7 +14,11 @@ use orchestrator_types::{FirmwareVersion, RolloutId};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
-use crate::error::EngineError;
+use crate::error::{EngineError, MissingSeries};
+use crate::metric_source::{PrometheusSource, WatchedNode};
+use crate::prometheus::PrometheusClient;
+use orchestrator_db::health::Cohort;
+use orchestrator_policy::GateSource;
 
 /// What a rollout starts from.
 #[derive(Debug, Clone)]
@@ -179,6 +183,28 @@ pub async fn start_rollout_planned(
     request: &StartRollout,
     actor: &str,
 ) -> Result<(ExecRollout, Plan), EngineError> {
+    start_rollout_checked(db, request, actor, &StartChecks::default()).await
+}
+
+/// What is checked against the world outside the database before a plan is stored.
+#[derive(Debug, Clone, Default)]
+pub struct StartChecks {
+    /// The Prometheus the policy's `source: prometheus` gates read: every such gate must have series for
+    /// every node of the first wave, or the start is refused ([`EngineError::MissingSeries`]). `None`
+    /// checks nothing (no Prometheus is configured; such gates then hold their waves for a human).
+    pub prometheus: Option<PrometheusClient>,
+    /// Start even when series are missing (a new exporter field about to be enabled, say); recorded in
+    /// the log as a warning.
+    pub allow_missing_series: bool,
+}
+
+/// [`start_rollout_planned`] after the [`StartChecks`].
+pub async fn start_rollout_checked(
+    db: &Db,
+    request: &StartRollout,
+    actor: &str,
+    checks: &StartChecks,
+) -> Result<(ExecRollout, Plan), EngineError> {
     // Validation refuses what the engine cannot run (e.g. manual approval
     // on the first wave) with the policy's own line:col.
     let policy = parse_policy(&request.policy_source)?;
@@ -219,6 +245,9 @@ pub async fn start_rollout_planned(
                 .join(", "),
         });
     }
+    if let Some(client) = &checks.prometheus {
+        check_gate_series(client, &policy, &plan, db.clock().now(), checks.allow_missing_series).await?;
+    }
     let rows = plan_to_rows(&plan);
     let inline = || {
         format!(
@@ -235,6 +264,58 @@ pub async fn start_rollout_planned(
     };
     let stored = db.start_rollout(&new, &request.policy_source, &rows, actor).await?;
     Ok((stored, plan))
+}
+
+/// Every Prometheus gate of `policy` must have series for every node of the plan's first wave (the
+/// canary: its gates cannot pass without them, and a control node without data is merely left out).
+async fn check_gate_series(
+    client: &PrometheusClient,
+    policy: &Policy,
+    plan: &Plan,
+    now: chrono::DateTime<chrono::Utc>,
+    allow_missing: bool,
+) -> Result<(), EngineError> {
+    let first_wave: Vec<WatchedNode> = plan
+        .steps()
+        .filter(|(wave, _, _)| *wave == 0)
+        .map(|(_, node, _)| WatchedNode {
+            node: node.node,
+            name: node.name.clone(),
+            cohort: Cohort::Canary,
+            from: now,
+        })
+        .collect();
+    let mut unique = std::collections::BTreeSet::new();
+    let first_wave: Vec<WatchedNode> = first_wave.into_iter().filter(|n| unique.insert(n.node)).collect();
+    let source = PrometheusSource::new(client.clone());
+    let mut missing = Vec::new();
+    for gate in policy
+        .health
+        .gates
+        .iter()
+        .filter(|g| matches!(g.source, GateSource::Prometheus { .. }))
+    {
+        let nodes = source
+            .missing_series(gate, &first_wave, now)
+            .await
+            .map_err(EngineError::SeriesCheck)?;
+        if !nodes.is_empty() {
+            missing.push(MissingSeries {
+                gate: gate.name.clone(),
+                of: first_wave.len(),
+                nodes,
+            });
+        }
+    }
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let err = EngineError::MissingSeries { missing };
+    if allow_missing {
+        tracing::warn!(error = %err, "starting anyway: missing series allowed by the caller");
+        return Ok(());
+    }
+    Err(err)
 }
 
 /// Convenience for callers holding only an id.

@@ -9,13 +9,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{GPU_FROM, GPU_TO, Harness, SKU};
-use orchestrator_bmc::{BmcEndpoint, Credentials, HttpClients, RetryPolicy, Timeouts};
 use orchestrator_db::AuditFilter;
 use orchestrator_db::execution::{ExecRollout, RolloutState, StepFilter, StepPurpose, StepState, WaveState};
 use orchestrator_db::health::{Cohort, SampleScope};
 use orchestrator_detect::{InconclusiveReason, Verdict};
 use orchestrator_engine::prometheus::{PrometheusClient, PrometheusConfig};
-use orchestrator_engine::watch::{DetectorJudge, RedfishHealthBmcs};
+use orchestrator_engine::watch::DetectorJudge;
 use orchestrator_engine::{StartRollout, start_rollout};
 use orchestrator_types::{Outcome, QualificationState};
 
@@ -111,27 +110,6 @@ rollback:
     )
 }
 
-fn health_bmcs() -> Arc<RedfishHealthBmcs> {
-    let resolve = Arc::new(|url: &str, _profile: &str| {
-        let url = url::Url::parse(url).map_err(|e| e.to_string())?;
-        Ok(BmcEndpoint::new(url, Credentials::new("admin", "admin"))
-            .with_timeouts(Timeouts {
-                connect: Duration::from_millis(500),
-                request: Duration::from_secs(2),
-                upload: Duration::from_secs(5),
-                probe: Duration::from_millis(500),
-            })
-            .with_retry(RetryPolicy {
-                max_retries: 1,
-                base_delay: Duration::from_millis(20),
-                max_delay: Duration::from_millis(50),
-                max_retry_after: Duration::from_millis(50),
-                deadline: Duration::from_secs(3),
-            }))
-    });
-    Arc::new(RedfishHealthBmcs::new(HttpClients::new(), resolve))
-}
-
 async fn start(h: &mut Harness, version: &str) -> orchestrator_types::RolloutId {
     start_with(h, version, policy()).await
 }
@@ -152,8 +130,10 @@ async fn start_with(h: &mut Harness, version: &str, policy_source: String) -> or
     )
     .await
     .expect("rollout starts");
-    let judge = Arc::new(DetectorJudge::new(h.db.clone(), health_bmcs()));
-    h.start_engine_with(h.config(), judge);
+    // One set of drivers for flashing and watching, as `serve` wires it: one session per BMC.
+    let redfish = h.redfish();
+    let judge = Arc::new(DetectorJudge::new(h.db.clone(), redfish.clone()));
+    h.start_engine_full(h.config(), redfish, judge);
     rollout.id
 }
 
@@ -179,7 +159,24 @@ async fn tripled_xid_rate_is_rolled_back(postgres: bool) {
             Duration::from_secs(55),
         )
         .await;
+    // The canary was flashed, rolled back and watched, the control watched: one session per BMC for
+    // all of it, and none left once the engine has shut down.
+    let sessions = |h: &Harness| -> Vec<(String, usize)> {
+        h.fleet
+            .endpoints()
+            .iter()
+            .map(|e| (e.name.clone(), h.fleet.open_sessions(&e.name).unwrap()))
+            .collect()
+    };
+    let open = sessions(&h);
+    assert!(open.iter().all(|(_, n)| *n <= 1), "{open:?}");
+    assert!(open.iter().any(|(_, n)| *n == 1), "{open:?}");
     h.stop_engine().await;
+    let open = sessions(&h);
+    assert!(
+        open.iter().all(|(_, n)| *n == 0),
+        "sessions left after shutdown: {open:?}"
+    );
     assert_eq!(done.state, RolloutState::RolledBack, "{:?}", done.state_reason);
 
     let waves = h.db.rollout_waves(id).await.unwrap();
@@ -460,7 +457,7 @@ async fn a_prometheus_level_gate_is_judged_against_the_control_cohort() {
     .await
     .expect("rollout starts");
     let client = PrometheusClient::new(PrometheusConfig::new(url::Url::parse(&prometheus_url).unwrap())).unwrap();
-    let judge = Arc::new(DetectorJudge::new(h.db.clone(), health_bmcs()).with_prometheus(client));
+    let judge = Arc::new(DetectorJudge::new(h.db.clone(), h.redfish()).with_prometheus(client));
     h.start_engine_with(h.config(), judge);
     let done = h
         .wait_for(
@@ -609,7 +606,7 @@ async fn start_pcie_replay_rollout(
     let mut config = PrometheusConfig::new(url::Url::parse(&prometheus_url).unwrap());
     config.node_label = "Hostname".into();
     let client = PrometheusClient::new(config).unwrap();
-    let judge = Arc::new(DetectorJudge::new(h.db.clone(), health_bmcs()).with_prometheus(client));
+    let judge = Arc::new(DetectorJudge::new(h.db.clone(), h.redfish()).with_prometheus(client));
     h.start_engine_with(h.config(), judge);
     (rollout, server, scraper)
 }

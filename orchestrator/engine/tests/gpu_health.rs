@@ -24,7 +24,7 @@ use orchestrator_bmc::{
 use orchestrator_db::execution::{StepFilter, StepPurpose, WaveState};
 use orchestrator_db::health::{Cohort, SampleScope};
 use orchestrator_engine::watch::classify::{classify_event, event_gpu, gpu_count, gpu_levels};
-use orchestrator_engine::watch::{DetectorEvidence, DetectorJudge, RedfishHealthBmcs};
+use orchestrator_engine::watch::{DetectorEvidence, DetectorJudge};
 use orchestrator_engine::{StartRollout, start_rollout};
 use orchestrator_policy::RedfishMetric;
 use orchestrator_types::Outcome;
@@ -76,11 +76,6 @@ fn endpoint(url: &str) -> BmcEndpoint {
             max_retry_after: Duration::from_millis(50),
             deadline: Duration::from_secs(3),
         })
-}
-
-fn health_bmcs() -> Arc<RedfishHealthBmcs> {
-    let resolve = Arc::new(|url: &str, _profile: &str| Ok(endpoint(url)));
-    Arc::new(RedfishHealthBmcs::new(HttpClients::new(), resolve))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -258,8 +253,10 @@ async fn a_looping_next_link_stops_at_its_first_repeat_and_the_gate_names_the_no
         assert!(resp.status().is_success(), "{}", resp.status());
     }
 
-    let judge = Arc::new(DetectorJudge::new(h.db.clone(), health_bmcs()));
-    h.start_engine_with(h.config(), judge);
+    // One set of drivers for flashing and watching, as `serve` wires it.
+    let redfish = h.redfish();
+    let judge = Arc::new(DetectorJudge::new(h.db.clone(), redfish.clone()));
+    h.start_engine_full(h.config(), redfish, judge);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     let canary = loop {
         let waves = h.db.rollout_waves(rollout.id).await.unwrap();

@@ -1,4 +1,4 @@
-//! Issue 20 item 6: the Trainium platform end to end. A demo-sized fleet of 64 Trn2 servers on the
+//! Issue 20 item 6: the Trainium platform end to end. The demo's default fleet size, 300 Trn2 servers (75 UltraServers), on the
 //! `trn2` bmc-sim profile (an assumed layout, 16 accelerators each), four servers per UltraServer
 //! (the scale-up domain, carried in the node's `nvlink_domain` label), rolled out under a policy
 //! capping one flash per UltraServer with `concurrency.per_domain`. The cap is watched from the
@@ -15,7 +15,7 @@ use orchestrator_db::execution::{RolloutState, StepFilter, StepState};
 use orchestrator_db::model::ReleaseRollback;
 use orchestrator_engine::{StartRollout, start_rollout};
 
-const NODES: usize = 64;
+const NODES: usize = 300;
 const SERVERS_PER_ULTRASERVER: usize = 4;
 const LIMIT: Duration = Duration::from_secs(240);
 
@@ -26,7 +26,7 @@ seed: 20
 platform: trn2
 fleet:
   nodes: {NODES}
-  racks: 4
+  racks: 15
   clusters: 1
   region: sim-1
   sku: {TRN2_SKU}
@@ -68,9 +68,9 @@ waves:
   - name: rest
     rest: true
     bake: 1m
-    max_in_flight: 64
+    max_in_flight: 96
 concurrency:
-  max_in_flight: 64
+  max_in_flight: 96
   per_rack: 16
   per_domain: 1
 failure_budget:

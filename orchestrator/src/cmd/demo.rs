@@ -183,7 +183,7 @@ pub async fn run(args: DemoArgs, _context: &Context) -> anyhow::Result<ExitCode>
         .await
         .context("registering the good GPU release")?;
 
-    let judge = judge_for(&db);
+    let judge = judge_for(&world);
     let engine = world.start_engine("waveguard-demo", judge.judge);
     // Sessions run on real time: on the accelerated rollout clock a 12-hour
     // session would end within a minute, logging the visitor out mid-story.

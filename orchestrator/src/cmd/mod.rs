@@ -5,6 +5,7 @@ pub mod bench_rma;
 pub mod demo;
 pub mod fleet;
 pub mod policy;
+pub mod prometheus;
 pub mod release;
 pub mod rollout;
 pub mod serve;

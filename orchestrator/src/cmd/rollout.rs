@@ -10,7 +10,7 @@ use anyhow::Context as _;
 use orchestrator_db::Db;
 use orchestrator_db::execution::{ExecRollout, ExecWave, RolloutState, WaveKind};
 use orchestrator_db::model::Release;
-use orchestrator_engine::{EngineError, StartRollout, start_rollout_planned};
+use orchestrator_engine::{EngineError, StartChecks, StartRollout, start_rollout_checked};
 use orchestrator_types::{ComponentKind, FirmwareVersion, ReleaseId, RolloutId};
 use serde_json::json;
 
@@ -86,6 +86,12 @@ pub struct StartArgs {
     /// Print the plan summary as JSON.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    prometheus: super::prometheus::PrometheusArgs,
+    /// Start even if a Prometheus gate has no series for some node of the
+    /// first wave (otherwise refused, naming the gates and nodes).
+    #[arg(long, requires = "prometheus_url")]
+    allow_missing_series: bool,
 }
 
 /// Options of pause, resume and abort.
@@ -287,7 +293,11 @@ async fn start(args: StartArgs, context: &Context, actor: &str) -> anyhow::Resul
         policy_blob: blob,
         seed,
     };
-    let (rollout, plan) = start_rollout_planned(&db, &request, actor)
+    let checks = StartChecks {
+        prometheus: args.prometheus.client()?,
+        allow_missing_series: args.allow_missing_series,
+    };
+    let (rollout, plan) = start_rollout_checked(&db, &request, actor, &checks)
         .await
         .map_err(|e| -> anyhow::Error {
             match e {

@@ -46,29 +46,8 @@ pub struct ServeArgs {
     /// webhook refuses every alert.
     #[arg(long, env = "WAVEGUARD_ALERTMANAGER_TOKEN_ENV", value_name = "VAR")]
     alertmanager_token_env: Option<String>,
-    /// Prometheus server whose data the policies' `source: prometheus`
-    /// health gates query (series mapped to nodes by their `node` label).
-    /// Without it those gates hold their waves for a human.
-    #[arg(long, env = "WAVEGUARD_PROMETHEUS_URL", value_name = "URL")]
-    prometheus_url: Option<url::Url>,
-    /// The Prometheus series label whose value is a node's name.
-    #[arg(
-        long,
-        env = "WAVEGUARD_PROMETHEUS_NODE_LABEL",
-        value_name = "LABEL",
-        default_value = "node",
-        requires = "prometheus_url"
-    )]
-    prometheus_node_label: String,
-    /// Environment variable holding a bearer token for Prometheus (sent as
-    /// `Authorization: Bearer`, never logged).
-    #[arg(
-        long,
-        env = "WAVEGUARD_PROMETHEUS_TOKEN_ENV",
-        value_name = "VAR",
-        requires = "prometheus_url"
-    )]
-    prometheus_token_env: Option<String>,
+    #[command(flatten)]
+    prometheus: super::prometheus::PrometheusArgs,
     /// Let API and UI rollouts use an inline policy (`policy_yaml`) instead
     /// of a reviewed one from git. Off by default: an inline policy can have
     /// one wave, no gates and no approval.
@@ -97,30 +76,6 @@ fn duties(args: &ServeArgs) -> web::Duties {
         tracing::warn!("inline policies enabled: rollouts may bypass the reviewed policies in git");
     }
     duties
-}
-
-/// The Prometheus client for the policies' `source: prometheus` gates, if
-/// a server is configured. Errors name the variable, never the token.
-fn prometheus_client(args: &ServeArgs) -> anyhow::Result<Option<orchestrator_engine::prometheus::PrometheusClient>> {
-    let Some(url) = &args.prometheus_url else {
-        return Ok(None);
-    };
-    let label = args.prometheus_node_label.trim();
-    if label.is_empty() {
-        return Err(super::BadInput("--prometheus-node-label must not be empty".into()).into());
-    }
-    let mut config = orchestrator_engine::prometheus::PrometheusConfig::new(url.clone());
-    config.node_label = label.to_owned();
-    if let Some(var) = &args.prometheus_token_env {
-        let token = std::env::var(var)
-            .ok()
-            .filter(|t| !t.trim().is_empty())
-            .ok_or_else(|| super::BadInput(format!("--prometheus-token-env names {var}, which is not set or empty")))?;
-        config.bearer_token = Some(token.trim().to_owned());
-    }
-    let client = orchestrator_engine::prometheus::PrometheusClient::new(config)
-        .map_err(|e| anyhow::anyhow!("cannot build the Prometheus client: {e}"))?;
-    Ok(Some(client))
 }
 
 /// The Alertmanager receiver's settings from flags and file, with the token
@@ -194,7 +149,7 @@ const SESSION_SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(
 pub async fn run(args: ServeArgs, context: Context) -> anyhow::Result<ExitCode> {
     let listen = args.listen.unwrap_or(context.config.listen);
     let alert_receiver = alert_receiver(&args, &context.config)?;
-    let prometheus = prometheus_client(&args)?;
+    let prometheus = args.prometheus.client()?;
     let clock: std::sync::Arc<dyn orchestrator_types::Clock> = match (args.clock_speedup, args.clock_epoch) {
         (Some(speedup), Some(epoch)) => {
             if !(speedup.is_finite() && speedup > 0.0) {
@@ -230,11 +185,15 @@ pub async fn run(args: ServeArgs, context: Context) -> anyhow::Result<ExitCode> 
         .credential_host_bindings()
         .await
         .context("reading credential host bindings")?;
-    let engine = start_engine(&db, &context, &args, prometheus, bindings);
+    let engine = start_engine(&db, &context, &args, prometheus.clone(), bindings);
     // API commands (approve, pause, ...) wake the engine at once.
     let state = AppState::new(db.clone())
         .with_engine_nudge(engine.nudge())
         .with_duties(duties(&args));
+    let state = match prometheus {
+        Some(client) => state.with_prometheus(client),
+        None => state,
+    };
     // With profiles configured, an API import naming an unknown one is refused.
     let state = if context.config.credentials.is_empty() {
         state
@@ -306,17 +265,12 @@ fn start_engine(
     });
     let connector = std::sync::Arc::new(orchestrator_engine::RedfishConnector::new(
         orchestrator_bmc::HttpClients::new(),
-        resolve.clone(),
+        resolve,
     ));
     // Waves are judged against their control cohorts from Redfish health;
     // gates this judge cannot evaluate hold the wave for a human.
-    let mut judge = orchestrator_engine::watch::DetectorJudge::new(
-        db.clone(),
-        std::sync::Arc::new(orchestrator_engine::watch::RedfishHealthBmcs::new(
-            orchestrator_bmc::HttpClients::new(),
-            resolve,
-        )),
-    );
+    // The same drivers as the engine's: one session per BMC for flashing and watching.
+    let mut judge = orchestrator_engine::watch::DetectorJudge::new(db.clone(), connector.clone());
     if let Some(client) = prometheus {
         judge = judge.with_prometheus(client);
     }

@@ -289,6 +289,8 @@ pub struct SimWorld {
     pub image_base: String,
     images: ImageStore,
     image_server: JoinHandle<()>,
+    /// One driver (and session) per simulated BMC, shared by the engine and the health collector.
+    redfish: Arc<RedfishConnector>,
     /// Holds the SQLite file until the world is dropped.
     _dir: Option<tempfile::TempDir>,
 }
@@ -364,6 +366,7 @@ impl SimWorld {
         let images: ImageStore = Arc::default();
         let (image_base, image_server) = serve_images(images.clone()).await.map_err(WorldError::ImageServer)?;
         let world = SimWorld {
+            redfish: Arc::new(RedfishConnector::new(HttpClients::new(), sim_resolver())),
             clock,
             fleet,
             db,
@@ -522,7 +525,7 @@ impl SimWorld {
 
     /// Drivers for the simulated BMCs, with timeouts for loopback.
     pub fn connector(&self) -> Arc<dyn BmcConnector> {
-        Arc::new(RedfishConnector::new(HttpClients::new(), sim_resolver()))
+        self.redfish.clone()
     }
 
     /// Engine settings for accelerated time. Durations the engine reads from
@@ -800,7 +803,7 @@ async fn simulate(world: &SimWorld, inputs: &Inputs, args: &SimulateArgs) -> any
         ))
         .into());
     }
-    let judge = judge_for(&world.db);
+    let judge = judge_for(world);
     let detector = judge.watches_health;
     let engine = world.start_engine("waveguard-simulate", judge.judge);
     let watched = watch(
@@ -849,13 +852,12 @@ pub struct JudgeChoice {
 
 /// The detector: waves are judged against their control cohorts from the
 /// simulated BMCs' Redfish health, as `waveguard serve` does.
-pub fn judge_for(db: &Db) -> JudgeChoice {
-    let bmcs = Arc::new(orchestrator_engine::watch::RedfishHealthBmcs::new(
-        HttpClients::new(),
-        sim_resolver(),
-    ));
+pub fn judge_for(world: &SimWorld) -> JudgeChoice {
     JudgeChoice {
-        judge: Arc::new(orchestrator_engine::watch::DetectorJudge::new(db.clone(), bmcs)),
+        judge: Arc::new(orchestrator_engine::watch::DetectorJudge::new(
+            world.db.clone(),
+            world.redfish.clone(),
+        )),
         watches_health: true,
     }
 }

@@ -17,7 +17,7 @@ use orchestrator_db::execution::{
     Approval, ExecRollout, ExecStep, ExecWave, RolloutState, StepFilter, StepState, WaveKind,
 };
 use orchestrator_db::model::{FieldError, Release};
-use orchestrator_engine::{EngineError, StartRollout, start_rollout_planned};
+use orchestrator_engine::{EngineError, StartChecks, StartRollout, start_rollout_checked};
 use orchestrator_planner::Plan;
 use orchestrator_types::{NodeId, ReleaseId, Role, RolloutId};
 use serde::de::DeserializeOwned;
@@ -53,6 +53,10 @@ pub struct StartBody {
     /// (recorded with the rollout either way, so the plan is reproducible).
     #[serde(default)]
     pub(crate) seed: Option<i64>,
+    /// Start even if a Prometheus gate has no series for some first-wave
+    /// node (otherwise 409 naming the gates and nodes).
+    #[serde(default)]
+    pub(crate) allow_missing_series: bool,
 }
 
 /// The stored plan, as a human reads it before approving anything.
@@ -277,7 +281,15 @@ fn engine_error(err: EngineError) -> ApiError {
             }
             ApiError::Conflict(format!("the rollout cannot be planned: {message}"))
         }
-        other @ EngineError::EmptyPlan { .. } => ApiError::Conflict(other.to_string()),
+        other @ (EngineError::EmptyPlan { .. } | EngineError::MissingSeries { .. }) => {
+            ApiError::Conflict(other.to_string())
+        }
+        // Prometheus could not answer: the rollout is not started, and the
+        // caller may retry or skip the check; the cause is the server's.
+        other @ EngineError::SeriesCheck(_) => ApiError::Conflict(format!(
+            "{}; retry, or start with allow_missing_series",
+            crate::error::error_chain(&other)
+        )),
         other @ EngineError::LostLease => ApiError::Internal(Box::new(other)),
     }
 }
@@ -286,7 +298,8 @@ fn engine_error(err: EngineError) -> ApiError {
     responses((status = 201, body = PlanSummary, description = "Planned and stored; the engine starts the first wave"),
               (status = 400, body = ErrorBody), (status = 404, body = ErrorBody, description = "No such release"),
               (status = 409, body = ErrorBody, description = "The release cannot be planned under the policy (blocked, \
-               not qualified, wrong component)"),
+               not qualified, wrong component), or a Prometheus gate has no series for a first-wave node \
+               (unless allow_missing_series)"),
               (status = 422, body = ErrorBody, description = "Invalid policy (line:col) or request")))]
 pub(crate) async fn start(
     State(state): State<AppState>,
@@ -357,7 +370,11 @@ pub(crate) async fn start_rollout_as(
         policy_blob,
         seed,
     };
-    let (rollout, plan) = start_rollout_planned(&state.db, &request, actor)
+    let checks = StartChecks {
+        prometheus: state.prometheus.clone(),
+        allow_missing_series: body.allow_missing_series,
+    };
+    let (rollout, plan) = start_rollout_checked(&state.db, &request, actor, &checks)
         .await
         .map_err(engine_error)?;
     state.nudge_engine();

@@ -117,6 +117,7 @@ pub(crate) async fn start_rollout(
         policy: Some(form.policy),
         policy_yaml: None,
         seed,
+        allow_missing_series: false,
     };
     let (rollout, plan) = crate::api::rollouts::start_rollout_as(&state, body, &me.user.username)
         .await

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
-use orchestrator_bmc::{Bmc, BmcEndpoint, EventCursor, HttpClients, RedfishBmc};
+use orchestrator_bmc::{Bmc, EventCursor};
 use orchestrator_db::execution::{ExecRollout, ExecWave, StepFilter, StepPurpose, StepState};
 use orchestrator_db::health::{Cohort, HealthCursor, LevelAgg, NodePoll, WindowDelta, window_start};
 use orchestrator_db::{Db, DbError};
@@ -20,7 +20,6 @@ use orchestrator_policy::RedfishMetric;
 use orchestrator_types::NodeId;
 
 use super::classify::{classify_event, event_gpu, gpu_count, gpu_levels, poll_deltas};
-use crate::connector::EndpointResolver;
 use crate::prometheus::{NodeIndex, PrometheusClient};
 
 /// GPUs assumed on a node whose BMC lists no GPU processor and no GPU
@@ -33,44 +32,6 @@ pub const DEFAULT_GPUS_PER_NODE: u32 = 8;
 pub trait HealthBmcs: Send + Sync + std::fmt::Debug {
     /// A driver for the BMC at `bmc_url` with credential profile `credential_ref`.
     fn bmc(&self, bmc_url: &str, credential_ref: &str) -> Result<Arc<dyn Bmc>, String>;
-}
-
-/// Redfish drivers over a shared connection pool, one per BMC, kept.
-pub struct RedfishHealthBmcs {
-    clients: HttpClients,
-    resolve: Arc<EndpointResolver>,
-    cache: Mutex<HashMap<(String, String), Arc<dyn Bmc>>>,
-}
-
-impl std::fmt::Debug for RedfishHealthBmcs {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RedfishHealthBmcs").finish_non_exhaustive()
-    }
-}
-
-impl RedfishHealthBmcs {
-    /// `resolve(bmc_url, credential_ref)` builds the endpoint (and reads the secret).
-    pub fn new(clients: HttpClients, resolve: Arc<EndpointResolver>) -> Self {
-        Self {
-            clients,
-            resolve,
-            cache: Mutex::new(HashMap::new()),
-        }
-    }
-}
-
-impl HealthBmcs for RedfishHealthBmcs {
-    fn bmc(&self, bmc_url: &str, credential_ref: &str) -> Result<Arc<dyn Bmc>, String> {
-        let key = (bmc_url.to_owned(), credential_ref.to_owned());
-        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(bmc) = cache.get(&key) {
-            return Ok(bmc.clone());
-        }
-        let endpoint: BmcEndpoint = (self.resolve)(bmc_url, credential_ref)?;
-        let bmc: Arc<dyn Bmc> = Arc::new(RedfishBmc::new(&endpoint, &self.clients).map_err(|e| e.to_string())?);
-        cache.insert(key, bmc.clone());
-        Ok(bmc)
-    }
 }
 
 /// One node to watch for a wave.

@@ -302,6 +302,15 @@ impl Harness {
 
     /// [`Harness::connector`] over given clients (e.g. with injected connect faults).
     pub fn connector_with(&self, clients: HttpClients) -> Arc<dyn BmcConnector> {
+        self.redfish_with(clients)
+    }
+
+    /// The Redfish drivers as a concrete type, to share one set between the engine and a detector.
+    pub fn redfish(&self) -> Arc<RedfishConnector> {
+        self.redfish_with(HttpClients::new())
+    }
+
+    fn redfish_with(&self, clients: HttpClients) -> Arc<RedfishConnector> {
         let resolve = Arc::new(|url: &str, _profile: &str| {
             let url = url::Url::parse(url).map_err(|e| e.to_string())?;
             Ok(BmcEndpoint::new(url, Credentials::new("admin", "admin"))
@@ -331,12 +340,16 @@ impl Harness {
     }
 
     pub fn start_engine_on(&mut self, config: EngineConfig, connector: Arc<dyn BmcConnector>) {
-        self.engine = Some(Engine::start(
-            self.db.clone(),
-            config,
-            connector,
-            Arc::new(GatelessJudge),
-        ));
+        self.start_engine_full(config, connector, Arc::new(GatelessJudge));
+    }
+
+    pub fn start_engine_full(
+        &mut self,
+        config: EngineConfig,
+        connector: Arc<dyn BmcConnector>,
+        judge: Arc<dyn HealthJudge>,
+    ) {
+        self.engine = Some(Engine::start(self.db.clone(), config, connector, judge));
     }
 
     pub async fn stop_engine(&mut self) {
