@@ -6,7 +6,7 @@
 //! | `GET /sim/nodes/{name}`                 | one node                                                        |
 //! | `GET /sim/versions`                     | `{node: [{id, kind, active, pending}]}`                         |
 //! | `GET /sim/flash-counts`                 | `{node: {version: flashes started}}` (nodes with flashes only)  |
-//! | `PUT /sim/nodes/{name}/faults`          | body `{"brick":b,"unavailable":b,"timeout":b,"malformed":b}`    |
+//! | `PUT /sim/nodes/{name}/faults`          | body `{"brick":b,"unavailable":b,"timeout":b,"malformed":b,"looping_next_link":b}` |
 //! | `DELETE /sim/nodes/{name}/faults`       | clear injected faults                                           |
 //! | `POST /sim/nodes/{name}/expire-sessions`| drop every session (clients must log in again)                  |
 //! | `GET /sim/clock`                        | `{"now": RFC 3339 simulated time}`                              |
@@ -83,6 +83,8 @@ pub struct InjectedFaults {
     pub timeout: bool,
     /// Every response body is cut mid-JSON.
     pub malformed: bool,
+    /// The event log's `Members@odata.nextLink` names the same page on every page.
+    pub looping_next_link: bool,
 }
 
 impl InjectedFaults {
@@ -92,6 +94,7 @@ impl InjectedFaults {
             unavailable: b & fault::UNAVAILABLE != 0,
             timeout: b & fault::TIMEOUT != 0,
             malformed: b & fault::MALFORMED != 0,
+            looping_next_link: b & fault::LOOPING_NEXT_LINK != 0,
         }
     }
     fn bits(self) -> u8 {
@@ -99,6 +102,11 @@ impl InjectedFaults {
             | (if self.unavailable { fault::UNAVAILABLE } else { 0 })
             | (if self.timeout { fault::TIMEOUT } else { 0 })
             | (if self.malformed { fault::MALFORMED } else { 0 })
+            | (if self.looping_next_link {
+                fault::LOOPING_NEXT_LINK
+            } else {
+                0
+            })
     }
 }
 
@@ -115,6 +123,7 @@ fn node_json(s: &FleetState, n: &Node) -> Value {
         "faults": InjectedFaults::from_bits(n.injected.load(Ordering::Relaxed)),
         "answering": !n.is_down(now_ms),
         "bricked": n.is_bricked(),
+        "event_log_pages": n.event_log_pages.load(Ordering::Relaxed),
     })
 }
 

@@ -410,6 +410,7 @@ impl Fleet {
                 injected: AtomicU8::new(0),
                 grace_until: AtomicU64::new(0),
                 req_seq: AtomicU64::new(0),
+                event_log_pages: AtomicU64::new(0),
                 inner: Mutex::new(NodeMut {
                     components: initial_components(&scenario, epoch),
                     tasks: Vec::new(),
@@ -660,6 +661,13 @@ impl RunningFleet {
         self.state
             .node_by_name(name)
             .map(|n| crate::control::versions_of(&self.state, n))
+    }
+
+    /// GETs of node `name`'s GPU event-log entries collection so far, every page counted.
+    pub fn event_log_pages(&self, name: &str) -> Option<u64> {
+        self.state
+            .node_by_name(name)
+            .map(|n| n.event_log_pages.load(std::sync::atomic::Ordering::Relaxed))
     }
 
     /// Redfish sessions currently held by node `name`: logged in, not deleted, and not yet found idle

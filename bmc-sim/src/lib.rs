@@ -19,9 +19,11 @@
 //! Every BMC listens on its own loopback port and serves ServiceRoot, SessionService, Systems/1 (GPU
 //! processors, event log), Chassis/1 (thermal subsystem, sensors), Managers/1, UpdateService (SimpleUpdate,
 //! multipart push, FirmwareInventory), TaskService and a read-only AccountService, with the protocol rules
-//! of DSP0266 (headers, query parameters, session expiry) applied to every resource. State is derived
-//! from simulated time on each read (see [`SimClock`]), and every random draw is keyed by (seed, node,
-//! purpose, time bucket), so a run is reproducible for a seed. Firmware images use the format in [`image`]. The control server is described in
+//! of DSP0266 (headers, query parameters, session expiry) applied to every resource; a platform profile's
+//! [`platform::RedfishLayout`] moves the GPUs, sensors and event log (HGX: host system first, GPUs under
+//! `Systems/HGX_Baseboard_0`, a chassis per GPU). State is derived from simulated time on each read (see
+//! [`SimClock`]), and every random draw is keyed by (seed, node, purpose, time bucket), so a run is
+//! reproducible for a seed. Firmware images use the format in [`image`]. The control server is described in
 //! [`control`](crate::control) (module docs) and in `bmc-sim/README.md`.
 
 mod accounts;

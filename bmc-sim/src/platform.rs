@@ -135,6 +135,146 @@ fn http_protocols() -> Vec<String> {
     vec!["HTTP".to_owned(), "HTTPS".to_owned()]
 }
 
+/// Where a platform puts its GPUs, their sensors and the GPU event log in the Redfish tree.
+///
+/// Templates take `{n}`: the GPU's index plus `gpu_index_base`. Without a `redfish_layout` section a
+/// profile has bmc-sim's original single-system layout (the defaults below). Written from the DMTF
+/// schemas (ComputerSystem, Processor, Chassis, Sensor, LogService, LogEntry) and, for the HGX values,
+/// NVIDIA's public DGX H100 / HGX Redfish documentation.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedfishLayout {
+    /// The host's own system, listed first in `Systems` with its own SEL and event log (BIOS and host
+    /// events only); `None`: the GPU system is the only system.
+    #[serde(default)]
+    pub host_system: Option<String>,
+    /// The system holding the GPU `Processors` and the log service `EventLog` where GPU events (XIDs,
+    /// PCIe errors) are logged.
+    #[serde(default = "default_gpu_system")]
+    pub gpu_system: String,
+    /// A GPU's Processor `Id`.
+    #[serde(default = "default_gpu_id")]
+    pub gpu_id: String,
+    /// Added to the 0-based GPU index to make `{n}` (HGX numbers its GPUs from 1).
+    #[serde(default)]
+    pub gpu_index_base: usize,
+    /// A Chassis per GPU holding that GPU's sensors; `None`: every GPU sensor on the main chassis.
+    #[serde(default)]
+    pub gpu_chassis: Option<String>,
+    /// The GPU temperature Sensor `Id`.
+    #[serde(default = "default_temp_sensor")]
+    pub temp_sensor: String,
+    /// The GPU power Sensor `Id`.
+    #[serde(default = "default_power_sensor")]
+    pub power_sensor: String,
+    /// A GPU memory temperature Sensor `Id` (`PhysicalContext: Memory`, same `RelatedItem`), if any:
+    /// a second temperature per GPU that a reader must not mistake for the GPU's.
+    #[serde(default)]
+    pub memory_temp_sensor: Option<String>,
+    /// Whether the GPU log service states its `LogEntryType` (optional in the schema; HGX omits it).
+    #[serde(default = "yes")]
+    pub log_entry_type: bool,
+    /// Where an XID entry's `Links.OriginOfCondition` points: the GPU's `processor` or its `chassis`.
+    #[serde(default)]
+    pub xid_origin: XidOrigin,
+    /// Whether `ProtocolFeaturesSupported.ExpandQuery` is advertised and `$expand=.` / `$expand=*`
+    /// (one level) honoured on the Processors and Sensors collections.
+    #[serde(default)]
+    pub expand_query: bool,
+}
+
+/// Where an XID entry's `OriginOfCondition` points.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum XidOrigin {
+    /// The GPU's Processor resource.
+    #[default]
+    Processor,
+    /// The GPU's own Chassis (needs `gpu_chassis`).
+    Chassis,
+}
+
+impl Default for RedfishLayout {
+    /// bmc-sim's original layout: `Systems/1` with `Processors/GPU_0..`, sensors `GPU_{n}_Temp` on
+    /// `Chassis/1`.
+    fn default() -> Self {
+        Self {
+            host_system: None,
+            gpu_system: default_gpu_system(),
+            gpu_id: default_gpu_id(),
+            gpu_index_base: 0,
+            gpu_chassis: None,
+            temp_sensor: default_temp_sensor(),
+            power_sensor: default_power_sensor(),
+            memory_temp_sensor: None,
+            log_entry_type: true,
+            xid_origin: XidOrigin::Processor,
+            expand_query: false,
+        }
+    }
+}
+
+impl RedfishLayout {
+    /// `template` with `{n}` replaced for GPU `g` (0-based).
+    pub fn name(&self, template: &str, g: usize) -> String {
+        template.replace("{n}", &(g + self.gpu_index_base).to_string())
+    }
+
+    /// The 0-based GPU whose `template` name is `name`, among `gpus`.
+    pub fn gpu_of(&self, template: &str, name: &str, gpus: usize) -> Option<usize> {
+        (0..gpus).find(|&g| self.name(template, g) == name)
+    }
+
+    /// The system every non-GPU resource hangs off: the host's when there is one.
+    pub fn main_system(&self) -> &str {
+        self.host_system.as_deref().unwrap_or(&self.gpu_system)
+    }
+
+    /// Systems in collection order: the host first, as a DGX lists it.
+    pub fn systems(&self) -> Vec<&str> {
+        let mut out: Vec<&str> = self.host_system.iter().map(String::as_str).collect();
+        out.push(&self.gpu_system);
+        out
+    }
+
+    /// Checks the templates name each GPU distinctly.
+    pub(crate) fn check(&self) -> Result<(), String> {
+        for (key, t) in [
+            ("gpu_id", Some(&self.gpu_id)),
+            ("temp_sensor", Some(&self.temp_sensor)),
+            ("power_sensor", Some(&self.power_sensor)),
+            ("gpu_chassis", self.gpu_chassis.as_ref()),
+            ("memory_temp_sensor", self.memory_temp_sensor.as_ref()),
+        ] {
+            if let Some(t) = t
+                && !t.contains("{n}")
+            {
+                return Err(format!("redfish_layout.{key} `{t}` must contain {{n}}"));
+            }
+        }
+        if self.xid_origin == XidOrigin::Chassis && self.gpu_chassis.is_none() {
+            return Err("redfish_layout.xid_origin: chassis needs gpu_chassis".to_owned());
+        }
+        if self.host_system.as_deref() == Some(self.gpu_system.as_str()) {
+            return Err("redfish_layout.host_system must differ from gpu_system".to_owned());
+        }
+        Ok(())
+    }
+}
+
+fn default_gpu_system() -> String {
+    "1".to_owned()
+}
+fn default_gpu_id() -> String {
+    "GPU_{n}".to_owned()
+}
+fn default_temp_sensor() -> String {
+    "GPU_{n}_Temp".to_owned()
+}
+fn default_power_sensor() -> String {
+    "GPU_{n}_Power".to_owned()
+}
+
 /// A profile file as written. Components stay raw here; the scenario validates them like its own.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -148,6 +288,9 @@ pub(crate) struct RawProfile {
     pub components: Vec<crate::scenario::RawComponent>,
     #[serde(default)]
     pub update_service: Option<UpdateServiceProfile>,
+    /// Where GPUs, sensors and the GPU event log are (absent: the original single-system layout).
+    #[serde(default)]
+    pub redfish_layout: Option<RedfishLayout>,
 }
 
 /// The built-in profile `name`, parsed; the error says what is wrong.
@@ -166,6 +309,9 @@ pub(crate) fn built_in(name: &str) -> Result<RawProfile, String> {
     }
     if profile.name != name {
         return Err(format!("profile file for `{name}` names itself `{}`", profile.name));
+    }
+    if let Some(layout) = &profile.redfish_layout {
+        layout.check().map_err(|e| format!("profile `{name}`: {e}"))?;
     }
     Ok(profile)
 }

@@ -21,7 +21,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::fleet::BmcConn;
-use crate::platform::{AcceptedAs, DescribedBy};
+use std::collections::HashMap;
+
+use crate::platform::{AcceptedAs, DescribedBy, RedfishLayout, XidOrigin};
 use crate::rng::{self, Purpose};
 use crate::state::{EventKind, FleetState, LogEvent, Node, SessionRec, fault};
 use crate::update::{self, MAX_IMAGE_BYTES};
@@ -195,30 +197,33 @@ pub(crate) fn router(state: Arc<FleetState>) -> Router {
             get(session).delete(delete_session),
         )
         .route("/redfish/v1/Systems", get(systems))
-        .route("/redfish/v1/Systems/1", get(system))
-        .route("/redfish/v1/Systems/1/Actions/ComputerSystem.Reset", post(system_reset))
-        .route("/redfish/v1/Systems/1/Processors", get(processors))
-        .route("/redfish/v1/Systems/1/Processors/{id}", get(processor))
+        .route("/redfish/v1/Systems/{sys}", get(system))
         .route(
-            "/redfish/v1/Systems/1/Processors/{id}/ProcessorMetrics",
+            "/redfish/v1/Systems/{sys}/Actions/ComputerSystem.Reset",
+            post(system_reset),
+        )
+        .route("/redfish/v1/Systems/{sys}/Processors", get(processors))
+        .route("/redfish/v1/Systems/{sys}/Processors/{id}", get(processor))
+        .route(
+            "/redfish/v1/Systems/{sys}/Processors/{id}/ProcessorMetrics",
             get(processor_metrics),
         )
-        .route("/redfish/v1/Systems/1/LogServices", get(log_services))
-        .route("/redfish/v1/Systems/1/LogServices/EventLog", get(event_log_service))
-        .route("/redfish/v1/Systems/1/LogServices/EventLog/Entries", get(log_entries))
+        .route("/redfish/v1/Systems/{sys}/LogServices", get(log_services))
+        .route("/redfish/v1/Systems/{sys}/LogServices/{svc}", get(log_service))
+        .route("/redfish/v1/Systems/{sys}/LogServices/{svc}/Entries", get(log_entries))
         .route(
-            "/redfish/v1/Systems/1/LogServices/EventLog/Entries/{id}",
+            "/redfish/v1/Systems/{sys}/LogServices/{svc}/Entries/{id}",
             get(log_entry),
         )
         .route("/redfish/v1/Chassis", get(chassis_collection))
-        .route("/redfish/v1/Chassis/1", get(chassis))
-        .route("/redfish/v1/Chassis/1/ThermalSubsystem", get(thermal_subsystem))
+        .route("/redfish/v1/Chassis/{ch}", get(chassis))
+        .route("/redfish/v1/Chassis/{ch}/ThermalSubsystem", get(thermal_subsystem))
         .route(
-            "/redfish/v1/Chassis/1/ThermalSubsystem/ThermalMetrics",
+            "/redfish/v1/Chassis/{ch}/ThermalSubsystem/ThermalMetrics",
             get(thermal_metrics),
         )
-        .route("/redfish/v1/Chassis/1/Sensors", get(sensors))
-        .route("/redfish/v1/Chassis/1/Sensors/{id}", get(sensor))
+        .route("/redfish/v1/Chassis/{ch}/Sensors", get(sensors))
+        .route("/redfish/v1/Chassis/{ch}/Sensors/{id}", get(sensor))
         .route("/redfish/v1/Managers", get(managers))
         .route("/redfish/v1/Managers/1", get(manager))
         .route("/redfish/v1/Managers/1/Actions/Manager.Reset", post(manager_reset))
@@ -397,7 +402,7 @@ async fn redfish_versions() -> RfResult {
 
 async fn service_root(State(s): State<Arc<FleetState>>, ConnectInfo(c): ConnectInfo<BmcConn>) -> RfResult {
     let node = node_of(&s, &c)?;
-    ok(json!({
+    let mut v = json!({
         "@odata.id": "/redfish/v1",
         "@odata.type": types::SERVICE_ROOT,
         "Id": "RootService",
@@ -415,7 +420,15 @@ async fn service_root(State(s): State<Arc<FleetState>>, ConnectInfo(c): ConnectI
         "AccountService": link("/redfish/v1/AccountService"),
         "ProtocolFeaturesSupported": crate::protocol::protocol_features(),
         "Links": { "Sessions": link("/redfish/v1/SessionService/Sessions") },
-    }))
+    });
+    if layout(&s).expand_query {
+        // DSP0266 query parameters: `$expand` of subordinate resources (`.`) and of all (`*`), one
+        // level, as the Processors and Sensors collections honour it.
+        v["ProtocolFeaturesSupported"] = json!({
+            "ExpandQuery": { "ExpandAll": true, "NoLinks": true, "Links": false, "Levels": true, "MaxLevels": 1 },
+        });
+    }
+    ok(v)
 }
 
 /// A stable RFC 4122-shaped UUID for (node, purpose).
@@ -612,19 +625,87 @@ async fn delete_session(
 }
 
 // -------------------------------------------------------------------------------------------------------
-// Systems, processors, event log.
+// Systems, processors, event log. Ids and names come from the platform's `RedfishLayout`: bmc-sim's
+// own single system `1`, or a DGX-style host system listed first with the GPUs under a baseboard system.
 
-async fn systems() -> RfResult {
+fn layout(s: &FleetState) -> &RedfishLayout {
+    &s.scenario.redfish_layout
+}
+
+/// CPUs of a host system distinct from the GPU system (a DGX host has two).
+const HOST_CPUS: usize = 2;
+
+/// 404 unless `sys` is one of the layout's systems.
+fn known_system(s: &FleetState, sys: &str) -> Result<(), RfError> {
+    if layout(s).systems().contains(&sys) {
+        Ok(())
+    } else {
+        Err(RfError::not_found("ComputerSystem"))
+    }
+}
+
+fn system_uri(sys: &str) -> String {
+    format!("/redfish/v1/Systems/{sys}")
+}
+
+fn gpu_uri(s: &FleetState, g: usize) -> String {
+    let l = layout(s);
+    format!(
+        "/redfish/v1/Systems/{}/Processors/{}",
+        l.gpu_system,
+        l.name(&l.gpu_id, g)
+    )
+}
+
+/// The chassis holding GPU `g`'s sensors.
+fn sensor_chassis(s: &FleetState, g: usize) -> String {
+    let l = layout(s);
+    match &l.gpu_chassis {
+        Some(t) => l.name(t, g),
+        None => l.main_system().to_owned(),
+    }
+}
+
+async fn systems(State(s): State<Arc<FleetState>>) -> RfResult {
     ok(collection(
         "/redfish/v1/Systems",
         "#ComputerSystemCollection.ComputerSystemCollection",
         "Computer System Collection",
-        vec!["/redfish/v1/Systems/1".to_owned()],
+        layout(&s).systems().into_iter().map(system_uri).collect(),
     ))
 }
 
-async fn system(State(s): State<Arc<FleetState>>, ConnectInfo(c): ConnectInfo<BmcConn>) -> RfResult {
+async fn system(
+    State(s): State<Arc<FleetState>>,
+    ConnectInfo(c): ConnectInfo<BmcConn>,
+    Path(sys): Path<String>,
+) -> RfResult {
+    known_system(&s, &sys)?;
     let node = node_of(&s, &c)?;
+    let l = layout(&s);
+    let uri = system_uri(&sys);
+    if sys != l.main_system() {
+        // The GPU baseboard of a host: its GPUs and its event log, no reset of its own here.
+        return ok(json!({
+            "@odata.id": uri,
+            "@odata.type": types::SYSTEM,
+            "Id": sys,
+            "Name": "HGX Baseboard",
+            "SystemType": "Physical",
+            "Manufacturer": "NVIDIA",
+            "Model": node.labels.sku,
+            "SerialNumber": format!("SIMBB{:08}", node.index),
+            "UUID": uuid_for(s.scenario.seed, node.index, 3),
+            "PowerState": "On",
+            "Status": status_ok(),
+            "Processors": link(format!("{uri}/Processors")),
+            "LogServices": link(format!("{uri}/LogServices")),
+            "Links": {
+                "Chassis": [link(format!("/redfish/v1/Chassis/{sys}"))],
+                "ManagedBy": [link("/redfish/v1/Managers/1")],
+            },
+        }));
+    }
     let now = s.now();
     let mut m = node.lock();
     node.settle(&mut m, now);
@@ -635,9 +716,9 @@ async fn system(State(s): State<Arc<FleetState>>, ConnectInfo(c): ConnectInfo<Bm
         .find(|c| c.kind == orchestrator_types::ComponentKind::Bios)
         .map(|c| c.active().to_owned());
     let mut v = json!({
-        "@odata.id": "/redfish/v1/Systems/1",
+        "@odata.id": uri,
         "@odata.type": types::SYSTEM,
-        "Id": "1",
+        "Id": sys,
         "Name": node.name,
         "SystemType": "Physical",
         "Manufacturer": "Waveguard",
@@ -646,15 +727,15 @@ async fn system(State(s): State<Arc<FleetState>>, ConnectInfo(c): ConnectInfo<Bm
         "UUID": uuid_for(s.scenario.seed, node.index, 1),
         "PowerState": if rebooting { "PoweringOn" } else { "On" },
         "Status": if rebooting { json!({"State": "Starting", "Health": "OK"}) } else { status_ok() },
-        "Processors": link("/redfish/v1/Systems/1/Processors"),
-        "LogServices": link("/redfish/v1/Systems/1/LogServices"),
+        "Processors": link(format!("{uri}/Processors")),
+        "LogServices": link(format!("{uri}/LogServices")),
         "Links": {
-            "Chassis": [link("/redfish/v1/Chassis/1")],
+            "Chassis": [link(format!("/redfish/v1/Chassis/{sys}"))],
             "ManagedBy": [link("/redfish/v1/Managers/1")],
         },
         "Actions": {
             "#ComputerSystem.Reset": {
-                "target": "/redfish/v1/Systems/1/Actions/ComputerSystem.Reset",
+                "target": format!("{uri}/Actions/ComputerSystem.Reset"),
                 "ResetType@Redfish.AllowableValues": ["On", "ForceRestart", "GracefulRestart", "PowerCycle"],
             }
         },
@@ -689,11 +770,20 @@ fn parse_reset(body: &[u8], allowed: &[&str]) -> Result<(), RfError> {
     }
 }
 
+/// The URI of the host system's Reset action (what `Base.ResetRequired` names).
+pub(crate) fn system_reset_uri(s: &FleetState) -> String {
+    format!("{}/Actions/ComputerSystem.Reset", system_uri(layout(s).main_system()))
+}
+
 async fn system_reset(
     State(s): State<Arc<FleetState>>,
     ConnectInfo(c): ConnectInfo<BmcConn>,
+    Path(sys): Path<String>,
     body: axum::body::Bytes,
 ) -> RfResult {
+    if sys != layout(&s).main_system() {
+        return Err(RfError::not_found("ComputerSystem"));
+    }
     let node = node_of(&s, &c)?;
     parse_reset(&body, &["On", "ForceRestart", "GracefulRestart", "PowerCycle"])?;
     let now = s.now();
@@ -702,31 +792,88 @@ async fn system_reset(
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
-fn gpu_index(s: &FleetState, id: &str) -> Result<usize, RfError> {
-    id.strip_prefix("GPU_")
-        .and_then(|i| i.parse::<usize>().ok())
-        .filter(|&i| i < s.gpus)
+/// The GPU `id` names on the GPU system.
+fn gpu_index(s: &FleetState, sys: &str, id: &str) -> Result<usize, RfError> {
+    let l = layout(s);
+    if sys != l.gpu_system {
+        return Err(RfError::not_found("Processor"));
+    }
+    l.gpu_of(&l.gpu_id, id, s.gpus)
         .ok_or_else(|| RfError::not_found("Processor"))
 }
 
-async fn processors(State(s): State<Arc<FleetState>>) -> RfResult {
-    ok(collection(
-        "/redfish/v1/Systems/1/Processors",
+/// Whether the request asks for members inline (`$expand=.` or `$expand=*`, one level) and the
+/// layout advertises `ExpandQuery`.
+fn wants_expand(s: &FleetState, query: &HashMap<String, String>) -> bool {
+    layout(s).expand_query
+        && query
+            .get("$expand")
+            .is_some_and(|e| e.starts_with('.') || e.starts_with('*'))
+}
+
+/// A collection whose members are inlined when `expand` is given (the member documents).
+fn collection_of(id: &str, odata_type: &str, name: &str, members: Vec<String>, expand: Option<Vec<Value>>) -> Value {
+    let mut v = collection(id, odata_type, name, members);
+    if let Some(docs) = expand {
+        v["Members"] = Value::Array(docs);
+    }
+    v
+}
+
+async fn processors(
+    State(s): State<Arc<FleetState>>,
+    ConnectInfo(c): ConnectInfo<BmcConn>,
+    Path(sys): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
+) -> RfResult {
+    known_system(&s, &sys)?;
+    let l = layout(&s);
+    let uri = format!("{}/Processors", system_uri(&sys));
+    let ids: Vec<String> = if sys == l.gpu_system {
+        (0..s.gpus).map(|g| l.name(&l.gpu_id, g)).collect()
+    } else {
+        (0..HOST_CPUS).map(|i| format!("CPU_{i}")).collect()
+    };
+    let expand = if wants_expand(&s, &query) {
+        let node = node_of(&s, &c)?;
+        Some(
+            ids.iter()
+                .map(|id| processor_doc(&s, node, &sys, id))
+                .collect::<Result<Vec<_>, _>>()?,
+        )
+    } else {
+        None
+    };
+    ok(collection_of(
+        &uri,
         "#ProcessorCollection.ProcessorCollection",
         "Processor Collection",
-        (0..s.gpus)
-            .map(|g| format!("/redfish/v1/Systems/1/Processors/GPU_{g}"))
-            .collect(),
+        ids.iter().map(|id| format!("{uri}/{id}")).collect(),
+        expand,
     ))
 }
 
-async fn processor(
-    State(s): State<Arc<FleetState>>,
-    ConnectInfo(c): ConnectInfo<BmcConn>,
-    Path(id): Path<String>,
-) -> RfResult {
-    let node = node_of(&s, &c)?;
-    let g = gpu_index(&s, &id)?;
+fn processor_doc(s: &FleetState, node: &Node, sys: &str, id: &str) -> Result<Value, RfError> {
+    let l = layout(s);
+    let uri = format!("{}/Processors/{id}", system_uri(sys));
+    if sys != l.gpu_system {
+        let cpu = id
+            .strip_prefix("CPU_")
+            .and_then(|i| i.parse::<usize>().ok())
+            .filter(|&i| i < HOST_CPUS)
+            .ok_or_else(|| RfError::not_found("Processor"))?;
+        return Ok(json!({
+            "@odata.id": uri,
+            "@odata.type": types::PROCESSOR,
+            "Id": id,
+            "Name": format!("CPU {cpu}"),
+            "ProcessorType": "CPU",
+            "Manufacturer": "Intel(R) Corporation",
+            "Model": "Simulated host CPU",
+            "Status": status_ok(),
+        }));
+    }
+    let g = gpu_index(s, sys, id)?;
     let now = s.now();
     let mut m = node.lock();
     node.settle(&mut m, now);
@@ -737,30 +884,43 @@ async fn processor(
         .and_then(|&ci| m.components.get(ci))
         .map(|c| c.active().to_owned());
     let mut v = json!({
-        "@odata.id": format!("/redfish/v1/Systems/1/Processors/GPU_{g}"),
+        "@odata.id": uri,
         "@odata.type": types::PROCESSOR,
-        "Id": format!("GPU_{g}"),
-        "Name": format!("GPU {g}"),
+        "Id": id,
+        "Name": format!("GPU {}", g + l.gpu_index_base),
         "ProcessorType": "GPU",
         "Manufacturer": "NVIDIA",
         "Model": "Simulated GPU",
         "SerialNumber": format!("SIMGPU{:08}{g}", node.index),
         "Status": if rebooting { json!({"State": "Starting", "Health": "OK"}) } else { status_ok() },
-        "Metrics": link(format!("/redfish/v1/Systems/1/Processors/GPU_{g}/ProcessorMetrics")),
+        "Metrics": link(format!("{uri}/ProcessorMetrics")),
     });
+    if let Some(t) = &l.gpu_chassis {
+        v["Links"] = json!({ "Chassis": link(format!("/redfish/v1/Chassis/{}", l.name(t, g))) });
+    }
     if let Some(fw) = fw {
         v["FirmwareVersion"] = json!(fw);
     }
-    ok(v)
+    Ok(v)
+}
+
+async fn processor(
+    State(s): State<Arc<FleetState>>,
+    ConnectInfo(c): ConnectInfo<BmcConn>,
+    Path((sys, id)): Path<(String, String)>,
+) -> RfResult {
+    known_system(&s, &sys)?;
+    let node = node_of(&s, &c)?;
+    ok(processor_doc(&s, node, &sys, &id)?)
 }
 
 async fn processor_metrics(
     State(s): State<Arc<FleetState>>,
     ConnectInfo(c): ConnectInfo<BmcConn>,
-    Path(id): Path<String>,
+    Path((sys, id)): Path<(String, String)>,
 ) -> RfResult {
     let node = node_of(&s, &c)?;
-    let g = gpu_index(&s, &id)?;
+    let g = gpu_index(&s, &sys, &id)?;
     let now = s.now();
     let mut m = node.lock();
     node.settle(&mut m, now);
@@ -778,47 +938,89 @@ async fn processor_metrics(
         .filter(|e| matches!(e.kind, EventKind::Aer { correctable: false }))
         .count();
     ok(json!({
-        "@odata.id": format!("/redfish/v1/Systems/1/Processors/GPU_{g}/ProcessorMetrics"),
+        "@odata.id": format!("{}/ProcessorMetrics", gpu_uri(&s, g)),
         "@odata.type": types::PROCESSOR_METRICS,
         "Id": "ProcessorMetrics",
-        "Name": format!("GPU {g} Metrics"),
+        "Name": format!("GPU {} Metrics", g + layout(&s).gpu_index_base),
         "UncorrectableOtherErrorCount": xid,
         "PCIeErrors": { "CorrectableErrorCount": aer_c, "NonFatalErrorCount": aer_f },
     }))
 }
 
-async fn log_services() -> RfResult {
+/// The log services of `sys`: the GPU system has `EventLog` (GPU events); a host system distinct from
+/// it has its own `SEL` and `EventLog` with host entries only.
+fn log_service_ids(s: &FleetState, sys: &str) -> &'static [&'static str] {
+    if sys == layout(s).gpu_system {
+        &["EventLog"]
+    } else {
+        &["SEL", "EventLog"]
+    }
+}
+
+fn known_log(s: &FleetState, sys: &str, svc: &str) -> Result<(), RfError> {
+    known_system(s, sys)?;
+    if log_service_ids(s, sys).contains(&svc) {
+        Ok(())
+    } else {
+        Err(RfError::not_found("LogService"))
+    }
+}
+
+async fn log_services(State(s): State<Arc<FleetState>>, Path(sys): Path<String>) -> RfResult {
+    known_system(&s, &sys)?;
+    let base = format!("{}/LogServices", system_uri(&sys));
     ok(collection(
-        "/redfish/v1/Systems/1/LogServices",
+        &base,
         "#LogServiceCollection.LogServiceCollection",
         "Log Service Collection",
-        vec!["/redfish/v1/Systems/1/LogServices/EventLog".to_owned()],
+        log_service_ids(&s, &sys)
+            .iter()
+            .map(|id| format!("{base}/{id}"))
+            .collect(),
     ))
 }
 
-async fn event_log_service(State(s): State<Arc<FleetState>>) -> RfResult {
-    ok(json!({
-        "@odata.id": "/redfish/v1/Systems/1/LogServices/EventLog",
+async fn log_service(State(s): State<Arc<FleetState>>, Path((sys, svc)): Path<(String, String)>) -> RfResult {
+    known_log(&s, &sys, &svc)?;
+    let uri = format!("{}/LogServices/{svc}", system_uri(&sys));
+    let gpu_log = sys == layout(&s).gpu_system;
+    let mut v = json!({
+        "@odata.id": uri,
         "@odata.type": types::LOG_SERVICE,
-        "Id": "EventLog",
-        "Name": "System Event Log",
+        "Id": svc,
+        "Name": if gpu_log { "System Event Log" } else if svc == "SEL" { "Host IPMI SEL" } else { "Host Event Log" },
         "ServiceEnabled": true,
-        "OverWritePolicy": "NeverOverWrites",
-        "LogEntryType": "Event",
+        "OverWritePolicy": if gpu_log { "NeverOverWrites" } else { "WrapsWhenFull" },
         "DateTime": ts(s.now()),
         "Status": status_ok(),
-        "Entries": link("/redfish/v1/Systems/1/LogServices/EventLog/Entries"),
-    }))
+        "Entries": link(format!("{uri}/Entries")),
+    });
+    if !gpu_log {
+        v["LogEntryType"] = json!(if svc == "SEL" { "SEL" } else { "Event" });
+    } else if layout(&s).log_entry_type {
+        v["LogEntryType"] = json!("Event");
+    }
+    ok(v)
 }
 
-fn entry_json(e: &LogEvent) -> Value {
+fn entry_json(s: &FleetState, e: &LogEvent) -> Value {
+    let l = layout(s);
+    let gpu_system = system_uri(&l.gpu_system);
     let (severity, args, message, origin) = match e.kind {
-        EventKind::Xid { gpu, code } => (
-            "Critical",
-            vec![format!("GPU_{gpu}"), format!("XID {code}")],
-            format!("GPU_{gpu} reported XID {code}."),
-            format!("/redfish/v1/Systems/1/Processors/GPU_{gpu}"),
-        ),
+        EventKind::Xid { gpu, code } => {
+            let g = gpu as usize;
+            let name = l.name(&l.gpu_id, g);
+            let origin = match (l.xid_origin, &l.gpu_chassis) {
+                (XidOrigin::Chassis, Some(t)) => format!("/redfish/v1/Chassis/{}", l.name(t, g)),
+                _ => gpu_uri(s, g),
+            };
+            (
+                "Critical",
+                vec![name.clone(), format!("XID {code}")],
+                format!("{name} reported XID {code}."),
+                origin,
+            )
+        }
         EventKind::Aer { correctable } => {
             let what = if correctable {
                 "PCIe AER Correctable"
@@ -829,18 +1031,18 @@ fn entry_json(e: &LogEvent) -> Value {
                 if correctable { "Warning" } else { "Critical" },
                 vec!["PCIe_Root_Port_0".to_owned(), what.to_owned()],
                 format!("PCIe_Root_Port_0 reported {what} error."),
-                "/redfish/v1/Systems/1".to_owned(),
+                gpu_system.clone(),
             )
         }
         EventKind::LinkDegraded { width } => (
             "Warning",
             vec!["PCIe_Root_Port_0".to_owned(), format!("Link degraded to x{width}")],
             format!("PCIe_Root_Port_0 link degraded: width x16 -> x{width}."),
-            "/redfish/v1/Systems/1".to_owned(),
+            gpu_system.clone(),
         ),
     };
     json!({
-        "@odata.id": format!("/redfish/v1/Systems/1/LogServices/EventLog/Entries/{}", e.id),
+        "@odata.id": format!("{gpu_system}/LogServices/EventLog/Entries/{}", e.id),
         "@odata.type": types::LOG_ENTRY,
         "Id": e.id.to_string(),
         "Name": "Log Entry",
@@ -854,6 +1056,47 @@ fn entry_json(e: &LogEvent) -> Value {
     })
 }
 
+/// The host's own log entries (BIOS and boot records at the fleet's start): nothing a GPU health
+/// reader should count, which is why it must not take the host's log for the GPU log.
+fn host_entries(s: &FleetState, sys: &str, svc: &str) -> Vec<Value> {
+    let base = format!("{}/LogServices/{svc}/Entries", system_uri(sys));
+    let created = ts(s.epoch);
+    if svc == "SEL" {
+        ["System boot completed", "BIOS POST completed"]
+            .iter()
+            .enumerate()
+            .map(|(i, message)| {
+                json!({
+                    "@odata.id": format!("{base}/{}", i + 1),
+                    "@odata.type": types::LOG_ENTRY,
+                    "Id": (i + 1).to_string(),
+                    "Name": "Log Entry",
+                    "EntryType": "SEL",
+                    "Created": created,
+                    "Severity": "OK",
+                    "Message": message,
+                    "SensorType": "System Event",
+                    "EntryCode": "Assert",
+                })
+            })
+            .collect()
+    } else {
+        vec![json!({
+            "@odata.id": format!("{base}/1"),
+            "@odata.type": types::LOG_ENTRY,
+            "Id": "1",
+            "Name": "Log Entry",
+            "EntryType": "Event",
+            "Created": created,
+            "Severity": "OK",
+            "Message": format!("The resource '{sys}' has changed status to OK."),
+            "MessageId": "ResourceEvent.1.3.ResourceStatusChangedOK",
+            "MessageArgs": [sys, "OK"],
+            "Links": { "OriginOfCondition": link(system_uri(sys)) },
+        })]
+    }
+}
+
 #[derive(Deserialize, Default)]
 struct Paging {
     #[serde(rename = "$skip")]
@@ -862,12 +1105,34 @@ struct Paging {
     top: Option<usize>,
 }
 
+/// Whether node `node`'s GPU event log answers with a `nextLink` that repeats (injected, or the
+/// scenario's `bmc_faults.looping_next_link` share).
+fn next_link_loops(s: &FleetState, node: &Node) -> bool {
+    node.injected.load(Ordering::Relaxed) & fault::LOOPING_NEXT_LINK != 0
+        || rng::unit(s.scenario.seed, node.index as u64, Purpose::LoopingNextLink, 0, 0)
+            < s.scenario.bmc_faults.looping_next_link
+}
+
 async fn log_entries(
     State(s): State<Arc<FleetState>>,
     ConnectInfo(c): ConnectInfo<BmcConn>,
+    Path((sys, svc)): Path<(String, String)>,
     Query(paging): Query<Paging>,
 ) -> RfResult {
+    known_log(&s, &sys, &svc)?;
     let node = node_of(&s, &c)?;
+    let base = format!("{}/LogServices/{svc}/Entries", system_uri(&sys));
+    if sys != layout(&s).gpu_system {
+        let entries = host_entries(&s, &sys, &svc);
+        return ok(json!({
+            "@odata.id": base,
+            "@odata.type": "#LogEntryCollection.LogEntryCollection",
+            "Name": "Log Entries",
+            "Members@odata.count": entries.len(),
+            "Members": entries,
+        }));
+    }
+    node.event_log_pages.fetch_add(1, Ordering::Relaxed);
     let now = s.now();
     let events = {
         let mut m = node.lock();
@@ -876,8 +1141,7 @@ async fn log_entries(
     };
     let skip = paging.skip.unwrap_or(0);
     let top = paging.top.unwrap_or(LOG_PAGE).min(LOG_PAGE);
-    let page: Vec<Value> = events.iter().skip(skip).take(top).map(entry_json).collect();
-    let base = "/redfish/v1/Systems/1/LogServices/EventLog/Entries";
+    let page: Vec<Value> = events.iter().skip(skip).take(top).map(|e| entry_json(&s, e)).collect();
     let mut v = json!({
         "@odata.id": base,
         "@odata.type": "#LogEntryCollection.LogEntryCollection",
@@ -885,7 +1149,10 @@ async fn log_entries(
         "Members@odata.count": events.len(),
         "Members": page,
     });
-    if skip + top < events.len() {
+    if next_link_loops(&s, node) {
+        // Every page names the same next page, whatever it is.
+        v["Members@odata.nextLink"] = json!(format!("{base}?$skip={top}&$top={top}"));
+    } else if skip + top < events.len() {
         v["Members@odata.nextLink"] = json!(format!("{base}?$skip={}&$top={top}", skip + top));
     }
     ok(v)
@@ -894,9 +1161,16 @@ async fn log_entries(
 async fn log_entry(
     State(s): State<Arc<FleetState>>,
     ConnectInfo(c): ConnectInfo<BmcConn>,
-    Path(id): Path<String>,
+    Path((sys, svc, id)): Path<(String, String, String)>,
 ) -> RfResult {
+    known_log(&s, &sys, &svc)?;
     let node = node_of(&s, &c)?;
+    if sys != layout(&s).gpu_system {
+        return host_entries(&s, &sys, &svc)
+            .into_iter()
+            .find(|e| e["Id"] == json!(id))
+            .map_or_else(|| Err(RfError::not_found("LogEntry")), ok);
+    }
     let now = s.now();
     let events = {
         let mut m = node.lock();
@@ -906,54 +1180,134 @@ async fn log_entry(
         .iter()
         .find(|e| e.id.to_string() == id)
         .ok_or_else(|| RfError::not_found("LogEntry"))?;
-    ok(entry_json(e))
+    ok(entry_json(&s, e))
 }
 
 // -------------------------------------------------------------------------------------------------------
-// Chassis and sensors.
+// Chassis and sensors: the main chassis (the host's, or `1`), the GPU baseboard's when the host is a
+// separate system, and one chassis per GPU when the layout has them.
 
-async fn chassis_collection() -> RfResult {
+fn chassis_ids(s: &FleetState) -> Vec<String> {
+    let l = layout(s);
+    let mut ids = vec![l.main_system().to_owned()];
+    if l.host_system.is_some() {
+        ids.push(l.gpu_system.clone());
+    }
+    if let Some(t) = &l.gpu_chassis {
+        ids.extend((0..s.gpus).map(|g| l.name(t, g)));
+    }
+    ids
+}
+
+/// The GPUs whose sensors chassis `ch` holds (404 for an unknown chassis).
+fn chassis_gpus(s: &FleetState, ch: &str) -> Result<Vec<usize>, RfError> {
+    if !chassis_ids(s).iter().any(|id| id == ch) {
+        return Err(RfError::not_found("Chassis"));
+    }
+    Ok((0..s.gpus).filter(|&g| sensor_chassis(s, g) == ch).collect())
+}
+
+async fn chassis_collection(State(s): State<Arc<FleetState>>) -> RfResult {
     ok(collection(
         "/redfish/v1/Chassis",
         "#ChassisCollection.ChassisCollection",
         "Chassis Collection",
-        vec!["/redfish/v1/Chassis/1".to_owned()],
+        chassis_ids(&s)
+            .into_iter()
+            .map(|id| format!("/redfish/v1/Chassis/{id}"))
+            .collect(),
     ))
 }
 
-async fn chassis(State(s): State<Arc<FleetState>>, ConnectInfo(c): ConnectInfo<BmcConn>) -> RfResult {
+async fn chassis(
+    State(s): State<Arc<FleetState>>,
+    ConnectInfo(c): ConnectInfo<BmcConn>,
+    Path(ch): Path<String>,
+) -> RfResult {
+    let gpus = chassis_gpus(&s, &ch)?;
     let node = node_of(&s, &c)?;
-    ok(json!({
-        "@odata.id": "/redfish/v1/Chassis/1",
-        "@odata.type": types::CHASSIS,
-        "Id": "1",
-        "Name": format!("{} chassis", node.name),
-        "ChassisType": "RackMount",
-        "Manufacturer": "Waveguard",
-        "Model": node.labels.sku,
-        "PowerState": "On",
-        "Status": status_ok(),
-        "ThermalSubsystem": link("/redfish/v1/Chassis/1/ThermalSubsystem"),
-        "Sensors": link("/redfish/v1/Chassis/1/Sensors"),
-        "Links": {
-            "ComputerSystems": [link("/redfish/v1/Systems/1")],
-            "ManagedBy": [link("/redfish/v1/Managers/1")],
-        },
-    }))
+    let l = layout(&s);
+    let uri = format!("/redfish/v1/Chassis/{ch}");
+    let mut v = if ch == l.main_system() {
+        json!({
+            "@odata.id": uri,
+            "@odata.type": types::CHASSIS,
+            "Id": ch,
+            "Name": format!("{} chassis", node.name),
+            "ChassisType": "RackMount",
+            "Manufacturer": "Waveguard",
+            "Model": node.labels.sku,
+            "PowerState": "On",
+            "Status": status_ok(),
+            "ThermalSubsystem": link(format!("{uri}/ThermalSubsystem")),
+            "Links": {
+                "ComputerSystems": [link(system_uri(&ch))],
+                "ManagedBy": [link("/redfish/v1/Managers/1")],
+            },
+        })
+    } else if ch == l.gpu_system {
+        json!({
+            "@odata.id": uri,
+            "@odata.type": types::CHASSIS,
+            "Id": ch,
+            "Name": "HGX Baseboard",
+            "ChassisType": "Module",
+            "Manufacturer": "NVIDIA",
+            "PowerState": "On",
+            "Status": status_ok(),
+            "Links": {
+                "ComputerSystems": [link(system_uri(&ch))],
+                "ContainedBy": link(format!("/redfish/v1/Chassis/{}", l.main_system())),
+            },
+        })
+    } else {
+        let g = gpus.first().copied().unwrap_or_default();
+        let parent = if l.host_system.is_some() {
+            &l.gpu_system
+        } else {
+            l.main_system()
+        };
+        json!({
+            "@odata.id": uri,
+            "@odata.type": types::CHASSIS,
+            "Id": ch,
+            "Name": l.name(&l.gpu_id, g),
+            "ChassisType": "Component",
+            "Manufacturer": "NVIDIA",
+            "PowerState": "On",
+            "Status": status_ok(),
+            "Links": { "ContainedBy": link(format!("/redfish/v1/Chassis/{parent}")) },
+        })
+    };
+    if !gpus.is_empty() {
+        v["Sensors"] = link(format!("{uri}/Sensors"));
+    }
+    ok(v)
 }
 
-async fn thermal_subsystem() -> RfResult {
+async fn thermal_subsystem(State(s): State<Arc<FleetState>>, Path(ch): Path<String>) -> RfResult {
+    if ch != layout(&s).main_system() {
+        return Err(RfError::not_found("ThermalSubsystem"));
+    }
     ok(json!({
-        "@odata.id": "/redfish/v1/Chassis/1/ThermalSubsystem",
+        "@odata.id": format!("/redfish/v1/Chassis/{ch}/ThermalSubsystem"),
         "@odata.type": types::THERMAL_SUBSYSTEM,
         "Id": "ThermalSubsystem",
         "Name": "Thermal Subsystem",
         "Status": status_ok(),
-        "ThermalMetrics": link("/redfish/v1/Chassis/1/ThermalSubsystem/ThermalMetrics"),
+        "ThermalMetrics": link(format!("/redfish/v1/Chassis/{ch}/ThermalSubsystem/ThermalMetrics")),
     }))
 }
 
-async fn thermal_metrics(State(s): State<Arc<FleetState>>, ConnectInfo(c): ConnectInfo<BmcConn>) -> RfResult {
+async fn thermal_metrics(
+    State(s): State<Arc<FleetState>>,
+    ConnectInfo(c): ConnectInfo<BmcConn>,
+    Path(ch): Path<String>,
+) -> RfResult {
+    let l = layout(&s);
+    if ch != l.main_system() {
+        return Err(RfError::not_found("ThermalMetrics"));
+    }
     let node = node_of(&s, &c)?;
     let now = s.now();
     let mut m = node.lock();
@@ -962,14 +1316,18 @@ async fn thermal_metrics(State(s): State<Arc<FleetState>>, ConnectInfo(c): Conne
         .map(|g| {
             let (temp, _) = s.gpu_gauges(node, &m, g, now);
             json!({
-                "DataSourceUri": format!("/redfish/v1/Chassis/1/Sensors/GPU_{g}_Temp"),
-                "DeviceName": format!("GPU_{g}"),
+                "DataSourceUri": format!(
+                    "/redfish/v1/Chassis/{}/Sensors/{}",
+                    sensor_chassis(&s, g),
+                    l.name(&l.temp_sensor, g)
+                ),
+                "DeviceName": l.name(&l.gpu_id, g),
                 "Reading": temp,
             })
         })
         .collect();
     ok(json!({
-        "@odata.id": "/redfish/v1/Chassis/1/ThermalSubsystem/ThermalMetrics",
+        "@odata.id": format!("/redfish/v1/Chassis/{ch}/ThermalSubsystem/ThermalMetrics"),
         "@odata.type": types::THERMAL_METRICS,
         "Id": "ThermalMetrics",
         "Name": "Thermal Metrics",
@@ -977,56 +1335,111 @@ async fn thermal_metrics(State(s): State<Arc<FleetState>>, ConnectInfo(c): Conne
     }))
 }
 
-async fn sensors(State(s): State<Arc<FleetState>>) -> RfResult {
-    let mut members = Vec::new();
-    for g in 0..s.gpus {
-        members.push(format!("/redfish/v1/Chassis/1/Sensors/GPU_{g}_Temp"));
-        members.push(format!("/redfish/v1/Chassis/1/Sensors/GPU_{g}_Power"));
+/// Which GPU sensor a sensor id is.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum GpuSensor {
+    Temp,
+    MemoryTemp,
+    Power,
+}
+
+/// How much hotter a GPU's memory reads than the GPU itself (a fixed offset: only its being a
+/// different number matters, so a reader that takes it for the GPU's temperature is caught).
+const MEMORY_TEMP_OFFSET_C: f64 = 6.0;
+
+fn sensor_ids(s: &FleetState, g: usize) -> Vec<(String, GpuSensor)> {
+    let l = layout(s);
+    let mut out = vec![(l.name(&l.temp_sensor, g), GpuSensor::Temp)];
+    if let Some(t) = &l.memory_temp_sensor {
+        out.push((l.name(t, g), GpuSensor::MemoryTemp));
     }
-    ok(collection(
-        "/redfish/v1/Chassis/1/Sensors",
+    out.push((l.name(&l.power_sensor, g), GpuSensor::Power));
+    out
+}
+
+fn sensor_doc(s: &FleetState, node: &Node, ch: &str, g: usize, id: &str, which: GpuSensor) -> Value {
+    let now = s.now();
+    let (temp, power) = {
+        let mut m = node.lock();
+        node.settle(&mut m, now);
+        s.gpu_gauges(node, &m, g, now)
+    };
+    let n = g + layout(s).gpu_index_base;
+    let (reading, kind, units, context, name) = match which {
+        GpuSensor::Temp => (temp, "Temperature", "Cel", "GPU", format!("GPU {n} Temperature")),
+        GpuSensor::MemoryTemp => (
+            temp + MEMORY_TEMP_OFFSET_C,
+            "Temperature",
+            "Cel",
+            "Memory",
+            format!("GPU {n} Memory Temperature"),
+        ),
+        GpuSensor::Power => (power, "Power", "W", "GPU", format!("GPU {n} Power")),
+    };
+    json!({
+        "@odata.id": format!("/redfish/v1/Chassis/{ch}/Sensors/{id}"),
+        "@odata.type": types::SENSOR,
+        "Id": id,
+        "Name": name,
+        "Reading": reading,
+        "ReadingType": kind,
+        "ReadingUnits": units,
+        "ReadingTime": ts(now),
+        "PhysicalContext": context,
+        "Status": status_ok(),
+        "RelatedItem": [link(gpu_uri(s, g))],
+    })
+}
+
+async fn sensors(
+    State(s): State<Arc<FleetState>>,
+    ConnectInfo(c): ConnectInfo<BmcConn>,
+    Path(ch): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
+) -> RfResult {
+    let gpus = chassis_gpus(&s, &ch)?;
+    if gpus.is_empty() {
+        return Err(RfError::not_found("SensorCollection"));
+    }
+    let uri = format!("/redfish/v1/Chassis/{ch}/Sensors");
+    let all: Vec<(usize, String, GpuSensor)> = gpus
+        .iter()
+        .flat_map(|&g| sensor_ids(&s, g).into_iter().map(move |(id, w)| (g, id, w)))
+        .collect();
+    let expand = if wants_expand(&s, &query) {
+        let node = node_of(&s, &c)?;
+        Some(
+            all.iter()
+                .map(|(g, id, w)| sensor_doc(&s, node, &ch, *g, id, *w))
+                .collect(),
+        )
+    } else {
+        None
+    };
+    ok(collection_of(
+        &uri,
         "#SensorCollection.SensorCollection",
         "Sensors",
-        members,
+        all.iter().map(|(_, id, _)| format!("{uri}/{id}")).collect(),
+        expand,
     ))
 }
 
 async fn sensor(
     State(s): State<Arc<FleetState>>,
     ConnectInfo(c): ConnectInfo<BmcConn>,
-    Path(id): Path<String>,
+    Path((ch, id)): Path<(String, String)>,
 ) -> RfResult {
+    let gpus = chassis_gpus(&s, &ch)?;
     let node = node_of(&s, &c)?;
-    let (gpu_part, is_temp) = if let Some(g) = id.strip_suffix("_Temp") {
-        (g, true)
-    } else if let Some(g) = id.strip_suffix("_Power") {
-        (g, false)
-    } else {
-        return Err(RfError::not_found("Sensor"));
-    };
-    let g = gpu_index(&s, gpu_part).map_err(|_| RfError::not_found("Sensor"))?;
-    let now = s.now();
-    let mut m = node.lock();
-    node.settle(&mut m, now);
-    let (temp, power) = s.gpu_gauges(node, &m, g, now);
-    let (reading, kind, units) = if is_temp {
-        (temp, "Temperature", "Cel")
-    } else {
-        (power, "Power", "W")
-    };
-    ok(json!({
-        "@odata.id": format!("/redfish/v1/Chassis/1/Sensors/{id}"),
-        "@odata.type": types::SENSOR,
-        "Id": id,
-        "Name": format!("GPU {g} {kind}"),
-        "Reading": reading,
-        "ReadingType": kind,
-        "ReadingUnits": units,
-        "ReadingTime": ts(now),
-        "PhysicalContext": "GPU",
-        "Status": status_ok(),
-        "RelatedItem": [link(format!("/redfish/v1/Systems/1/Processors/GPU_{g}"))],
-    }))
+    let found = gpus.iter().find_map(|&g| {
+        sensor_ids(&s, g)
+            .into_iter()
+            .find(|(sid, _)| *sid == id)
+            .map(|(_, w)| (g, w))
+    });
+    let (g, which) = found.ok_or_else(|| RfError::not_found("Sensor"))?;
+    ok(sensor_doc(&s, node, &ch, g, &id, which))
 }
 
 // -------------------------------------------------------------------------------------------------------
@@ -1062,8 +1475,8 @@ async fn manager(State(s): State<Arc<FleetState>>, ConnectInfo(c): ConnectInfo<B
         "PowerState": "On",
         "Status": status_ok(),
         "Links": {
-            "ManagerForServers": [link("/redfish/v1/Systems/1")],
-            "ManagerForChassis": [link("/redfish/v1/Chassis/1")],
+            "ManagerForServers": layout(&s).systems().into_iter().map(|id| link(system_uri(id))).collect::<Vec<_>>(),
+            "ManagerForChassis": [link(format!("/redfish/v1/Chassis/{}", layout(&s).main_system()))],
         },
         "Actions": {
             "#Manager.Reset": {
@@ -1582,9 +1995,9 @@ fn task_json(s: &FleetState, node: &Node, m: &mut crate::state::NodeMut, id: u64
             .filter_map(|&i| m.components.get(i))
             .any(|c| c.kind == orchestrator_types::ComponentKind::Bmc);
         let reset = if bmc_target {
-            "/redfish/v1/Managers/1/Actions/Manager.Reset"
+            "/redfish/v1/Managers/1/Actions/Manager.Reset".to_owned()
         } else {
-            "/redfish/v1/Systems/1/Actions/ComputerSystem.Reset"
+            system_reset_uri(s)
         };
         messages.push(json!({
             "MessageId": "Base.1.18.ResetRequired",

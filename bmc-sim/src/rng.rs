@@ -24,6 +24,7 @@ pub(crate) enum Purpose {
     DcgmEcc = 12,
     DcgmNvlink = 13,
     DcgmRows = 14,
+    LoopingNextLink = 15,
 }
 
 fn splitmix(mut x: u64) -> u64 {

@@ -312,6 +312,8 @@ struct RawFaults {
     reboot_time: Option<RawRange>,
     #[serde(default)]
     retry_after: Option<String>,
+    #[serde(default)]
+    looping_next_link: f64,
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -338,6 +340,8 @@ pub struct Scenario {
     pub platform: Option<String>,
     /// How the UpdateService behaves (the platform's, the scenario's override, or the default).
     pub update_service: UpdateServiceProfile,
+    /// Where GPUs, their sensors and the GPU event log are (the platform's, or the default layout).
+    pub redfish_layout: crate::platform::RedfishLayout,
 }
 
 /// Fleet shape.
@@ -475,6 +479,9 @@ pub struct BmcFaults {
     pub reboot_time: DurationRange,
     /// `Retry-After` value sent with 503s (real seconds: clients wait in real time).
     pub retry_after: Duration,
+    /// Fraction of nodes (fixed by the seed) whose event log's `Members@odata.nextLink` names the same
+    /// page again and again, as a real BMC did (the client must stop at the first repeat).
+    pub looping_next_link: f64,
 }
 
 /// Flash time for versions the scenario does not describe.
@@ -807,6 +814,7 @@ fn validate(raw: RawScenario) -> Result<Scenario, ScenarioError> {
             Some(s) => duration_at("bmc_faults.retry_after", s)?,
             None => Duration::from_secs(1),
         },
+        looping_next_link: check_probability("bmc_faults.looping_next_link", fa.looping_next_link)?,
     };
     if bmc_faults.unavailable_rate + bmc_faults.timeout_rate > 1.0 {
         return Err(invalid(
@@ -815,7 +823,12 @@ fn validate(raw: RawScenario) -> Result<Scenario, ScenarioError> {
         ));
     }
 
+    let redfish_layout = profile
+        .as_ref()
+        .and_then(|p| p.redfish_layout.clone())
+        .unwrap_or_default();
     Ok(Scenario {
+        redfish_layout,
         platform: raw.platform.clone(),
         update_service,
         seed: raw.seed,

@@ -42,6 +42,8 @@ pub(crate) mod fault {
     pub const TIMEOUT: u8 = 2;
     pub const MALFORMED: u8 = 4;
     pub const BRICK: u8 = 8;
+    /// The event log's `Members@odata.nextLink` repeats the same page forever.
+    pub const LOOPING_NEXT_LINK: u8 = 16;
 }
 
 /// One firmware inventory entry's state.
@@ -342,6 +344,8 @@ pub struct Node {
     /// answer to the `Manager.Reset` that started it still reaches the client.
     pub(crate) grace_until: AtomicU64,
     pub(crate) req_seq: AtomicU64,
+    /// GETs of the GPU event log's entries collection (any page), for tests of client paging.
+    pub(crate) event_log_pages: AtomicU64,
     pub(crate) inner: Mutex<NodeMut>,
 }
 

@@ -89,7 +89,11 @@ impl<'a> EndpointResolver<'a> {
         } else {
             check_host_binding(&profile_name, &hosts, &url)?;
         }
-        Ok(BmcEndpoint::new(url, credentials).with_auth(auth).with_tls(tls))
+        let endpoint = BmcEndpoint::new(url, credentials).with_auth(auth).with_tls(tls);
+        Ok(match profiles.get(&profile_name).and_then(|p| p.event_log.clone()) {
+            Some(log) => endpoint.with_event_log(log),
+            None => endpoint,
+        })
     }
 }
 
@@ -248,6 +252,13 @@ fn resolve_profile(name: &str, source: Option<&CredentialSource>) -> Result<Reso
         (None, None) => TlsTrust::System,
         (Some(_), Some(_)) => return Err(bad("set ca_bundle or insecure_skip_verify, not both".into())),
     };
+    if let Some(log) = &source.event_log
+        && !log.starts_with("/redfish/")
+    {
+        return Err(bad(format!(
+            "event_log {log:?} must be a LogService's @odata.id (/redfish/v1/...)"
+        )));
+    }
     let hosts = source
         .hosts
         .iter()
@@ -269,7 +280,32 @@ mod tests {
             ca_bundle: None,
             insecure_skip_verify: None,
             hosts: Vec::new(),
+            event_log: None,
         }
+    }
+
+    /// A profile may name the LogService holding GPU events; the endpoint carries it to the driver,
+    /// and a value that is no Redfish path is refused with the profile's name.
+    #[test]
+    fn a_profile_names_the_gpu_event_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("pw");
+        std::fs::write(&file, "pw").unwrap();
+        let mut dgx = source(None);
+        dgx.password_file = Some(file);
+        dgx.hosts = vec!["10.20.0.0/16".into()];
+        dgx.event_log = Some("/redfish/v1/Systems/HGX_Baseboard_0/LogServices/EventLog".into());
+        let profiles = BTreeMap::from([("dgx".to_owned(), dgx.clone())]);
+        let endpoint = EndpointResolver::new(&profiles)
+            .endpoint(&node_for_access("https://10.20.3.4", "dgx"))
+            .unwrap();
+        assert_eq!(endpoint.event_log, dgx.event_log);
+        dgx.event_log = Some("EventLog".into());
+        let err = resolve_profile("dgx", Some(&dgx)).unwrap_err();
+        assert!(
+            err.to_string().contains("credential profile \"dgx\": event_log"),
+            "{err}"
+        );
     }
 
     #[test]

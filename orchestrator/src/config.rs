@@ -55,6 +55,11 @@ pub struct CredentialSource {
     /// address was changed to an attacker's host gets no password.
     #[serde(default)]
     pub hosts: Vec<String>,
+    /// The `@odata.id` of the LogService holding GPU events on these BMCs, for a platform whose
+    /// layout the driver's standard-based choice gets wrong; unset: the driver chooses (the log of the
+    /// system whose Processors include GPUs, preferring the service `EventLog`).
+    #[serde(default)]
+    pub event_log: Option<String>,
 }
 
 /// The configuration file's shape. Every key is optional.

@@ -163,6 +163,10 @@ pub struct BmcEndpoint {
     pub timeouts: Timeouts,
     /// Retry budget.
     pub retry: RetryPolicy,
+    /// The `@odata.id` of the LogService holding GPU events, when the site names it (a platform whose
+    /// layout the standard-based choice gets wrong); `None`: chosen by the driver (see
+    /// `RedfishBmc`'s event-log discovery).
+    pub event_log: Option<String>,
 }
 
 impl BmcEndpoint {
@@ -175,7 +179,14 @@ impl BmcEndpoint {
             tls: TlsTrust::default(),
             timeouts: Timeouts::default(),
             retry: RetryPolicy::default(),
+            event_log: None,
         }
+    }
+
+    /// Names the LogService that holds GPU events (its `@odata.id`, or its `Entries` collection).
+    pub fn with_event_log(mut self, log_service: impl Into<String>) -> Self {
+        self.event_log = Some(log_service.into());
+        self
     }
 
     /// Sets the authentication mode.

@@ -62,8 +62,8 @@ pub use error::{BODY_SNIPPET_LIMIT, BmcError, ControllerFault};
 pub use redfish_bmc::RedfishBmc;
 pub use transport::{ConnectFaults, HttpClients};
 pub use types::{
-    ApplyTime, EventBatch, EventCursor, EventLogEntry, FirmwareComponent, ResetTarget, SensorKind, SensorReading,
-    ServiceInfo, TaskHandle, TaskMessage, TaskState, TaskStatus, UpdateMethod, UpdateRequest,
+    ApplyTime, EventBatch, EventCursor, EventLogEntry, FirmwareComponent, GpuUnit, ResetTarget, SensorKind,
+    SensorReading, ServiceInfo, TaskHandle, TaskMessage, TaskState, TaskStatus, UpdateMethod, UpdateRequest,
 };
 pub use update::{
     PushCaps, SimpleUpdateCaps, UpdateCapabilities, UpdateIntent, UpdatePath, UpdatePlan, UpdateRefusal,
@@ -162,6 +162,16 @@ pub trait Bmc: Send + Sync + fmt::Debug {
 
     /// All chassis sensors (GPU temperatures and power among them).
     async fn read_sensors(&self) -> Result<Vec<SensorReading>, BmcError>;
+
+    /// The GPUs of the node: every `Processor` with `ProcessorType` `GPU` under any of the service's
+    /// systems (on a DGX they are under `Systems/HGX_Baseboard_0`, not the host's system). The
+    /// health collector maps sensors and event-log entries to these units and counts GPU-hours by them.
+    async fn gpus(&self) -> Result<Vec<GpuUnit>, BmcError> {
+        Err(BmcError::Unsupported {
+            endpoint: self.endpoint().to_string(),
+            feature: "listing GPU processors".to_string(),
+        })
+    }
 
     /// Event-log entries after `since`, oldest first, with the cursor for next time.
     ///

@@ -16,8 +16,8 @@ use crate::error::BmcError;
 use crate::limits::{MAX_COLLECTION_PAGES, ReadBudget};
 use crate::transport::{Body, Call, HttpClients, Response, Transport};
 use crate::types::{
-    ApplyTime, EventBatch, EventCursor, EventLogEntry, FirmwareComponent, ResetTarget, SensorKind, SensorReading,
-    ServiceInfo, TaskHandle, TaskMessage, TaskState, TaskStatus, UpdateMethod, UpdateRequest,
+    ApplyTime, EventBatch, EventCursor, EventLogEntry, FirmwareComponent, GpuUnit, ResetTarget, SensorKind,
+    SensorReading, ServiceInfo, TaskHandle, TaskMessage, TaskState, TaskStatus, UpdateMethod, UpdateRequest,
 };
 use crate::update::{PushCaps, SimpleUpdateCaps, UpdateCapabilities, UpdatePath, choose_update_path};
 use crate::{Bmc, ResetKind};
@@ -46,6 +46,29 @@ struct ServiceLinks {
     systems: String,
     chassis: String,
     managers: String,
+    /// The `$expand` value this service advertises support for (`ProtocolFeaturesSupported.ExpandQuery`),
+    /// used on the collections health reads member by member otherwise.
+    expand: Option<&'static str>,
+}
+
+/// One member of `Systems`, as the health reader needs it.
+#[derive(Debug, Clone)]
+struct SystemScan {
+    id: String,
+    name: String,
+    gpus: Vec<GpuUnit>,
+    log_services: Option<String>,
+}
+
+impl SystemScan {
+    /// Whether the system's id or name says it is a GPU baseboard (NVIDIA's `HGX_Baseboard_0`): the
+    /// tie-breaker when GPU processors alone do not single out one system.
+    fn marks_gpu_baseboard(&self) -> bool {
+        [&self.id, &self.name].iter().any(|t| {
+            let t = t.to_ascii_uppercase();
+            t.contains("HGX") || t.contains("BASEBOARD") || t.contains("GPU")
+        })
+    }
 }
 
 /// The UpdateService facts an update needs, read once per BMC.
@@ -64,7 +87,10 @@ pub struct RedfishBmc {
     transport: Transport,
     links: OnceCell<ServiceLinks>,
     update_service: OnceCell<UpdateServiceInfo>,
+    systems: OnceCell<Vec<SystemScan>>,
     event_log_entries: OnceCell<String>,
+    /// The LogService the site named for this BMC ([`BmcEndpoint::event_log`]).
+    configured_event_log: Option<String>,
 }
 
 impl RedfishBmc {
@@ -74,7 +100,9 @@ impl RedfishBmc {
             transport: Transport::new(endpoint, clients)?,
             links: OnceCell::new(),
             update_service: OnceCell::new(),
+            systems: OnceCell::new(),
             event_log_entries: OnceCell::new(),
+            configured_event_log: endpoint.event_log.clone(),
         })
     }
 
@@ -97,6 +125,7 @@ impl RedfishBmc {
                             systems: "/redfish/v1/Systems".to_string(),
                             chassis: "/redfish/v1/Chassis".to_string(),
                             managers: "/redfish/v1/Managers".to_string(),
+                            expand: None,
                         });
                     }
                     Err(err) => return Err(err),
@@ -131,6 +160,7 @@ impl RedfishBmc {
                     systems: link("Systems", "/redfish/v1/Systems"),
                     chassis: link("Chassis", "/redfish/v1/Chassis"),
                     managers: link("Managers", "/redfish/v1/Managers"),
+                    expand: expand_query(&root),
                 })
             })
             .await
@@ -251,6 +281,26 @@ impl RedfishBmc {
         Ok(members)
     }
 
+    /// [`Self::collection_members`] with `$expand` when the service advertises it, so a collection of
+    /// sensors or processors costs one request instead of one per member. A service that advertises
+    /// `$expand` but refuses it (400, 405, 501) is read without.
+    async fn collection_members_expanded(&self, uri: &str, budget: &ReadBudget) -> Result<Vec<Value>, BmcError> {
+        let Some(expand) = self.links().await?.expand else {
+            return self.collection_members(uri, budget).await;
+        };
+        let sep = if uri.contains('?') { '&' } else { '?' };
+        match self
+            .collection_members(&format!("{uri}{sep}$expand={expand}"), budget)
+            .await
+        {
+            Err(BmcError::Rejected {
+                status: 400 | 405 | 501,
+                ..
+            }) => self.collection_members(uri, budget).await,
+            other => other,
+        }
+    }
+
     /// Each member as `T`, fetching it when the collection only linked to it. `inline_key` is a
     /// property whose presence shows that a member is already expanded.
     async fn expand_members<T: DeserializeOwned + Send>(
@@ -318,31 +368,102 @@ impl RedfishBmc {
         })
     }
 
+    /// Every member of `Systems` with its GPU processors and its LogServices link, read once per BMC:
+    /// the hardware layout does not change while a controller runs.
+    async fn systems_scan(&self) -> Result<&Vec<SystemScan>, BmcError> {
+        self.systems
+            .get_or_try_init(|| async {
+                let systems_uri = self.links().await?.systems.clone();
+                let budget = ReadBudget::new("systems and GPU processors");
+                let members = self.collection_members(&systems_uri, &budget).await?;
+                let mut out = Vec::new();
+                for member in members {
+                    let Some(uri) = odata_id(&member) else { continue };
+                    let doc: Value = self.get_json_in(uri, &budget).await?;
+                    let gpus = match doc.pointer("/Processors/@odata.id").and_then(Value::as_str) {
+                        Some(processors) => self.gpu_processors(processors, &budget).await?,
+                        None => Vec::new(),
+                    };
+                    out.push(SystemScan {
+                        id: doc
+                            .get("Id")
+                            .and_then(Value::as_str)
+                            .map_or_else(|| last_segment(uri).to_string(), str::to_string),
+                        name: doc.get("Name").and_then(Value::as_str).unwrap_or_default().to_string(),
+                        gpus,
+                        log_services: doc
+                            .pointer("/LogServices/@odata.id")
+                            .and_then(Value::as_str)
+                            .map(str::to_string),
+                    });
+                }
+                Ok(out)
+            })
+            .await
+    }
+
+    /// The Processors of one system whose `ProcessorType` is `GPU`; a system whose Processors link
+    /// leads nowhere (404) has none.
+    async fn gpu_processors(&self, processors: &str, budget: &ReadBudget) -> Result<Vec<GpuUnit>, BmcError> {
+        let members = match self.collection_members_expanded(processors, budget).await {
+            Ok(members) => members,
+            Err(BmcError::Rejected { status: 404, .. }) => return Ok(Vec::new()),
+            Err(err) => return Err(err),
+        };
+        let docs: Vec<Value> = self.expand_members(members, "Id", processors, budget).await?;
+        Ok(docs
+            .iter()
+            .filter(|d| d.get("ProcessorType").and_then(Value::as_str) == Some("GPU"))
+            .filter_map(|d| {
+                let uri = odata_id(d)?.trim_end_matches('/').to_string();
+                Some(GpuUnit {
+                    id: d
+                        .get("Id")
+                        .and_then(Value::as_str)
+                        .map_or_else(|| last_segment(&uri).to_string(), str::to_string),
+                    chassis: d
+                        .pointer("/Links/Chassis")
+                        .and_then(|c| if c.is_array() { c.get(0) } else { Some(c) })
+                        .and_then(odata_id)
+                        .map(|c| c.trim_end_matches('/').to_string()),
+                    uri,
+                })
+            })
+            .collect())
+    }
+
+    /// The entries collection of the log that holds GPU events. In order:
+    ///
+    /// 1. the LogService the site configured for this BMC ([`BmcEndpoint::event_log`]);
+    /// 2. among all `Systems` members, the one whose Processors include GPUs (the DMTF model puts a
+    ///    device's events in the log of the system it belongs to), ties broken by an id or name that
+    ///    marks a GPU baseboard, then by collection order; within it the LogService with the DMTF
+    ///    conventional id `EventLog`, else its first. On a DGX this is
+    ///    `Systems/HGX_Baseboard_0/LogServices/EventLog`, not the host's (listed first) BIOS/SEL log;
+    /// 3. the first manager's log, for services that log there only.
     async fn event_log_entries_uri(&self) -> Result<&String, BmcError> {
         self.event_log_entries
             .get_or_try_init(|| async {
-                let links = self.links().await?;
                 let budget = ReadBudget::new("event log discovery");
-                for collection in [links.systems.clone(), links.managers.clone()] {
-                    let Ok(owner) = self.pick_member(&collection, None).await else {
-                        continue;
-                    };
-                    let owner_doc: Value = self.get_json_in(&owner, &budget).await?;
-                    let Some(services_uri) = owner_doc.pointer("/LogServices/@odata.id").and_then(Value::as_str) else {
-                        continue;
-                    };
-                    let services = self.collection_members(services_uri, &budget).await?;
-                    let mut uris: Vec<&str> = services.iter().filter_map(odata_id).collect();
-                    // Prefer the event log over SEL/crash-dump style services.
-                    uris.sort_by_key(|u| !u.to_ascii_lowercase().ends_with("eventlog"));
-                    let Some(service_uri) = uris.first() else { continue };
-                    let service: Value = self.get_json_in(service_uri, &budget).await?;
-                    let entries = service
-                        .pointer("/Entries/@odata.id")
-                        .and_then(Value::as_str)
-                        .map(str::to_string)
-                        .unwrap_or_else(|| format!("{}/Entries", service_uri.trim_end_matches('/')));
+                if let Some(configured) = &self.configured_event_log {
+                    return self.entries_of(configured, &budget).await;
+                }
+                let systems = self.systems_scan().await?;
+                let mut owners: Vec<&SystemScan> = systems.iter().filter(|s| s.log_services.is_some()).collect();
+                // Stable: collection order decides among equals.
+                owners.sort_by_key(|s| (s.gpus.is_empty(), !s.marks_gpu_baseboard()));
+                let candidates: Vec<String> = owners.iter().filter_map(|s| s.log_services.clone()).collect();
+                if let Some(entries) = self.first_log_of(&candidates, &budget).await? {
                     return Ok(entries);
+                }
+                let managers = self.links().await?.managers.clone();
+                if let Ok(manager) = self.pick_member(&managers, None).await {
+                    let doc: Value = self.get_json_in(&manager, &budget).await?;
+                    if let Some(services) = doc.pointer("/LogServices/@odata.id").and_then(Value::as_str)
+                        && let Some(entries) = self.first_log_of(&[services.to_string()], &budget).await?
+                    {
+                        return Ok(entries);
+                    }
                 }
                 Err(BmcError::Unsupported {
                     endpoint: self.transport.label().to_string(),
@@ -350,6 +471,39 @@ impl RedfishBmc {
                 })
             })
             .await
+    }
+
+    /// The entries of the preferred log service in the first of `collections` (LogService collections)
+    /// that has one.
+    async fn first_log_of(&self, collections: &[String], budget: &ReadBudget) -> Result<Option<String>, BmcError> {
+        for services_uri in collections {
+            let services = match self.collection_members(services_uri, budget).await {
+                Ok(services) => services,
+                Err(BmcError::Rejected { status: 404, .. }) => continue,
+                Err(err) => return Err(err),
+            };
+            let mut uris: Vec<&str> = services.iter().filter_map(odata_id).collect();
+            // Prefer the event log over SEL/crash-dump style services.
+            uris.sort_by_key(|u| !u.trim_end_matches('/').to_ascii_lowercase().ends_with("/eventlog"));
+            if let Some(service_uri) = uris.first() {
+                return self.entries_of(service_uri, budget).await.map(Some);
+            }
+        }
+        Ok(None)
+    }
+
+    /// The `Entries` collection of a LogService (given by its `@odata.id`, or already its Entries).
+    async fn entries_of(&self, service_uri: &str, budget: &ReadBudget) -> Result<String, BmcError> {
+        let service_uri = service_uri.trim_end_matches('/');
+        if service_uri.ends_with("/Entries") {
+            return Ok(service_uri.to_string());
+        }
+        let service: Value = self.get_json_in(service_uri, budget).await?;
+        Ok(service
+            .pointer("/Entries/@odata.id")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+            .unwrap_or_else(|| format!("{service_uri}/Entries")))
     }
 
     async fn simple_update(
@@ -845,7 +999,7 @@ impl Bmc for RedfishBmc {
             let Some(sensors_uri) = doc.pointer("/Sensors/@odata.id").and_then(Value::as_str) else {
                 continue;
             };
-            let members = self.collection_members(sensors_uri, &budget).await?;
+            let members = self.collection_members_expanded(sensors_uri, &budget).await?;
             let sensors: Vec<Sensor> = self.expand_members(members, "Reading", sensors_uri, &budget).await?;
             readings.extend(sensors.into_iter().map(|s| {
                 let physical_context = s
@@ -854,6 +1008,19 @@ impl Bmc for RedfishBmc {
                     .or_else(|| s.resource.extra.get("PhysicalContext"))
                     .and_then(Value::as_str)
                     .map(str::to_string);
+                let related = s
+                    .extra
+                    .get("RelatedItem")
+                    .or_else(|| s.resource.extra.get("RelatedItem"))
+                    .and_then(Value::as_array)
+                    .map(|items| {
+                        items
+                            .iter()
+                            .filter_map(odata_id)
+                            .map(|u| u.trim_end_matches('/').to_string())
+                            .collect()
+                    })
+                    .unwrap_or_default();
                 SensorReading {
                     chassis_id: chassis_id.clone(),
                     id: s.resource.id.clone().unwrap_or_else(|| s.resource.odata_id.clone()),
@@ -866,16 +1033,26 @@ impl Bmc for RedfishBmc {
                     units: s.reading_units,
                     physical_context,
                     health: s.status.and_then(|st| st.health),
+                    related,
                 }
             }));
         }
         Ok(readings)
     }
 
+    async fn gpus(&self) -> Result<Vec<GpuUnit>, BmcError> {
+        Ok(self
+            .systems_scan()
+            .await?
+            .iter()
+            .flat_map(|s| s.gpus.iter().cloned())
+            .collect())
+    }
+
     async fn read_events(&self, since: &EventCursor) -> Result<EventBatch, BmcError> {
         let entries_uri = self.event_log_entries_uri().await?.clone();
         let budget = ReadBudget::new("event log");
-        let members = self.collection_members(&entries_uri, &budget).await?;
+        let members = self.collection_members_expanded(&entries_uri, &budget).await?;
         let raw: Vec<LogEntry> = self.expand_members(members, "Created", &entries_uri, &budget).await?;
         let mut skipped_malformed = 0;
         let mut entries: Vec<EventLogEntry> = raw
@@ -915,6 +1092,26 @@ impl Bmc for RedfishBmc {
 
 fn odata_id(v: &Value) -> Option<&str> {
     v.get("@odata.id").and_then(Value::as_str)
+}
+
+fn last_segment(uri: &str) -> &str {
+    uri.trim_end_matches('/').rsplit('/').next().unwrap_or_default()
+}
+
+/// The `$expand` value to send, from the service root's `ProtocolFeaturesSupported.ExpandQuery`
+/// (DSP0266 "Query parameters"): `.` (subordinate resources, which collection members are) where
+/// `NoLinks` is supported, else `*` where `ExpandAll` is; one level when `Levels` is supported.
+fn expand_query(root: &Value) -> Option<&'static str> {
+    let q = root.pointer("/ProtocolFeaturesSupported/ExpandQuery")?;
+    let yes = |key: &str| q.get(key).and_then(Value::as_bool) == Some(true);
+    let levels = yes("Levels");
+    if yes("NoLinks") {
+        Some(if levels { ".($levels=1)" } else { "." })
+    } else if yes("ExpandAll") {
+        Some(if levels { "*($levels=1)" } else { "*" })
+    } else {
+        None
+    }
 }
 
 fn task_message(m: &redfish::types::TaskMessage) -> TaskMessage {

@@ -323,6 +323,39 @@ pub struct SensorReading {
     pub physical_context: Option<String>,
     /// `Status.Health`.
     pub health: Option<String>,
+    /// `RelatedItem`: the `@odata.id`s of what the sensor measures (on HGX the GPU's Processor, e.g.
+    /// `/redfish/v1/Systems/HGX_Baseboard_0/Processors/GPU_SXM_1` for `HGX_GPU_SXM_1_TEMP_0`).
+    #[serde(default)]
+    pub related: Vec<String>,
+}
+
+/// A GPU as the BMC's inventory lists it: a `Processor` with `ProcessorType` `GPU` under one of the
+/// service's systems.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuUnit {
+    /// The Processor's `Id` (`GPU_SXM_1`), the unit per-GPU health is kept under.
+    pub id: String,
+    /// Its `@odata.id`.
+    pub uri: String,
+    /// `Links.Chassis` of the Processor (on HGX the GPU's own chassis, `.../Chassis/HGX_GPU_SXM_1`),
+    /// where event-log entries about the GPU often point.
+    pub chassis: Option<String>,
+}
+
+impl GpuUnit {
+    /// The GPU's number as its id ends (`GPU_SXM_1` -> 1), for people reading evidence.
+    pub fn index(&self) -> Option<u32> {
+        let digits: String = self
+            .id
+            .chars()
+            .rev()
+            .take_while(char::is_ascii_digit)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect();
+        digits.parse().ok()
+    }
 }
 
 impl SensorReading {

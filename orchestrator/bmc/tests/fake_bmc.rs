@@ -51,6 +51,8 @@ struct FakeState {
     authed_requests: usize,
     scripts: HashMap<String, VecDeque<Scripted>>,
     requests: Vec<(Method, String, HeaderMap, Bytes)>,
+    /// Every request's path with its query string, in order.
+    targets: Vec<String>,
     /// Client ports seen, one per TCP connection.
     connections: HashSet<SocketAddr>,
     /// A service without a SessionService: session login answers 404.
@@ -117,6 +119,10 @@ async fn respond(fake: &Fake, method: Method, uri: Uri, headers: HeaderMap, body
         let mut s = fake.state.lock().unwrap();
         s.requests
             .push((method.clone(), path.clone(), headers.clone(), body.clone()));
+        s.targets.push(
+            uri.path_and_query()
+                .map_or_else(|| path.clone(), |pq| pq.as_str().to_string()),
+        );
         match s.scripts.get_mut(&path) {
             Some(q) if q.len() > 1 => q.pop_front(),
             Some(q) => q.front().cloned(),
@@ -1526,4 +1532,100 @@ async fn a_service_without_session_login_says_so_instead_of_blaming_the_credenti
     // With Basic auth the same service works.
     let basic = RedfishBmc::new(&endpoint(addr).with_auth(AuthMode::Basic), &HttpClients::new()).unwrap();
     assert_eq!(basic.firmware_inventory().await.unwrap().len(), 2);
+}
+
+/// A service that advertises `$expand` (`ProtocolFeaturesSupported.ExpandQuery`) gets its sensor
+/// collections read with `$expand=.($levels=1)`: one request where the members come back inline. One
+/// that advertises it but then refuses it (501) is read without, member by member.
+#[tokio::test]
+async fn sensors_are_read_with_expand_where_the_service_advertises_it() {
+    let fake = Fake::default();
+    fake.script(
+        "/redfish/v1",
+        vec![answer(
+            200,
+            json!({"Chassis": {"@odata.id": "/redfish/v1/Chassis"},
+                   "ProtocolFeaturesSupported": {"ExpandQuery": {"NoLinks": true, "Levels": true, "MaxLevels": 6}}})
+            .to_string(),
+        )],
+    );
+    fake.script(
+        "/redfish/v1/Chassis",
+        vec![answer(
+            200,
+            json!({"Members": [{"@odata.id": "/redfish/v1/Chassis/HGX_GPU_SXM_1"},
+                               {"@odata.id": "/redfish/v1/Chassis/HGX_GPU_SXM_2"}]})
+            .to_string(),
+        )],
+    );
+    let sensor = |n: u32| {
+        json!({"@odata.id": format!("/redfish/v1/Chassis/HGX_GPU_SXM_{n}/Sensors/HGX_GPU_SXM_{n}_TEMP_0"),
+               "Id": format!("HGX_GPU_SXM_{n}_TEMP_0"), "Reading": 60.0 + f64::from(n), "ReadingType": "Temperature",
+               "PhysicalContext": "GPU",
+               "RelatedItem": [{"@odata.id": format!("/redfish/v1/Systems/HGX_Baseboard_0/Processors/GPU_SXM_{n}")}]})
+    };
+    for n in [1, 2] {
+        fake.script(
+            &format!("/redfish/v1/Chassis/HGX_GPU_SXM_{n}"),
+            vec![answer(
+                200,
+                json!({"Id": format!("HGX_GPU_SXM_{n}"),
+                       "Sensors": {"@odata.id": format!("/redfish/v1/Chassis/HGX_GPU_SXM_{n}/Sensors")}})
+                .to_string(),
+            )],
+        );
+    }
+    // GPU 1 honours $expand; GPU 2 advertises it but answers 501, then lists links.
+    fake.script(
+        "/redfish/v1/Chassis/HGX_GPU_SXM_1/Sensors",
+        vec![answer(200, json!({"Members": [sensor(1)]}).to_string())],
+    );
+    fake.script(
+        "/redfish/v1/Chassis/HGX_GPU_SXM_2/Sensors",
+        vec![
+            answer(
+                501,
+                json!({"error": {"code": "Base.1.18.QueryNotSupported"}}).to_string(),
+            ),
+            answer(
+                200,
+                json!({"Members": [{"@odata.id": "/redfish/v1/Chassis/HGX_GPU_SXM_2/Sensors/HGX_GPU_SXM_2_TEMP_0"}]})
+                    .to_string(),
+            ),
+        ],
+    );
+    fake.script(
+        "/redfish/v1/Chassis/HGX_GPU_SXM_2/Sensors/HGX_GPU_SXM_2_TEMP_0",
+        vec![answer(200, sensor(2).to_string())],
+    );
+    let addr = start(&fake).await;
+    let sensors = bmc(addr).read_sensors().await.unwrap();
+    let read: Vec<_> = sensors.iter().map(|s| (s.id.as_str(), s.reading)).collect();
+    assert_eq!(
+        read,
+        [
+            ("HGX_GPU_SXM_1_TEMP_0", Some(61.0)),
+            ("HGX_GPU_SXM_2_TEMP_0", Some(62.0))
+        ]
+    );
+    assert_eq!(
+        sensors[0].related,
+        ["/redfish/v1/Systems/HGX_Baseboard_0/Processors/GPU_SXM_1"]
+    );
+    let targets = fake.state.lock().unwrap().targets.clone();
+    let sensor_reads: Vec<&str> = targets
+        .iter()
+        .map(String::as_str)
+        .filter(|t| t.contains("/Sensors"))
+        .collect();
+    assert_eq!(
+        sensor_reads,
+        [
+            "/redfish/v1/Chassis/HGX_GPU_SXM_1/Sensors?$expand=.($levels=1)",
+            "/redfish/v1/Chassis/HGX_GPU_SXM_2/Sensors?$expand=.($levels=1)",
+            "/redfish/v1/Chassis/HGX_GPU_SXM_2/Sensors",
+            "/redfish/v1/Chassis/HGX_GPU_SXM_2/Sensors/HGX_GPU_SXM_2_TEMP_0",
+        ],
+        "one request for an expanded collection; a refusal falls back to links"
+    );
 }

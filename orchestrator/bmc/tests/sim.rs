@@ -541,3 +541,42 @@ async fn https_fleet_is_trusted_through_its_ca_bundle_only() {
     assert!(matches!(err, BmcError::CertificateRejected { .. }), "{err:?}");
     fleet.shutdown().await;
 }
+
+/// On the HGX layout the GPU event log is the baseboard system's, although the host system (with a
+/// log service named `EventLog` too) comes first; a credential profile's `event_log` overrides the
+/// choice; the GPUs are the baseboard's GPU processors.
+#[tokio::test]
+async fn the_gpu_event_log_is_the_gpu_systems_unless_the_site_names_one() {
+    let yaml = SMALL.replacen("seed:", "platform: hgx-h100\nseed:", 1);
+    let h = Harness::start(&yaml, Some(1), Duration::from_secs(2)).await;
+    h.advance(6 * 60);
+    let chosen = h.bmc(0);
+    let gpus = chosen.gpus().await.unwrap();
+    assert_eq!(gpus.len(), 8, "{gpus:?}");
+    assert_eq!(gpus[0].chassis.as_deref(), Some("/redfish/v1/Chassis/HGX_GPU_SXM_1"));
+    let events = chosen
+        .read_events(&orchestrator_bmc::EventCursor::default())
+        .await
+        .unwrap();
+    assert!(!events.entries.is_empty());
+    assert!(
+        events
+            .entries
+            .iter()
+            .all(|e| e.message_id.as_deref() == Some("ResourceEvent.1.3.ResourceErrorsDetected")),
+        "only the HGX log's entries"
+    );
+
+    let configured = RedfishBmc::new(
+        &h.endpoint(0).with_event_log("/redfish/v1/Systems/DGX/LogServices/SEL"),
+        &h.clients,
+    )
+    .unwrap();
+    let sel = configured
+        .read_events(&orchestrator_bmc::EventCursor::default())
+        .await
+        .unwrap();
+    assert_eq!(sel.entries.len(), 2, "{:?}", sel.entries);
+    assert!(sel.entries.iter().all(|e| e.entry_type.as_deref() == Some("SEL")));
+    h.fleet.shutdown().await;
+}

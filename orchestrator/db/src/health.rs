@@ -132,7 +132,8 @@ pub struct WindowDelta {
     pub events: u64,
     /// Exposure added, in the metric's unit (GPU-hours, node-hours, node-days).
     pub exposure: f64,
-    /// Level readings per unit (sensor id), for level metrics.
+    /// Level readings per unit (GPU), for level metrics; for a rate metric, its events attributed
+    /// to a GPU, each a reading of 1 in that GPU's unit (so `n` is the GPU's count).
     pub units: BTreeMap<String, LevelAgg>,
 }
 

@@ -19,12 +19,13 @@ use orchestrator_db::{Db, DbError};
 use orchestrator_policy::RedfishMetric;
 use orchestrator_types::NodeId;
 
-use super::classify::{classify_event, gpu_count, gpu_levels, poll_deltas};
+use super::classify::{classify_event, event_gpu, gpu_count, gpu_levels, poll_deltas};
 use crate::prometheus::{NodeIndex, PrometheusClient};
 
-/// GPUs assumed on a node whose GPU sensors cannot be read: the HGX
-/// baseboards this product targets carry eight. Used only for exposure,
-/// and only until a sensor read succeeds.
+/// GPUs assumed on a node whose BMC lists no GPU processor and no GPU
+/// sensor (the HGX baseboards this product targets carry eight). The count
+/// comes from the inventory's GPU processors, then from the GPU sensors; this
+/// is the last resort, used only for exposure and only until either shows GPUs.
 pub const DEFAULT_GPUS_PER_NODE: u32 = 8;
 
 /// Where the collector gets a BMC driver for a node.
@@ -270,14 +271,39 @@ impl Collector {
             polls: 0,
             last_error: None,
         });
-        let failed = |reason: String| async move {
-            tracing::debug!(node = %member.node_id, wave = %wave.name, %reason, "health poll failed");
-            if !first {
-                self.db
-                    .record_health_poll_error(wave.id, member.node_id, &reason)
-                    .await?;
+        // A failed poll is stored on the node's cursor (created for it when this was the node's
+        // first poll), so the gate can name the node and the reason; the next good poll clears it.
+        let previous_error = cursor.last_error.clone();
+        let failed = |reason: String| {
+            let mut failed_cursor = cursor.clone();
+            async move {
+                if previous_error.as_deref() == Some(reason.as_str()) {
+                    tracing::debug!(node = %member.name, wave = %wave.name, %reason, "health poll failed again");
+                } else {
+                    tracing::warn!(node = %member.name, wave = %wave.name, %reason, "health poll failed");
+                }
+                if first {
+                    failed_cursor.last_error = Some(reason);
+                    match self
+                        .db
+                        .record_health_poll(&NodePoll {
+                            cursor: failed_cursor,
+                            first: true,
+                            deltas: Vec::new(),
+                        })
+                        .await
+                    {
+                        // Another controller recorded the node first; its row stands.
+                        Ok(()) | Err(DbError::Stale { .. }) => {}
+                        Err(err) => return Err(err),
+                    }
+                } else {
+                    self.db
+                        .record_health_poll_error(wave.id, member.node_id, &reason)
+                        .await?;
+                }
+                Ok(None)
             }
-            Ok(None)
         };
         let bmc = match self.bmcs.bmc(&member.bmc_url, &member.credential_ref) {
             Ok(bmc) => bmc,
@@ -295,7 +321,15 @@ impl Collector {
             Ok(sensors) => sensors,
             Err(err) => return failed(crate::step_error_chain(&err)).await,
         };
-        let gpus = match gpu_count(&sensors) {
+        // The inventory's GPUs; a BMC that cannot list them is read by its sensors alone.
+        let gpu_units = match bmc.gpus().await {
+            Ok(units) => units,
+            Err(err) => {
+                tracing::debug!(node = %member.name, error = %crate::step_error_chain(&err), "no GPU inventory");
+                Vec::new()
+            }
+        };
+        let gpus = match gpu_count(&sensors, &gpu_units) {
             0 if cursor.gpus > 0 => cursor.gpus,
             0 => DEFAULT_GPUS_PER_NODE,
             n => n,
@@ -318,14 +352,14 @@ impl Collector {
                     continue;
                 }
                 if let Some(metric) = classify_event(entry).filter(|m| metrics.contains(m)) {
-                    events.push((metric, entry.created));
+                    events.push((metric, entry.created, event_gpu(entry, &gpu_units)));
                 }
             }
             cursor.event_cursor = serde_json::to_value(&batch.cursor).ok();
         }
         let from = cursor.accounted_until.max(cursor.exposure_start);
         let to = now.max(from);
-        let deltas = poll_deltas(metrics, &events, gpus, from, to, &gpu_levels(&sensors));
+        let deltas = poll_deltas(metrics, &events, gpus, from, to, &gpu_levels(&sensors, &gpu_units));
         cursor.accounted_until = to;
         cursor.gpus = gpus;
         cursor.last_error = None;

@@ -231,6 +231,32 @@ pub struct DetectorEvidence {
     /// Size of the control cohort.
     pub control_nodes: usize,
     pub gates: Vec<GateLook>,
+    /// Watched nodes whose last health poll failed, with the reason (a canary node among them makes a
+    /// final verdict that is not a Fail an Error: its health was not read).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub poll_errors: Vec<PollError>,
+}
+
+/// A watched node whose latest health poll failed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PollError {
+    pub node: NodeId,
+    /// The node's name, for people.
+    pub name: String,
+    pub cohort: Cohort,
+    /// The poll's error chain, as stored.
+    pub error: String,
+}
+
+impl PollError {
+    fn describe(&self) -> String {
+        format!(
+            "health of {} node {} unreadable: {}",
+            self.cohort.as_str(),
+            self.name,
+            self.error
+        )
+    }
 }
 
 /// One gate's latest look in a wave verdict.
@@ -624,6 +650,14 @@ impl DetectorJudge {
             states.push(state);
         }
         let worst = states.iter().map(|s| s.outcome).max().unwrap_or(Outcome::Inconclusive);
+        if !last && worst != Outcome::Fail {
+            return None;
+        }
+        // Only a verdict that will be stored shows the nodes whose health could not be read.
+        let poll_errors = match self.poll_errors(wave).await {
+            Ok(errors) => errors,
+            Err(err) => return error(format!("cannot read poll errors: {}", crate::step_error_chain(&err))),
+        };
         let evidence = DetectorEvidence {
             alpha: policy.health.alpha,
             correction: "bonferroni".into(),
@@ -642,6 +676,7 @@ impl DetectorJudge {
                     verdict: s.verdict.clone(),
                 })
                 .collect(),
+            poll_errors: poll_errors.clone(),
         };
         let evidence = serde_json::to_value(&evidence).unwrap_or_default();
         if worst == Outcome::Fail {
@@ -659,6 +694,23 @@ impl DetectorJudge {
         }
         if !last {
             return None;
+        }
+        // A canary node whose health could not be read at the end has not been judged: no Pass and
+        // no Inconclusive hides that (a proven regression above still fails the wave).
+        let unread_canary: Vec<&PollError> = poll_errors.iter().filter(|e| e.cohort == Cohort::Canary).collect();
+        if !unread_canary.is_empty() {
+            let mut parts: Vec<String> = unread_canary.iter().map(|e| e.describe()).collect();
+            parts.extend(
+                states
+                    .iter()
+                    .filter(|s| s.outcome >= Outcome::Error)
+                    .map(|s| s.summary.clone()),
+            );
+            return Some(WaveVerdict {
+                outcome: Outcome::Error,
+                summary: with_control_gaps(parts.join("; "), &poll_errors),
+                evidence,
+            });
         }
         let (outcome, summary) = match worst {
             Outcome::Pass => (
@@ -686,9 +738,44 @@ impl DetectorJudge {
         };
         Some(WaveVerdict {
             outcome,
-            summary,
+            summary: with_control_gaps(summary, &poll_errors),
             evidence,
         })
+    }
+
+    /// The wave's watched nodes whose latest poll failed, as stored on their cursors.
+    async fn poll_errors(&self, wave: &ExecWave) -> Result<Vec<PollError>, DbError> {
+        let mut out = Vec::new();
+        for cursor in self.db.health_cursors(wave.id).await? {
+            let Some(error) = cursor.last_error else { continue };
+            let name = match self.db.node(cursor.node_id).await {
+                Ok(node) => node.name,
+                Err(DbError::NotFound { .. }) => cursor.node_id.to_string(),
+                Err(err) => return Err(err),
+            };
+            out.push(PollError {
+                node: cursor.node_id,
+                name,
+                cohort: cursor.cohort,
+                error,
+            });
+        }
+        out.sort_by(|a, b| (a.cohort.as_str(), &a.name).cmp(&(b.cohort.as_str(), &b.name)));
+        Ok(out)
+    }
+}
+
+/// `summary` with the control nodes left out for unreadable health named after it.
+fn with_control_gaps(summary: String, poll_errors: &[PollError]) -> String {
+    let gaps: Vec<String> = poll_errors
+        .iter()
+        .filter(|e| e.cohort == Cohort::Control)
+        .map(|e| e.describe())
+        .collect();
+    if gaps.is_empty() {
+        summary
+    } else {
+        format!("{summary}; left out of the control: {}", gaps.join("; "))
     }
 }
 
