@@ -50,11 +50,13 @@ const PROBE_METHOD: &[u8] = b"X-WAVEGUARD-ALLOW-PROBE";
 /// The route table, without middleware, used to learn each path's allowed methods.
 pub(crate) struct Protocol {
     routes: Router,
+    /// Whether the layout honours `$expand` (one level, on the collections that inline members).
+    expand: bool,
 }
 
 impl Protocol {
-    pub(crate) fn new(routes: Router) -> Arc<Self> {
-        Arc::new(Self { routes })
+    pub(crate) fn new(routes: Router, expand: bool) -> Arc<Self> {
+        Arc::new(Self { routes, expand })
     }
 
     /// The `Allow` value for `path`, as the router's 405 states it; `None` when no route matches.
@@ -69,16 +71,31 @@ impl Protocol {
     }
 }
 
-/// `ProtocolFeaturesSupported` for the service root, from [`SUPPORTED_DOLLAR_QUERIES`].
-pub(crate) fn protocol_features() -> Value {
-    let has = |q: &str| SUPPORTED_DOLLAR_QUERIES.contains(&q);
+/// Query parameters a layout that honours `$expand` accepts besides [`SUPPORTED_DOLLAR_QUERIES`].
+const EXPAND_QUERIES: &[&str] = &["$expand", "$levels"];
+
+/// Whether `key` is a `$` parameter this service answers, given whether the layout honours `$expand`.
+fn supported(key: &str, expand: bool) -> bool {
+    SUPPORTED_DOLLAR_QUERIES.contains(&key) || (expand && EXPAND_QUERIES.contains(&key))
+}
+
+/// `ProtocolFeaturesSupported` for the service root: what [`layer`] accepts, so the advertisement and
+/// the answers agree. `$expand` (of subordinate resources `.` and of all `*`, one level) only where the
+/// layout honours it.
+pub(crate) fn protocol_features(expand: bool) -> Value {
+    let has = |q: &str| supported(q, expand);
+    let mut expand_query = json!({
+        "ExpandAll": has("$expand"),
+        "Levels": has("$levels"),
+        "Links": false,
+        "NoLinks": has("$expand"),
+    });
+    if has("$levels") {
+        // The schema's minimum is 1: present only where levels are honoured at all.
+        expand_query["MaxLevels"] = json!(1);
+    }
     json!({
-        "ExpandQuery": {
-            "ExpandAll": has("$expand"),
-            "Levels": has("$levels"),
-            "Links": has("$expand"),
-            "NoLinks": has("$expand"),
-        },
+        "ExpandQuery": expand_query,
         "FilterQuery": has("$filter"),
         "SelectQuery": has("$select"),
         "TopSkipQuery": has("$top") && has("$skip"),
@@ -96,7 +113,7 @@ struct Paging {
 }
 
 /// Reads the query string: paging, or the error to answer instead.
-fn parse_query(query: Option<&str>) -> Result<Paging, RfError> {
+fn parse_query(query: Option<&str>, expand: bool) -> Result<Paging, RfError> {
     let mut paging = Paging::default();
     let Some(query) = query else {
         return Ok(paging);
@@ -109,12 +126,16 @@ fn parse_query(query: Option<&str>) -> Result<Paging, RfError> {
             // DSP0266: unsupported query parameters that do not start with `$` are ignored.
             continue;
         }
-        if !SUPPORTED_DOLLAR_QUERIES.contains(&key.as_str()) {
+        if !supported(&key, expand) {
             return Err(RfError::new(
                 StatusCode::NOT_IMPLEMENTED,
                 "Base.1.18.QueryNotSupported",
                 format!("Querying with the query parameter {key} is not supported by the implementation."),
             ));
+        }
+        if EXPAND_QUERIES.contains(&key.as_str()) {
+            // Read by the collections that inline members; not paging.
+            continue;
         }
         let n: usize = value.parse().map_err(|_| {
             RfError::new(
@@ -188,7 +209,7 @@ pub(crate) async fn layer(State(p): State<Arc<Protocol>>, mut req: Request, next
             .into_response(),
         );
     }
-    let paging = match parse_query(req.uri().query()) {
+    let paging = match parse_query(req.uri().query(), p.expand) {
         Ok(p) => p,
         Err(e) => return finish(e.into_response()),
     };
@@ -274,7 +295,7 @@ mod tests {
     use super::*;
 
     fn err_status(q: &str) -> StatusCode {
-        match parse_query(Some(q)) {
+        match parse_query(Some(q), false) {
             Ok(_) => StatusCode::OK,
             Err(e) => e.into_response().status(),
         }
@@ -283,26 +304,36 @@ mod tests {
     #[test]
     fn dollar_parameters_are_checked_and_others_ignored() {
         assert_eq!(
-            parse_query(Some("$top=5&$skip=10&only&excerpt=x")).ok(),
+            parse_query(Some("$top=5&$skip=10&only&excerpt=x"), false).ok(),
             Some(Paging {
                 top: Some(5),
                 skip: Some(10)
             })
         );
         assert_eq!(
-            parse_query(Some("%24top=2")).ok(),
+            parse_query(Some("%24top=2"), false).ok(),
             Some(Paging {
                 top: Some(2),
                 skip: None
             })
         );
-        assert_eq!(parse_query(Some("rpvunknown")).ok(), Some(Paging::default()));
+        assert_eq!(parse_query(Some("rpvunknown"), false).ok(), Some(Paging::default()));
         for q in ["$expand=*", "$select=Id", "$filter=Id eq 1", "$levels=2", "$rpvunknown"] {
             assert_eq!(err_status(q), StatusCode::NOT_IMPLEMENTED, "{q}");
         }
         for q in ["$top=-1", "$top=", "$skip=ten"] {
             assert_eq!(err_status(q), StatusCode::BAD_REQUEST, "{q}");
         }
+    }
+
+    #[test]
+    fn expand_is_accepted_only_where_the_layout_honours_it() {
+        let q = Some("$expand=.($levels=1)");
+        assert!(parse_query(q, false).is_err());
+        assert_eq!(parse_query(q, true).ok(), Some(Paging::default()));
+        assert_eq!(protocol_features(true)["ExpandQuery"]["ExpandAll"], true);
+        assert_eq!(protocol_features(false)["ExpandQuery"]["ExpandAll"], false);
+        assert_eq!(protocol_features(true)["TopSkipQuery"], true);
     }
 
     #[test]

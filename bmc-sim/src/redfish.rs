@@ -259,7 +259,7 @@ pub(crate) fn router(state: Arc<FleetState>) -> Router {
     routes
         .clone()
         .layer(middleware::from_fn_with_state(
-            crate::protocol::Protocol::new(routes),
+            crate::protocol::Protocol::new(routes, layout(&state).expand_query),
             crate::protocol::layer,
         ))
         .layer(middleware::from_fn_with_state(state, gate))
@@ -402,7 +402,7 @@ async fn redfish_versions() -> RfResult {
 
 async fn service_root(State(s): State<Arc<FleetState>>, ConnectInfo(c): ConnectInfo<BmcConn>) -> RfResult {
     let node = node_of(&s, &c)?;
-    let mut v = json!({
+    let v = json!({
         "@odata.id": "/redfish/v1",
         "@odata.type": types::SERVICE_ROOT,
         "Id": "RootService",
@@ -418,16 +418,9 @@ async fn service_root(State(s): State<Arc<FleetState>>, ConnectInfo(c): ConnectI
         "UpdateService": link("/redfish/v1/UpdateService"),
         "Tasks": link("/redfish/v1/TaskService"),
         "AccountService": link("/redfish/v1/AccountService"),
-        "ProtocolFeaturesSupported": crate::protocol::protocol_features(),
+        "ProtocolFeaturesSupported": crate::protocol::protocol_features(layout(&s).expand_query),
         "Links": { "Sessions": link("/redfish/v1/SessionService/Sessions") },
     });
-    if layout(&s).expand_query {
-        // DSP0266 query parameters: `$expand` of subordinate resources (`.`) and of all (`*`), one
-        // level, as the Processors and Sensors collections honour it.
-        v["ProtocolFeaturesSupported"] = json!({
-            "ExpandQuery": { "ExpandAll": true, "NoLinks": true, "Links": false, "Levels": true, "MaxLevels": 1 },
-        });
-    }
     ok(v)
 }
 
