@@ -198,7 +198,7 @@ impl SimController {
                 .map(|c| {
                     let version = c.version.as_deref().context("a component without a version")?;
                     Ok(ComponentReading {
-                        kind: ComponentKind::classify_inventory_id(&c.id, c.software_id.as_deref()),
+                        kind: c.kind(),
                         version: FirmwareVersion::parse(version)?,
                         inventory_id: c.id,
                         updateable: c.updateable,

@@ -885,6 +885,19 @@ impl Bmc for RedfishBmc {
                         .map(str::trim)
                         .filter(|v| !v.is_empty())
                         .map(str::to_owned),
+                    related_items: item
+                        .extra
+                        .get("RelatedItem")
+                        .and_then(serde_json::Value::as_array)
+                        .map(|links| {
+                            links
+                                .iter()
+                                .filter_map(|l| l.get("@odata.id").and_then(serde_json::Value::as_str))
+                                .map(str::to_owned)
+                                .collect()
+                        })
+                        .unwrap_or_default(),
+                    name: item.name,
                 })
             })
             .collect()
@@ -1275,6 +1288,8 @@ mod tests {
             state: None,
             health: None,
             lowest_supported_version: None,
+            name: None,
+            related_items: Vec::new(),
         }
     }
 

@@ -31,9 +31,28 @@ pub struct FirmwareComponent {
     /// `LowestSupportedVersion`, unparsed: the BMC refuses images older than
     /// it. Absent when the BMC does not report it (or reports a non-string).
     pub lowest_supported_version: Option<String>,
+    /// `Name`: on layouts whose ids say nothing (HPE's `1`, `2`...) the name
+    /// says what the component is.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// `RelatedItem` links: the resources the software belongs to (OpenBMC
+    /// links `Managers/bmc`, `Systems/system/Bios`).
+    #[serde(default)]
+    pub related_items: Vec<String>,
 }
 
 impl FirmwareComponent {
+    /// The component's kind from everything the inventory says about it
+    /// ([`ComponentKind::classify_component`]).
+    pub fn kind(&self) -> orchestrator_types::ComponentKind {
+        orchestrator_types::ComponentKind::classify_component(
+            &self.id,
+            self.software_id.as_deref(),
+            self.name.as_deref(),
+            &self.related_items,
+        )
+    }
+
     /// The version in Waveguard's ordered form, if present and parsable.
     pub fn parsed_version(&self) -> Option<FirmwareVersion> {
         self.version.as_deref().and_then(|v| FirmwareVersion::parse(v).ok())

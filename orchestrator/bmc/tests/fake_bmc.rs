@@ -274,6 +274,46 @@ fn inventory_fixture(fake: &Fake) {
     );
 }
 
+/// Layouts whose inventory ids say nothing: HPE iLO numbers its entries and names them; OpenBMC uses
+/// version hashes and links each entry to what it runs on.
+#[tokio::test]
+async fn ids_that_say_nothing_are_classified_by_name_and_related_item() {
+    let fake = Fake::default();
+    let entries = [
+        json!({"@odata.id": "/redfish/v1/UpdateService/FirmwareInventory/1", "Id": "1", "Name": "iLO 5",
+               "Version": "2.72 Sep 04 2022", "Updateable": true}),
+        json!({"@odata.id": "/redfish/v1/UpdateService/FirmwareInventory/2", "Id": "2", "Name": "System ROM",
+               "Version": "U46 v2.72 (09/04/2022)", "Updateable": true}),
+        json!({"@odata.id": "/redfish/v1/UpdateService/FirmwareInventory/a3c4f2d1", "Id": "a3c4f2d1",
+               "Name": "Software Inventory", "Version": "2.14.0-dev", "Updateable": true,
+               "RelatedItem": [{"@odata.id": "/redfish/v1/Managers/bmc"}]}),
+        json!({"@odata.id": "/redfish/v1/UpdateService/FirmwareInventory/77aa01", "Id": "77aa01",
+               "Name": "Software Inventory", "Version": "1.0.3", "Updateable": true,
+               "RelatedItem": [{"@odata.id": "/redfish/v1/Chassis/HGX_ERoT_GPU_SXM_1"}]}),
+    ];
+    let members: Vec<_> = entries.iter().map(|e| json!({"@odata.id": e["@odata.id"]})).collect();
+    fake.script(
+        "/redfish/v1/UpdateService/FirmwareInventory",
+        vec![answer(200, json!({ "Members": members }).to_string())],
+    );
+    for e in &entries {
+        fake.script(
+            e["@odata.id"].as_str().unwrap_or_default(),
+            vec![answer(200, e.to_string())],
+        );
+    }
+    let addr = start(&fake).await;
+    let inv = bmc(addr).firmware_inventory().await.unwrap();
+    let kinds: Vec<_> = inv.iter().map(|c| (c.id.as_str(), c.kind())).collect();
+    use orchestrator_types::ComponentKind::*;
+    assert_eq!(
+        kinds,
+        vec![("1", Bmc), ("2", Bios), ("a3c4f2d1", Bmc), ("77aa01", Other)],
+        "{inv:#?}"
+    );
+    assert_eq!(inv[2].related_items, vec!["/redfish/v1/Managers/bmc".to_owned()]);
+}
+
 #[tokio::test]
 async fn inventory_over_a_session_with_linked_members() {
     let fake = Fake::default();

@@ -4,7 +4,6 @@
 
 use orchestrator_bmc::FirmwareComponent;
 use orchestrator_db::model::{ComponentReading, DiscoveredComponent};
-use orchestrator_types::ComponentKind;
 
 /// What an inventory read gives the database.
 #[derive(Debug, Default)]
@@ -27,7 +26,7 @@ pub fn inventory_readings(inventory: Vec<FirmwareComponent>) -> InventoryReading
         };
         out.recorded.push(DiscoveredComponent {
             reading: ComponentReading {
-                kind: ComponentKind::classify_inventory_id(&component.id, component.software_id.as_deref()),
+                kind: component.kind(),
                 inventory_id: component.id,
                 version,
                 updateable: component.updateable,

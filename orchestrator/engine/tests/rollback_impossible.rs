@@ -17,7 +17,7 @@ use orchestrator_db::model::{ComponentReading, DiscoveredComponent, ReleaseRollb
 use orchestrator_db::{AuditFilter, DbError};
 use orchestrator_engine::{HealthJudge, Outcome, StartRollout, WaveVerdict, start_rollout};
 use orchestrator_policy::Policy;
-use orchestrator_types::{ComponentKind, FirmwareVersion, QualificationState, ReleaseId, RolloutId};
+use orchestrator_types::{FirmwareVersion, QualificationState, ReleaseId, RolloutId};
 
 const LIMIT: Duration = Duration::from_secs(60);
 const FUSE: &str = "burns anti-rollback fuse SVN 4";
@@ -158,7 +158,7 @@ async fn discover(h: &Harness) {
             .into_iter()
             .map(|c| DiscoveredComponent {
                 reading: ComponentReading {
-                    kind: ComponentKind::classify_inventory_id(&c.id, c.software_id.as_deref()),
+                    kind: c.kind(),
                     version: FirmwareVersion::parse(c.version.as_deref().unwrap()).unwrap(),
                     inventory_id: c.id,
                     updateable: c.updateable,

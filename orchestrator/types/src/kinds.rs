@@ -79,7 +79,8 @@ impl ComponentKind {
     /// (and `SoftwareId` when the id says nothing), by the naming vendors
     /// use: `BMC_Firmware`, `HGX_FW_GPU_3`, `BIOS`, `CPLD_0`, `NIC_Slot1`.
     /// NVSwitch, retimer, FPGA and HMC entries are `other`, so a GPU policy
-    /// never matches them by accident.
+    /// never matches them by accident. See [`ComponentKind::classify_component`]
+    /// for ids that say nothing (HPE's `1`, OpenBMC's version hashes).
     pub fn classify_inventory_id(id: &str, software_id: Option<&str>) -> ComponentKind {
         fn classify(text: &str) -> Option<ComponentKind> {
             let upper = text.to_ascii_uppercase();
@@ -90,16 +91,7 @@ impl ComponentKind {
             // from the HGX side (`HostBMC_0`) must never match a GPU or BMC
             // policy by name: flashing them with a GPU or BMC image bricks
             // the baseboard. A release reaches them only by naming the id.
-            if has("EROT")
-                || has("INFOROM")
-                || has("HGX_FW_BMC")
-                || has("HOSTBMC")
-                || has("NVSWITCH")
-                || has("RETIMER")
-                || has("FPGA")
-                || has("HMC")
-                || has("PCIESWITCH")
-            {
+            if ComponentKind::denied(text) {
                 Some(ComponentKind::Other)
             } else if has("BMC") {
                 Some(ComponentKind::Bmc)
@@ -120,6 +112,78 @@ impl ComponentKind {
         classify(id)
             .or_else(|| software_id.and_then(classify))
             .unwrap_or(ComponentKind::Other)
+    }
+
+    /// [`ComponentKind::classify_inventory_id`], then, when neither `Id` nor
+    /// `SoftwareId` names the component, its `Name` (HPE iLO numbers its
+    /// entries `1`, `2`... and names them `iLO 5`, `System ROM`), then what
+    /// its `RelatedItem` links point at (OpenBMC ids are version hashes; its
+    /// entries link to `Managers/bmc` or `Systems/system/Bios`). The deny
+    /// list holds at every level: an ERoT or InfoROM stays `other` whatever
+    /// names it.
+    pub fn classify_component(
+        id: &str,
+        software_id: Option<&str>,
+        name: Option<&str>,
+        related_items: &[String],
+    ) -> ComponentKind {
+        let by_id = ComponentKind::classify_inventory_id(id, software_id);
+        if by_id != ComponentKind::Other || Self::denied(id) || software_id.is_some_and(Self::denied) {
+            return by_id;
+        }
+        if let Some(name) = name {
+            let by_name = ComponentKind::classify_inventory_id(name, None);
+            if by_name != ComponentKind::Other || Self::denied(name) {
+                return by_name;
+            }
+            let upper = name.to_ascii_uppercase();
+            // Vendors' names for the management controller and the host firmware.
+            if ["ILO", "IDRAC", "XCC", "LIFECYCLE CONTROLLER"]
+                .iter()
+                .any(|w| upper.contains(w))
+            {
+                return ComponentKind::Bmc;
+            }
+            if ["SYSTEM ROM", "UEFI", "XCC BIOS"].iter().any(|w| upper.contains(w)) {
+                return ComponentKind::Bios;
+            }
+        }
+        for uri in related_items {
+            let lower = uri.to_ascii_lowercase();
+            let segments: Vec<&str> = lower.trim_end_matches('/').split('/').collect();
+            if segments.iter().any(|s| Self::denied(s)) {
+                return ComponentKind::Other;
+            }
+            if segments.last() == Some(&"bios") {
+                return ComponentKind::Bios;
+            }
+            if segments.len() >= 5 && segments[3] == "managers" {
+                return ComponentKind::Bmc;
+            }
+            if segments.contains(&"processors") && segments.last().is_some_and(|l| l.contains("gpu")) {
+                return ComponentKind::Gpu;
+            }
+        }
+        ComponentKind::Other
+    }
+
+    /// Entries that must never match a GPU or BMC policy by name (see
+    /// [`ComponentKind::classify_inventory_id`]).
+    fn denied(text: &str) -> bool {
+        let upper = text.to_ascii_uppercase();
+        [
+            "EROT",
+            "INFOROM",
+            "HGX_FW_BMC",
+            "HOSTBMC",
+            "NVSWITCH",
+            "RETIMER",
+            "FPGA",
+            "HMC",
+            "PCIESWITCH",
+        ]
+        .iter()
+        .any(|w| upper.contains(w))
     }
 }
 
@@ -217,6 +281,51 @@ mod tests {
         ] {
             assert_eq!(ComponentKind::classify_inventory_id(id, software_id), kind, "{id}");
         }
+    }
+
+    #[test]
+    fn ids_that_say_nothing_are_classified_by_name_then_related_item() {
+        use ComponentKind::*;
+        let none: &[String] = &[];
+        // HPE iLO (public iLO 5 mockups): numbered entries, telling names.
+        for (id, name, kind) in [
+            ("1", "iLO 5", Bmc),
+            ("2", "System ROM", Bios),
+            ("7", "NVIDIA H100 SXM5 80GB GPU", Gpu),
+            ("9", "Intelligent Platform Abstraction Data", Other),
+            ("11", "HGX ERoT GPU 3", Other),
+        ] {
+            assert_eq!(
+                ComponentKind::classify_component(id, None, Some(name), none),
+                kind,
+                "{name}"
+            );
+        }
+        // Supermicro: the ids say it.
+        assert_eq!(ComponentKind::classify_component("BMC", None, Some("BMC"), none), Bmc);
+        assert_eq!(
+            ComponentKind::classify_component("BIOS", None, Some("BIOS"), none),
+            Bios
+        );
+        // OpenBMC: a version hash, a generic name, and the RelatedItem that says what it is.
+        let related = |uri: &str| vec![uri.to_owned()];
+        for (uri, kind) in [
+            ("/redfish/v1/Managers/bmc", Bmc),
+            ("/redfish/v1/Systems/system/Bios", Bios),
+            ("/redfish/v1/Systems/system/Processors/GPU_SXM_2", Gpu),
+            ("/redfish/v1/Chassis/HGX_ERoT_GPU_SXM_2", Other),
+        ] {
+            assert_eq!(
+                ComponentKind::classify_component("a3c4f2d1", None, Some("Software Inventory"), &related(uri)),
+                kind,
+                "{uri}"
+            );
+        }
+        // An id the deny list names stays other whatever the name says.
+        assert_eq!(
+            ComponentKind::classify_component("HGX_FW_ERoT_GPU_SXM_1", None, Some("GPU firmware"), none),
+            Other
+        );
     }
 
     #[test]
