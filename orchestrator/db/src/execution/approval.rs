@@ -1,0 +1,143 @@
+//! Approvals of a wave: the two-person rule, given only for the verdict read.
+
+use chrono::{DateTime, Utc};
+use orchestrator_types::{Outcome, WaveId};
+use sea_orm::{ActiveModelTrait, ColumnTrait, EntityTrait, QueryFilter, QueryOrder, Set, TransactionTrait};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use super::wave::to_exec_wave;
+use super::{WaveState, parse};
+use crate::audit;
+use crate::entity::{rollouts, wave_approvals, waves};
+use crate::error::is_unique_violation;
+use crate::{Db, DbError};
+
+#[cfg(feature = "openapi")]
+use utoipa::ToSchema;
+
+/// One recorded approval.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct Approval {
+    #[cfg_attr(feature = "openapi", schema(value_type = i64))]
+    pub wave_id: WaveId,
+    pub approver: String,
+    pub comment: Option<String>,
+    pub approved_at: DateTime<Utc>,
+    /// The wave state the approval was given in; `None` for approvals stored
+    /// before this was kept (they count for nothing).
+    pub wave_state: Option<WaveState>,
+    /// The outcome of the verdict the approver saw; `None` when given
+    /// before this was kept (or with no verdict on the wave).
+    pub verdict_outcome: Option<Outcome>,
+}
+
+impl Db {
+    /// Records an approval of a wave. The approver must not be the
+    /// rollout's author (two-person rule) and approves a wave once.
+    pub async fn approve_wave(
+        &self,
+        wave: WaveId,
+        approver: &str,
+        comment: Option<&str>,
+    ) -> Result<Vec<Approval>, DbError> {
+        let now = self.clock.now();
+        let txn = self.conn.begin().await?;
+        let wave_row = waves::Entity::find_by_id(wave.0)
+            .one(&txn)
+            .await?
+            .ok_or_else(|| DbError::NotFound {
+                what: "wave",
+                key: wave.to_string(),
+            })?;
+        let rollout = rollouts::Entity::find_by_id(wave_row.rollout_id)
+            .one(&txn)
+            .await?
+            .ok_or_else(|| DbError::NotFound {
+                what: "rollout",
+                key: wave_row.rollout_id.to_string(),
+            })?;
+        // A rollout started from the CLI is recorded as `local-admin:<user>`;
+        // that user is its author too.
+        if rollout.created_by == approver || rollout.created_by.strip_prefix("local-admin:") == Some(approver) {
+            return Err(DbError::Invalid {
+                field: "approver".into(),
+                reason: format!("{approver} started this rollout and cannot approve its waves (two-person rule)"),
+            });
+        }
+        let state: WaveState = parse("wave state", &wave_row.state)?;
+        // An approval is for the verdict the approver read: given earlier
+        // (while the wave still flashes or bakes) it would be counted for a
+        // verdict nobody saw, so it is refused, never kept for later.
+        if state != WaveState::AwaitingApproval {
+            return Err(DbError::Conflict {
+                what: "wave",
+                key: wave_row.name.clone(),
+                reason: format!(
+                    "the wave is {state}: approvals are taken only while it awaits one after its health verdict"
+                ),
+            });
+        }
+        let verdict = to_exec_wave(wave_row.clone())?.verdict;
+        let inserted = wave_approvals::ActiveModel {
+            wave_id: Set(wave.0),
+            approver: Set(approver.to_owned()),
+            comment: Set(comment.map(str::to_owned)),
+            approved_at: Set(now),
+            wave_state: Set(Some(state.as_str().to_owned())),
+            verdict_outcome: Set(verdict.as_ref().map(|v| v.outcome.as_str().to_owned())),
+            ..Default::default()
+        }
+        .insert(&txn)
+        .await;
+        match inserted {
+            Ok(_) => {}
+            Err(err) if is_unique_violation(&err) => {
+                return Err(DbError::AlreadyExists {
+                    what: "approval",
+                    key: format!("wave {wave} by {approver}"),
+                });
+            }
+            Err(err) => return Err(err.into()),
+        }
+        audit::append(
+            &txn,
+            now,
+            approver,
+            "wave.approve",
+            "wave",
+            &wave.to_string(),
+            json!({
+                "rollout_id": wave_row.rollout_id,
+                "wave": wave_row.name,
+                "comment": comment,
+                "verdict": verdict.as_ref().map(|v| v.outcome),
+            }),
+        )
+        .await?;
+        txn.commit().await?;
+        self.wave_approvals(wave).await
+    }
+
+    /// Approvals of a wave, oldest first.
+    pub async fn wave_approvals(&self, wave: WaveId) -> Result<Vec<Approval>, DbError> {
+        Ok(wave_approvals::Entity::find()
+            .filter(wave_approvals::Column::WaveId.eq(wave.0))
+            .order_by_asc(wave_approvals::Column::Id)
+            .all(&self.conn)
+            .await?
+            .into_iter()
+            .map(|row| Approval {
+                wave_id: WaveId(row.wave_id),
+                approver: row.approver,
+                comment: row.comment,
+                approved_at: row.approved_at,
+                // An unreadable stored state makes the approval count for
+                // nothing rather than fail every read of the wave.
+                wave_state: row.wave_state.as_deref().and_then(|s| s.parse().ok()),
+                verdict_outcome: row.verdict_outcome.as_deref().and_then(|s| s.parse().ok()),
+            })
+            .collect())
+    }
+}

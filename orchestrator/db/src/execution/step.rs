@@ -1,0 +1,358 @@
+//! Stored per-node steps: reads, placement for caps, fenced transitions.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use orchestrator_types::{NodeId, RolloutId, StepId, WaveId};
+use sea_orm::{ColumnTrait, EntityTrait, JoinType, QueryFilter, QueryOrder, QuerySelect, Set, TransactionTrait};
+use serde::{Deserialize, Serialize};
+
+use super::lease::{Fence, check_fence};
+use super::{ENGINE_ACTOR, StepPurpose, StepState, from_json, parse, set_opt, to_json};
+use crate::audit;
+use crate::entity::{nodes, update_steps};
+use crate::{Db, DbError};
+
+#[cfg(feature = "openapi")]
+use utoipa::ToSchema;
+
+/// One component a step flashes, as found at precheck.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct StepTarget {
+    /// FirmwareInventory id.
+    pub inventory_id: String,
+    /// Its `@odata.id`, which the push's `Targets` names.
+    pub uri: String,
+}
+
+/// A stored step.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct ExecStep {
+    #[cfg_attr(feature = "openapi", schema(value_type = i64))]
+    pub id: StepId,
+    #[cfg_attr(feature = "openapi", schema(value_type = i64))]
+    pub rollout_id: RolloutId,
+    #[cfg_attr(feature = "openapi", schema(value_type = i64))]
+    pub wave_id: WaveId,
+    #[cfg_attr(feature = "openapi", schema(value_type = i64))]
+    pub node_id: NodeId,
+    pub inventory_id: String,
+    pub purpose: StepPurpose,
+    pub expected_from_version: String,
+    pub target_version: String,
+    pub image_uri: String,
+    pub image_sha256: String,
+    pub state: StepState,
+    pub task_uri: Option<String>,
+    pub attempts: i32,
+    pub next_attempt_at: Option<DateTime<Utc>>,
+    pub error: Option<String>,
+    pub targets: Vec<StepTarget>,
+    /// Task URIs the BMC listed just before the push (to recognise ours after a crash).
+    pub known_tasks: Option<Vec<String>>,
+    /// The version the node ran before this step flashed it (what a rollback restores).
+    pub previous_version: Option<String>,
+    pub push_started_at: Option<DateTime<Utc>>,
+    pub reset_issued_at: Option<DateTime<Utc>>,
+    pub unreachable_since: Option<DateTime<Utc>>,
+    pub started_at: Option<DateTime<Utc>>,
+    pub finished_at: Option<DateTime<Utc>>,
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<i64>))]
+    pub rollback_of: Option<StepId>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    /// When the step entered its current state: its deadline runs from here.
+    /// Steps stored before this was kept fall back to their last update.
+    pub state_entered_at: DateTime<Utc>,
+}
+
+/// A step with where its node sits, for concurrency caps.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlacedStep {
+    pub step: ExecStep,
+    pub node_name: String,
+    pub bmc_url: String,
+    pub credential_ref: String,
+    pub rack: String,
+    pub nvlink_domain: String,
+    pub cluster: String,
+}
+
+/// A change to a step; `None` fields are left alone.
+#[derive(Debug, Clone, Default)]
+pub struct StepChange {
+    pub state: Option<StepState>,
+    pub task_uri: Option<Option<String>>,
+    pub attempts: Option<i32>,
+    pub next_attempt_at: Option<Option<DateTime<Utc>>>,
+    pub error: Option<Option<String>>,
+    pub targets: Option<Vec<StepTarget>>,
+    pub known_tasks: Option<Option<Vec<String>>>,
+    pub previous_version: Option<String>,
+    pub push_started_at: Option<Option<DateTime<Utc>>>,
+    pub reset_issued_at: Option<Option<DateTime<Utc>>>,
+    pub unreachable_since: Option<Option<DateTime<Utc>>>,
+    pub started_at: Option<DateTime<Utc>>,
+    pub finished_at: Option<DateTime<Utc>>,
+}
+
+/// Which steps to list.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepFilter {
+    pub rollout_id: Option<RolloutId>,
+    pub wave_id: Option<WaveId>,
+    pub node_id: Option<NodeId>,
+    pub state: Option<StepState>,
+    pub purpose: Option<StepPurpose>,
+}
+
+/// Step counts by state.
+pub type StepCounts = BTreeMap<StepState, u64>;
+
+pub(super) fn to_exec_step(row: update_steps::Model) -> Result<ExecStep, DbError> {
+    Ok(ExecStep {
+        id: StepId(row.id),
+        rollout_id: RolloutId(row.rollout_id),
+        wave_id: WaveId(row.wave_id),
+        node_id: NodeId(row.node_id),
+        purpose: parse("step purpose", &row.purpose)?,
+        state: parse("step state", &row.state)?,
+        targets: from_json("step targets", row.targets)?,
+        known_tasks: match row.known_tasks {
+            None | Some(serde_json::Value::Null) => None,
+            Some(v) => Some(serde_json::from_value(v).map_err(|e| DbError::corrupt("step known tasks", e))?),
+        },
+        inventory_id: row.inventory_id,
+        expected_from_version: row.expected_from_version,
+        target_version: row.target_version,
+        image_uri: row.image_uri,
+        image_sha256: row.image_sha256,
+        task_uri: row.task_uri,
+        attempts: row.attempts,
+        next_attempt_at: row.next_attempt_at,
+        error: row.error,
+        previous_version: row.previous_version,
+        push_started_at: row.push_started_at,
+        reset_issued_at: row.reset_issued_at,
+        unreachable_since: row.unreachable_since,
+        started_at: row.started_at,
+        finished_at: row.finished_at,
+        rollback_of: row.rollback_of.map(StepId),
+        state_entered_at: row.state_entered_at.unwrap_or(row.updated_at),
+        created_at: row.created_at,
+        updated_at: row.updated_at,
+    })
+}
+
+impl Db {
+    /// Steps matching the filter, by id.
+    pub async fn steps(&self, filter: &StepFilter) -> Result<Vec<ExecStep>, DbError> {
+        let mut query = update_steps::Entity::find();
+        if let Some(id) = filter.rollout_id {
+            query = query.filter(update_steps::Column::RolloutId.eq(id.0));
+        }
+        if let Some(id) = filter.wave_id {
+            query = query.filter(update_steps::Column::WaveId.eq(id.0));
+        }
+        if let Some(id) = filter.node_id {
+            query = query.filter(update_steps::Column::NodeId.eq(id.0));
+        }
+        if let Some(state) = filter.state {
+            query = query.filter(update_steps::Column::State.eq(state.as_str()));
+        }
+        if let Some(purpose) = filter.purpose {
+            query = query.filter(update_steps::Column::Purpose.eq(purpose.as_str()));
+        }
+        query
+            .order_by_asc(update_steps::Column::Id)
+            .all(&self.conn)
+            .await?
+            .into_iter()
+            .map(to_exec_step)
+            .collect()
+    }
+
+    /// One step.
+    pub async fn step(&self, id: StepId) -> Result<ExecStep, DbError> {
+        let row = update_steps::Entity::find_by_id(id.0)
+            .one(&self.conn)
+            .await?
+            .ok_or_else(|| DbError::NotFound {
+                what: "step",
+                key: id.to_string(),
+            })?;
+        to_exec_step(row)
+    }
+
+    /// Every step not yet terminal across all rollouts (pending included),
+    /// with its node's placement: what caps are computed from.
+    pub async fn open_steps(&self) -> Result<Vec<PlacedStep>, DbError> {
+        let terminal = [
+            StepState::Succeeded.as_str(),
+            StepState::Failed.as_str(),
+            StepState::Skipped.as_str(),
+        ];
+        let rows = update_steps::Entity::find()
+            .filter(update_steps::Column::State.is_not_in(terminal))
+            .join(JoinType::LeftJoin, step_node_relation())
+            .select_also(nodes::Entity)
+            .all(&self.conn)
+            .await?;
+        rows.into_iter()
+            .map(|(step, node)| {
+                let node = node.ok_or_else(|| DbError::corrupt("step", format!("step {} has no node", step.id)))?;
+                Ok(PlacedStep {
+                    step: to_exec_step(step)?,
+                    node_name: node.name,
+                    bmc_url: node.bmc_url,
+                    credential_ref: node.credential_ref,
+                    rack: node.rack,
+                    nvlink_domain: node.nvlink_domain,
+                    cluster: node.cluster,
+                })
+            })
+            .collect()
+    }
+
+    /// Step counts by state for a rollout, or for one wave.
+    pub async fn step_counts(&self, rollout: RolloutId, wave: Option<WaveId>) -> Result<StepCounts, DbError> {
+        let mut query = update_steps::Entity::find()
+            .select_only()
+            .column(update_steps::Column::State)
+            .column_as(update_steps::Column::Id.count(), "n")
+            .filter(update_steps::Column::RolloutId.eq(rollout.0))
+            .group_by(update_steps::Column::State);
+        if let Some(wave) = wave {
+            query = query.filter(update_steps::Column::WaveId.eq(wave.0));
+        }
+        let rows: Vec<(String, i64)> = query.into_tuple().all(&self.conn).await?;
+        let mut counts = StepCounts::new();
+        for (state, n) in rows {
+            counts.insert(parse("step state", &state)?, u64::try_from(n).unwrap_or(0));
+        }
+        Ok(counts)
+    }
+
+    /// Number of nodes per cluster, for the per-cluster percentage cap.
+    pub async fn cluster_sizes(&self) -> Result<BTreeMap<String, u64>, DbError> {
+        let rows: Vec<(String, i64)> = nodes::Entity::find()
+            .select_only()
+            .column(nodes::Column::Cluster)
+            .column_as(nodes::Column::Id.count(), "n")
+            .group_by(nodes::Column::Cluster)
+            .into_tuple()
+            .all(&self.conn)
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(cluster, n)| (cluster, u64::try_from(n).unwrap_or(0)))
+            .collect())
+    }
+
+    /// Moves a step that is still in `from`, with its audit entry when the
+    /// state changes, under the fence. `Stale` when the step moved already.
+    pub async fn transition_step(
+        &self,
+        fence: &Fence,
+        step: StepId,
+        from: StepState,
+        change: &StepChange,
+        details: serde_json::Value,
+    ) -> Result<ExecStep, DbError> {
+        let now = self.clock.now();
+        let txn = self.conn.begin().await?;
+        check_fence(&txn, fence).await?;
+        let mut active = update_steps::ActiveModel {
+            updated_at: Set(now),
+            ..Default::default()
+        };
+        if let Some(state) = change.state.filter(|to| *to != from) {
+            active.state = Set(state.as_str().to_owned());
+            active.state_entered_at = Set(Some(now));
+        }
+        set_opt(&mut active.task_uri, &change.task_uri);
+        if let Some(attempts) = change.attempts {
+            active.attempts = Set(attempts);
+        }
+        set_opt(&mut active.next_attempt_at, &change.next_attempt_at);
+        set_opt(&mut active.error, &change.error);
+        if let Some(targets) = &change.targets {
+            active.targets = Set(Some(to_json(targets)));
+        }
+        if let Some(known) = &change.known_tasks {
+            active.known_tasks = Set(known.as_ref().map(to_json));
+        }
+        if let Some(previous) = &change.previous_version {
+            active.previous_version = Set(Some(previous.clone()));
+        }
+        set_opt(&mut active.push_started_at, &change.push_started_at);
+        set_opt(&mut active.reset_issued_at, &change.reset_issued_at);
+        set_opt(&mut active.unreachable_since, &change.unreachable_since);
+        if let Some(at) = change.started_at {
+            active.started_at = Set(Some(at));
+        }
+        if let Some(at) = change.finished_at {
+            active.finished_at = Set(Some(at));
+        }
+        let result = update_steps::Entity::update_many()
+            .set(active)
+            .filter(update_steps::Column::Id.eq(step.0))
+            .filter(update_steps::Column::State.eq(from.as_str()))
+            .exec(&txn)
+            .await?;
+        if result.rows_affected != 1 {
+            return Err(DbError::Stale {
+                what: "step",
+                key: step.to_string(),
+                expected: from.to_string(),
+            });
+        }
+        let row = update_steps::Entity::find_by_id(step.0)
+            .one(&txn)
+            .await?
+            .ok_or_else(|| DbError::NotFound {
+                what: "step",
+                key: step.to_string(),
+            })?;
+        let moved = change.state.filter(|to| *to != from);
+        // A retry is a decision too (and the evidence of a flaky BMC).
+        let retried = matches!(change.next_attempt_at, Some(Some(_)));
+        if moved.is_some() || retried {
+            let to = moved.unwrap_or(from);
+            let mut details = details;
+            if let Some(obj) = details.as_object_mut() {
+                obj.insert("from".into(), from.as_str().into());
+                obj.insert("to".into(), to.as_str().into());
+                obj.insert("node_id".into(), row.node_id.into());
+                obj.insert("rollout_id".into(), row.rollout_id.into());
+                obj.insert("purpose".into(), row.purpose.clone().into());
+            }
+            audit::append(
+                &txn,
+                now,
+                ENGINE_ACTOR,
+                if moved.is_some() {
+                    "step.transition"
+                } else {
+                    "step.retry"
+                },
+                "step",
+                &step.to_string(),
+                details,
+            )
+            .await?;
+        }
+        txn.commit().await?;
+        to_exec_step(row)
+    }
+}
+
+fn step_node_relation() -> sea_orm::RelationDef {
+    // The entities declare no relations; steps and nodes are joined here only.
+    update_steps::Entity::belongs_to(nodes::Entity)
+        .from(update_steps::Column::NodeId)
+        .to(nodes::Column::Id)
+        .into()
+}
