@@ -24,10 +24,10 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use orchestrator_types::ComponentKind;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::fleet::ComponentVersions;
 use crate::state::{EventKind, FleetState, Node, fault};
 
 pub(crate) fn router(state: Arc<FleetState>) -> Router {
@@ -55,6 +55,19 @@ fn not_found(name: &str) -> Response {
         Json(json!({"error": format!("no node named `{name}`")})),
     )
         .into_response()
+}
+
+/// Versions of one firmware component on one node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ComponentVersions {
+    /// FirmwareInventory id.
+    pub id: String,
+    /// Component kind.
+    pub kind: ComponentKind,
+    /// Version running now.
+    pub active: String,
+    /// Version flashed and waiting for its reset, if any.
+    pub pending: Option<String>,
 }
 
 pub(crate) fn versions_of(s: &FleetState, n: &Node) -> Vec<ComponentVersions> {

@@ -26,14 +26,13 @@
 //! reproducible for a seed. Firmware images use the format in [`image`]. The control server is described in
 //! [`control`](crate::control) (module docs) and in `bmc-sim/README.md`.
 
-mod accounts;
 pub mod clock;
+mod conn;
 mod control;
 mod dcgm;
 mod fleet;
 pub mod image;
 pub mod platform;
-mod protocol;
 mod redfish;
 mod rng;
 pub mod scenario;
@@ -42,11 +41,10 @@ mod tls;
 mod update;
 
 pub use clock::SimClock;
-pub use control::InjectedFaults;
+pub use conn::{BmcConn, FleetListener, SimIo};
+pub use control::{ComponentVersions, InjectedFaults};
 pub use dcgm::DcgmSpec;
-pub use fleet::{
-    BmcConn, ComponentVersions, Endpoint, Fleet, FleetError, FleetListener, FleetOptions, RunningFleet, SimIo,
-};
+pub use fleet::{Endpoint, Fleet, FleetError, FleetOptions, RunningFleet};
 pub use scenario::{Metric, Scenario, ScenarioError};
 pub use state::NodeLabels;
 pub use update::MAX_IMAGE_BYTES;

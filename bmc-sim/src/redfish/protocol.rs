@@ -26,7 +26,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
-use crate::redfish::RfError;
+use super::response::RfError;
 
 /// `$` query parameters this service implements. Everything else starting with `$` gets 501; the
 /// service root's `ProtocolFeaturesSupported` is built from this list too ([`protocol_features`]), so

@@ -2,7 +2,7 @@
 //! DSP0266 predefines (Administrator, Operator, ReadOnly), read-only.
 //!
 //! Why read-only: nothing in Waveguard manages BMC accounts, and a client that tries learns it from a
-//! 405 with `Allow: GET,HEAD` (see [`crate::protocol`]) rather than from a half-implemented write.
+//! 405 with `Allow: GET,HEAD` (see [`super::protocol`]) rather than from a half-implemented write.
 //! The account answers with an `ETag`, as DSP0266 requires of ManagerAccount.
 
 use std::sync::Arc;
@@ -14,7 +14,7 @@ use axum::routing::get;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use crate::redfish::{RfError, RfResult, collection, link, ok, status_ok};
+use super::response::{RfError, RfResult, collection, link, ok, status_ok};
 use crate::state::FleetState;
 
 pub(crate) const ACCOUNT_SERVICE: &str = "#AccountService.v1_18_1.AccountService";
