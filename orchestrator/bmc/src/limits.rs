@@ -10,6 +10,10 @@
 
 use std::time::Duration;
 
+/// How many member GETs one BMC gets at once when a collection lists links only. BMC web servers are
+/// small embedded processes; more parallelism mostly earns 503s.
+pub(crate) const PER_BMC_FETCH_CONCURRENCY: usize = 2;
+
 /// Largest single response body accepted. Redfish resources are kilobytes; the largest real ones (an
 /// expanded event log page, `$metadata`) are a few MiB. A longer body is refused, never truncated:
 /// a truncated document would parse as something else or not at all, and hide the reason.

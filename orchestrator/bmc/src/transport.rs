@@ -20,7 +20,7 @@ use url::Url;
 use crate::config::{AuthMode, BmcEndpoint, Credentials, RetryPolicy, Timeouts, TlsTrust};
 use crate::error::{BmcError, ControllerFault, redacted_snippet};
 
-use crate::limits::MAX_RESPONSE_BYTES;
+use crate::limits::{MAX_RESPONSE_BYTES, PER_BMC_FETCH_CONCURRENCY};
 
 /// How long an idle pooled connection is kept. BMC web servers drop idle connections after ~60 s;
 /// reusing a connection they already closed costs a failed attempt, so stay below that. Shorter
@@ -30,7 +30,7 @@ use crate::limits::MAX_RESPONSE_BYTES;
 const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// Idle connections kept per BMC: as many as one BMC's parallel fetches use, no more.
-const POOL_MAX_IDLE_PER_BMC: usize = crate::redfish_bmc::PER_BMC_FETCH_CONCURRENCY;
+const POOL_MAX_IDLE_PER_BMC: usize = PER_BMC_FETCH_CONCURRENCY;
 
 /// Shares `reqwest::Client`s (and with them connection pools and parsed trust stores) between BMCs
 /// with the same TLS settings: building one per node would reload the trust store ten thousand times.

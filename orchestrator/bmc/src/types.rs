@@ -11,6 +11,8 @@ use chrono::{DateTime, Utc};
 use orchestrator_types::FirmwareVersion;
 use serde::{Deserialize, Serialize};
 
+use crate::update::{ApplyTime, UpdateIntent, UpdatePath};
+
 /// One entry of `/redfish/v1/UpdateService/FirmwareInventory`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FirmwareComponent {
@@ -177,34 +179,6 @@ impl TaskStatus {
     }
 }
 
-/// `@Redfish.OperationApplyTime`: when the BMC should apply a pushed image.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum ApplyTime {
-    /// Apply as soon as the image is staged (activation may still need a reset).
-    Immediate,
-    /// Stage now, apply on the next reset: lets the engine choose when the node goes down.
-    OnReset,
-}
-
-impl ApplyTime {
-    /// Parses the Redfish string; values the driver does not use (maintenance windows) are `None`.
-    pub fn parse(raw: &str) -> Option<Self> {
-        match raw {
-            "Immediate" => Some(ApplyTime::Immediate),
-            "OnReset" => Some(ApplyTime::OnReset),
-            _ => None,
-        }
-    }
-
-    /// The Redfish string.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ApplyTime::Immediate => "Immediate",
-            ApplyTime::OnReset => "OnReset",
-        }
-    }
-}
-
 /// How the image reaches the BMC.
 #[derive(Clone)]
 pub enum UpdateMethod {
@@ -223,7 +197,7 @@ pub enum UpdateMethod {
         /// Where the image is served.
         image_uri: String,
         /// Only this path (a policy or release override).
-        forced: Option<crate::UpdatePath>,
+        forced: Option<UpdatePath>,
         /// Refuse instead of falling back to an apply time the BMC supports.
         strict_apply_time: bool,
     },
@@ -284,7 +258,7 @@ impl UpdateRequest {
     /// What [`crate::choose_update_path`] decides on for a [`UpdateMethod::FromImageUri`] request;
     /// `None` for a request that names its path itself. The driver decides from it at the push, and a
     /// controller can ask the same question of a BMC's capabilities before any push.
-    pub fn intent(&self) -> Option<crate::UpdateIntent> {
+    pub fn intent(&self) -> Option<UpdateIntent> {
         let UpdateMethod::FromImageUri {
             image_uri,
             forced,
@@ -293,7 +267,7 @@ impl UpdateRequest {
         else {
             return None;
         };
-        Some(crate::UpdateIntent {
+        Some(UpdateIntent {
             targeted: !self.targets.is_empty(),
             apply_time: self.apply_time,
             strict_apply_time: *strict_apply_time,

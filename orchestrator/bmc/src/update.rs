@@ -26,7 +26,33 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::types::ApplyTime;
+/// `@Redfish.OperationApplyTime`: when the BMC should apply a pushed image.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ApplyTime {
+    /// Apply as soon as the image is staged (activation may still need a reset).
+    Immediate,
+    /// Stage now, apply on the next reset: lets the engine choose when the node goes down.
+    OnReset,
+}
+
+impl ApplyTime {
+    /// Parses the Redfish string; values the driver does not use (maintenance windows) are `None`.
+    pub fn parse(raw: &str) -> Option<Self> {
+        match raw {
+            "Immediate" => Some(ApplyTime::Immediate),
+            "OnReset" => Some(ApplyTime::OnReset),
+            _ => None,
+        }
+    }
+
+    /// The Redfish string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApplyTime::Immediate => "Immediate",
+            ApplyTime::OnReset => "OnReset",
+        }
+    }
+}
 
 /// The ways an image reaches a BMC.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
