@@ -95,5 +95,5 @@ pub use planner::{MAX_CONTROL_COHORT, MIN_CONTROL_COHORT, PlanInput, plan};
 /// `(dimension, key)` pairs; exposed so tests and the engine count caps
 /// exactly as the planner does.
 pub fn cap_strata(node: &NodeSnapshot) -> Vec<(CapDimension, String)> {
-    planner::cap_strata(node)
+    select::cap_strata(node)
 }

@@ -11,9 +11,9 @@ use crate::eligibility::{Eligible, assess, matching_components};
 use crate::error::PlanError;
 use crate::input::{FleetSnapshot, NodeSnapshot, ReleaseSpec};
 use crate::plan::{
-    ApprovalRule, CapDimension, CapRelaxation, ControlMember, ControlPlan, ControlShortfall, ControlSource,
-    ExclusionReason, NodeEligibility, NodePlan, Outcome, PLAN_FORMAT_VERSION, Plan, PlanSummary, ReleaseSummary,
-    RollbackAssessment, RollbackBlocker, SizeRule, WaveBlocker, WaveCaps, WavePlan,
+    ApprovalRule, CapRelaxation, ControlMember, ControlPlan, ControlShortfall, ControlSource, ExclusionReason,
+    NodeEligibility, NodePlan, Outcome, PLAN_FORMAT_VERSION, Plan, PlanSummary, ReleaseSummary, RollbackAssessment,
+    RollbackBlocker, SizeRule, WaveBlocker, WaveCaps, WavePlan,
 };
 use crate::rng::SplitMix64;
 use crate::select::select_with_caps;
@@ -364,22 +364,6 @@ fn sorted_nodes(snapshot: &FleetSnapshot) -> Result<Vec<&NodeSnapshot>, PlanErro
         }
     }
     Ok(nodes)
-}
-
-/// The cap strata a node belongs to. A node with no NVLink domain shares
-/// no fabric, so it counts against no domain cap.
-pub(crate) fn cap_strata(node: &NodeSnapshot) -> Vec<(CapDimension, String)> {
-    let mut strata = vec![
-        (CapDimension::Cluster, node.cluster.clone()),
-        (CapDimension::Rack, format!("{}/{}", node.cluster, node.rack)),
-    ];
-    if !node.nvlink_domain.is_empty() {
-        strata.push((
-            CapDimension::NvlinkDomain,
-            format!("{}/{}", node.cluster, node.nvlink_domain),
-        ));
-    }
-    strata
 }
 
 /// A node's comparability class, if it has target components at all.

@@ -19,12 +19,27 @@ use std::collections::{BTreeMap, VecDeque};
 
 use crate::input::NodeSnapshot;
 use crate::plan::{CapDimension, CapRelaxation, WaveCaps};
-use crate::planner::cap_strata;
 
 /// Capacity standing for "no cap in this dimension".
 const UNCAPPED: usize = usize::MAX / 4;
 
 type Stratum = (CapDimension, String);
+
+/// The cap strata a node belongs to. A node with no NVLink domain shares
+/// no fabric, so it counts against no domain cap.
+pub(crate) fn cap_strata(node: &NodeSnapshot) -> Vec<(CapDimension, String)> {
+    let mut strata = vec![
+        (CapDimension::Cluster, node.cluster.clone()),
+        (CapDimension::Rack, format!("{}/{}", node.cluster, node.rack)),
+    ];
+    if !node.nvlink_domain.is_empty() {
+        strata.push((
+            CapDimension::NvlinkDomain,
+            format!("{}/{}", node.cluster, node.nvlink_domain),
+        ));
+    }
+    strata
+}
 
 /// Takes `size` of `order` (indices into `nodes`) within `caps`; returns the
 /// choice in `order`'s order and any cap that had to be exceeded.
