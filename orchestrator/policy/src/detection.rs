@@ -4,12 +4,10 @@
 //! `detection` the budgets are the detector's defaults (2% false rollback, 5% false pass).
 
 use chrono::TimeDelta;
-use serde::Deserialize;
 
 use crate::diag::Sink;
 use crate::duration::{format_duration, parse_duration};
-use crate::raw::S;
-use crate::validate::at;
+use crate::raw::{RawDetection, RawSoak, S, at};
 
 /// Default rollout-level false-rollback budget (kept equal to `orchestrator_detect::fleet`'s).
 pub const DEFAULT_FALSE_ROLLBACK: f64 = 0.02;
@@ -51,27 +49,6 @@ pub struct Soak {
     pub max: TimeDelta,
     /// Share of the eligible fleet held back, in percent (size it with `policy power`).
     pub holdback_percent: f64,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RawDetection {
-    #[serde(default)]
-    pub false_rollback: Option<S<f64>>,
-    #[serde(default)]
-    pub false_pass: Option<S<f64>>,
-    #[serde(default)]
-    pub reset_exclusion: Option<S<String>>,
-    #[serde(default)]
-    pub soak: Option<S<RawSoak>>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RawSoak {
-    pub min: S<String>,
-    pub max: S<String>,
-    pub holdback_percent: S<f64>,
 }
 
 fn budget(sink: &mut Sink, what: &str, raw: Option<&S<f64>>, default: f64) -> Option<f64> {

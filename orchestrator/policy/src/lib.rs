@@ -35,7 +35,7 @@ pub use lint::{
 pub use model::{
     ApplyTimeRule, Approval, Concurrency, DEFAULT_ALPHA, DEFAULT_DRAIN_TIMEOUT_HOURS, DrainRules, FailureBudget,
     Health, IdPattern, LabelSelector, OnDrainTimeout, Policy, QualificationRules, RollbackPolicy, RollbackScope,
-    Target, UpdatePathRule, UpdateRules, VersionRules, Wave, WaveSize,
+    Target, UpdatePathRule, UpdateRules, VersionRules, Wave, WaveSize, next_window_start, window_open_at,
 };
 pub use version_constraint::{Comparator, ConstraintError, Op, VersionConstraint};
-pub use window::{MaintenanceWindow, next_window_start, window_open_at};
+pub use window::MaintenanceWindow;

@@ -7,8 +7,8 @@ use serde_saphyr::{MessageFormatter, UserMessageFormatter};
 
 use crate::diag::{Diagnostic, Position, Severity, Sink};
 use crate::model::Policy;
-use crate::raw::RawPolicy;
-use crate::validate::{at, validate};
+use crate::raw::{RawPolicy, at};
+use crate::validate::validate;
 
 /// Largest policy file accepted. Real ones are a few kilobytes; the bound
 /// keeps a hostile file in a policy repository cheap to refuse.

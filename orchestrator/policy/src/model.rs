@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use chrono::TimeDelta;
+use chrono::{DateTime, TimeDelta, Utc};
 use orchestrator_types::{ComponentKind, FirmwareVersion};
 
 use crate::health::{AlertRule, HealthGate};
@@ -398,6 +398,23 @@ pub struct RollbackPolicy {
     pub automatic: bool,
     /// What is rolled back.
     pub scope: RollbackScope,
+}
+
+/// Whether new flashes may start at `at` under `policy`. A policy without
+/// windows is always open (the lint warns about that).
+pub fn window_open_at(policy: &Policy, at: DateTime<Utc>) -> bool {
+    policy.maintenance_windows.is_empty() || policy.maintenance_windows.iter().any(|w| w.open_until(at).is_some())
+}
+
+/// When the next window opens strictly after `at`, for "waiting on:
+/// maintenance window opens 02:00 UTC" blockers. `None` for a policy without
+/// windows (never blocked) or whose schedules never fire again.
+pub fn next_window_start(policy: &Policy, at: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    policy
+        .maintenance_windows
+        .iter()
+        .filter_map(|w| w.next_start_after(at))
+        .min()
 }
 
 #[cfg(test)]

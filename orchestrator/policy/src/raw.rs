@@ -10,7 +10,14 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 use serde_saphyr::Spanned;
 
+use crate::diag::Position;
+
 pub(crate) type S<T> = Spanned<T>;
+
+/// Where a value was written, for a diagnostic about it.
+pub(crate) fn at<T>(s: &S<T>) -> Position {
+    Position::from_location(s.referenced, Position::START)
+}
 
 /// `label: [values]` as written.
 pub(crate) type RawSelector = BTreeMap<String, S<Vec<S<String>>>>;
@@ -35,7 +42,7 @@ pub(crate) struct RawPolicy {
     pub failure_budget: S<RawFailureBudget>,
     pub rollback: S<RawRollback>,
     #[serde(default)]
-    pub detection: Option<S<crate::detection::RawDetection>>,
+    pub detection: Option<S<RawDetection>>,
     #[serde(default)]
     pub update: Option<S<RawUpdate>>,
 }
@@ -263,4 +270,26 @@ pub(crate) enum ScopeRaw {
 pub(crate) struct RawRollback {
     pub automatic: S<bool>,
     pub scope: S<ScopeRaw>,
+}
+
+/// The `detection` block as written (validated in [`crate::detection`]).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawDetection {
+    #[serde(default)]
+    pub false_rollback: Option<S<f64>>,
+    #[serde(default)]
+    pub false_pass: Option<S<f64>>,
+    #[serde(default)]
+    pub reset_exclusion: Option<S<String>>,
+    #[serde(default)]
+    pub soak: Option<S<RawSoak>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawSoak {
+    pub min: S<String>,
+    pub max: S<String>,
+    pub holdback_percent: S<f64>,
 }

@@ -21,7 +21,7 @@ use crate::raw::{
     ActionRaw, ApprovalKind, DirectionRaw, KindRaw, OneOrMany, RawAlert, RawConcurrency, RawFailureBudget, RawGate,
     RawHealth, RawPolicy, RawRollback, RawTarget, RawVersions, RawWave, RawWindow, S, ScopeRaw, SourceKind,
 };
-use crate::raw::{ApplyTimeRaw, OnDrainTimeoutRaw, RawUpdate, UpdatePathRaw};
+use crate::raw::{ApplyTimeRaw, OnDrainTimeoutRaw, RawUpdate, UpdatePathRaw, at};
 use crate::version_constraint::VersionConstraint;
 use crate::window::MaintenanceWindow;
 
@@ -35,10 +35,6 @@ const MAX_NODES: i64 = 10_000_000;
 const MAX_APPROVERS: i64 = 16;
 /// Longest PromQL query accepted.
 const MAX_QUERY_LEN: usize = 8_192;
-
-pub(crate) fn at<T>(s: &S<T>) -> Position {
-    Position::from_location(s.referenced, Position::START)
-}
 
 /// `outer: inner: innermost` — the whole error chain on one line, for
 /// messages built from library errors.

@@ -10,8 +10,6 @@ use chrono::{DateTime, TimeDelta, Utc};
 use chrono_tz::Tz;
 use cron::Schedule;
 
-use crate::model::Policy;
-
 /// One recurring window.
 #[derive(Debug, Clone)]
 pub struct MaintenanceWindow {
@@ -43,23 +41,6 @@ impl MaintenanceWindow {
         let local = at.with_timezone(&self.timezone);
         self.schedule.after(&local).next().map(|t| t.with_timezone(&Utc))
     }
-}
-
-/// Whether new flashes may start at `at` under `policy`. A policy without
-/// windows is always open (the lint warns about that).
-pub fn window_open_at(policy: &Policy, at: DateTime<Utc>) -> bool {
-    policy.maintenance_windows.is_empty() || policy.maintenance_windows.iter().any(|w| w.open_until(at).is_some())
-}
-
-/// When the next window opens strictly after `at`, for "waiting on:
-/// maintenance window opens 02:00 UTC" blockers. `None` for a policy without
-/// windows (never blocked) or whose schedules never fire again.
-pub fn next_window_start(policy: &Policy, at: DateTime<Utc>) -> Option<DateTime<Utc>> {
-    policy
-        .maintenance_windows
-        .iter()
-        .filter_map(|w| w.next_start_after(at))
-        .min()
 }
 
 #[cfg(test)]
