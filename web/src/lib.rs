@@ -12,8 +12,10 @@ pub mod auth;
 mod duties;
 mod error;
 mod headers;
+mod html;
 mod metrics;
 mod ui;
+mod url;
 
 use std::future::Future;
 use std::net::SocketAddr;

@@ -35,6 +35,7 @@ use sha2::{Digest, Sha256};
 
 use crate::AppState;
 use crate::error::ApiError;
+use crate::url::{urldecode, urlencode};
 
 /// Name of the session cookie.
 pub const SESSION_COOKIE: &str = "wg_session";
@@ -275,7 +276,7 @@ fn forbidden(path: &str, message: String) -> Response {
     if is_api(path) {
         ApiError::Forbidden(message).into_response()
     } else {
-        crate::ui::error_page(StatusCode::FORBIDDEN, "Not allowed", &message)
+        crate::html::error_page(StatusCode::FORBIDDEN, "Not allowed", &message)
     }
 }
 
@@ -324,29 +325,6 @@ pub(crate) fn form_field(body: &[u8], name: &str) -> Option<String> {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
         (urldecode(key) == name).then(|| urldecode(value))
     })
-}
-
-/// A form or query component decoded: `+` is a space (HTML forms), then
-/// percent escapes; invalid UTF-8 becomes U+FFFD rather than an error.
-fn urldecode(text: &str) -> String {
-    let spaced = text.replace('+', " ");
-    percent_encoding::percent_decode_str(&spaced)
-        .decode_utf8_lossy()
-        .into_owned()
-}
-
-/// Everything but RFC 3986 unreserved characters and `/` is escaped (the
-/// slash is kept so a `next` path stays readable in the address bar).
-const URL_COMPONENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
-    .remove(b'-')
-    .remove(b'_')
-    .remove(b'.')
-    .remove(b'~')
-    .remove(b'/');
-
-/// Percent-encodes everything but unreserved characters.
-pub(crate) fn urlencode(text: &str) -> String {
-    percent_encoding::utf8_percent_encode(text, URL_COMPONENT).to_string()
 }
 
 /// Compares secrets without an early exit, so timing does not reveal how

@@ -11,7 +11,8 @@ use super::{
     secure_request, set_cookie, token_hash, verify_dummy, verify_password,
 };
 use crate::AppState;
-use crate::ui;
+use crate::html;
+use crate::url::urldecode;
 use orchestrator_db::throttle::{LoginGate, Refusal};
 
 /// Where to go after logging in.
@@ -48,7 +49,7 @@ pub(crate) fn safe_next(next: Option<&str>) -> String {
     let Some(next) = next else { return "/".to_owned() };
     let unsafe_start = |text: &str| !text.starts_with('/') || text.starts_with("//") || text.starts_with("/\\");
     let unsafe_char = |c: char| c.is_control() || c == '\\';
-    let decoded = super::urldecode(next);
+    let decoded = urldecode(next);
     if unsafe_start(next)
         || unsafe_start(&decoded)
         || next.chars().any(|c| unsafe_char(c) || c.is_whitespace())
@@ -82,7 +83,7 @@ fn render_login(
         .filter(|c| c.len() == 64 && c.bytes().all(|b| b.is_ascii_hexdigit()))
         .unwrap_or_else(new_secret);
     let secure = secure_request(&state.auth.config, headers);
-    let page = ui::render(
+    let page = html::render(
         "login.html",
         minijinja::context! { csrf => csrf.clone(), next => safe_next(next), error => error, me => (), title => "Sign in" },
     );

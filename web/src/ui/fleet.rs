@@ -166,8 +166,8 @@ pub(crate) async fn overview(
                     *by_status.entry(status.as_str()).or_default() += nodes;
                     let link = format!(
                         "/nodes?platform={}&version={}",
-                        crate::auth::urlencode(&sku),
-                        crate::auth::urlencode(&version)
+                        crate::url::urlencode(&sku),
+                        crate::url::urlencode(&version)
                     );
                     context! { version, nodes, percent => nodes * 100 / total, status => status.as_str(), link }
                 })
@@ -320,7 +320,7 @@ pub(crate) async fn nodes(
         ("version", &filter.version),
     ] {
         if let Some(value) = value {
-            filter_query.push_str(&format!("{key}={}&", crate::auth::urlencode(value)));
+            filter_query.push_str(&format!("{key}={}&", crate::url::urlencode(value)));
         }
     }
     let first = if result.total == 0 { 0 } else { offset + 1 };

@@ -221,7 +221,7 @@ pub(crate) async fn audit(
         ("subject_id", &filter.subject_id),
     ] {
         if let Some(value) = value {
-            next_query.push_str(&format!("{key}={}&", crate::auth::urlencode(value)));
+            next_query.push_str(&format!("{key}={}&", crate::url::urlencode(value)));
         }
     }
     if let Some(before) = next_before {

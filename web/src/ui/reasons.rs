@@ -154,7 +154,7 @@ fn subject(entry: &AuditEntry, node: Option<&str>) -> (String, Option<String>) {
     let d = &entry.details;
     let rollout = field(d, "rollout_id").or_else(|| field(d, "rollout"));
     match entry.subject_type.as_str() {
-        "node" => (id.to_owned(), Some(format!("/nodes/{}", crate::auth::urlencode(id)))),
+        "node" => (id.to_owned(), Some(format!("/nodes/{}", crate::url::urlencode(id)))),
         "release" => (format!("release #{id}"), Some(format!("/releases/{id}"))),
         "rollout" => (format!("rollout #{id}"), Some(format!("/rollouts/{id}"))),
         "wave" => {
@@ -167,12 +167,9 @@ fn subject(entry: &AuditEntry, node: Option<&str>) -> (String, Option<String>) {
         "step" => match (node, rollout) {
             (Some(node), Some(r)) => (
                 format!("{node} in rollout #{r}"),
-                Some(format!("/rollouts/{r}?node={}", crate::auth::urlencode(node))),
+                Some(format!("/rollouts/{r}?node={}", crate::url::urlencode(node))),
             ),
-            (Some(node), None) => (
-                node.to_owned(),
-                Some(format!("/nodes/{}", crate::auth::urlencode(node))),
-            ),
+            (Some(node), None) => (node.to_owned(), Some(format!("/nodes/{}", crate::url::urlencode(node)))),
             (None, _) => (format!("step #{id}"), None),
         },
         other => (format!("{other} {id}"), None),
@@ -207,7 +204,7 @@ fn audit_row(entry: &AuditEntry, names: &BTreeMap<NodeId, String>) -> Value {
                     {
                         return context! {
                             key => "node", value => name,
-                            link => format!("/nodes/{}", crate::auth::urlencode(name)),
+                            link => format!("/nodes/{}", crate::url::urlencode(name)),
                         };
                     }
                     let text = match value {

@@ -171,7 +171,7 @@ impl NodeQuery {
                 value
                     .as_deref()
                     .filter(|v| !v.is_empty())
-                    .map(|v| format!("{key}={}", crate::auth::urlencode(v)))
+                    .map(|v| format!("{key}={}", crate::url::urlencode(v)))
             })
             .collect::<Vec<_>>()
             .join("&")
