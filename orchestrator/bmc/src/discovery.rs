@@ -7,10 +7,10 @@ use futures::stream::{self, Stream, StreamExt};
 use tokio::time::Instant;
 
 use crate::Bmc;
+use crate::clients::HttpClients;
 use crate::config::BmcEndpoint;
 use crate::error::BmcError;
 use crate::redfish_bmc::RedfishBmc;
-use crate::transport::HttpClients;
 use crate::types::FirmwareComponent;
 
 /// Default number of BMCs read at once. Each in-flight node costs one TCP (+TLS) connection and a few

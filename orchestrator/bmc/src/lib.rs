@@ -39,6 +39,7 @@
 //! excerpts kept in errors are truncated and scrubbed of the password, the session token and any JSON
 //! value under a password/token/secret key; base URLs carrying user info are refused.
 
+mod clients;
 mod config;
 mod discovery;
 mod error;
@@ -54,13 +55,13 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
+pub use clients::{ConnectFaults, HttpClients};
 pub use config::{AuthMode, BmcEndpoint, Credentials, RetryPolicy, Timeouts, TlsTrust};
 pub use discovery::{
     DEFAULT_DISCOVERY_CONCURRENCY, DiscoveryResult, discover_inventory, discover_inventory_stream, discover_with,
 };
 pub use error::{BODY_SNIPPET_LIMIT, BmcError, ControllerFault};
 pub use redfish_bmc::RedfishBmc;
-pub use transport::{ConnectFaults, HttpClients};
 pub use types::{
     EventBatch, EventCursor, EventLogEntry, FirmwareComponent, GpuUnit, ResetTarget, SensorKind, SensorReading,
     ServiceInfo, TaskHandle, TaskMessage, TaskState, TaskStatus, UpdateMethod, UpdateRequest,

@@ -17,10 +17,11 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tokio::sync::OnceCell;
 
+use crate::clients::HttpClients;
 use crate::config::{BmcEndpoint, RetryPolicy};
 use crate::error::BmcError;
 use crate::limits::{MAX_COLLECTION_PAGES, PER_BMC_FETCH_CONCURRENCY, ReadBudget};
-use crate::transport::{Body, Call, HttpClients, Response, Transport};
+use crate::transport::{Body, Call, Response, Transport};
 use crate::types::{
     EventBatch, EventCursor, EventLogEntry, FirmwareComponent, GpuUnit, ResetTarget, SensorKind, SensorReading,
     ServiceInfo, TaskHandle, TaskStatus, UpdateMethod, UpdateRequest,
