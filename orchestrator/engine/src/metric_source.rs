@@ -45,9 +45,7 @@ use crate::prometheus::{NodeIndex, NodeSeries, PrometheusClient, PrometheusError
 /// the Redfish collector stores.
 pub const BIN_WIDTH: TimeDelta = TimeDelta::hours(1);
 
-/// Prometheus' default lookback: a series without a sample for this long
-/// is stale (gone) at an instant query.
-pub const STALENESS: TimeDelta = TimeDelta::minutes(5);
+pub use crate::prometheus::STALENESS;
 
 /// A node being compared, with the instant its exposure starts (its
 /// activation for a canary node, the bake start for a control node).

@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::time::Duration;
 
-use chrono::{DateTime, SecondsFormat, Utc};
+use chrono::{DateTime, SecondsFormat, TimeDelta, Utc};
 use orchestrator_types::NodeId;
 use serde::Deserialize;
 use url::Url;
@@ -29,6 +29,10 @@ pub const MAX_POINTS_PER_SERIES: i64 = 11_000;
 /// Default per-query timeout: gate evaluations run every few minutes, and a
 /// query slower than this is better reported than waited for.
 pub const DEFAULT_QUERY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Prometheus' default lookback: a series without a sample for this long
+/// is stale (gone) at an instant query.
+pub const STALENESS: TimeDelta = TimeDelta::minutes(5);
 
 /// Longest error body quoted in an error: enough for Prometheus' message,
 /// bounded against a proxy's HTML page.
@@ -73,7 +77,7 @@ impl PrometheusConfig {
             timeout: DEFAULT_QUERY_TIMEOUT,
             node_label: "node".to_owned(),
             bearer_token: None,
-            staleness: crate::metric_source::STALENESS,
+            staleness: STALENESS,
         }
     }
 }
