@@ -125,12 +125,12 @@ fn absorb(
         Err(err) if is_fenced(&err) => Err(err),
         Err(DbError::Stale { .. }) => Ok(()),
         Err(err) if err.is_controller_fault() => {
-            tracing::warn!(error = %crate::step_error_chain(&err), "{what}: controller database fault");
+            tracing::warn!(error = %orchestrator_types::error_chain(&err), "{what}: controller database fault");
             health.report_fault("database", now);
             Ok(())
         }
         Err(err) => {
-            tracing::warn!(error = %crate::step_error_chain(&err), "{what}");
+            tracing::warn!(error = %orchestrator_types::error_chain(&err), "{what}");
             Ok(())
         }
     }
@@ -692,7 +692,7 @@ impl Executor {
             }
             // Someone moved it meanwhile (e.g. a human blocked it first).
             Err(err) if err.is_caller_error() => {
-                tracing::warn!(error = %crate::step_error_chain(&err), "could not block the release");
+                tracing::warn!(error = %orchestrator_types::error_chain(&err), "could not block the release");
                 Ok(())
             }
             Err(err) => Err(err),

@@ -83,15 +83,3 @@ pub use orchestrator_types::{Blocker, Outcome, WaveVerdict};
 pub use runner::{Engine, Nudge};
 pub use start::{StartChecks, start_rollout_checked, start_rollout_planned};
 pub use start::{StartRollout, fleet_snapshot, parse_policy, plan_to_rows, rollout, start_rollout};
-
-/// The error and its sources on one line, for logs.
-pub(crate) fn step_error_chain(err: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(inner) = source {
-        text.push_str(": ");
-        text.push_str(&inner.to_string());
-        source = inner.source();
-    }
-    text
-}
