@@ -5,7 +5,6 @@ mod cmd;
 mod config;
 mod fleet_file;
 mod logging;
-mod power;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -21,8 +21,10 @@ use orchestrator_types::{FirmwareVersion, NodeId, NodeState, QualificationState,
 use serde::Serialize;
 
 /// GPUs per node unless told otherwise: the HGX baseboards this product
-/// targets carry eight, as the health collector assumes.
-pub const DEFAULT_GPUS_PER_NODE: u32 = orchestrator_engine::watch::DEFAULT_GPUS_PER_NODE;
+/// targets carry eight. The engine's health collector assumes the same for a
+/// node whose inventory names none, and reads it from here so the power quoted
+/// and the test that runs count the same units.
+pub const DEFAULT_GPUS_PER_NODE: u32 = 8;
 
 /// Baselines used when neither the command line nor history gives one, in
 /// one place for `policy power` and the lint. Rates are per unit of the
@@ -51,6 +53,54 @@ pub fn default_baseline(metric: RedfishMetric) -> Option<f64> {
         // Not judged against a control (the failure budget covers it).
         RedfishMetric::FlashFailures => None,
     }
+}
+
+/// A node of a fleet file as the power analysis plans it: only the labels a
+/// fleet file carries, so the planner needs no database record to quote power.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct FleetNode {
+    /// Node name.
+    pub name: String,
+    /// Platform SKU.
+    pub platform: String,
+    /// Region label.
+    pub region: String,
+    /// Cluster label.
+    pub cluster: String,
+    /// Rack label.
+    pub rack: String,
+    /// Scale-up (NVLink) domain label.
+    pub nvlink_domain: String,
+}
+
+/// Why a fleet gives no wave shapes.
+#[derive(Debug, thiserror::Error)]
+pub enum ShapeError {
+    /// A version the analysis plans with did not parse.
+    #[error("version {text:?}")]
+    Version {
+        /// The version text.
+        text: String,
+        /// Why it did not parse.
+        #[source]
+        source: orchestrator_types::VersionError,
+    },
+    /// The planner refused the policy or release.
+    #[error(transparent)]
+    Plan(#[from] crate::PlanError),
+    /// Every node was excluded.
+    #[error(
+        "no node of the fleet is planned under policy {policy:?} ({nodes} node(s): {})",
+        if excluded.is_empty() { "none".to_owned() } else { excluded.join(", ") }
+    )]
+    NothingPlanned {
+        /// Policy name.
+        policy: String,
+        /// Nodes in the fleet.
+        nodes: usize,
+        /// `<count> <reason code>` per exclusion reason.
+        excluded: Vec<String>,
+    },
 }
 
 /// Where a gate's baseline came from.
@@ -435,12 +485,17 @@ pub fn power_table(policy: &Policy, waves: &[WaveShape], options: &PowerOptions)
 /// caps and control cohorts are the planner's own.
 pub fn fleet_shapes(
     policy: &Policy,
-    nodes: &[orchestrator_db::model::NewNode],
+    nodes: &[FleetNode],
     release: Option<&FirmwareVersion>,
     seed: u64,
-) -> Result<(Vec<WaveShape>, Vec<String>), String> {
-    use orchestrator_planner::{ComponentSnapshot, FleetSnapshot, NodeHealth, NodeSnapshot, PlanInput, ReleaseSpec};
-    let parse = |text: &str| FirmwareVersion::parse(text).map_err(|e| format!("version {text:?}: {e}"));
+) -> Result<(Vec<WaveShape>, Vec<String>), ShapeError> {
+    use crate::{ComponentSnapshot, FleetSnapshot, NodeHealth, NodeSnapshot, PlanInput, ReleaseSpec};
+    let parse = |text: &str| {
+        FirmwareVersion::parse(text).map_err(|source| ShapeError::Version {
+            text: text.to_owned(),
+            source,
+        })
+    };
     let target = match release {
         Some(v) => v.clone(),
         None => parse("1")?,
@@ -461,11 +516,11 @@ pub fn fleet_shapes(
             .map(|(i, n)| NodeSnapshot {
                 id: NodeId(i64::try_from(i).unwrap_or(i64::MAX - 1) + 1),
                 name: n.name.clone(),
-                platform: n.platform_sku.clone(),
-                region: n.labels.region.clone(),
-                cluster: n.labels.cluster.clone(),
-                rack: n.labels.rack.clone(),
-                nvlink_domain: n.labels.nvlink_domain.clone(),
+                platform: n.platform.clone(),
+                region: n.region.clone(),
+                cluster: n.cluster.clone(),
+                rack: n.rack.clone(),
+                nvlink_domain: n.nvlink_domain.clone(),
                 labels: BTreeMap::new(),
                 state: NodeState::Active,
                 health: NodeHealth::ok(),
@@ -503,32 +558,25 @@ pub fn fleet_shapes(
         downgrade_forbidden: None,
         rollback_floor: None,
     };
-    let plan = orchestrator_planner::plan(&PlanInput {
+    let plan = crate::plan(&PlanInput {
         snapshot: &snapshot,
         policy: &policy,
         release: &release,
         seed,
         planned_at: chrono::DateTime::UNIX_EPOCH,
-    })
-    .map_err(|e| e.to_string())?;
+    })?;
     if plan.waves.is_empty() {
         let mut reasons: BTreeMap<&str, usize> = BTreeMap::new();
         for e in &plan.eligibility {
-            if let orchestrator_planner::Outcome::Excluded { reason } = &e.outcome {
+            if let crate::Outcome::Excluded { reason } = &e.outcome {
                 *reasons.entry(reason.code()).or_default() += 1;
             }
         }
-        let reasons: Vec<String> = reasons.iter().map(|(code, n)| format!("{n} {code}")).collect();
-        return Err(format!(
-            "no node of the fleet is planned under policy {:?} ({} node(s): {})",
-            policy.name,
-            nodes.len(),
-            if reasons.is_empty() {
-                "none".to_owned()
-            } else {
-                reasons.join(", ")
-            }
-        ));
+        return Err(ShapeError::NothingPlanned {
+            policy: policy.name.clone(),
+            nodes: nodes.len(),
+            excluded: reasons.iter().map(|(code, n)| format!("{n} {code}")).collect(),
+        });
     }
     let shapes = plan
         .waves
@@ -538,8 +586,8 @@ pub fn fleet_shapes(
             canary_nodes: w.nodes.len(),
             control_nodes: w.control.members().len(),
             no_control_reason: match &w.control {
-                orchestrator_planner::ControlPlan::Unavailable { reason } => Some(reason.clone()),
-                orchestrator_planner::ControlPlan::Cohort { .. } => None,
+                crate::ControlPlan::Unavailable { reason } => Some(reason.clone()),
+                crate::ControlPlan::Cohort { .. } => None,
             },
             bake_seconds: w.bake_seconds,
             gates: w.gates.clone(),
@@ -576,10 +624,7 @@ pub fn canary_without_fleet(policy: &Policy) -> Option<WaveShape> {
         name: wave.name.clone(),
         canary_nodes: n,
         // The planner sizes a control max(wave, MIN_CONTROL_COHORT), capped.
-        control_nodes: n.clamp(
-            orchestrator_planner::MIN_CONTROL_COHORT,
-            orchestrator_planner::MAX_CONTROL_COHORT,
-        ),
+        control_nodes: n.clamp(crate::MIN_CONTROL_COHORT, crate::MAX_CONTROL_COHORT),
         no_control_reason: None,
         bake_seconds: wave.bake.num_seconds(),
         gates: wave.gates.clone(),
@@ -649,7 +694,7 @@ pub struct FleetGateTiming {
 /// default). Evidence pools across waves: a wave starts with the baseline events its predecessors
 /// gathered, each assumed to have baked for the later of its bake and its healthy median (capped at
 /// `max_bake`). Counts are assumed Poisson (dispersion 1); bursty metrics take longer, by about their
-/// dispersion. Kept apart from [`power_table`] so that it can move to the planner (issue 19).
+/// dispersion. Kept apart from [`power_table`]: it is the fleet-scale method's timing, not the per-wave test's power.
 pub fn fleet_timing(policy: &Policy, waves: &[WaveShape], options: &PowerOptions) -> Vec<FleetGateTiming> {
     use orchestrator_detect::fleet::{RateTimingInput, hours_to_catch, hours_to_pass};
     let mut out = Vec::new();
@@ -724,6 +769,149 @@ pub fn fleet_timing(policy: &Policy, waves: &[WaveShape], options: &PowerOptions
     out
 }
 
+/// A `--baseline`/`--sd` value that cannot be used.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum BaselineError {
+    /// Not `KEY=VALUE`.
+    #[error("{flag} {text:?}: expected GATE_OR_METRIC=NUMBER")]
+    Syntax {
+        /// The option (`--baseline` or `--sd`).
+        flag: &'static str,
+        /// What was given.
+        text: String,
+    },
+    /// The value is not a positive finite number.
+    #[error("{flag} {text:?}: {value:?} is not a positive number")]
+    NotPositive {
+        /// The option.
+        flag: &'static str,
+        /// What was given.
+        text: String,
+        /// The value part.
+        value: String,
+    },
+    /// No gate of the policy has this name or metric.
+    #[error(
+        "{flag} {text:?}: policy {policy:?} has no gate or metric {key:?}; {flag} takes: {}",
+        if known.is_empty() { "none".to_owned() } else { known.join(", ") }
+    )]
+    Unknown {
+        /// The option.
+        flag: &'static str,
+        /// What was given.
+        text: String,
+        /// Policy name.
+        policy: String,
+        /// The key part.
+        key: String,
+        /// Gate and metric names the option takes.
+        known: Vec<String>,
+    },
+    /// The gate is of the other kind.
+    #[error("{flag} {text:?}: gate {gate:?} is a {kind} gate; use {other}")]
+    WrongKind {
+        /// The option.
+        flag: &'static str,
+        /// What was given.
+        text: String,
+        /// The gate named.
+        gate: String,
+        /// Its kind.
+        kind: &'static str,
+        /// The option for that kind.
+        other: &'static str,
+    },
+}
+
+/// The option that gives baselines of gates of `kind`: rate gates take event rates
+/// (`--baseline`), level gates standard deviations (`--sd`).
+fn baseline_flag(kind: GateKind) -> &'static str {
+    match kind {
+        GateKind::Rate => "--baseline",
+        GateKind::Level => "--sd",
+    }
+}
+
+/// Parses repeated `KEY=VALUE` baselines for gates of `kind`: each key a gate of
+/// the policy (or the metric of one) of that kind, each value a positive number.
+pub fn parse_baselines(
+    policy: &Policy,
+    kind: GateKind,
+    values: &[String],
+) -> Result<BTreeMap<String, f64>, BaselineError> {
+    let flag = baseline_flag(kind);
+    let mut out = BTreeMap::new();
+    for text in values {
+        let (key, value) = text.split_once('=').ok_or_else(|| BaselineError::Syntax {
+            flag,
+            text: text.clone(),
+        })?;
+        let (key, value) = (key.trim(), value.trim());
+        let number: f64 = value
+            .parse()
+            .ok()
+            .filter(|v: &f64| v.is_finite() && *v > 0.0)
+            .ok_or_else(|| BaselineError::NotPositive {
+                flag,
+                text: text.clone(),
+                value: value.to_owned(),
+            })?;
+        let gates: Vec<&HealthGate> = policy
+            .health
+            .gates
+            .iter()
+            .filter(|g| g.name == key || matches!(&g.source, GateSource::Redfish { metric } if metric.as_str() == key))
+            .collect();
+        if gates.is_empty() {
+            let known: Vec<String> = policy
+                .health
+                .gates
+                .iter()
+                .filter(|g| g.kind == kind)
+                .flat_map(|g| match &g.source {
+                    GateSource::Redfish { metric } => vec![g.name.clone(), metric.as_str().to_owned()],
+                    GateSource::Prometheus { .. } => vec![g.name.clone()],
+                })
+                .collect();
+            return Err(BaselineError::Unknown {
+                flag,
+                text: text.clone(),
+                policy: policy.name.clone(),
+                key: key.to_owned(),
+                known,
+            });
+        }
+        if let Some(g) = gates.iter().find(|g| g.kind != kind) {
+            return Err(BaselineError::WrongKind {
+                flag,
+                text: text.clone(),
+                gate: g.name.clone(),
+                kind: g.kind.as_str(),
+                other: baseline_flag(g.kind),
+            });
+        }
+        out.insert(key.to_owned(), number);
+    }
+    Ok(out)
+}
+
+/// The lint's power warnings for a policy: `(gate, message)` for each gate whose
+/// canary cannot catch its `must_detect` effect. With a fleet the canary and
+/// control are what the planner makes of it; a policy the fleet gives no waves
+/// is not checked (nothing to say about it), nor is a canary sized by percent
+/// without a fleet.
+pub fn lint_findings(policy: &Policy, fleet: Option<&[FleetNode]>) -> Vec<(String, String)> {
+    let canary = match fleet {
+        Some(nodes) => fleet_shapes(policy, nodes, None, 0)
+            .ok()
+            .and_then(|(waves, _)| waves.into_iter().next()),
+        None => canary_without_fleet(policy),
+    };
+    canary.map_or_else(Vec::new, |canary| {
+        canary_findings(policy, &canary, &PowerOptions::default())
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -754,7 +942,7 @@ mod tests {
         assert_eq!(first.likely_hold, first.pass_hours.1 > first.max_bake_hours);
     }
 
-    const POLICY: &str = include_str!("../../policies/gpu-fast-canary.yaml");
+    const POLICY: &str = include_str!("../../../policies/gpu-fast-canary.yaml");
 
     fn policy() -> Policy {
         orchestrator_policy::parse_policy(POLICY).unwrap()

@@ -10,6 +10,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use orchestrator_db::policies::{PolicyInForce, PolicySync, RecordedSync, RejectedPolicyFile, SyncedPolicy};
 use orchestrator_db::{Db, DbError};
+use orchestrator_planner::power::{self, FleetNode};
 use orchestrator_policy::{FileReport, Severity, lint_files, parse_duration};
 use orchestrator_policy_git::{
     GitPolicySource, GitSourceError, InForce, RepoLocation, SyncReport, plan_sync, redact_url,
@@ -134,7 +135,7 @@ pub struct PowerArgs {
     #[arg(long = "sd", value_name = "GATE_OR_METRIC=SD")]
     sds: Vec<String>,
     /// GPUs per node, for per-GPU metrics.
-    #[arg(long, default_value_t = crate::power::DEFAULT_GPUS_PER_NODE, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    #[arg(long, default_value_t = power::DEFAULT_GPUS_PER_NODE, value_parser = clap::value_parser!(u32).range(1..=1024))]
     gpus_per_node: u32,
     /// Seed of the planner's stratified choice.
     #[arg(long, default_value_t = 0)]
@@ -746,7 +747,7 @@ fn lint(
     fleet: Option<&Path>,
     metadata: Option<&BTreeMap<String, String>>,
 ) -> anyhow::Result<(ExitCode, String)> {
-    let fleet = fleet.map(crate::fleet_file::read).transpose()?;
+    let fleet = fleet.map(crate::fleet_file::read).transpose()?.map(|n| fleet_nodes(&n));
     let mut files = Vec::new();
     for path in paths {
         collect(path, 0, &mut files)?;
@@ -769,23 +770,11 @@ fn lint(
 }
 
 /// Warns at each gate whose canary cannot catch its `must_detect` effect.
-/// With a fleet the canary and control are what the planner makes of it; a
-/// policy the fleet gives no waves is not checked (nothing to say about it).
-fn add_power_warnings(report: &mut FileReport, fleet: Option<&[orchestrator_db::model::NewNode]>) {
+fn add_power_warnings(report: &mut FileReport, fleet: Option<&[FleetNode]>) {
     let Some(policy) = &report.checked.policy else {
         return;
     };
-    let canary = match fleet {
-        Some(nodes) => crate::power::fleet_shapes(policy, nodes, None, 0)
-            .ok()
-            .and_then(|(waves, _)| waves.into_iter().next()),
-        None => crate::power::canary_without_fleet(policy),
-    };
-    let Some(canary) = canary else {
-        return;
-    };
-    let findings = crate::power::canary_findings(policy, &canary, &crate::power::PowerOptions::default());
-    for (gate, message) in findings {
+    for (gate, message) in power::lint_findings(policy, fleet) {
         let position = report
             .checked
             .gate_positions
@@ -801,74 +790,25 @@ fn add_power_warnings(report: &mut FileReport, fleet: Option<&[orchestrator_db::
     report.checked.diagnostics.sort_by_key(|d| d.position);
 }
 
-/// Parses repeated `KEY=VALUE` options: each key a gate of the policy (or
-/// the metric of one) of the right kind, each value a positive number.
-fn baseline_options(
-    policy: &orchestrator_policy::Policy,
-    flag: &str,
-    kind: orchestrator_policy::GateKind,
-    values: &[String],
-) -> Result<BTreeMap<String, f64>, BadInput> {
-    use orchestrator_policy::GateSource;
-    let mut out = BTreeMap::new();
-    for text in values {
-        let (key, value) = text
-            .split_once('=')
-            .ok_or_else(|| BadInput(format!("{flag} {text:?}: expected GATE_OR_METRIC=NUMBER")))?;
-        let (key, value) = (key.trim(), value.trim());
-        let number: f64 = value
-            .parse()
-            .ok()
-            .filter(|v: &f64| v.is_finite() && *v > 0.0)
-            .ok_or_else(|| BadInput(format!("{flag} {text:?}: {value:?} is not a positive number")))?;
-        let gates: Vec<&orchestrator_policy::HealthGate> = policy
-            .health
-            .gates
-            .iter()
-            .filter(|g| g.name == key || matches!(&g.source, GateSource::Redfish { metric } if metric.as_str() == key))
-            .collect();
-        if gates.is_empty() {
-            let known: Vec<String> = policy
-                .health
-                .gates
-                .iter()
-                .filter(|g| g.kind == kind)
-                .flat_map(|g| match &g.source {
-                    GateSource::Redfish { metric } => vec![g.name.clone(), metric.as_str().to_owned()],
-                    GateSource::Prometheus { .. } => vec![g.name.clone()],
-                })
-                .collect();
-            return Err(BadInput(format!(
-                "{flag} {text:?}: policy {:?} has no gate or metric {key:?}; {} takes: {}",
-                policy.name,
-                flag,
-                if known.is_empty() {
-                    "none".to_owned()
-                } else {
-                    known.join(", ")
-                }
-            )));
-        }
-        if let Some(g) = gates.iter().find(|g| g.kind != kind) {
-            let other = if kind == orchestrator_policy::GateKind::Rate {
-                "--sd"
-            } else {
-                "--baseline"
-            };
-            return Err(BadInput(format!(
-                "{flag} {text:?}: gate {:?} is a {} gate; use {other}",
-                g.name,
-                g.kind.as_str()
-            )));
-        }
-        out.insert(key.to_owned(), number);
-    }
-    Ok(out)
+/// A fleet file's nodes as the power analysis plans them.
+fn fleet_nodes(nodes: &[orchestrator_db::model::NewNode]) -> Vec<FleetNode> {
+    nodes
+        .iter()
+        .map(|n| FleetNode {
+            name: n.name.clone(),
+            platform: n.platform_sku.clone(),
+            region: n.labels.region.clone(),
+            cluster: n.labels.cluster.clone(),
+            rack: n.labels.rack.clone(),
+            nvlink_domain: n.labels.nvlink_domain.clone(),
+        })
+        .collect()
 }
 
 /// `policy power`: the text (or JSON) to print.
 fn power(args: &PowerArgs) -> anyhow::Result<String> {
-    use crate::power::{PowerOptions, effect_text, fleet_shapes, power_table};
+    use orchestrator_policy::GateKind;
+    use power::{Baselines, PowerOptions, effect_text, fleet_shapes, parse_baselines, power_table};
     let file = args.policy.display().to_string();
     let bytes = std::fs::read(&args.policy).map_err(|e| BadInput(format!("cannot read the policy {file}: {e}")))?;
     let report = lint_files([(file.clone(), bytes)]).remove(0);
@@ -899,22 +839,22 @@ fn power(args: &PowerArgs) -> anyhow::Result<String> {
         None => None,
     };
     let options = PowerOptions {
-        baselines: crate::power::Baselines {
-            rates: baseline_options(
-                &policy,
-                "--baseline",
-                orchestrator_policy::GateKind::Rate,
-                &args.baselines,
-            )?,
-            sds: baseline_options(&policy, "--sd", orchestrator_policy::GateKind::Level, &args.sds)?,
+        baselines: Baselines {
+            rates: parse_baselines(&policy, GateKind::Rate, &args.baselines).map_err(|e| BadInput(e.to_string()))?,
+            sds: parse_baselines(&policy, GateKind::Level, &args.sds).map_err(|e| BadInput(e.to_string()))?,
         },
         gpus_per_node: args.gpus_per_node,
     };
     let nodes = crate::fleet_file::read(&args.fleet)?;
-    let (shapes, ignored) = fleet_shapes(&policy, &nodes, release.as_ref(), args.seed)
-        .map_err(|e| BadInput(format!("{}: {e}", args.fleet.display())))?;
+    let (shapes, ignored) = fleet_shapes(&policy, &fleet_nodes(&nodes), release.as_ref(), args.seed).map_err(|e| {
+        BadInput(format!(
+            "{}: {}",
+            args.fleet.display(),
+            orchestrator_types::error_chain(&e)
+        ))
+    })?;
     let waves = power_table(&policy, &shapes, &options);
-    let timing = crate::power::fleet_timing(&policy, &shapes, &options);
+    let timing = power::fleet_timing(&policy, &shapes, &options);
     if args.json {
         let doc = serde_json::json!({
             "policy": policy.name,
@@ -958,8 +898,8 @@ fn power(args: &PowerArgs) -> anyhow::Result<String> {
                     let per = g.exposure_unit.map_or_else(String::new, |u| format!("/{u}"));
                     let what = if b.measure == "sd" { "sd " } else { "" };
                     let source = match b.source {
-                        crate::power::BaselineSource::Given => "given",
-                        crate::power::BaselineSource::Default => "default",
+                        power::BaselineSource::Given => "given",
+                        power::BaselineSource::Default => "default",
                     };
                     format!("{what}{}{per} ({source})", b.value)
                 },
@@ -1011,7 +951,7 @@ fn power(args: &PowerArgs) -> anyhow::Result<String> {
 
 /// The fleet-scale method's time to decide, per wave and rate gate (issue 22): what a tight
 /// `must_detect` costs in bake time, before anyone approves the policy.
-fn fleet_timing_text(policy: &orchestrator_policy::Policy, timing: &[crate::power::FleetGateTiming]) -> String {
+fn fleet_timing_text(policy: &orchestrator_policy::Policy, timing: &[power::FleetGateTiming]) -> String {
     if timing.is_empty() {
         return String::new();
     }
