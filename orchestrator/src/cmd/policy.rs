@@ -8,13 +8,13 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use orchestrator_db::policies::{PolicyInForce, PolicySync, RecordedSync, RejectedPolicyFile, SyncedPolicy};
-use orchestrator_db::{Db, DbError};
+use orchestrator_db::Db;
+use orchestrator_db::policies::PolicyInForce;
 use orchestrator_planner::power::{self, FleetNode};
-use orchestrator_policy::{FileReport, Severity, lint_files, parse_duration};
-use orchestrator_policy_git::{
-    GitPolicySource, GitSourceError, InForce, RepoLocation, SyncReport, plan_sync, redact_url,
-};
+use orchestrator_policy::{FileReport, Severity, lint_files};
+use orchestrator_policy_git::service::{self, SyncOutcome};
+// `demo` syncs the repository's own policies through the same service.
+pub use orchestrator_policy_git::service::{SyncSettings, sync_once};
 use tokio::task::JoinHandle;
 
 use super::BadInput;
@@ -24,10 +24,6 @@ use crate::config::PolicySourceConfig;
 /// Deepest directory nesting `lint` descends into; policy repositories are
 /// flat, and a bound stops symlink loops.
 const MAX_LINT_DEPTH: usize = 16;
-
-/// Shortest period between two syncs in `serve`: each one reads (or, for a
-/// URL, clones) the whole repository.
-const MIN_SYNC_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Who the periodic sync acts as in the audit log.
 const SERVE_SYNC_ACTOR: &str = "serve:policy-sync";
@@ -189,7 +185,7 @@ pub async fn run(command: PolicyCommand, context: &Context) -> anyhow::Result<Ex
             Ok(ExitCode::SUCCESS)
         }
         PolicyCommand::Sync(args) => {
-            let settings = SyncSettings::resolve(
+            let settings = resolve_settings(
                 context.config.policy.as_ref(),
                 args.repo.as_deref(),
                 args.git_ref.as_deref(),
@@ -257,190 +253,33 @@ pub async fn run(command: PolicyCommand, context: &Context) -> anyhow::Result<Ex
     }
 }
 
-/// Where a sync reads from, resolved from the configuration and flags.
-#[derive(Debug, Clone)]
-pub struct SyncSettings {
-    /// The repository to read.
-    pub source: GitPolicySource,
-    /// Repository (password redacted), ref and directory, for messages and
-    /// the audit log.
-    pub label: String,
-}
-
-impl SyncSettings {
-    /// Flags override the `[policy]` configuration; a repository must come
-    /// from one of them.
-    fn resolve(
-        config: Option<&PolicySourceConfig>,
-        repo: Option<&str>,
-        git_ref: Option<&str>,
-        path: Option<&str>,
-    ) -> Result<SyncSettings, BadInput> {
-        let repo = repo
-            .or(config.map(|c| c.repo.as_str()))
-            .filter(|r| !r.trim().is_empty())
-            .ok_or_else(|| {
-                BadInput("no policy repository: pass --repo or set [policy] repo in the configuration file".into())
-            })?;
-        if redact_url(repo) != repo {
-            // gix may repeat the URL in its errors, and the label goes to the
-            // audit log: a password in it would leak. Git's credential
-            // helpers (or an SSH key) keep it out of both.
-            return Err(BadInput(
-                "the policy repository URL must not contain a password: use a git credential helper or an SSH key"
-                    .into(),
-            ));
-        }
-        let git_ref = git_ref
-            .or(config.map(|c| c.git_ref.as_str()))
-            .unwrap_or("main")
-            .to_owned();
-        if git_ref.trim().is_empty() {
-            return Err(BadInput("--ref must not be empty".into()));
-        }
-        let subdir = path
-            .or(config.and_then(|c| c.path.as_deref()))
-            .map(str::to_owned)
-            .filter(|p| !p.trim_matches('/').is_empty());
-        let cache_dir = config
-            .and_then(|c| c.cache_dir.clone())
-            .unwrap_or_else(|| std::env::temp_dir().join("waveguard-policy-clones"));
-        let mut label = format!("{}@{git_ref}", redact_url(repo));
-        if let Some(dir) = &subdir {
-            label.push_str(&format!(":{dir}"));
-        }
-        Ok(SyncSettings {
-            source: GitPolicySource {
-                location: RepoLocation::parse(repo),
-                git_ref,
-                subdir,
-                cache_dir,
-            },
-            label,
-        })
-    }
-}
-
-/// Why a sync did not run to the end.
-#[derive(Debug, thiserror::Error)]
-pub enum SyncError {
-    /// The repository could not be read; nothing was stored.
-    #[error("cannot read policies from {label}")]
-    Read {
-        /// Repository, ref and directory.
-        label: String,
-        /// What git said.
-        #[source]
-        source: GitSourceError,
-    },
-    /// The blocking git reader panicked or was cancelled.
-    #[error("the git reader for {label} stopped before finishing")]
-    Reader {
-        /// Repository, ref and directory.
-        label: String,
-        /// Why it stopped.
-        #[source]
-        source: tokio::task::JoinError,
-    },
-    /// The database refused the outcome or could not be reached.
-    #[error("cannot store the policy sync of {label}")]
-    Store {
-        /// Repository, ref and directory.
-        label: String,
-        /// The datastore error.
-        #[source]
-        source: DbError,
-    },
-}
-
-/// What one sync decided and stored.
-#[derive(Debug, Clone)]
-pub struct SyncOutcome {
-    /// The decision, with the full diagnostics.
-    pub report: SyncReport,
-    /// What was handed to the database.
-    pub record: PolicySync,
-    /// Whether the database audited it (an idle sync is not).
-    pub recorded: RecordedSync,
-}
-
-/// Reads the policies at the configured ref, decides against what is in
-/// force now, and stores the outcome. A refused file is part of a
-/// successful sync; only an unreadable repository or a database failure is
-/// an error.
-pub async fn sync_once(db: &Db, settings: &SyncSettings, actor: &str) -> Result<SyncOutcome, SyncError> {
-    let store_err = |source| SyncError::Store {
-        label: settings.label.clone(),
-        source,
-    };
-    let previous: BTreeMap<String, InForce> = db
-        .policies_in_force()
-        .await
-        .map_err(store_err)?
-        .into_iter()
-        .map(|p| {
-            let v = p.version;
-            let entry = InForce {
-                name: v.name.clone(),
-                path: v.path,
-                commit_id: v.commit_id,
-                blob_id: v.blob_id,
-                source: v.content,
-            };
-            (v.name, entry)
-        })
-        .collect();
-    // gix is blocking; keep it off the async workers.
-    let source = settings.source.clone();
-    let snapshot = tokio::task::spawn_blocking(move || source.read())
-        .await
-        .map_err(|source| SyncError::Reader {
-            label: settings.label.clone(),
-            source,
-        })?
-        .map_err(|source| SyncError::Read {
-            label: settings.label.clone(),
-            source,
+/// Flags override the `[policy]` configuration; a repository must come
+/// from one of them.
+fn resolve_settings(
+    config: Option<&PolicySourceConfig>,
+    repo: Option<&str>,
+    git_ref: Option<&str>,
+    path: Option<&str>,
+) -> Result<SyncSettings, BadInput> {
+    let repo = repo
+        .or(config.map(|c| c.repo.as_str()))
+        .filter(|r| !r.trim().is_empty())
+        .ok_or_else(|| {
+            BadInput("no policy repository: pass --repo or set [policy] repo in the configuration file".into())
         })?;
-    let report = plan_sync(&previous, &snapshot);
-    let record = to_record(&settings.label, &report);
-    let recorded = db.record_policy_sync(&record, actor).await.map_err(store_err)?;
-    Ok(SyncOutcome {
-        report,
-        record,
-        recorded,
-    })
-}
-
-fn to_record(label: &str, report: &SyncReport) -> PolicySync {
-    PolicySync {
-        source: label.to_owned(),
-        commit_id: report.commit_id.clone(),
-        in_force: report
-            .in_force
-            .values()
-            .map(|p| SyncedPolicy {
-                name: p.name.clone(),
-                path: p.path.clone(),
-                commit_id: p.commit_id.clone(),
-                blob_id: p.blob_id.clone(),
-                content: p.source.clone(),
-            })
-            .collect(),
-        changed: report.changed.clone(),
-        removed: report.removed.clone(),
-        rejected: report
-            .rejected
-            .iter()
-            .map(|r| RejectedPolicyFile {
-                path: r.path.clone(),
-                blob_id: r.blob_id.clone(),
-                diagnostics: r.diagnostics.clone(),
-                kept: r.kept.as_ref().map(|k| k.name.clone()),
-            })
-            .collect(),
-        warnings: report.warnings.clone(),
+    let git_ref = git_ref
+        .or(config.map(|c| c.git_ref.as_str()))
+        .unwrap_or("main")
+        .to_owned();
+    let subdir = path.or(config.and_then(|c| c.path.as_deref())).map(str::to_owned);
+    let cache_dir = config
+        .and_then(|c| c.cache_dir.clone())
+        .unwrap_or_else(|| std::env::temp_dir().join("waveguard-policy-clones"));
+    let settings = SyncSettings::new(repo, git_ref, subdir, cache_dir).map_err(|e| BadInput(e.to_string()))?;
+    if settings.source.git_ref.trim().is_empty() {
+        return Err(BadInput("--ref must not be empty".into()));
     }
+    Ok(settings)
 }
 
 /// The first 12 hex digits of an object id, as `git log --oneline` would.
@@ -517,9 +356,8 @@ fn render_show(p: &PolicyInForce) -> String {
 
 /// Starts the periodic sync of `serve` when a policy repository is
 /// configured: one sync at once, then one per `sync_interval`, until
-/// `shutdown` resolves. A failed sync is logged and retried at the next
-/// interval; it never stops the server. Errors only for a bad
-/// `sync_interval`, before anything starts.
+/// `shutdown` resolves. Errors only for a bad `sync_interval`, before
+/// anything starts.
 pub fn spawn_periodic_sync(
     context: &Context,
     db: Db,
@@ -529,80 +367,17 @@ pub fn spawn_periodic_sync(
         tracing::info!("no [policy] repository configured: policies are not synced");
         return Ok(None);
     };
-    let interval = sync_interval(&config.sync_interval)?;
-    let settings = SyncSettings::resolve(Some(config), None, None, None)?;
+    let interval = service::sync_interval(&config.sync_interval)
+        .map_err(|e| BadInput(format!("[policy] sync_interval {:?}: {e}", config.sync_interval)))?;
+    let settings = resolve_settings(Some(config), None, None, None)?;
     tracing::info!(source = %settings.label, interval = ?interval, "syncing policies periodically");
-    Ok(Some(tokio::spawn(periodic_sync(db, settings, interval, shutdown))))
-}
-
-fn sync_interval(text: &str) -> Result<Duration, BadInput> {
-    let bad = |why: String| BadInput(format!("[policy] sync_interval {text:?}: {why}"));
-    let delta = parse_duration(text).map_err(|e| bad(e.to_string()))?;
-    let interval = delta.to_std().map_err(|e| bad(e.to_string()))?;
-    if interval < MIN_SYNC_INTERVAL {
-        return Err(bad(format!("must be at least {}s", MIN_SYNC_INTERVAL.as_secs())));
-    }
-    Ok(interval)
-}
-
-async fn periodic_sync(
-    db: Db,
-    settings: SyncSettings,
-    interval: Duration,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) {
-    tokio::pin!(shutdown);
-    let mut ticker = tokio::time::interval(interval);
-    // A slow clone must not be followed by a burst of catch-up syncs.
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            () = &mut shutdown => break,
-            _ = ticker.tick() => {}
-        }
-        // Dropping a sync half-way on shutdown is safe: its transaction
-        // rolls back and the next start syncs again.
-        let outcome = tokio::select! {
-            () = &mut shutdown => break,
-            outcome = sync_once(&db, &settings, SERVE_SYNC_ACTOR) => outcome,
-        };
-        match outcome {
-            Ok(outcome) => log_outcome(&outcome),
-            Err(err) => {
-                let err = anyhow::Error::from(err);
-                tracing::error!(
-                    error = format!("{err:#}"),
-                    "policy sync failed; retrying at the next interval"
-                );
-            }
-        }
-    }
-    tracing::info!("policy sync stopped");
-}
-
-fn log_outcome(outcome: &SyncOutcome) {
-    let report = &outcome.report;
-    if !outcome.recorded.audited {
-        // Same commit as last time: its refusals were logged then.
-        tracing::debug!(commit = %report.commit_id, "policies unchanged");
-        return;
-    }
-    for r in &report.rejected {
-        tracing::warn!(
-            commit = %report.commit_id,
-            path = %r.path,
-            kept = r.kept.as_ref().map(|k| k.commit_id.as_str()),
-            diagnostics = %r.diagnostics.join("\n"),
-            "policy file rejected; the last good version stays in force"
-        );
-    }
-    tracing::info!(
-        commit = %report.commit_id,
-        changed = ?report.changed,
-        removed = ?report.removed,
-        rejected = report.rejected.len(),
-        "policies synced"
-    );
+    Ok(Some(tokio::spawn(service::periodic_sync(
+        db,
+        settings,
+        interval,
+        SERVE_SYNC_ACTOR,
+        shutdown,
+    ))))
 }
 
 /// Longest metadata answer read from Prometheus; a few MB covers every
