@@ -5,7 +5,6 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::Duration;
 
 use anyhow::Context as _;
 use orchestrator_db::Db;
@@ -173,7 +172,7 @@ pub async fn run(command: PolicyCommand, context: &Context) -> anyhow::Result<Ex
                 paths
             };
             let metadata = match &prometheus {
-                Some(url) => Some(prometheus_metadata(url).await?),
+                Some(url) => Some(orchestrator_engine::prometheus::metric_types(url).await?),
                 None => None,
             };
             let (code, output) = lint(&paths, fleet.as_deref(), metadata.as_ref())?;
@@ -380,142 +379,6 @@ pub fn spawn_periodic_sync(
     ))))
 }
 
-/// Longest metadata answer read from Prometheus; a few MB covers every
-/// metric of a large server, and the bound keeps a wrong URL cheap.
-const MAX_METADATA_BYTES: usize = 32 * 1024 * 1024;
-
-/// Metric name to type (`counter`, `gauge`, ...) from Prometheus'
-/// `/api/v1/metadata`. A metric with several types across targets keeps the
-/// first that is not `counter`, so a disagreement is never read as a counter.
-async fn prometheus_metadata(base: &url::Url) -> anyhow::Result<BTreeMap<String, String>> {
-    #[derive(serde::Deserialize)]
-    struct Answer {
-        status: String,
-        #[serde(default)]
-        data: BTreeMap<String, Vec<Entry>>,
-    }
-    #[derive(serde::Deserialize)]
-    struct Entry {
-        #[serde(rename = "type")]
-        kind: String,
-    }
-    let mut url = base.clone();
-    url.path_segments_mut()
-        .map_err(|()| anyhow::anyhow!("Prometheus URL {base} cannot carry an API path"))?
-        .pop_if_empty()
-        .extend(["api", "v1", "metadata"]);
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(30))
-        .build()
-        .context("cannot build an HTTP client")?;
-    let response = client
-        .get(url.clone())
-        .send()
-        .await
-        .with_context(|| format!("cannot reach Prometheus at {url}"))?;
-    let status = response.status();
-    let bytes = response
-        .bytes()
-        .await
-        .with_context(|| format!("cannot read Prometheus' answer from {url}"))?;
-    anyhow::ensure!(
-        bytes.len() <= MAX_METADATA_BYTES,
-        "Prometheus metadata from {url} is larger than {MAX_METADATA_BYTES} bytes"
-    );
-    anyhow::ensure!(status.is_success(), "Prometheus answered HTTP {status} at {url}");
-    let answer: Answer =
-        serde_json::from_slice(&bytes).with_context(|| format!("unexpected metadata answer from {url}"))?;
-    anyhow::ensure!(
-        answer.status == "success",
-        "Prometheus metadata status {:?}",
-        answer.status
-    );
-    Ok(answer
-        .data
-        .into_iter()
-        .filter_map(|(name, entries)| {
-            let kind = entries
-                .iter()
-                .find(|e| e.kind != "counter")
-                .or(entries.first())
-                .map(|e| e.kind.clone())?;
-            Some((name, kind))
-        })
-        .collect())
-}
-
-/// Errors at each Prometheus rate gate whose metric the server's metadata
-/// says is not a counter; warns when the server has no metadata for it
-/// (not scraped: the exporter does not publish it, see the fields listed).
-fn add_metadata_findings(report: &mut FileReport, types: &BTreeMap<String, String>) {
-    use orchestrator_policy::{GateKind, GateSource};
-    let Some(policy) = &report.checked.policy else {
-        return;
-    };
-    let mut findings = Vec::new();
-    for gate in &policy.health.gates {
-        let GateSource::Prometheus { query } = &gate.source else {
-            continue;
-        };
-        if gate.kind != GateKind::Rate {
-            continue;
-        }
-        let Ok(selector) = orchestrator_policy::exporter::parse_selector(query) else {
-            continue;
-        };
-        let position = report
-            .checked
-            .gate_positions
-            .get(&gate.name)
-            .copied()
-            .unwrap_or(orchestrator_policy::Position::START);
-        if let Some(reason) = orchestrator_policy::exporter::check_metadata(&selector.metric, types) {
-            findings.push((Severity::Error, position, format!("gate {:?}: {reason}", gate.name)));
-        } else if !types.contains_key(&selector.metric) {
-            findings.push((
-                Severity::Warning,
-                position,
-                format!(
-                    "gate {:?}: Prometheus has no metadata for {}: no target exports it (enable it in the exporter)",
-                    gate.name, selector.metric
-                ),
-            ));
-        }
-    }
-    for (severity, position, message) in findings {
-        report.checked.diagnostics.push(orchestrator_policy::Diagnostic {
-            severity,
-            position,
-            message,
-        });
-    }
-    report.checked.diagnostics.sort_by_key(|d| d.position);
-    if report.checked.has_errors() {
-        report.checked.policy = None;
-    }
-}
-
-/// `file: needs <exporter> field ...` lines: what the fleet's exporters must
-/// publish for the policy's Prometheus gates.
-fn exporter_fields(report: &FileReport) -> Vec<String> {
-    let Some(policy) = &report.checked.policy else {
-        return Vec::new();
-    };
-    orchestrator_policy::exporter::required_metrics(policy)
-        .into_iter()
-        .map(|m| {
-            if m.on_by_default {
-                format!("{}: needs {} field {} (on by default)", report.file, m.exporter, m.name)
-            } else {
-                format!(
-                    "{}: needs {} field {} (off by default; enable it with: {})",
-                    report.file, m.exporter, m.name, m.enable_with
-                )
-            }
-        })
-        .collect()
-}
-
 /// Lints the given paths; returns the exit code and the text to print.
 fn lint(
     paths: &[PathBuf],
@@ -536,33 +399,21 @@ fn lint(
     }
     let mut reports = lint_files(inputs);
     for report in &mut reports {
-        add_power_warnings(report, fleet.as_deref());
-        if let Some(types) = metadata {
-            add_metadata_findings(report, types);
+        let Some(policy) = &report.checked.policy else {
+            continue;
+        };
+        let power = power::lint_findings(policy, fleet.as_deref());
+        report.add_gate_findings(
+            power
+                .into_iter()
+                .map(|(gate, message)| (Severity::Warning, gate, message)),
+        );
+        if let (Some(types), Some(policy)) = (metadata, &report.checked.policy) {
+            let findings = orchestrator_policy::exporter::metadata_findings(policy, types);
+            report.add_gate_findings(findings);
         }
     }
     Ok(render(&reports))
-}
-
-/// Warns at each gate whose canary cannot catch its `must_detect` effect.
-fn add_power_warnings(report: &mut FileReport, fleet: Option<&[FleetNode]>) {
-    let Some(policy) = &report.checked.policy else {
-        return;
-    };
-    for (gate, message) in power::lint_findings(policy, fleet) {
-        let position = report
-            .checked
-            .gate_positions
-            .get(&gate)
-            .copied()
-            .unwrap_or(orchestrator_policy::Position::START);
-        report.checked.diagnostics.push(orchestrator_policy::Diagnostic {
-            severity: Severity::Warning,
-            position,
-            message,
-        });
-    }
-    report.checked.diagnostics.sort_by_key(|d| d.position);
 }
 
 /// A fleet file's nodes as the power analysis plans them.
@@ -773,7 +624,7 @@ fn render(reports: &[FileReport]) -> (ExitCode, String) {
                 Severity::Warning => warnings += 1,
             }
         }
-        for line in report.rendered().into_iter().chain(exporter_fields(report)) {
+        for line in report.rendered().into_iter().chain(report.exporter_fields()) {
             out.push_str(&line);
             out.push('\n');
         }
@@ -870,7 +721,7 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         tokio::spawn(async move { axum::serve(listener, app).await });
         let base = url::Url::parse(&format!("http://{addr}/prom")).unwrap();
-        let types = prometheus_metadata(&base).await.unwrap();
+        let types = orchestrator_engine::prometheus::metric_types(&base).await.unwrap();
         assert_eq!(types["DCGM_FI_DEV_PCIE_REPLAY_COUNTER"], "gauge");
         let file = examples().join("hgx-dcgm.yaml");
         let (code, out) = lint(std::slice::from_ref(&file), None, Some(&types)).unwrap();
