@@ -228,7 +228,7 @@ impl Executor {
                 async move {
                     let result = match self.connector.connect(placed) {
                         Ok(bmc) => ctx.advance(placed, bmc.as_ref(), rules).await,
-                        Err(reason) => ctx.fail_unaddressable(&placed.step, reason).await,
+                        Err(err) => ctx.fail_unaddressable(&placed.step, err.to_string()).await,
                     };
                     if let Err(err) = absorb(result, "step move failed", &self.health, self.clock.now()) {
                         *lost.lock().unwrap_or_else(|p| p.into_inner()) = Some(err);
@@ -288,7 +288,7 @@ impl Executor {
                 async move {
                     let result = match self.connector.connect(placed) {
                         Ok(bmc) => ctx.precheck(placed, bmc.as_ref()).await,
-                        Err(reason) => ctx.fail_unaddressable(&placed.step, reason).await,
+                        Err(err) => ctx.fail_unaddressable(&placed.step, err.to_string()).await,
                     };
                     if let Err(err) = absorb(result, "precheck failed", &self.health, self.clock.now()) {
                         *lost.lock().unwrap_or_else(|p| p.into_inner()) = Some(err);

@@ -55,6 +55,7 @@
 //! One [`orchestrator_types::Clock`] (the database handle's) for every
 //! decision: bake ends, windows, backoff, brick and activation timeouts.
 
+pub mod bmc_access;
 mod config;
 mod connector;
 mod controller;
@@ -73,7 +74,7 @@ pub mod wave;
 pub use config::{
     DEFAULT_CONTROLLER_FAULT_HOLD, DEFAULT_FLEET_MAX_IN_FLIGHT, EXECUTOR_LEASE, EngineConfig, StepDeadlines,
 };
-pub use connector::{BmcConnector, EndpointResolver, RedfishConnector};
+pub use connector::{BmcConnector, ConnectError, EndpointResolver, RedfishConnector, ResolveError};
 pub use controller::{ControllerHealth, ControllerStatus};
 pub use error::{EngineError, MissingSeries};
 pub use health::{GatelessJudge, HealthJudge};

@@ -385,7 +385,10 @@ fn lint(
     fleet: Option<&Path>,
     metadata: Option<&BTreeMap<String, String>>,
 ) -> anyhow::Result<(ExitCode, String)> {
-    let fleet = fleet.map(crate::fleet_file::read).transpose()?.map(|n| fleet_nodes(&n));
+    let fleet = fleet
+        .map(orchestrator_db::fleet_file::read)
+        .transpose()?
+        .map(|n| fleet_nodes(&n));
     let mut files = Vec::new();
     for path in paths {
         collect(path, 0, &mut files)?;
@@ -471,7 +474,7 @@ fn power(args: &PowerArgs) -> anyhow::Result<String> {
         },
         gpus_per_node: args.gpus_per_node,
     };
-    let nodes = crate::fleet_file::read(&args.fleet)?;
+    let nodes = orchestrator_db::fleet_file::read(&args.fleet)?;
     let (shapes, ignored) = fleet_shapes(&policy, &fleet_nodes(&nodes), release.as_ref(), args.seed).map_err(|e| {
         BadInput(format!(
             "{}: {}",

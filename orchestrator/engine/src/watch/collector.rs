@@ -31,7 +31,7 @@ pub const DEFAULT_GPUS_PER_NODE: u32 = orchestrator_planner::power::DEFAULT_GPUS
 /// Where the collector gets a BMC driver for a node.
 pub trait HealthBmcs: Send + Sync + std::fmt::Debug {
     /// A driver for the BMC at `bmc_url` with credential profile `credential_ref`.
-    fn bmc(&self, bmc_url: &str, credential_ref: &str) -> Result<Arc<dyn Bmc>, String>;
+    fn bmc(&self, bmc_url: &str, credential_ref: &str) -> Result<Arc<dyn Bmc>, crate::ConnectError>;
 }
 
 /// One node to watch for a wave.
@@ -307,7 +307,7 @@ impl Collector {
         };
         let bmc = match self.bmcs.bmc(&member.bmc_url, &member.credential_ref) {
             Ok(bmc) => bmc,
-            Err(reason) => return failed(reason).await,
+            Err(err) => return failed(err.to_string()).await,
         };
         let wants_rates = metrics.iter().any(|m| {
             matches!(
