@@ -35,7 +35,7 @@ pub struct StartRollout {
 
 /// Parses and validates a policy, with the diagnostics as one message.
 pub fn parse_policy(source: &str) -> Result<Policy, EngineError> {
-    orchestrator_policy::parse_policy(source).map_err(|e| EngineError::Policy(e.to_string()))
+    orchestrator_policy::parse_policy(source).map_err(EngineError::Policy)
 }
 
 /// Reads the fleet as the planner wants it.

@@ -293,7 +293,7 @@ fn without_source(mut rollout: ExecRollout) -> ExecRollout {
 fn engine_error(err: EngineError) -> ApiError {
     match err {
         EngineError::Db(db) => db.into(),
-        EngineError::Policy(message) => invalid("policy", message),
+        EngineError::Policy(err) => invalid("policy", err.to_string()),
         EngineError::Plan(plan) => ApiError::Conflict(format!(
             "the rollout cannot be planned: {}",
             crate::error::error_chain(&plan)
