@@ -100,7 +100,7 @@ impl DcgmSpec {
             None => std::time::Duration::from_secs(300),
             Some(w) => crate::scenario::parse_duration(w).map_err(|reason| ScenarioError::Invalid {
                 path: "dcgm.xid_count_window".into(),
-                reason,
+                reason: reason.to_string(),
             })?,
         };
         if window.is_zero() {

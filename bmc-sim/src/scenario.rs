@@ -117,11 +117,53 @@ impl FromStr for Metric {
     }
 }
 
+/// Why a duration did not parse; `raw` is the text as given.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DurationError {
+    /// Blank.
+    #[error("empty duration")]
+    Empty,
+    /// A character that is neither a digit nor a unit.
+    #[error("unparsable duration `{raw}`: unexpected `{found}` (use s, m, h or d, e.g. `5m`)")]
+    UnknownUnit {
+        /// The text.
+        raw: String,
+        /// The character.
+        found: char,
+    },
+    /// A unit with no number before it.
+    #[error("unparsable duration `{raw}`: unit `{unit}` without a number")]
+    UnitWithoutNumber {
+        /// The text.
+        raw: String,
+        /// The unit.
+        unit: char,
+    },
+    /// A number beyond `u64`.
+    #[error("unparsable duration `{raw}`: number too large")]
+    NumberTooLarge {
+        /// The text.
+        raw: String,
+    },
+    /// The total overflows.
+    #[error("unparsable duration `{raw}`: too large")]
+    TooLarge {
+        /// The text.
+        raw: String,
+    },
+    /// Trailing digits without a unit.
+    #[error("unparsable duration `{raw}`: number without a unit (use s, m, h or d, e.g. `{raw}s`)")]
+    NoUnit {
+        /// The text.
+        raw: String,
+    },
+}
+
 /// Parses a duration such as `30s`, `5m`, `2h`, `1d` or a compound `1h30m`. Units are required.
-pub fn parse_duration(raw: &str) -> Result<Duration, String> {
+pub fn parse_duration(raw: &str) -> Result<Duration, DurationError> {
     let s = raw.trim();
     if s.is_empty() {
-        return Err("empty duration".to_owned());
+        return Err(DurationError::Empty);
     }
     let mut total: u64 = 0;
     let mut digits = String::new();
@@ -136,27 +178,29 @@ pub fn parse_duration(raw: &str) -> Result<Duration, String> {
             'h' => 3600,
             'd' => 86_400,
             _ => {
-                return Err(format!(
-                    "unparsable duration `{raw}`: unexpected `{c}` (use s, m, h or d, e.g. `5m`)"
-                ));
+                return Err(DurationError::UnknownUnit {
+                    raw: raw.to_owned(),
+                    found: c,
+                });
             }
         };
         if digits.is_empty() {
-            return Err(format!("unparsable duration `{raw}`: unit `{c}` without a number"));
+            return Err(DurationError::UnitWithoutNumber {
+                raw: raw.to_owned(),
+                unit: c,
+            });
         }
         let n: u64 = digits
             .parse()
-            .map_err(|_| format!("unparsable duration `{raw}`: number too large"))?;
+            .map_err(|_| DurationError::NumberTooLarge { raw: raw.to_owned() })?;
         total = n
             .checked_mul(unit_secs)
             .and_then(|v| total.checked_add(v))
-            .ok_or_else(|| format!("unparsable duration `{raw}`: too large"))?;
+            .ok_or_else(|| DurationError::TooLarge { raw: raw.to_owned() })?;
         digits.clear();
     }
     if !digits.is_empty() {
-        return Err(format!(
-            "unparsable duration `{raw}`: number without a unit (use s, m, h or d, e.g. `{raw}s`)"
-        ));
+        return Err(DurationError::NoUnit { raw: raw.to_owned() });
     }
     Ok(Duration::from_secs(total))
 }
@@ -521,7 +565,7 @@ fn check_probability(path: &str, v: f64) -> Result<f64, ScenarioError> {
 }
 
 fn duration_at(path: &str, raw: &str) -> Result<Duration, ScenarioError> {
-    parse_duration(raw).map_err(|reason| invalid(path, reason))
+    parse_duration(raw).map_err(|reason| invalid(path, reason.to_string()))
 }
 
 fn range_at(path: &str, raw: &RawRange) -> Result<DurationRange, ScenarioError> {

@@ -26,13 +26,10 @@ fn check(from: &str, to: &str, needles: &[&str]) {
     let yaml = ISSUE.replacen(from, to, 1);
     let err = Scenario::from_yaml_str(&yaml).expect_err(&format!("`{to}` should be rejected"));
     // The whole chain: serde-saphyr puts the detail (with line/column) in the source.
-    let mut text = err.to_string();
-    let mut source = std::error::Error::source(&err);
-    while let Some(s) = source {
-        text.push_str(" / ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
+    let text = orchestrator_types::error_sources(&err)
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(" / ");
     for n in needles {
         assert!(text.contains(n), "error for `{to}` should mention `{n}`: {text}");
     }

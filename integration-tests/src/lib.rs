@@ -302,7 +302,7 @@ pub fn engine_config() -> EngineConfig {
 /// Redfish to the simulated BMCs (user `admin`, password `admin`: bmc-sim's
 /// defaults), with short timeouts and one quick retry: loopback answers fast.
 pub fn connector() -> Arc<RedfishConnector> {
-    let resolve = Arc::new(|url: &str, _profile: &str| sim_endpoint(url).map_err(|e| e.to_string()));
+    let resolve = Arc::new(|url: &str, _profile: &str| Ok(sim_endpoint(url).map_err(|e| e.to_string())?));
     Arc::new(RedfishConnector::new(HttpClients::new(), resolve))
 }
 

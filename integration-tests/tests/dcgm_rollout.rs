@@ -315,7 +315,8 @@ async fn wait_for_scrapes(client: &PrometheusClient, series: usize) -> anyhow::R
 
 fn health_bmcs() -> Arc<RedfishConnector> {
     // The policy has no Redfish gate; the judge still needs a way to BMCs for the ones it could have.
-    let resolve = Arc::new(|url: &str, _profile: &str| integration_tests::sim_endpoint(url).map_err(|e| e.to_string()));
+    let resolve =
+        Arc::new(|url: &str, _profile: &str| Ok(integration_tests::sim_endpoint(url).map_err(|e| e.to_string())?));
     Arc::new(RedfishConnector::new(HttpClients::new(), resolve))
 }
 

@@ -8,6 +8,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
+pub use orchestrator_engine::bmc_access::CredentialSource;
 use serde::Deserialize;
 
 /// The database used when nothing else is configured: a file beside the
@@ -27,39 +28,6 @@ pub enum LogFormat {
     Text,
     /// One JSON object per line, for log shippers.
     Json,
-}
-
-/// How to reach the BMCs whose nodes name this profile in their
-/// `credential_ref`: who to log in as, where the password is, and which
-/// certificates to trust. The secret itself is never in the file: only the
-/// name of the environment variable or file holding it.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CredentialSource {
-    pub username: String,
-    /// Environment variable holding the password.
-    pub password_env: Option<String>,
-    /// File holding the password (trailing newline ignored).
-    pub password_file: Option<PathBuf>,
-    /// `session` (default; X-Auth-Token) or `basic`.
-    #[serde(default)]
-    pub auth: Option<String>,
-    /// PEM bundle of the CA(s) that issue these BMCs' certificates.
-    pub ca_bundle: Option<PathBuf>,
-    /// Skip certificate verification, for lab BMCs with factory
-    /// certificates; the value is the reason, kept for audits.
-    pub insecure_skip_verify: Option<String>,
-    /// The BMC hosts this profile's password may be sent to: host names,
-    /// `*.suffix` wildcards, IP addresses or CIDRs (`10.20.0.0/16`). Checked
-    /// before every login and request that carries it, so a node whose
-    /// address was changed to an attacker's host gets no password.
-    #[serde(default)]
-    pub hosts: Vec<String>,
-    /// The `@odata.id` of the LogService holding GPU events on these BMCs, for a platform whose
-    /// layout the driver's standard-based choice gets wrong; unset: the driver chooses (the log of the
-    /// system whose Processors include GPUs, preferring the service `EventLog`).
-    #[serde(default)]
-    pub event_log: Option<String>,
 }
 
 /// The configuration file's shape. Every key is optional.

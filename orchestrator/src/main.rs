@@ -1,11 +1,8 @@
 //! `waveguard`: the firmware rollout controller's one binary.
 
-mod bmc_access;
 mod cmd;
 mod config;
-mod fleet_file;
 mod logging;
-mod power;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -237,7 +234,9 @@ fn main() -> ExitCode {
 fn is_bad_input(err: &anyhow::Error) -> bool {
     err.chain().any(|cause| {
         cause.downcast_ref::<DbError>().is_some_and(DbError::is_caller_error)
-            || cause.downcast_ref::<fleet_file::FleetFileError>().is_some()
+            || cause
+                .downcast_ref::<orchestrator_db::fleet_file::FleetFileError>()
+                .is_some()
             || cause.downcast_ref::<cmd::BadInput>().is_some()
     })
 }

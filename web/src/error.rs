@@ -99,16 +99,7 @@ impl IntoResponse for ApiError {
     }
 }
 
-pub(crate) fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(inner) = source {
-        text.push_str(": ");
-        text.push_str(&inner.to_string());
-        source = inner.source();
-    }
-    text
-}
+pub(crate) use orchestrator_types::error_chain;
 
 impl From<DbError> for ApiError {
     fn from(err: DbError) -> Self {

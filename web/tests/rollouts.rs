@@ -645,7 +645,7 @@ impl orchestrator_engine::BmcConnector for NoBmcs {
     fn connect(
         &self,
         _step: &orchestrator_db::execution::PlacedStep,
-    ) -> Result<std::sync::Arc<dyn orchestrator_bmc::Bmc>, String> {
+    ) -> Result<std::sync::Arc<dyn orchestrator_bmc::Bmc>, orchestrator_engine::ConnectError> {
         Err("this test has no BMCs".into())
     }
 }

@@ -11,6 +11,7 @@ mod connect;
 mod entity;
 mod error;
 pub mod execution;
+pub mod fleet_file;
 pub mod health;
 pub mod model;
 mod nodes;

@@ -1,14 +1,65 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use orchestrator_bmc::{Bmc, BmcEndpoint, HttpClients, RedfishBmc};
+use orchestrator_bmc::{Bmc, BmcEndpoint, BmcError, HttpClients, RedfishBmc};
 use orchestrator_db::execution::PlacedStep;
+
+use crate::bmc_access::AccessError;
+
+/// Why a node's BMC has no endpoint.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ResolveError {
+    /// The configured credential profiles refuse it (unknown or bad profile,
+    /// bad URL, host not bound).
+    #[error(transparent)]
+    Access(#[from] AccessError),
+    /// A resolver of a simulation or test said why, in its own words.
+    #[error("{0}")]
+    Other(String),
+}
+
+impl From<String> for ResolveError {
+    fn from(reason: String) -> Self {
+        ResolveError::Other(reason)
+    }
+}
+
+/// Why no driver was handed out for a node's BMC; the step fails with it as
+/// its reason, the health collector records it as a poll error.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    /// No endpoint for the node.
+    #[error(transparent)]
+    Resolve(#[from] ResolveError),
+    /// The driver could not be built for the endpoint (TLS trust, client).
+    /// Boxed: a step's result carries it, and most results are not errors.
+    #[error(transparent)]
+    Driver(Box<BmcError>),
+}
+
+impl From<BmcError> for ConnectError {
+    fn from(err: BmcError) -> Self {
+        ConnectError::Driver(Box::new(err))
+    }
+}
+
+impl From<String> for ConnectError {
+    fn from(reason: String) -> Self {
+        ConnectError::Resolve(ResolveError::Other(reason))
+    }
+}
+
+impl From<&str> for ConnectError {
+    fn from(reason: &str) -> Self {
+        ConnectError::from(reason.to_owned())
+    }
+}
 
 /// Where the engine gets a driver for a node's BMC.
 pub trait BmcConnector: Send + Sync + std::fmt::Debug {
     /// A driver for the BMC of the step's node; an error says why the node
     /// cannot be addressed (unknown credential profile, bad URL).
-    fn connect(&self, step: &PlacedStep) -> Result<Arc<dyn Bmc>, String>;
+    fn connect(&self, step: &PlacedStep) -> Result<Arc<dyn Bmc>, ConnectError>;
 
     /// Every driver handed out so far, for closing their sessions on shutdown.
     fn drivers(&self) -> Vec<Arc<dyn Bmc>> {
@@ -40,7 +91,7 @@ pub async fn logout_all(connector: &dyn BmcConnector) {
 }
 
 /// Turns a node's BMC URL and credential reference into an endpoint.
-pub type EndpointResolver = dyn Fn(&str, &str) -> Result<BmcEndpoint, String> + Send + Sync;
+pub type EndpointResolver = dyn Fn(&str, &str) -> Result<BmcEndpoint, ResolveError> + Send + Sync;
 
 /// Redfish drivers over one shared connection pool, one driver (and
 /// session) per BMC, kept between passes and shared with the health
@@ -74,7 +125,7 @@ impl BmcConnector for RedfishConnector {
         cache.values().cloned().collect()
     }
 
-    fn connect(&self, step: &PlacedStep) -> Result<Arc<dyn Bmc>, String> {
+    fn connect(&self, step: &PlacedStep) -> Result<Arc<dyn Bmc>, ConnectError> {
         self.driver(&step.bmc_url, &step.credential_ref)
     }
 }
@@ -83,21 +134,21 @@ impl RedfishConnector {
     /// The one driver (and so the one session) for the BMC at `bmc_url` reached with the credential
     /// profile `credential_ref`, created on first use. The engine's steps and the health collector both
     /// come here, so a node that is flashed and watched holds one session, and shutdown deletes all.
-    pub fn driver(&self, bmc_url: &str, credential_ref: &str) -> Result<Arc<dyn Bmc>, String> {
+    pub fn driver(&self, bmc_url: &str, credential_ref: &str) -> Result<Arc<dyn Bmc>, ConnectError> {
         let key = (bmc_url.to_owned(), credential_ref.to_owned());
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(bmc) = cache.get(&key) {
             return Ok(bmc.clone());
         }
         let endpoint = (self.resolve)(bmc_url, credential_ref)?;
-        let bmc: Arc<dyn Bmc> = Arc::new(RedfishBmc::new(&endpoint, &self.clients).map_err(|e| e.to_string())?);
+        let bmc: Arc<dyn Bmc> = Arc::new(RedfishBmc::new(&endpoint, &self.clients)?);
         cache.insert(key, bmc.clone());
         Ok(bmc)
     }
 }
 
 impl crate::watch::HealthBmcs for RedfishConnector {
-    fn bmc(&self, bmc_url: &str, credential_ref: &str) -> Result<Arc<dyn Bmc>, String> {
+    fn bmc(&self, bmc_url: &str, credential_ref: &str) -> Result<Arc<dyn Bmc>, ConnectError> {
         self.driver(bmc_url, credential_ref)
     }
 }

@@ -5,8 +5,11 @@ use orchestrator_db::DbError;
 pub enum EngineError {
     #[error("datastore call failed")]
     Db(#[from] DbError),
+    /// The policy did not validate. The findings are part of the message
+    /// rather than a `#[source]` because callers that show only this
+    /// error's text (`simulate`, the API's `invalid` body) must show them.
     #[error("the policy is not valid: {0}")]
-    Policy(String),
+    Policy(orchestrator_policy::PolicyError),
     #[error("the rollout cannot be planned")]
     Plan(#[source] orchestrator_planner::PlanError),
     #[error("the plan flashes no node: of {nodes} nodes none qualifies ({excluded})")]

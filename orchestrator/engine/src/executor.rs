@@ -125,12 +125,12 @@ fn absorb(
         Err(err) if is_fenced(&err) => Err(err),
         Err(DbError::Stale { .. }) => Ok(()),
         Err(err) if err.is_controller_fault() => {
-            tracing::warn!(error = %crate::step_error_chain(&err), "{what}: controller database fault");
+            tracing::warn!(error = %orchestrator_types::error_chain(&err), "{what}: controller database fault");
             health.report_fault("database", now);
             Ok(())
         }
         Err(err) => {
-            tracing::warn!(error = %crate::step_error_chain(&err), "{what}");
+            tracing::warn!(error = %orchestrator_types::error_chain(&err), "{what}");
             Ok(())
         }
     }
@@ -228,7 +228,7 @@ impl Executor {
                 async move {
                     let result = match self.connector.connect(placed) {
                         Ok(bmc) => ctx.advance(placed, bmc.as_ref(), rules).await,
-                        Err(reason) => ctx.fail_unaddressable(&placed.step, reason).await,
+                        Err(err) => ctx.fail_unaddressable(&placed.step, err.to_string()).await,
                     };
                     if let Err(err) = absorb(result, "step move failed", &self.health, self.clock.now()) {
                         *lost.lock().unwrap_or_else(|p| p.into_inner()) = Some(err);
@@ -288,7 +288,7 @@ impl Executor {
                 async move {
                     let result = match self.connector.connect(placed) {
                         Ok(bmc) => ctx.precheck(placed, bmc.as_ref()).await,
-                        Err(reason) => ctx.fail_unaddressable(&placed.step, reason).await,
+                        Err(err) => ctx.fail_unaddressable(&placed.step, err.to_string()).await,
                     };
                     if let Err(err) = absorb(result, "precheck failed", &self.health, self.clock.now()) {
                         *lost.lock().unwrap_or_else(|p| p.into_inner()) = Some(err);
@@ -692,7 +692,7 @@ impl Executor {
             }
             // Someone moved it meanwhile (e.g. a human blocked it first).
             Err(err) if err.is_caller_error() => {
-                tracing::warn!(error = %crate::step_error_chain(&err), "could not block the release");
+                tracing::warn!(error = %orchestrator_types::error_chain(&err), "could not block the release");
                 Ok(())
             }
             Err(err) => Err(err),

@@ -55,6 +55,7 @@
 //! One [`orchestrator_types::Clock`] (the database handle's) for every
 //! decision: bake ends, windows, backoff, brick and activation timeouts.
 
+pub mod bmc_access;
 mod config;
 mod connector;
 mod controller;
@@ -73,7 +74,7 @@ pub mod wave;
 pub use config::{
     DEFAULT_CONTROLLER_FAULT_HOLD, DEFAULT_FLEET_MAX_IN_FLIGHT, EXECUTOR_LEASE, EngineConfig, StepDeadlines,
 };
-pub use connector::{BmcConnector, EndpointResolver, RedfishConnector};
+pub use connector::{BmcConnector, ConnectError, EndpointResolver, RedfishConnector, ResolveError};
 pub use controller::{ControllerHealth, ControllerStatus};
 pub use error::{EngineError, MissingSeries};
 pub use health::{GatelessJudge, HealthJudge};
@@ -83,15 +84,3 @@ pub use orchestrator_types::{Blocker, Outcome, WaveVerdict};
 pub use runner::{Engine, Nudge};
 pub use start::{StartChecks, start_rollout_checked, start_rollout_planned};
 pub use start::{StartRollout, fleet_snapshot, parse_policy, plan_to_rows, rollout, start_rollout};
-
-/// The error and its sources on one line, for logs.
-pub(crate) fn step_error_chain(err: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(inner) = source {
-        text.push_str(": ");
-        text.push_str(&inner.to_string());
-        source = inner.source();
-    }
-    text
-}

@@ -365,6 +365,134 @@ fn time_param(at: DateTime<Utc>) -> String {
     at.to_rfc3339_opts(SecondsFormat::Millis, true)
 }
 
+/// Longest metadata answer read from Prometheus; a few MB covers every
+/// metric of a large server, and the bound keeps a wrong URL cheap.
+pub const MAX_METADATA_BYTES: usize = 32 * 1024 * 1024;
+
+/// Timeout of the metadata request (`policy lint --prometheus`).
+const METADATA_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Why Prometheus' metric metadata could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum MetadataError {
+    /// The base URL cannot carry an API path.
+    #[error("Prometheus URL {url} cannot carry an API path")]
+    BadBaseUrl {
+        /// The URL as given.
+        url: String,
+    },
+    /// The HTTP client could not be built.
+    #[error("cannot build an HTTP client")]
+    Client(#[source] reqwest::Error),
+    /// Connection refused, reset, DNS, TLS, timeout.
+    #[error("cannot reach Prometheus at {url}")]
+    Transport {
+        /// The metadata URL.
+        url: String,
+        /// The client's error.
+        #[source]
+        source: reqwest::Error,
+    },
+    /// The body could not be read.
+    #[error("cannot read Prometheus' answer from {url}")]
+    Read {
+        /// The metadata URL.
+        url: String,
+        /// The client's error.
+        #[source]
+        source: reqwest::Error,
+    },
+    /// The answer is over [`MAX_METADATA_BYTES`].
+    #[error("Prometheus metadata from {url} is larger than {MAX_METADATA_BYTES} bytes")]
+    TooLarge {
+        /// The metadata URL.
+        url: String,
+    },
+    /// Not a success status.
+    #[error("Prometheus answered HTTP {status} at {url}")]
+    Http {
+        /// HTTP status.
+        status: reqwest::StatusCode,
+        /// The metadata URL.
+        url: String,
+    },
+    /// Not the API's JSON.
+    #[error("unexpected metadata answer from {url}")]
+    Decode {
+        /// The metadata URL.
+        url: String,
+        /// The JSON error.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The API said it failed.
+    #[error("Prometheus metadata status {0:?}")]
+    Status(String),
+}
+
+/// Metric name to type (`counter`, `gauge`, ...) from Prometheus'
+/// `/api/v1/metadata`. A metric with several types across targets keeps the
+/// first that is not `counter`, so a disagreement is never read as a counter.
+pub async fn metric_types(base: &Url) -> Result<BTreeMap<String, String>, MetadataError> {
+    #[derive(Deserialize)]
+    struct Answer {
+        status: String,
+        #[serde(default)]
+        data: BTreeMap<String, Vec<Entry>>,
+    }
+    #[derive(Deserialize)]
+    struct Entry {
+        #[serde(rename = "type")]
+        kind: String,
+    }
+    let url = api_url(base, "metadata").map_err(|_| MetadataError::BadBaseUrl { url: base.to_string() })?;
+    let client = reqwest::Client::builder()
+        .timeout(METADATA_TIMEOUT)
+        .build()
+        .map_err(MetadataError::Client)?;
+    let response = client
+        .get(url.clone())
+        .send()
+        .await
+        .map_err(|source| MetadataError::Transport {
+            url: url.to_string(),
+            source,
+        })?;
+    let status = response.status();
+    let bytes = response.bytes().await.map_err(|source| MetadataError::Read {
+        url: url.to_string(),
+        source,
+    })?;
+    if bytes.len() > MAX_METADATA_BYTES {
+        return Err(MetadataError::TooLarge { url: url.to_string() });
+    }
+    if !status.is_success() {
+        return Err(MetadataError::Http {
+            status,
+            url: url.to_string(),
+        });
+    }
+    let answer: Answer = serde_json::from_slice(&bytes).map_err(|source| MetadataError::Decode {
+        url: url.to_string(),
+        source,
+    })?;
+    if answer.status != "success" {
+        return Err(MetadataError::Status(answer.status));
+    }
+    Ok(answer
+        .data
+        .into_iter()
+        .filter_map(|(name, entries)| {
+            let kind = entries
+                .iter()
+                .find(|e| e.kind != "counter")
+                .or(entries.first())
+                .map(|e| e.kind.clone())?;
+            Some((name, kind))
+        })
+        .collect())
+}
+
 impl PrometheusClient {
     /// A client for `config`; no request is made until a query.
     pub fn new(config: PrometheusConfig) -> Result<Self, PrometheusError> {

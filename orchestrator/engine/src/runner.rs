@@ -116,7 +116,7 @@ async fn run(executor: Executor, nudge: Nudge, stop: Arc<Notify>) {
                 }
             }
             Err(err) => {
-                tracing::warn!(error = %crate::step_error_chain(&err), "cannot renew the executor lease");
+                tracing::warn!(error = %orchestrator_types::error_chain(&err), "cannot renew the executor lease");
                 // Keep the fence: every write checks it, so a stale one fails safely.
             }
         }
@@ -127,7 +127,7 @@ async fn run(executor: Executor, nudge: Nudge, stop: Arc<Notify>) {
                 tracing::warn!("executor lease lost mid-pass; standing down");
                 fence = None;
             } else {
-                tracing::warn!(error = %crate::step_error_chain(&err), "executor pass failed");
+                tracing::warn!(error = %orchestrator_types::error_chain(&err), "executor pass failed");
                 if err.is_controller_fault() {
                     executor.health.report_fault("database", db.clock().now());
                 }
@@ -142,7 +142,7 @@ async fn run(executor: Executor, nudge: Nudge, stop: Arc<Notify>) {
     if let Some(fence) = fence
         && let Err(err) = db.release_lease(&fence).await
     {
-        tracing::warn!(error = %crate::step_error_chain(&err), "could not release the executor lease");
+        tracing::warn!(error = %orchestrator_types::error_chain(&err), "could not release the executor lease");
     }
     tracing::info!("engine stopped");
 }

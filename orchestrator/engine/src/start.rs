@@ -35,7 +35,7 @@ pub struct StartRollout {
 
 /// Parses and validates a policy, with the diagnostics as one message.
 pub fn parse_policy(source: &str) -> Result<Policy, EngineError> {
-    orchestrator_policy::parse_policy(source).map_err(|e| EngineError::Policy(e.to_string()))
+    orchestrator_policy::parse_policy(source).map_err(EngineError::Policy)
 }
 
 /// Reads the fleet as the planner wants it.
@@ -362,7 +362,7 @@ async fn check_update_paths(
                 let node = db.node(id).await?;
                 let bmc = match bmcs.driver(&node.bmc_url, &node.credential_ref) {
                     Ok(bmc) => bmc,
-                    Err(reason) => return Ok(Some((node.name, reason))),
+                    Err(err) => return Ok(Some((node.name, err.to_string()))),
                 };
                 match bmc.update_capabilities().await {
                     Ok(caps) => Ok(orchestrator_bmc::choose_update_path(&caps, intent)

@@ -10,7 +10,7 @@ use orchestrator_bmc::{
 use orchestrator_db::execution::{ExecStep, Fence, PlacedStep, RolloutState, StepChange, StepState};
 use orchestrator_db::{Db, DbError};
 use orchestrator_policy::{ApplyTimeRule, UpdatePathRule, UpdateRules};
-use orchestrator_types::{Clock, ComponentKind, FirmwareVersion, NodeState};
+use orchestrator_types::{Clock, ComponentKind, FirmwareVersion, NodeState, error_chain};
 use serde_json::json;
 
 use crate::config::EngineConfig;
@@ -141,17 +141,6 @@ fn versions_of(step: &ExecStep, inventory: &[FirmwareComponent]) -> String {
         })
         .collect::<Vec<_>>()
         .join(", ")
-}
-
-fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(inner) = source {
-        text.push_str(": ");
-        text.push_str(&inner.to_string());
-        source = inner.source();
-    }
-    text
 }
 
 impl StepCtx {

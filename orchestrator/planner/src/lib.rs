@@ -77,6 +77,7 @@ mod error;
 mod input;
 mod plan;
 mod planner;
+pub mod power;
 mod rng;
 mod select;
 mod strata;

@@ -5,9 +5,10 @@
 //! policy file it started from; blobs are content-addressed, so a pinned
 //! policy can always be read back and a later commit cannot change it.
 //!
-//! This crate is blocking (gix is); async callers run it on a blocking
-//! thread.
+//! Reading and deciding are blocking (gix is); [`service`], the sync that
+//! stores the decision, runs them on a blocking thread.
 
+pub mod service;
 mod source;
 mod sync;
 

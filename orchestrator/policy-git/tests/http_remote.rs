@@ -168,11 +168,7 @@ async fn reads_policies_from_an_http_remote() {
 }
 
 fn anyhow_chain(err: &dyn std::error::Error) -> Vec<String> {
-    let mut chain = vec![err.to_string()];
-    let mut cur = err.source();
-    while let Some(e) = cur {
-        chain.push(e.to_string());
-        cur = e.source();
-    }
-    chain
+    orchestrator_types::error_sources(err)
+        .map(ToString::to_string)
+        .collect()
 }

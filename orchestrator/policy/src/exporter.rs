@@ -433,6 +433,47 @@ pub fn check_metadata(metric: &str, types: &BTreeMap<String, String>) -> Option<
     }
 }
 
+/// [`check_metadata`] over a policy's Prometheus rate gates: `(severity,
+/// gate, message)`, an error for a gate whose metric the server says is not
+/// a counter, a warning when the server has no metadata for it (not
+/// scraped: the exporter does not publish it).
+pub fn metadata_findings(
+    policy: &crate::model::Policy,
+    types: &BTreeMap<String, String>,
+) -> Vec<(crate::diag::Severity, String, String)> {
+    use crate::diag::Severity;
+    use crate::health::{GateKind, GateSource};
+    let mut findings = Vec::new();
+    for gate in &policy.health.gates {
+        let GateSource::Prometheus { query } = &gate.source else {
+            continue;
+        };
+        if gate.kind != GateKind::Rate {
+            continue;
+        }
+        let Ok(selector) = parse_selector(query) else {
+            continue;
+        };
+        if let Some(reason) = check_metadata(&selector.metric, types) {
+            findings.push((
+                Severity::Error,
+                gate.name.clone(),
+                format!("gate {:?}: {reason}", gate.name),
+            ));
+        } else if !types.contains_key(&selector.metric) {
+            findings.push((
+                Severity::Warning,
+                gate.name.clone(),
+                format!(
+                    "gate {:?}: Prometheus has no metadata for {}: no target exports it (enable it in the exporter)",
+                    gate.name, selector.metric
+                ),
+            ));
+        }
+    }
+    findings
+}
+
 /// The exporter metrics a policy's Prometheus gates read, each once, in
 /// table order: what `policy lint` tells the fleet to enable (most DCGM
 /// error fields are commented out of dcgm-exporter's default CSV).

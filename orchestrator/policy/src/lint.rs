@@ -161,6 +161,51 @@ impl FileReport {
     pub fn rendered(&self) -> Vec<String> {
         self.checked.diagnostics.iter().map(|d| d.render(&self.file)).collect()
     }
+
+    /// Adds findings of checks made outside the file's own validation (power,
+    /// a Prometheus server's metadata) at the gate they are about, or at the
+    /// file's start for a gate without a position, keeping the diagnostics in
+    /// file order. An added error refuses the policy, as one found in the file does.
+    pub fn add_gate_findings(&mut self, findings: impl IntoIterator<Item = (Severity, String, String)>) {
+        for (severity, gate, message) in findings {
+            let position = self
+                .checked
+                .gate_positions
+                .get(&gate)
+                .copied()
+                .unwrap_or(Position::START);
+            self.checked.diagnostics.push(Diagnostic {
+                severity,
+                position,
+                message,
+            });
+        }
+        self.checked.diagnostics.sort_by_key(|d| d.position);
+        if self.checked.has_errors() {
+            self.checked.policy = None;
+        }
+    }
+
+    /// `file: needs <exporter> field ...` lines: what the fleet's exporters
+    /// must publish for the policy's Prometheus gates.
+    pub fn exporter_fields(&self) -> Vec<String> {
+        let Some(policy) = &self.checked.policy else {
+            return Vec::new();
+        };
+        crate::exporter::required_metrics(policy)
+            .into_iter()
+            .map(|m| {
+                if m.on_by_default {
+                    format!("{}: needs {} field {} (on by default)", self.file, m.exporter, m.name)
+                } else {
+                    format!(
+                        "{}: needs {} field {} (off by default; enable it with: {})",
+                        self.file, m.exporter, m.name, m.enable_with
+                    )
+                }
+            })
+            .collect()
+    }
 }
 
 /// Lints a set of policy files together: each on its own, then the rules

@@ -43,14 +43,10 @@ const MAX_QUERY_LEN: usize = 8_192;
 /// input with a caret; a diagnostic is one line, and its position already
 /// points at the value, so only the last line (the actual complaint) is kept.
 pub(crate) fn chain(err: &dyn StdError) -> String {
-    let mut out = last_line(&err.to_string());
-    let mut cur = err.source();
-    while let Some(e) = cur {
-        out.push_str(": ");
-        out.push_str(&last_line(&e.to_string()));
-        cur = e.source();
-    }
-    out
+    orchestrator_types::error_sources(err)
+        .map(|e| last_line(&e.to_string()))
+        .collect::<Vec<_>>()
+        .join(": ")
 }
 
 fn last_line(text: &str) -> String {

@@ -14,6 +14,7 @@ pub mod cluster;
 pub mod criteria;
 pub mod evidence;
 pub mod queue;
+pub mod synthetic;
 pub mod velocity;
 
 pub use candidate::{

@@ -9,9 +9,10 @@
 
 use std::time::{Duration, Instant};
 
-use chrono::{DateTime, TimeDelta, TimeZone, Utc};
-use orchestrator_rma::{HealthFlag, Observation, ObservationKind, PartRecord, find_candidates, parse_criteria};
-use rand::{Rng, SeedableRng};
+use chrono::{TimeDelta, TimeZone, Utc};
+use orchestrator_rma::synthetic::day_of_observations;
+use orchestrator_rma::{PartRecord, find_candidates, parse_criteria};
+use rand::SeedableRng;
 
 const CRITERIA: &str = include_str!("../../../policies/rma/nvidia-gpu.yaml");
 const GPUS_PER_NODE: usize = 8;
@@ -25,52 +26,6 @@ fn rss_kib(key: &str) -> u64 {
                 .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
         })
         .unwrap_or(0)
-}
-
-fn observations(rng: &mut impl Rng, start: DateTime<Utc>, serial: &str) -> Vec<Observation> {
-    let mut out = Vec::with_capacity(64);
-    let failing = rng.random::<f64>() < 0.005;
-    let mode = rng.random_range(0..3);
-    let vanish_from = if failing && mode == 2 { 20 } else { usize::MAX };
-    for i in 0..48 {
-        out.push(Observation {
-            at: start + TimeDelta::minutes(30 * i as i64),
-            source_id: format!("dcgm/{serial}/{i}"),
-            kind: ObservationKind::SeriesScrape {
-                present: i < vanish_from,
-            },
-        });
-    }
-    for i in 0..8 {
-        out.push(Observation {
-            at: start + TimeDelta::hours(3 * i),
-            source_id: format!("dcgm/{serial}/remap/{i}"),
-            kind: ObservationKind::Flag {
-                flag: HealthFlag::RowRemapFailure,
-                set: failing && mode == 1 && i >= 4,
-            },
-        });
-    }
-    let xids = if failing && mode == 0 {
-        3
-    } else {
-        usize::from(rng.random::<f64>() < 0.02)
-    };
-    for i in 0..xids {
-        out.push(Observation {
-            at: start + TimeDelta::hours(10) + TimeDelta::minutes(40 * i as i64),
-            source_id: format!("sel/{serial}/{i}"),
-            kind: ObservationKind::Xid { code: 79 },
-        });
-    }
-    if failing {
-        out.push(Observation {
-            at: start + TimeDelta::hours(20),
-            source_id: format!("upload/{serial}.log"),
-            kind: ObservationKind::FieldDiagnostic { passed: false },
-        });
-    }
-    out
 }
 
 /// Runs the benchmark over `gpus` GPUs and prints the figures.
@@ -94,7 +49,7 @@ pub fn run(gpus: usize) {
     for node in 0..gpus.div_ceil(GPUS_PER_NODE) {
         for slot in 0..GPUS_PER_NODE.min(gpus - node * GPUS_PER_NODE) {
             let serial = format!("16549{node:06}{slot}");
-            let obs = observations(&mut rng, start, &serial);
+            let obs = day_of_observations(&mut rng, start, &serial);
             observed += obs.len();
             let part = PartRecord {
                 serial,

@@ -10,8 +10,9 @@ use orchestrator_bmc::{Bmc, DEFAULT_DISCOVERY_CONCURRENCY, HttpClients, RedfishB
 use orchestrator_db::model::NodeFilter;
 use orchestrator_types::NodeId;
 
-use crate::bmc_access::EndpointResolver;
-use crate::{Context, fleet_file};
+use crate::Context;
+use orchestrator_db::fleet_file;
+use orchestrator_engine::bmc_access::ProfileResolver;
 
 /// Fleet commands.
 #[derive(Debug, clap::Subcommand)]
@@ -164,7 +165,7 @@ async fn discover(
     let started = Instant::now();
     let clients = HttpClients::new();
     let mut resolver =
-        EndpointResolver::new(&context.config.credentials).with_learned_bindings(db.credential_host_bindings().await?);
+        ProfileResolver::new(&context.config.credentials).with_learned_bindings(db.credential_host_bindings().await?);
     let mut targets: Vec<(NodeId, Arc<dyn Bmc>)> = Vec::new();
     let mut failed = 0usize;
     let mut first_errors = Vec::new();

@@ -5,15 +5,15 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::Duration;
 
 use anyhow::Context as _;
-use orchestrator_db::policies::{PolicyInForce, PolicySync, RecordedSync, RejectedPolicyFile, SyncedPolicy};
-use orchestrator_db::{Db, DbError};
-use orchestrator_policy::{FileReport, Severity, lint_files, parse_duration};
-use orchestrator_policy_git::{
-    GitPolicySource, GitSourceError, InForce, RepoLocation, SyncReport, plan_sync, redact_url,
-};
+use orchestrator_db::Db;
+use orchestrator_db::policies::PolicyInForce;
+use orchestrator_planner::power::{self, FleetNode};
+use orchestrator_policy::{FileReport, Severity, lint_files};
+use orchestrator_policy_git::service::{self, SyncOutcome};
+// `demo` syncs the repository's own policies through the same service.
+pub use orchestrator_policy_git::service::{SyncSettings, sync_once};
 use tokio::task::JoinHandle;
 
 use super::BadInput;
@@ -23,10 +23,6 @@ use crate::config::PolicySourceConfig;
 /// Deepest directory nesting `lint` descends into; policy repositories are
 /// flat, and a bound stops symlink loops.
 const MAX_LINT_DEPTH: usize = 16;
-
-/// Shortest period between two syncs in `serve`: each one reads (or, for a
-/// URL, clones) the whole repository.
-const MIN_SYNC_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Who the periodic sync acts as in the audit log.
 const SERVE_SYNC_ACTOR: &str = "serve:policy-sync";
@@ -134,7 +130,7 @@ pub struct PowerArgs {
     #[arg(long = "sd", value_name = "GATE_OR_METRIC=SD")]
     sds: Vec<String>,
     /// GPUs per node, for per-GPU metrics.
-    #[arg(long, default_value_t = crate::power::DEFAULT_GPUS_PER_NODE, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    #[arg(long, default_value_t = power::DEFAULT_GPUS_PER_NODE, value_parser = clap::value_parser!(u32).range(1..=1024))]
     gpus_per_node: u32,
     /// Seed of the planner's stratified choice.
     #[arg(long, default_value_t = 0)]
@@ -176,7 +172,7 @@ pub async fn run(command: PolicyCommand, context: &Context) -> anyhow::Result<Ex
                 paths
             };
             let metadata = match &prometheus {
-                Some(url) => Some(prometheus_metadata(url).await?),
+                Some(url) => Some(orchestrator_engine::prometheus::metric_types(url).await?),
                 None => None,
             };
             let (code, output) = lint(&paths, fleet.as_deref(), metadata.as_ref())?;
@@ -188,7 +184,7 @@ pub async fn run(command: PolicyCommand, context: &Context) -> anyhow::Result<Ex
             Ok(ExitCode::SUCCESS)
         }
         PolicyCommand::Sync(args) => {
-            let settings = SyncSettings::resolve(
+            let settings = resolve_settings(
                 context.config.policy.as_ref(),
                 args.repo.as_deref(),
                 args.git_ref.as_deref(),
@@ -256,190 +252,33 @@ pub async fn run(command: PolicyCommand, context: &Context) -> anyhow::Result<Ex
     }
 }
 
-/// Where a sync reads from, resolved from the configuration and flags.
-#[derive(Debug, Clone)]
-pub struct SyncSettings {
-    /// The repository to read.
-    pub source: GitPolicySource,
-    /// Repository (password redacted), ref and directory, for messages and
-    /// the audit log.
-    pub label: String,
-}
-
-impl SyncSettings {
-    /// Flags override the `[policy]` configuration; a repository must come
-    /// from one of them.
-    fn resolve(
-        config: Option<&PolicySourceConfig>,
-        repo: Option<&str>,
-        git_ref: Option<&str>,
-        path: Option<&str>,
-    ) -> Result<SyncSettings, BadInput> {
-        let repo = repo
-            .or(config.map(|c| c.repo.as_str()))
-            .filter(|r| !r.trim().is_empty())
-            .ok_or_else(|| {
-                BadInput("no policy repository: pass --repo or set [policy] repo in the configuration file".into())
-            })?;
-        if redact_url(repo) != repo {
-            // gix may repeat the URL in its errors, and the label goes to the
-            // audit log: a password in it would leak. Git's credential
-            // helpers (or an SSH key) keep it out of both.
-            return Err(BadInput(
-                "the policy repository URL must not contain a password: use a git credential helper or an SSH key"
-                    .into(),
-            ));
-        }
-        let git_ref = git_ref
-            .or(config.map(|c| c.git_ref.as_str()))
-            .unwrap_or("main")
-            .to_owned();
-        if git_ref.trim().is_empty() {
-            return Err(BadInput("--ref must not be empty".into()));
-        }
-        let subdir = path
-            .or(config.and_then(|c| c.path.as_deref()))
-            .map(str::to_owned)
-            .filter(|p| !p.trim_matches('/').is_empty());
-        let cache_dir = config
-            .and_then(|c| c.cache_dir.clone())
-            .unwrap_or_else(|| std::env::temp_dir().join("waveguard-policy-clones"));
-        let mut label = format!("{}@{git_ref}", redact_url(repo));
-        if let Some(dir) = &subdir {
-            label.push_str(&format!(":{dir}"));
-        }
-        Ok(SyncSettings {
-            source: GitPolicySource {
-                location: RepoLocation::parse(repo),
-                git_ref,
-                subdir,
-                cache_dir,
-            },
-            label,
-        })
-    }
-}
-
-/// Why a sync did not run to the end.
-#[derive(Debug, thiserror::Error)]
-pub enum SyncError {
-    /// The repository could not be read; nothing was stored.
-    #[error("cannot read policies from {label}")]
-    Read {
-        /// Repository, ref and directory.
-        label: String,
-        /// What git said.
-        #[source]
-        source: GitSourceError,
-    },
-    /// The blocking git reader panicked or was cancelled.
-    #[error("the git reader for {label} stopped before finishing")]
-    Reader {
-        /// Repository, ref and directory.
-        label: String,
-        /// Why it stopped.
-        #[source]
-        source: tokio::task::JoinError,
-    },
-    /// The database refused the outcome or could not be reached.
-    #[error("cannot store the policy sync of {label}")]
-    Store {
-        /// Repository, ref and directory.
-        label: String,
-        /// The datastore error.
-        #[source]
-        source: DbError,
-    },
-}
-
-/// What one sync decided and stored.
-#[derive(Debug, Clone)]
-pub struct SyncOutcome {
-    /// The decision, with the full diagnostics.
-    pub report: SyncReport,
-    /// What was handed to the database.
-    pub record: PolicySync,
-    /// Whether the database audited it (an idle sync is not).
-    pub recorded: RecordedSync,
-}
-
-/// Reads the policies at the configured ref, decides against what is in
-/// force now, and stores the outcome. A refused file is part of a
-/// successful sync; only an unreadable repository or a database failure is
-/// an error.
-pub async fn sync_once(db: &Db, settings: &SyncSettings, actor: &str) -> Result<SyncOutcome, SyncError> {
-    let store_err = |source| SyncError::Store {
-        label: settings.label.clone(),
-        source,
-    };
-    let previous: BTreeMap<String, InForce> = db
-        .policies_in_force()
-        .await
-        .map_err(store_err)?
-        .into_iter()
-        .map(|p| {
-            let v = p.version;
-            let entry = InForce {
-                name: v.name.clone(),
-                path: v.path,
-                commit_id: v.commit_id,
-                blob_id: v.blob_id,
-                source: v.content,
-            };
-            (v.name, entry)
-        })
-        .collect();
-    // gix is blocking; keep it off the async workers.
-    let source = settings.source.clone();
-    let snapshot = tokio::task::spawn_blocking(move || source.read())
-        .await
-        .map_err(|source| SyncError::Reader {
-            label: settings.label.clone(),
-            source,
-        })?
-        .map_err(|source| SyncError::Read {
-            label: settings.label.clone(),
-            source,
+/// Flags override the `[policy]` configuration; a repository must come
+/// from one of them.
+fn resolve_settings(
+    config: Option<&PolicySourceConfig>,
+    repo: Option<&str>,
+    git_ref: Option<&str>,
+    path: Option<&str>,
+) -> Result<SyncSettings, BadInput> {
+    let repo = repo
+        .or(config.map(|c| c.repo.as_str()))
+        .filter(|r| !r.trim().is_empty())
+        .ok_or_else(|| {
+            BadInput("no policy repository: pass --repo or set [policy] repo in the configuration file".into())
         })?;
-    let report = plan_sync(&previous, &snapshot);
-    let record = to_record(&settings.label, &report);
-    let recorded = db.record_policy_sync(&record, actor).await.map_err(store_err)?;
-    Ok(SyncOutcome {
-        report,
-        record,
-        recorded,
-    })
-}
-
-fn to_record(label: &str, report: &SyncReport) -> PolicySync {
-    PolicySync {
-        source: label.to_owned(),
-        commit_id: report.commit_id.clone(),
-        in_force: report
-            .in_force
-            .values()
-            .map(|p| SyncedPolicy {
-                name: p.name.clone(),
-                path: p.path.clone(),
-                commit_id: p.commit_id.clone(),
-                blob_id: p.blob_id.clone(),
-                content: p.source.clone(),
-            })
-            .collect(),
-        changed: report.changed.clone(),
-        removed: report.removed.clone(),
-        rejected: report
-            .rejected
-            .iter()
-            .map(|r| RejectedPolicyFile {
-                path: r.path.clone(),
-                blob_id: r.blob_id.clone(),
-                diagnostics: r.diagnostics.clone(),
-                kept: r.kept.as_ref().map(|k| k.name.clone()),
-            })
-            .collect(),
-        warnings: report.warnings.clone(),
+    let git_ref = git_ref
+        .or(config.map(|c| c.git_ref.as_str()))
+        .unwrap_or("main")
+        .to_owned();
+    let subdir = path.or(config.and_then(|c| c.path.as_deref())).map(str::to_owned);
+    let cache_dir = config
+        .and_then(|c| c.cache_dir.clone())
+        .unwrap_or_else(|| std::env::temp_dir().join("waveguard-policy-clones"));
+    let settings = SyncSettings::new(repo, git_ref, subdir, cache_dir).map_err(|e| BadInput(e.to_string()))?;
+    if settings.source.git_ref.trim().is_empty() {
+        return Err(BadInput("--ref must not be empty".into()));
     }
+    Ok(settings)
 }
 
 /// The first 12 hex digits of an object id, as `git log --oneline` would.
@@ -516,9 +355,8 @@ fn render_show(p: &PolicyInForce) -> String {
 
 /// Starts the periodic sync of `serve` when a policy repository is
 /// configured: one sync at once, then one per `sync_interval`, until
-/// `shutdown` resolves. A failed sync is logged and retried at the next
-/// interval; it never stops the server. Errors only for a bad
-/// `sync_interval`, before anything starts.
+/// `shutdown` resolves. Errors only for a bad `sync_interval`, before
+/// anything starts.
 pub fn spawn_periodic_sync(
     context: &Context,
     db: Db,
@@ -528,216 +366,17 @@ pub fn spawn_periodic_sync(
         tracing::info!("no [policy] repository configured: policies are not synced");
         return Ok(None);
     };
-    let interval = sync_interval(&config.sync_interval)?;
-    let settings = SyncSettings::resolve(Some(config), None, None, None)?;
+    let interval = service::sync_interval(&config.sync_interval)
+        .map_err(|e| BadInput(format!("[policy] sync_interval {:?}: {e}", config.sync_interval)))?;
+    let settings = resolve_settings(Some(config), None, None, None)?;
     tracing::info!(source = %settings.label, interval = ?interval, "syncing policies periodically");
-    Ok(Some(tokio::spawn(periodic_sync(db, settings, interval, shutdown))))
-}
-
-fn sync_interval(text: &str) -> Result<Duration, BadInput> {
-    let bad = |why: String| BadInput(format!("[policy] sync_interval {text:?}: {why}"));
-    let delta = parse_duration(text).map_err(|e| bad(e.to_string()))?;
-    let interval = delta.to_std().map_err(|e| bad(e.to_string()))?;
-    if interval < MIN_SYNC_INTERVAL {
-        return Err(bad(format!("must be at least {}s", MIN_SYNC_INTERVAL.as_secs())));
-    }
-    Ok(interval)
-}
-
-async fn periodic_sync(
-    db: Db,
-    settings: SyncSettings,
-    interval: Duration,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) {
-    tokio::pin!(shutdown);
-    let mut ticker = tokio::time::interval(interval);
-    // A slow clone must not be followed by a burst of catch-up syncs.
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            () = &mut shutdown => break,
-            _ = ticker.tick() => {}
-        }
-        // Dropping a sync half-way on shutdown is safe: its transaction
-        // rolls back and the next start syncs again.
-        let outcome = tokio::select! {
-            () = &mut shutdown => break,
-            outcome = sync_once(&db, &settings, SERVE_SYNC_ACTOR) => outcome,
-        };
-        match outcome {
-            Ok(outcome) => log_outcome(&outcome),
-            Err(err) => {
-                let err = anyhow::Error::from(err);
-                tracing::error!(
-                    error = format!("{err:#}"),
-                    "policy sync failed; retrying at the next interval"
-                );
-            }
-        }
-    }
-    tracing::info!("policy sync stopped");
-}
-
-fn log_outcome(outcome: &SyncOutcome) {
-    let report = &outcome.report;
-    if !outcome.recorded.audited {
-        // Same commit as last time: its refusals were logged then.
-        tracing::debug!(commit = %report.commit_id, "policies unchanged");
-        return;
-    }
-    for r in &report.rejected {
-        tracing::warn!(
-            commit = %report.commit_id,
-            path = %r.path,
-            kept = r.kept.as_ref().map(|k| k.commit_id.as_str()),
-            diagnostics = %r.diagnostics.join("\n"),
-            "policy file rejected; the last good version stays in force"
-        );
-    }
-    tracing::info!(
-        commit = %report.commit_id,
-        changed = ?report.changed,
-        removed = ?report.removed,
-        rejected = report.rejected.len(),
-        "policies synced"
-    );
-}
-
-/// Longest metadata answer read from Prometheus; a few MB covers every
-/// metric of a large server, and the bound keeps a wrong URL cheap.
-const MAX_METADATA_BYTES: usize = 32 * 1024 * 1024;
-
-/// Metric name to type (`counter`, `gauge`, ...) from Prometheus'
-/// `/api/v1/metadata`. A metric with several types across targets keeps the
-/// first that is not `counter`, so a disagreement is never read as a counter.
-async fn prometheus_metadata(base: &url::Url) -> anyhow::Result<BTreeMap<String, String>> {
-    #[derive(serde::Deserialize)]
-    struct Answer {
-        status: String,
-        #[serde(default)]
-        data: BTreeMap<String, Vec<Entry>>,
-    }
-    #[derive(serde::Deserialize)]
-    struct Entry {
-        #[serde(rename = "type")]
-        kind: String,
-    }
-    let mut url = base.clone();
-    url.path_segments_mut()
-        .map_err(|()| anyhow::anyhow!("Prometheus URL {base} cannot carry an API path"))?
-        .pop_if_empty()
-        .extend(["api", "v1", "metadata"]);
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(30))
-        .build()
-        .context("cannot build an HTTP client")?;
-    let response = client
-        .get(url.clone())
-        .send()
-        .await
-        .with_context(|| format!("cannot reach Prometheus at {url}"))?;
-    let status = response.status();
-    let bytes = response
-        .bytes()
-        .await
-        .with_context(|| format!("cannot read Prometheus' answer from {url}"))?;
-    anyhow::ensure!(
-        bytes.len() <= MAX_METADATA_BYTES,
-        "Prometheus metadata from {url} is larger than {MAX_METADATA_BYTES} bytes"
-    );
-    anyhow::ensure!(status.is_success(), "Prometheus answered HTTP {status} at {url}");
-    let answer: Answer =
-        serde_json::from_slice(&bytes).with_context(|| format!("unexpected metadata answer from {url}"))?;
-    anyhow::ensure!(
-        answer.status == "success",
-        "Prometheus metadata status {:?}",
-        answer.status
-    );
-    Ok(answer
-        .data
-        .into_iter()
-        .filter_map(|(name, entries)| {
-            let kind = entries
-                .iter()
-                .find(|e| e.kind != "counter")
-                .or(entries.first())
-                .map(|e| e.kind.clone())?;
-            Some((name, kind))
-        })
-        .collect())
-}
-
-/// Errors at each Prometheus rate gate whose metric the server's metadata
-/// says is not a counter; warns when the server has no metadata for it
-/// (not scraped: the exporter does not publish it, see the fields listed).
-fn add_metadata_findings(report: &mut FileReport, types: &BTreeMap<String, String>) {
-    use orchestrator_policy::{GateKind, GateSource};
-    let Some(policy) = &report.checked.policy else {
-        return;
-    };
-    let mut findings = Vec::new();
-    for gate in &policy.health.gates {
-        let GateSource::Prometheus { query } = &gate.source else {
-            continue;
-        };
-        if gate.kind != GateKind::Rate {
-            continue;
-        }
-        let Ok(selector) = orchestrator_policy::exporter::parse_selector(query) else {
-            continue;
-        };
-        let position = report
-            .checked
-            .gate_positions
-            .get(&gate.name)
-            .copied()
-            .unwrap_or(orchestrator_policy::Position::START);
-        if let Some(reason) = orchestrator_policy::exporter::check_metadata(&selector.metric, types) {
-            findings.push((Severity::Error, position, format!("gate {:?}: {reason}", gate.name)));
-        } else if !types.contains_key(&selector.metric) {
-            findings.push((
-                Severity::Warning,
-                position,
-                format!(
-                    "gate {:?}: Prometheus has no metadata for {}: no target exports it (enable it in the exporter)",
-                    gate.name, selector.metric
-                ),
-            ));
-        }
-    }
-    for (severity, position, message) in findings {
-        report.checked.diagnostics.push(orchestrator_policy::Diagnostic {
-            severity,
-            position,
-            message,
-        });
-    }
-    report.checked.diagnostics.sort_by_key(|d| d.position);
-    if report.checked.has_errors() {
-        report.checked.policy = None;
-    }
-}
-
-/// `file: needs <exporter> field ...` lines: what the fleet's exporters must
-/// publish for the policy's Prometheus gates.
-fn exporter_fields(report: &FileReport) -> Vec<String> {
-    let Some(policy) = &report.checked.policy else {
-        return Vec::new();
-    };
-    orchestrator_policy::exporter::required_metrics(policy)
-        .into_iter()
-        .map(|m| {
-            if m.on_by_default {
-                format!("{}: needs {} field {} (on by default)", report.file, m.exporter, m.name)
-            } else {
-                format!(
-                    "{}: needs {} field {} (off by default; enable it with: {})",
-                    report.file, m.exporter, m.name, m.enable_with
-                )
-            }
-        })
-        .collect()
+    Ok(Some(tokio::spawn(service::periodic_sync(
+        db,
+        settings,
+        interval,
+        SERVE_SYNC_ACTOR,
+        shutdown,
+    ))))
 }
 
 /// Lints the given paths; returns the exit code and the text to print.
@@ -746,7 +385,10 @@ fn lint(
     fleet: Option<&Path>,
     metadata: Option<&BTreeMap<String, String>>,
 ) -> anyhow::Result<(ExitCode, String)> {
-    let fleet = fleet.map(crate::fleet_file::read).transpose()?;
+    let fleet = fleet
+        .map(orchestrator_db::fleet_file::read)
+        .transpose()?
+        .map(|n| fleet_nodes(&n));
     let mut files = Vec::new();
     for path in paths {
         collect(path, 0, &mut files)?;
@@ -760,115 +402,42 @@ fn lint(
     }
     let mut reports = lint_files(inputs);
     for report in &mut reports {
-        add_power_warnings(report, fleet.as_deref());
-        if let Some(types) = metadata {
-            add_metadata_findings(report, types);
+        let Some(policy) = &report.checked.policy else {
+            continue;
+        };
+        let power = power::lint_findings(policy, fleet.as_deref());
+        report.add_gate_findings(
+            power
+                .into_iter()
+                .map(|(gate, message)| (Severity::Warning, gate, message)),
+        );
+        if let (Some(types), Some(policy)) = (metadata, &report.checked.policy) {
+            let findings = orchestrator_policy::exporter::metadata_findings(policy, types);
+            report.add_gate_findings(findings);
         }
     }
     Ok(render(&reports))
 }
 
-/// Warns at each gate whose canary cannot catch its `must_detect` effect.
-/// With a fleet the canary and control are what the planner makes of it; a
-/// policy the fleet gives no waves is not checked (nothing to say about it).
-fn add_power_warnings(report: &mut FileReport, fleet: Option<&[orchestrator_db::model::NewNode]>) {
-    let Some(policy) = &report.checked.policy else {
-        return;
-    };
-    let canary = match fleet {
-        Some(nodes) => crate::power::fleet_shapes(policy, nodes, None, 0)
-            .ok()
-            .and_then(|(waves, _)| waves.into_iter().next()),
-        None => crate::power::canary_without_fleet(policy),
-    };
-    let Some(canary) = canary else {
-        return;
-    };
-    let findings = crate::power::canary_findings(policy, &canary, &crate::power::PowerOptions::default());
-    for (gate, message) in findings {
-        let position = report
-            .checked
-            .gate_positions
-            .get(&gate)
-            .copied()
-            .unwrap_or(orchestrator_policy::Position::START);
-        report.checked.diagnostics.push(orchestrator_policy::Diagnostic {
-            severity: Severity::Warning,
-            position,
-            message,
-        });
-    }
-    report.checked.diagnostics.sort_by_key(|d| d.position);
-}
-
-/// Parses repeated `KEY=VALUE` options: each key a gate of the policy (or
-/// the metric of one) of the right kind, each value a positive number.
-fn baseline_options(
-    policy: &orchestrator_policy::Policy,
-    flag: &str,
-    kind: orchestrator_policy::GateKind,
-    values: &[String],
-) -> Result<BTreeMap<String, f64>, BadInput> {
-    use orchestrator_policy::GateSource;
-    let mut out = BTreeMap::new();
-    for text in values {
-        let (key, value) = text
-            .split_once('=')
-            .ok_or_else(|| BadInput(format!("{flag} {text:?}: expected GATE_OR_METRIC=NUMBER")))?;
-        let (key, value) = (key.trim(), value.trim());
-        let number: f64 = value
-            .parse()
-            .ok()
-            .filter(|v: &f64| v.is_finite() && *v > 0.0)
-            .ok_or_else(|| BadInput(format!("{flag} {text:?}: {value:?} is not a positive number")))?;
-        let gates: Vec<&orchestrator_policy::HealthGate> = policy
-            .health
-            .gates
-            .iter()
-            .filter(|g| g.name == key || matches!(&g.source, GateSource::Redfish { metric } if metric.as_str() == key))
-            .collect();
-        if gates.is_empty() {
-            let known: Vec<String> = policy
-                .health
-                .gates
-                .iter()
-                .filter(|g| g.kind == kind)
-                .flat_map(|g| match &g.source {
-                    GateSource::Redfish { metric } => vec![g.name.clone(), metric.as_str().to_owned()],
-                    GateSource::Prometheus { .. } => vec![g.name.clone()],
-                })
-                .collect();
-            return Err(BadInput(format!(
-                "{flag} {text:?}: policy {:?} has no gate or metric {key:?}; {} takes: {}",
-                policy.name,
-                flag,
-                if known.is_empty() {
-                    "none".to_owned()
-                } else {
-                    known.join(", ")
-                }
-            )));
-        }
-        if let Some(g) = gates.iter().find(|g| g.kind != kind) {
-            let other = if kind == orchestrator_policy::GateKind::Rate {
-                "--sd"
-            } else {
-                "--baseline"
-            };
-            return Err(BadInput(format!(
-                "{flag} {text:?}: gate {:?} is a {} gate; use {other}",
-                g.name,
-                g.kind.as_str()
-            )));
-        }
-        out.insert(key.to_owned(), number);
-    }
-    Ok(out)
+/// A fleet file's nodes as the power analysis plans them.
+fn fleet_nodes(nodes: &[orchestrator_db::model::NewNode]) -> Vec<FleetNode> {
+    nodes
+        .iter()
+        .map(|n| FleetNode {
+            name: n.name.clone(),
+            platform: n.platform_sku.clone(),
+            region: n.labels.region.clone(),
+            cluster: n.labels.cluster.clone(),
+            rack: n.labels.rack.clone(),
+            nvlink_domain: n.labels.nvlink_domain.clone(),
+        })
+        .collect()
 }
 
 /// `policy power`: the text (or JSON) to print.
 fn power(args: &PowerArgs) -> anyhow::Result<String> {
-    use crate::power::{PowerOptions, effect_text, fleet_shapes, power_table};
+    use orchestrator_policy::GateKind;
+    use power::{Baselines, PowerOptions, effect_text, fleet_shapes, parse_baselines, power_table};
     let file = args.policy.display().to_string();
     let bytes = std::fs::read(&args.policy).map_err(|e| BadInput(format!("cannot read the policy {file}: {e}")))?;
     let report = lint_files([(file.clone(), bytes)]).remove(0);
@@ -899,22 +468,22 @@ fn power(args: &PowerArgs) -> anyhow::Result<String> {
         None => None,
     };
     let options = PowerOptions {
-        baselines: crate::power::Baselines {
-            rates: baseline_options(
-                &policy,
-                "--baseline",
-                orchestrator_policy::GateKind::Rate,
-                &args.baselines,
-            )?,
-            sds: baseline_options(&policy, "--sd", orchestrator_policy::GateKind::Level, &args.sds)?,
+        baselines: Baselines {
+            rates: parse_baselines(&policy, GateKind::Rate, &args.baselines).map_err(|e| BadInput(e.to_string()))?,
+            sds: parse_baselines(&policy, GateKind::Level, &args.sds).map_err(|e| BadInput(e.to_string()))?,
         },
         gpus_per_node: args.gpus_per_node,
     };
-    let nodes = crate::fleet_file::read(&args.fleet)?;
-    let (shapes, ignored) = fleet_shapes(&policy, &nodes, release.as_ref(), args.seed)
-        .map_err(|e| BadInput(format!("{}: {e}", args.fleet.display())))?;
+    let nodes = orchestrator_db::fleet_file::read(&args.fleet)?;
+    let (shapes, ignored) = fleet_shapes(&policy, &fleet_nodes(&nodes), release.as_ref(), args.seed).map_err(|e| {
+        BadInput(format!(
+            "{}: {}",
+            args.fleet.display(),
+            orchestrator_types::error_chain(&e)
+        ))
+    })?;
     let waves = power_table(&policy, &shapes, &options);
-    let timing = crate::power::fleet_timing(&policy, &shapes, &options);
+    let timing = power::fleet_timing(&policy, &shapes, &options);
     if args.json {
         let doc = serde_json::json!({
             "policy": policy.name,
@@ -958,8 +527,8 @@ fn power(args: &PowerArgs) -> anyhow::Result<String> {
                     let per = g.exposure_unit.map_or_else(String::new, |u| format!("/{u}"));
                     let what = if b.measure == "sd" { "sd " } else { "" };
                     let source = match b.source {
-                        crate::power::BaselineSource::Given => "given",
-                        crate::power::BaselineSource::Default => "default",
+                        power::BaselineSource::Given => "given",
+                        power::BaselineSource::Default => "default",
                     };
                     format!("{what}{}{per} ({source})", b.value)
                 },
@@ -1011,7 +580,7 @@ fn power(args: &PowerArgs) -> anyhow::Result<String> {
 
 /// The fleet-scale method's time to decide, per wave and rate gate (issue 22): what a tight
 /// `must_detect` costs in bake time, before anyone approves the policy.
-fn fleet_timing_text(policy: &orchestrator_policy::Policy, timing: &[crate::power::FleetGateTiming]) -> String {
+fn fleet_timing_text(policy: &orchestrator_policy::Policy, timing: &[power::FleetGateTiming]) -> String {
     if timing.is_empty() {
         return String::new();
     }
@@ -1058,7 +627,7 @@ fn render(reports: &[FileReport]) -> (ExitCode, String) {
                 Severity::Warning => warnings += 1,
             }
         }
-        for line in report.rendered().into_iter().chain(exporter_fields(report)) {
+        for line in report.rendered().into_iter().chain(report.exporter_fields()) {
             out.push_str(&line);
             out.push('\n');
         }
@@ -1155,7 +724,7 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         tokio::spawn(async move { axum::serve(listener, app).await });
         let base = url::Url::parse(&format!("http://{addr}/prom")).unwrap();
-        let types = prometheus_metadata(&base).await.unwrap();
+        let types = orchestrator_engine::prometheus::metric_types(&base).await.unwrap();
         assert_eq!(types["DCGM_FI_DEV_PCIE_REPLAY_COUNTER"], "gauge");
         let file = examples().join("hgx-dcgm.yaml");
         let (code, out) = lint(std::slice::from_ref(&file), None, Some(&types)).unwrap();

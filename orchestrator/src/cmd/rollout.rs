@@ -305,16 +305,7 @@ async fn start(args: StartArgs, context: &Context, actor: &str) -> anyhow::Resul
         .map_err(|e| -> anyhow::Error {
             match e {
                 EngineError::Db(db) => db.into(),
-                other if other.is_caller_error() => {
-                    let mut text = other.to_string();
-                    let mut source = std::error::Error::source(&other);
-                    while let Some(inner) = source {
-                        text.push_str(": ");
-                        text.push_str(&inner.to_string());
-                        source = inner.source();
-                    }
-                    BadInput(text).into()
-                }
+                other if other.is_caller_error() => BadInput(orchestrator_types::error_chain(&other)).into(),
                 other => other.into(),
             }
         })?;

@@ -261,12 +261,11 @@ fn start_engine(
     let learned = std::sync::Arc::new(std::sync::RwLock::new(bindings));
     refresh_bindings(db.clone(), learned.clone());
     let resolve = std::sync::Arc::new(move |bmc_url: &str, credential_ref: &str| {
-        let node = crate::bmc_access::node_for_access(bmc_url, credential_ref);
         let learned = learned.read().unwrap_or_else(|p| p.into_inner()).clone();
-        crate::bmc_access::EndpointResolver::new(&profiles)
+        orchestrator_engine::bmc_access::ProfileResolver::new(&profiles)
             .with_learned_bindings(learned)
-            .endpoint(&node)
-            .map_err(|e| e.to_string())
+            .endpoint_for(bmc_url, credential_ref)
+            .map_err(orchestrator_engine::ResolveError::from)
     });
     let connector = std::sync::Arc::new(orchestrator_engine::RedfishConnector::new(
         orchestrator_bmc::HttpClients::new(),

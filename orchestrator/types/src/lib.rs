@@ -7,6 +7,7 @@
 //! detector) can share it.
 
 mod clock;
+mod error;
 mod execution;
 mod ids;
 mod kinds;
@@ -15,6 +16,7 @@ mod verdict;
 mod version;
 
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use error::{error_chain, error_sources};
 pub use execution::{Blocker, RolloutState, StepPurpose, StepState, WaveKind, WaveState};
 pub use ids::{NodeId, ReleaseId, RolloutId, StepId, UserId, WaveId};
 pub use kinds::{ComponentKind, NodeState, ParseEnumError, Role};

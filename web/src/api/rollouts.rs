@@ -293,17 +293,11 @@ fn without_source(mut rollout: ExecRollout) -> ExecRollout {
 fn engine_error(err: EngineError) -> ApiError {
     match err {
         EngineError::Db(db) => db.into(),
-        EngineError::Policy(message) => invalid("policy", message),
-        EngineError::Plan(plan) => {
-            let mut message = plan.to_string();
-            let mut source = std::error::Error::source(&plan);
-            while let Some(inner) = source {
-                message.push_str(": ");
-                message.push_str(&inner.to_string());
-                source = inner.source();
-            }
-            ApiError::Conflict(format!("the rollout cannot be planned: {message}"))
-        }
+        EngineError::Policy(err) => invalid("policy", err.to_string()),
+        EngineError::Plan(plan) => ApiError::Conflict(format!(
+            "the rollout cannot be planned: {}",
+            crate::error::error_chain(&plan)
+        )),
         other @ (EngineError::EmptyPlan { .. }
         | EngineError::MissingSeries { .. }
         | EngineError::NoUpdatePath { .. }) => ApiError::Conflict(other.to_string()),

@@ -26,12 +26,12 @@ use crate::prometheus::{NodeIndex, PrometheusClient};
 /// sensor (the HGX baseboards this product targets carry eight). The count
 /// comes from the inventory's GPU processors, then from the GPU sensors; this
 /// is the last resort, used only for exposure and only until either shows GPUs.
-pub const DEFAULT_GPUS_PER_NODE: u32 = 8;
+pub const DEFAULT_GPUS_PER_NODE: u32 = orchestrator_planner::power::DEFAULT_GPUS_PER_NODE;
 
 /// Where the collector gets a BMC driver for a node.
 pub trait HealthBmcs: Send + Sync + std::fmt::Debug {
     /// A driver for the BMC at `bmc_url` with credential profile `credential_ref`.
-    fn bmc(&self, bmc_url: &str, credential_ref: &str) -> Result<Arc<dyn Bmc>, String>;
+    fn bmc(&self, bmc_url: &str, credential_ref: &str) -> Result<Arc<dyn Bmc>, crate::ConnectError>;
 }
 
 /// One node to watch for a wave.
@@ -204,7 +204,7 @@ impl Collector {
             let mapped = match client.node_samples(query, now, &index).await {
                 Ok(mapped) => mapped,
                 Err(err) => {
-                    tracing::warn!(error = %crate::step_error_chain(&err), wave = %wave.name, %metric, "Prometheus query failed");
+                    tracing::warn!(error = %orchestrator_types::error_chain(&err), wave = %wave.name, %metric, "Prometheus query failed");
                     report.failed += 1;
                     continue;
                 }
@@ -307,7 +307,7 @@ impl Collector {
         };
         let bmc = match self.bmcs.bmc(&member.bmc_url, &member.credential_ref) {
             Ok(bmc) => bmc,
-            Err(reason) => return failed(reason).await,
+            Err(err) => return failed(err.to_string()).await,
         };
         let wants_rates = metrics.iter().any(|m| {
             matches!(
@@ -319,13 +319,13 @@ impl Collector {
         });
         let sensors = match bmc.read_sensors().await {
             Ok(sensors) => sensors,
-            Err(err) => return failed(crate::step_error_chain(&err)).await,
+            Err(err) => return failed(orchestrator_types::error_chain(&err)).await,
         };
         // The inventory's GPUs; a BMC that cannot list them is read by its sensors alone.
         let gpu_units = match bmc.gpus().await {
             Ok(units) => units,
             Err(err) => {
-                tracing::debug!(node = %member.name, error = %crate::step_error_chain(&err), "no GPU inventory");
+                tracing::debug!(node = %member.name, error = %orchestrator_types::error_chain(&err), "no GPU inventory");
                 Vec::new()
             }
         };
@@ -343,7 +343,7 @@ impl Collector {
                 .unwrap_or_default();
             let batch = match bmc.read_events(&since).await {
                 Ok(batch) => batch,
-                Err(err) => return failed(crate::step_error_chain(&err)).await,
+                Err(err) => return failed(orchestrator_types::error_chain(&err)).await,
             };
             for entry in &batch.entries {
                 // Before the exposure period: the old firmware's (or the

@@ -547,7 +547,7 @@ impl DetectorJudge {
             Err(err) => {
                 return error(format!(
                     "cannot read evaluated looks: {}",
-                    crate::step_error_chain(&err)
+                    orchestrator_types::error_chain(&err)
                 ));
             }
         };
@@ -570,8 +570,11 @@ impl DetectorJudge {
             .poll_if_due(rollout, wave, &gates, bake_start, now, last || look_due)
             .await
         {
-            tracing::warn!(error = %crate::step_error_chain(&err), wave = %wave.name, "health collection failed");
-            return error(format!("health collection failed: {}", crate::step_error_chain(&err)));
+            tracing::warn!(error = %orchestrator_types::error_chain(&err), wave = %wave.name, "health collection failed");
+            return error(format!(
+                "health collection failed: {}",
+                orchestrator_types::error_chain(&err)
+            ));
         }
         let mut samples: Option<Vec<HealthSample>> = None;
         let mut states = Vec::new();
@@ -623,7 +626,10 @@ impl DetectorJudge {
                         match self.db.health_samples(SampleScope::Wave(wave.id)).await {
                             Ok(s) => samples = Some(s),
                             Err(err) => {
-                                return error(format!("cannot read samples: {}", crate::step_error_chain(&err)));
+                                return error(format!(
+                                    "cannot read samples: {}",
+                                    orchestrator_types::error_chain(&err)
+                                ));
                             }
                         }
                     }
@@ -633,7 +639,10 @@ impl DetectorJudge {
                     {
                         Ok(state) => state,
                         Err(err) => {
-                            return error(format!("cannot record a look: {}", crate::step_error_chain(&err)));
+                            return error(format!(
+                                "cannot record a look: {}",
+                                orchestrator_types::error_chain(&err)
+                            ));
                         }
                     }
                 }
@@ -656,7 +665,12 @@ impl DetectorJudge {
         // Only a verdict that will be stored shows the nodes whose health could not be read.
         let poll_errors = match self.poll_errors(wave).await {
             Ok(errors) => errors,
-            Err(err) => return error(format!("cannot read poll errors: {}", crate::step_error_chain(&err))),
+            Err(err) => {
+                return error(format!(
+                    "cannot read poll errors: {}",
+                    orchestrator_types::error_chain(&err)
+                ));
+            }
         };
         let evidence = DetectorEvidence {
             alpha: policy.health.alpha,

@@ -27,13 +27,13 @@ pub(crate) async fn prometheus_rate_cohorts(
     let nodes = collector
         .watched_nodes(wave, bake_start)
         .await
-        .map_err(|e| format!("cannot list the wave's nodes: {}", crate::step_error_chain(&e)))?;
+        .map_err(|e| format!("cannot list the wave's nodes: {}", orchestrator_types::error_chain(&e)))?;
     let source = PrometheusSource::new(client.clone());
     let look = source
         .look(gate, &nodes, now)
         .await
         .and_then(|look| look.require_watched())
-        .map_err(|e: SourceError| crate::step_error_chain(&e))?;
+        .map_err(|e: SourceError| orchestrator_types::error_chain(&e))?;
     if !look.control_gaps.is_empty() || look.unmatched_series > 0 {
         tracing::info!(
             gate = %gate.name,

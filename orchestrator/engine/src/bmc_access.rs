@@ -1,35 +1,119 @@
 //! Turning a node's `bmc_url` and `credential_ref` into a Redfish endpoint,
-//! with the secret read from where the configuration says it lives.
+//! with the secret read from where the configuration says it lives. Beside
+//! [`crate::connector`], which builds drivers from these endpoints: `serve`
+//! resolves through here for every login, `fleet discover` for every node.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
+use std::path::PathBuf;
 
 use orchestrator_bmc::{AuthMode, BmcEndpoint, Credentials, TlsTrust};
 use orchestrator_db::model::Node;
+use serde::Deserialize;
 use url::Url;
 
-use crate::config::CredentialSource;
+/// How to reach the BMCs whose nodes name this profile in their
+/// `credential_ref`: who to log in as, where the password is, and which
+/// certificates to trust. The secret itself is never in the file: only the
+/// name of the environment variable or file holding it.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CredentialSource {
+    /// The user to log in as.
+    pub username: String,
+    /// Environment variable holding the password.
+    pub password_env: Option<String>,
+    /// File holding the password (trailing newline ignored).
+    pub password_file: Option<PathBuf>,
+    /// `session` (default; X-Auth-Token) or `basic`.
+    #[serde(default)]
+    pub auth: Option<String>,
+    /// PEM bundle of the CA(s) that issue these BMCs' certificates.
+    pub ca_bundle: Option<PathBuf>,
+    /// Skip certificate verification, for lab BMCs with factory
+    /// certificates; the value is the reason, kept for audits.
+    pub insecure_skip_verify: Option<String>,
+    /// The BMC hosts this profile's password may be sent to: host names,
+    /// `*.suffix` wildcards, IP addresses or CIDRs (`10.20.0.0/16`). Checked
+    /// before every login and request that carries it, so a node whose
+    /// address was changed to an attacker's host gets no password.
+    #[serde(default)]
+    pub hosts: Vec<String>,
+    /// The `@odata.id` of the LogService holding GPU events on these BMCs, for a platform whose
+    /// layout the driver's standard-based choice gets wrong; unset: the driver chooses (the log of the
+    /// system whose Processors include GPUs, preferring the service `EventLog`).
+    #[serde(default)]
+    pub event_log: Option<String>,
+}
 
 /// Why a node's BMC cannot be addressed; recorded as its discovery error.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AccessError {
+    /// No profile of that name is configured.
     #[error("credential profile {0:?} is not configured (add [credentials.{0}] to the config file)")]
     UnknownProfile(String),
+    /// The profile is configured but unusable (secret unreadable, settings contradict).
     #[error("credential profile {profile:?}: {reason}")]
-    BadProfile { profile: String, reason: String },
+    BadProfile {
+        /// Profile name.
+        profile: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The node's BMC URL does not parse.
     #[error("BMC URL {url:?} is not a URL: {reason}")]
-    BadUrl { url: String, reason: String },
+    BadUrl {
+        /// The URL as stored.
+        url: String,
+        /// The parser's complaint.
+        reason: String,
+    },
     /// The profile is bound to other hosts: its password is not sent here.
     #[error(
         "credential profile {profile:?} may not be sent to {host:?} (not in its hosts list, nor among the hosts \
          it was first imported with; an admin can extend it with `waveguard fleet bind-host`)"
     )]
-    HostNotAllowed { profile: String, host: String },
+    HostNotAllowed {
+        /// Profile name.
+        profile: String,
+        /// The host refused.
+        host: String,
+    },
+}
+
+/// Why a `hosts` entry does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HostPatternError {
+    /// Blank.
+    #[error("an empty host pattern")]
+    Empty,
+    /// `address/prefix` whose address is not one.
+    #[error("{text:?}: {address:?} is not an IP address")]
+    BadAddress {
+        /// The pattern.
+        text: String,
+        /// Its address part.
+        address: String,
+    },
+    /// A prefix length out of range for the address family.
+    #[error("{text:?}: the prefix length must be 0..={max}")]
+    BadPrefix {
+        /// The pattern.
+        text: String,
+        /// 32 or 128.
+        max: u8,
+    },
+    /// A `*` elsewhere than a leading `*.`.
+    #[error("{text:?}: a wildcard is only allowed as a leading \"*.\"")]
+    BadWildcard {
+        /// The pattern.
+        text: String,
+    },
 }
 
 /// Resolves endpoints for many nodes, reading each profile's secret once.
 #[derive(Debug)]
-pub struct EndpointResolver<'a> {
+pub struct ProfileResolver<'a> {
     profiles: &'a BTreeMap<String, CredentialSource>,
     resolved: BTreeMap<String, Result<Resolved, AccessError>>,
     /// Hosts each profile was bound to on its first import (the database's
@@ -40,7 +124,7 @@ pub struct EndpointResolver<'a> {
 /// A profile's secret and settings, with the hosts it is bound to.
 type Resolved = (Credentials, AuthMode, TlsTrust, Vec<HostPattern>);
 
-impl<'a> EndpointResolver<'a> {
+impl<'a> ProfileResolver<'a> {
     /// A resolver over the configured profiles.
     pub fn new(profiles: &'a BTreeMap<String, CredentialSource>) -> Self {
         Self {
@@ -59,15 +143,20 @@ impl<'a> EndpointResolver<'a> {
 
     /// The endpoint of one node's BMC.
     pub fn endpoint(&mut self, node: &Node) -> Result<BmcEndpoint, AccessError> {
-        let profile_name = node.credential_ref.clone();
+        self.endpoint_for(&node.bmc_url, &node.credential_ref)
+    }
+
+    /// The endpoint of the BMC at `bmc_url` reached with profile `credential_ref`.
+    pub fn endpoint_for(&mut self, bmc_url: &str, credential_ref: &str) -> Result<BmcEndpoint, AccessError> {
+        let profile_name = credential_ref.to_owned();
         let profiles = self.profiles;
         let (credentials, auth, tls, hosts) = self
             .resolved
             .entry(profile_name.clone())
             .or_insert_with(|| resolve_profile(&profile_name, profiles.get(&profile_name)))
             .clone()?;
-        let url = Url::parse(&node.bmc_url).map_err(|err| AccessError::BadUrl {
-            url: node.bmc_url.clone(),
+        let url = Url::parse(bmc_url).map_err(|err| AccessError::BadUrl {
+            url: bmc_url.to_owned(),
             reason: err.to_string(),
         })?;
         if hosts.is_empty()
@@ -105,26 +194,36 @@ pub enum HostPattern {
     /// `*.example.com`: any host ending in `.example.com` (not the apex).
     Suffix(String),
     /// An address range; a single address is a full-length prefix.
-    Cidr { network: IpAddr, prefix: u8 },
+    Cidr {
+        /// The network address.
+        network: IpAddr,
+        /// Bits of `network` that must match.
+        prefix: u8,
+    },
 }
 
 impl HostPattern {
     /// Parses `name`, `*.suffix`, an IP address or `address/prefix`.
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, HostPatternError> {
         let text = text.trim();
         if text.is_empty() {
-            return Err("an empty host pattern".into());
+            return Err(HostPatternError::Empty);
         }
+        let wildcard = || HostPatternError::BadWildcard { text: text.to_owned() };
         if let Some((address, prefix)) = text.split_once('/') {
-            let network: IpAddr = address
-                .parse()
-                .map_err(|_| format!("{text:?}: {address:?} is not an IP address"))?;
+            let network: IpAddr = address.parse().map_err(|_| HostPatternError::BadAddress {
+                text: text.to_owned(),
+                address: address.to_owned(),
+            })?;
             let max = if network.is_ipv4() { 32 } else { 128 };
             let prefix: u8 = prefix
                 .parse()
                 .ok()
                 .filter(|p| *p <= max)
-                .ok_or_else(|| format!("{text:?}: the prefix length must be 0..={max}"))?;
+                .ok_or_else(|| HostPatternError::BadPrefix {
+                    text: text.to_owned(),
+                    max,
+                })?;
             return Ok(HostPattern::Cidr { network, prefix });
         }
         if let Ok(network) = text.trim_start_matches('[').trim_end_matches(']').parse::<IpAddr>() {
@@ -134,12 +233,12 @@ impl HostPattern {
         let lower = text.to_ascii_lowercase();
         if let Some(suffix) = lower.strip_prefix("*.") {
             if suffix.is_empty() || suffix.contains('*') {
-                return Err(format!("{text:?}: a wildcard is only allowed as a leading \"*.\""));
+                return Err(wildcard());
             }
             return Ok(HostPattern::Suffix(format!(".{suffix}")));
         }
         if lower.contains('*') {
-            return Err(format!("{text:?}: a wildcard is only allowed as a leading \"*.\""));
+            return Err(wildcard());
         }
         Ok(HostPattern::Exact(lower))
     }
@@ -180,7 +279,7 @@ fn in_range(ip: IpAddr, network: IpAddr, prefix: u8) -> bool {
 
 /// The host check made before a profile's password leaves the controller:
 /// a bound profile is sent only to a host its `hosts` list allows. The
-/// engine's connector reaches it through [`EndpointResolver::endpoint`], so
+/// engine's connector reaches it through [`ProfileResolver::endpoint_for`], so
 /// every login and every request carrying the credentials passes here.
 /// A profile with an empty list is unbound (configurations written before
 /// the list existed); SECURITY.md says why that is the operator's choice.
@@ -197,31 +296,6 @@ pub fn check_host_binding(profile: &str, hosts: &[HostPattern], url: &Url) -> Re
         Ok(())
     } else {
         Err(refused())
-    }
-}
-
-/// A node record carrying only what endpoint resolution reads, for callers
-/// (the engine) that know a node by its BMC URL and credential reference.
-pub fn node_for_access(bmc_url: &str, credential_ref: &str) -> Node {
-    let epoch = chrono::DateTime::<chrono::Utc>::UNIX_EPOCH;
-    Node {
-        id: orchestrator_types::NodeId(0),
-        name: String::new(),
-        bmc_url: bmc_url.to_owned(),
-        credential_ref: credential_ref.to_owned(),
-        platform_sku: String::new(),
-        labels: orchestrator_db::model::NodeLabels {
-            region: String::new(),
-            cluster: String::new(),
-            rack: String::new(),
-            nvlink_domain: String::new(),
-        },
-        state: orchestrator_types::NodeState::Active,
-        state_reason: None,
-        last_discovered_at: None,
-        last_discovery_error: None,
-        created_at: epoch,
-        updated_at: epoch,
     }
 }
 
@@ -296,8 +370,8 @@ mod tests {
         dgx.hosts = vec!["10.20.0.0/16".into()];
         dgx.event_log = Some("/redfish/v1/Systems/HGX_Baseboard_0/LogServices/EventLog".into());
         let profiles = BTreeMap::from([("dgx".to_owned(), dgx.clone())]);
-        let endpoint = EndpointResolver::new(&profiles)
-            .endpoint(&node_for_access("https://10.20.3.4", "dgx"))
+        let endpoint = ProfileResolver::new(&profiles)
+            .endpoint_for("https://10.20.3.4", "dgx")
             .unwrap();
         assert_eq!(endpoint.event_log, dgx.event_log);
         dgx.event_log = Some("EventLog".into());
@@ -350,14 +424,14 @@ mod tests {
             "bmc-0.lab.example".into(),
         ];
         let profiles = BTreeMap::from([("lab".to_owned(), lab)]);
-        let mut resolver = EndpointResolver::new(&profiles);
+        let mut resolver = ProfileResolver::new(&profiles);
         for allowed in [
             "https://10.20.3.4",
             "https://10.20.255.1:8443/redfish/v1",
             "https://node7.BMC.lab.example",
             "https://bmc-0.lab.example",
         ] {
-            assert!(resolver.endpoint(&node_for_access(allowed, "lab")).is_ok(), "{allowed}");
+            assert!(resolver.endpoint_for(allowed, "lab").is_ok(), "{allowed}");
         }
         for refused in [
             "https://10.21.0.1",
@@ -366,7 +440,7 @@ mod tests {
             "https://evil-bmc.lab.example.attacker.example",
             "https://[::1]",
         ] {
-            let err = resolver.endpoint(&node_for_access(refused, "lab")).unwrap_err();
+            let err = resolver.endpoint_for(refused, "lab").unwrap_err();
             assert!(matches!(err, AccessError::HostNotAllowed { .. }), "{refused}: {err}");
             assert!(!err.to_string().contains("fleet-secret"));
         }
@@ -385,26 +459,20 @@ mod tests {
         let profiles = BTreeMap::from([("lab".to_owned(), lab)]);
         let learned =
             |hosts: &[&str]| BTreeMap::from([("lab".to_owned(), hosts.iter().map(|h| h.to_string()).collect())]);
-        let mut resolver = EndpointResolver::new(&profiles).with_learned_bindings(learned(&["10.0.0.1", "bmc-a.lab"]));
-        assert!(resolver.endpoint(&node_for_access("https://10.0.0.1", "lab")).is_ok());
-        assert!(
-            resolver
-                .endpoint(&node_for_access("https://BMC-A.lab:8443", "lab"))
-                .is_ok()
-        );
-        let err = resolver
-            .endpoint(&node_for_access("https://10.0.0.2", "lab"))
-            .unwrap_err();
+        let mut resolver = ProfileResolver::new(&profiles).with_learned_bindings(learned(&["10.0.0.1", "bmc-a.lab"]));
+        assert!(resolver.endpoint_for("https://10.0.0.1", "lab").is_ok());
+        assert!(resolver.endpoint_for("https://BMC-A.lab:8443", "lab").is_ok());
+        let err = resolver.endpoint_for("https://10.0.0.2", "lab").unwrap_err();
         assert!(matches!(err, AccessError::HostNotAllowed { .. }), "{err}");
         let mut extended =
-            EndpointResolver::new(&profiles).with_learned_bindings(learned(&["10.0.0.1", "bmc-a.lab", "10.0.0.2"]));
-        assert!(extended.endpoint(&node_for_access("https://10.0.0.2", "lab")).is_ok());
+            ProfileResolver::new(&profiles).with_learned_bindings(learned(&["10.0.0.1", "bmc-a.lab", "10.0.0.2"]));
+        assert!(extended.endpoint_for("https://10.0.0.2", "lab").is_ok());
         // A corrupt stored binding refuses rather than unbinding.
-        let mut corrupt = EndpointResolver::new(&profiles).with_learned_bindings(learned(&["bad*host"]));
-        assert!(corrupt.endpoint(&node_for_access("https://10.0.0.1", "lab")).is_err());
+        let mut corrupt = ProfileResolver::new(&profiles).with_learned_bindings(learned(&["bad*host"]));
+        assert!(corrupt.endpoint_for("https://10.0.0.1", "lab").is_err());
         // With no binding at all (a profile never imported) it stays unbound.
-        let mut unbound = EndpointResolver::new(&profiles);
-        assert!(unbound.endpoint(&node_for_access("https://10.9.9.9", "lab")).is_ok());
+        let mut unbound = ProfileResolver::new(&profiles);
+        assert!(unbound.endpoint_for("https://10.9.9.9", "lab").is_ok());
     }
 
     #[test]

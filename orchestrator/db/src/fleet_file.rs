@@ -1,12 +1,17 @@
 //! Reading node lists for `waveguard fleet import`: CSV with a header row,
 //! or YAML (a list of nodes, or a map with a `nodes:` list). Every bad row is
 //! reported with its line number, all at once, so one run fixes a file.
+//!
+//! The import format lives beside the records it produces ([`NewNode`]),
+//! validated by the same rules the datastore applies, so every crate that
+//! reads fleet files (the binary's `fleet import`, `policy lint`/`power`)
+//! reaches it without a dependency on the binary.
 
 use std::collections::HashMap;
 use std::fmt;
 use std::path::Path;
 
-use orchestrator_db::model::{NewNode, NodeLabels};
+use crate::model::{NewNode, NodeLabels};
 use serde::Deserialize;
 
 /// The columns of the CSV format, in the order written by `bmc-sim`.

@@ -20,9 +20,15 @@ use orchestrator_policy::{GateKind, GateSource, HealthGate, Policy, RedfishMetri
 use orchestrator_types::{FirmwareVersion, NodeId, NodeState, QualificationState, ReleaseId};
 use serde::Serialize;
 
+mod baselines;
+
+pub use baselines::{BaselineError, parse_baselines};
+
 /// GPUs per node unless told otherwise: the HGX baseboards this product
-/// targets carry eight, as the health collector assumes.
-pub const DEFAULT_GPUS_PER_NODE: u32 = orchestrator_engine::watch::DEFAULT_GPUS_PER_NODE;
+/// targets carry eight. The engine's health collector assumes the same for a
+/// node whose inventory names none, and reads it from here so the power quoted
+/// and the test that runs count the same units.
+pub const DEFAULT_GPUS_PER_NODE: u32 = 8;
 
 /// Baselines used when neither the command line nor history gives one, in
 /// one place for `policy power` and the lint. Rates are per unit of the
@@ -51,6 +57,54 @@ pub fn default_baseline(metric: RedfishMetric) -> Option<f64> {
         // Not judged against a control (the failure budget covers it).
         RedfishMetric::FlashFailures => None,
     }
+}
+
+/// A node of a fleet file as the power analysis plans it: only the labels a
+/// fleet file carries, so the planner needs no database record to quote power.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct FleetNode {
+    /// Node name.
+    pub name: String,
+    /// Platform SKU.
+    pub platform: String,
+    /// Region label.
+    pub region: String,
+    /// Cluster label.
+    pub cluster: String,
+    /// Rack label.
+    pub rack: String,
+    /// Scale-up (NVLink) domain label.
+    pub nvlink_domain: String,
+}
+
+/// Why a fleet gives no wave shapes.
+#[derive(Debug, thiserror::Error)]
+pub enum ShapeError {
+    /// A version the analysis plans with did not parse.
+    #[error("version {text:?}")]
+    Version {
+        /// The version text.
+        text: String,
+        /// Why it did not parse.
+        #[source]
+        source: orchestrator_types::VersionError,
+    },
+    /// The planner refused the policy or release.
+    #[error(transparent)]
+    Plan(#[from] crate::PlanError),
+    /// Every node was excluded.
+    #[error(
+        "no node of the fleet is planned under policy {policy:?} ({nodes} node(s): {})",
+        if excluded.is_empty() { "none".to_owned() } else { excluded.join(", ") }
+    )]
+    NothingPlanned {
+        /// Policy name.
+        policy: String,
+        /// Nodes in the fleet.
+        nodes: usize,
+        /// `<count> <reason code>` per exclusion reason.
+        excluded: Vec<String>,
+    },
 }
 
 /// Where a gate's baseline came from.
@@ -435,12 +489,17 @@ pub fn power_table(policy: &Policy, waves: &[WaveShape], options: &PowerOptions)
 /// caps and control cohorts are the planner's own.
 pub fn fleet_shapes(
     policy: &Policy,
-    nodes: &[orchestrator_db::model::NewNode],
+    nodes: &[FleetNode],
     release: Option<&FirmwareVersion>,
     seed: u64,
-) -> Result<(Vec<WaveShape>, Vec<String>), String> {
-    use orchestrator_planner::{ComponentSnapshot, FleetSnapshot, NodeHealth, NodeSnapshot, PlanInput, ReleaseSpec};
-    let parse = |text: &str| FirmwareVersion::parse(text).map_err(|e| format!("version {text:?}: {e}"));
+) -> Result<(Vec<WaveShape>, Vec<String>), ShapeError> {
+    use crate::{ComponentSnapshot, FleetSnapshot, NodeHealth, NodeSnapshot, PlanInput, ReleaseSpec};
+    let parse = |text: &str| {
+        FirmwareVersion::parse(text).map_err(|source| ShapeError::Version {
+            text: text.to_owned(),
+            source,
+        })
+    };
     let target = match release {
         Some(v) => v.clone(),
         None => parse("1")?,
@@ -461,11 +520,11 @@ pub fn fleet_shapes(
             .map(|(i, n)| NodeSnapshot {
                 id: NodeId(i64::try_from(i).unwrap_or(i64::MAX - 1) + 1),
                 name: n.name.clone(),
-                platform: n.platform_sku.clone(),
-                region: n.labels.region.clone(),
-                cluster: n.labels.cluster.clone(),
-                rack: n.labels.rack.clone(),
-                nvlink_domain: n.labels.nvlink_domain.clone(),
+                platform: n.platform.clone(),
+                region: n.region.clone(),
+                cluster: n.cluster.clone(),
+                rack: n.rack.clone(),
+                nvlink_domain: n.nvlink_domain.clone(),
                 labels: BTreeMap::new(),
                 state: NodeState::Active,
                 health: NodeHealth::ok(),
@@ -503,32 +562,25 @@ pub fn fleet_shapes(
         downgrade_forbidden: None,
         rollback_floor: None,
     };
-    let plan = orchestrator_planner::plan(&PlanInput {
+    let plan = crate::plan(&PlanInput {
         snapshot: &snapshot,
         policy: &policy,
         release: &release,
         seed,
         planned_at: chrono::DateTime::UNIX_EPOCH,
-    })
-    .map_err(|e| e.to_string())?;
+    })?;
     if plan.waves.is_empty() {
         let mut reasons: BTreeMap<&str, usize> = BTreeMap::new();
         for e in &plan.eligibility {
-            if let orchestrator_planner::Outcome::Excluded { reason } = &e.outcome {
+            if let crate::Outcome::Excluded { reason } = &e.outcome {
                 *reasons.entry(reason.code()).or_default() += 1;
             }
         }
-        let reasons: Vec<String> = reasons.iter().map(|(code, n)| format!("{n} {code}")).collect();
-        return Err(format!(
-            "no node of the fleet is planned under policy {:?} ({} node(s): {})",
-            policy.name,
-            nodes.len(),
-            if reasons.is_empty() {
-                "none".to_owned()
-            } else {
-                reasons.join(", ")
-            }
-        ));
+        return Err(ShapeError::NothingPlanned {
+            policy: policy.name.clone(),
+            nodes: nodes.len(),
+            excluded: reasons.iter().map(|(code, n)| format!("{n} {code}")).collect(),
+        });
     }
     let shapes = plan
         .waves
@@ -538,8 +590,8 @@ pub fn fleet_shapes(
             canary_nodes: w.nodes.len(),
             control_nodes: w.control.members().len(),
             no_control_reason: match &w.control {
-                orchestrator_planner::ControlPlan::Unavailable { reason } => Some(reason.clone()),
-                orchestrator_planner::ControlPlan::Cohort { .. } => None,
+                crate::ControlPlan::Unavailable { reason } => Some(reason.clone()),
+                crate::ControlPlan::Cohort { .. } => None,
             },
             bake_seconds: w.bake_seconds,
             gates: w.gates.clone(),
@@ -576,10 +628,7 @@ pub fn canary_without_fleet(policy: &Policy) -> Option<WaveShape> {
         name: wave.name.clone(),
         canary_nodes: n,
         // The planner sizes a control max(wave, MIN_CONTROL_COHORT), capped.
-        control_nodes: n.clamp(
-            orchestrator_planner::MIN_CONTROL_COHORT,
-            orchestrator_planner::MAX_CONTROL_COHORT,
-        ),
+        control_nodes: n.clamp(crate::MIN_CONTROL_COHORT, crate::MAX_CONTROL_COHORT),
         no_control_reason: None,
         bake_seconds: wave.bake.num_seconds(),
         gates: wave.gates.clone(),
@@ -649,7 +698,7 @@ pub struct FleetGateTiming {
 /// default). Evidence pools across waves: a wave starts with the baseline events its predecessors
 /// gathered, each assumed to have baked for the later of its bake and its healthy median (capped at
 /// `max_bake`). Counts are assumed Poisson (dispersion 1); bursty metrics take longer, by about their
-/// dispersion. Kept apart from [`power_table`] so that it can move to the planner (issue 19).
+/// dispersion. Kept apart from [`power_table`]: it is the fleet-scale method's timing, not the per-wave test's power.
 pub fn fleet_timing(policy: &Policy, waves: &[WaveShape], options: &PowerOptions) -> Vec<FleetGateTiming> {
     use orchestrator_detect::fleet::{RateTimingInput, hours_to_catch, hours_to_pass};
     let mut out = Vec::new();
@@ -724,149 +773,19 @@ pub fn fleet_timing(policy: &Policy, waves: &[WaveShape], options: &PowerOptions
     out
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn fleet_timing_pools_evidence_and_flags_a_likely_hold() {
-        let policy = policy();
-        let options = PowerOptions::default();
-        let waves = [shape(8, 400, 12), shape(40, 400, 12)];
-        let waves = [
-            waves[0].clone(),
-            WaveShape {
-                name: "canary".into(),
-                ..waves[1].clone()
-            },
-        ];
-        let timing = fleet_timing(&policy, &waves, &options);
-        let xid: Vec<&FleetGateTiming> = timing.iter().filter(|t| t.gate == "xid_errors").collect();
-        assert_eq!(xid.len(), 2, "{timing:#?}");
-        let (first, second) = (xid[0], xid[1]);
-        assert!(first.pass_hours.0.is_finite() && first.pass_hours.1 > first.pass_hours.0);
-        // The second wave starts with the first one's evidence and five times the nodes.
-        assert!(second.pass_hours.0 < first.pass_hours.0, "{first:?} {second:?}");
-        let at_must_detect = first.catch_hours[0];
-        assert_eq!(at_must_detect.0, policy.health.gate("xid_errors").unwrap().must_detect);
-        assert!(at_must_detect.1.is_finite());
-        // Without max_bake the wave cannot extend, so a pass slower than the bake is a likely hold.
-        assert_eq!(first.likely_hold, first.pass_hours.1 > first.max_bake_hours);
-    }
-
-    const POLICY: &str = include_str!("../../policies/gpu-fast-canary.yaml");
-
-    fn policy() -> Policy {
-        orchestrator_policy::parse_policy(POLICY).unwrap()
-    }
-
-    fn shape(canary: usize, control: usize, bake_hours: i64) -> WaveShape {
-        WaveShape {
-            name: "canary".into(),
-            canary_nodes: canary,
-            control_nodes: control,
-            no_control_reason: None,
-            bake_seconds: bake_hours * 3600,
-            gates: vec!["xid_errors".into(), "gpu_temp".into()],
-        }
-    }
-
-    fn mde(p: &GatePower) -> f64 {
-        let m = p.mde.as_ref().unwrap();
-        m.ratio.or(m.shift).unwrap()
-    }
-
-    fn gate<'a>(policy: &'a Policy, name: &str) -> &'a HealthGate {
-        policy.health.gate(name).unwrap()
-    }
-
-    #[test]
-    fn bigger_canary_detects_smaller_effects() {
-        let policy = policy();
-        let options = PowerOptions::default();
-        for name in ["xid_errors", "gpu_temp"] {
-            let small = gate_power(&policy, &shape(8, 64, 6), gate(&policy, name), &options);
-            let big = gate_power(&policy, &shape(32, 64, 6), gate(&policy, name), &options);
-            assert_eq!((small.status, big.status), (GateStatus::Ok, GateStatus::Ok));
-            assert!(mde(&big) < mde(&small), "{name}: {} !< {}", mde(&big), mde(&small));
-            assert!(mde(&big) > gate(&policy, name).min_effect, "{name}");
-        }
-    }
-
-    #[test]
-    fn longer_bake_detects_smaller_rate_ratios() {
-        let policy = policy();
-        let g = gate(&policy, "xid_errors");
-        let options = PowerOptions::default();
-        let short = gate_power(&policy, &shape(16, 16, 6), g, &options);
-        let long = gate_power(&policy, &shape(16, 16, 24), g, &options);
-        assert!(mde(&long) < mde(&short));
-        // 6h at 30m intervals, two gates sharing alpha 0.05.
-        assert_eq!(short.planned_looks, 12);
-        assert!((short.gate_alpha - 0.025).abs() < 1e-12);
-        assert_eq!(short.per_look_alpha.len(), 12);
-        assert_eq!(short.canary_units, 128);
-        assert_eq!(short.canary_exposure, Some(128.0 * 6.0));
-    }
-
-    #[test]
-    fn given_baseline_overrides_the_default_by_gate_or_metric() {
-        let policy = policy();
-        let g = gate(&policy, "xid_errors");
-        let default = gate_power(&policy, &shape(16, 16, 6), g, &PowerOptions::default());
-        assert_eq!(default.baseline.as_ref().unwrap().source, BaselineSource::Default);
-        assert_eq!(default.baseline.as_ref().unwrap().value, 0.01);
-        let mut options = PowerOptions::default();
-        options.baselines.rates.insert("xid_errors_per_gpu_hour".into(), 0.5);
-        let by_metric = gate_power(&policy, &shape(16, 16, 6), g, &options);
-        assert_eq!(by_metric.baseline.as_ref().unwrap().source, BaselineSource::Given);
-        // More baseline events: a smaller ratio is detectable.
-        assert!(mde(&by_metric) < mde(&default));
-        options.baselines.rates.insert("xid_errors".into(), 0.001);
-        let by_gate = gate_power(&policy, &shape(16, 16, 6), g, &options);
-        assert_eq!(by_gate.baseline.as_ref().unwrap().value, 0.001);
-        assert!(mde(&by_gate) > mde(&default));
-    }
-
-    #[test]
-    fn quiet_small_canary_is_limited_by_the_minimum_events() {
-        let policy = policy();
-        let mut options = PowerOptions::default();
-        options.baselines.rates.insert("xid_errors".into(), 1e-4);
-        let p = gate_power(&policy, &shape(2, 16, 1), gate(&policy, "xid_errors"), &options);
-        let m = p.mde.unwrap();
-        assert_eq!(m.limited_by, "min_events");
-        // Expected events at the MDE: what Poisson needs to reach 3 with 80% power (~4.5).
-        let events = m.expected_canary_events.unwrap();
-        assert!((4.0..5.0).contains(&events), "{events}");
-    }
-
-    #[test]
-    fn no_control_and_unjudged_gates_are_reported_not_computed() {
-        let policy = policy();
-        let mut wave = shape(16, 0, 6);
-        wave.no_control_reason = Some("no comparable node stays behind".into());
-        let p = gate_power(&policy, &wave, gate(&policy, "gpu_temp"), &PowerOptions::default());
-        assert_eq!(p.status, GateStatus::NoControl);
-        assert_eq!(p.note.as_deref(), Some("no comparable node stays behind"));
-        assert!(p.mde.is_none() && p.detects_must_detect.is_none());
-    }
-
-    #[test]
-    fn lint_canary_uses_the_count_and_the_planners_control_size() {
-        let policy = policy();
-        let canary = canary_without_fleet(&policy).unwrap();
-        assert_eq!((canary.canary_nodes, canary.control_nodes), (16, 16));
-        let mut small = canary.clone();
-        small.canary_nodes = 1;
-        small.control_nodes = 16;
-        let findings = canary_findings(&policy, &small, &PowerOptions::default());
-        let gates: Vec<&str> = findings.iter().map(|(g, _)| g.as_str()).collect();
-        assert!(gates.contains(&"xid_errors"), "{findings:?}");
-        assert!(
-            findings[0].1.contains("canary \"canary\" of 1 node(s) detects x")
-                && findings[0].1.contains("must catch x5"),
-            "{findings:?}"
-        );
-    }
+/// The lint's power warnings for a policy: `(gate, message)` for each gate whose
+/// canary cannot catch its `must_detect` effect. With a fleet the canary and
+/// control are what the planner makes of it; a policy the fleet gives no waves
+/// is not checked (nothing to say about it), nor is a canary sized by percent
+/// without a fleet.
+pub fn lint_findings(policy: &Policy, fleet: Option<&[FleetNode]>) -> Vec<(String, String)> {
+    let canary = match fleet {
+        Some(nodes) => fleet_shapes(policy, nodes, None, 0)
+            .ok()
+            .and_then(|(waves, _)| waves.into_iter().next()),
+        None => canary_without_fleet(policy),
+    };
+    canary.map_or_else(Vec::new, |canary| {
+        canary_findings(policy, &canary, &PowerOptions::default())
+    })
 }
