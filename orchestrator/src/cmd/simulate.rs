@@ -16,7 +16,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration as StdDuration, Instant};
 
@@ -37,7 +36,9 @@ use orchestrator_engine::{
     BmcConnector, Engine, EngineConfig, HealthJudge, RedfishConnector, StartRollout, StepDeadlines,
 };
 use orchestrator_policy::Policy;
-use orchestrator_types::{Clock, ComponentKind, FirmwareVersion, QualificationState, TransitionRequest};
+use orchestrator_types::{
+    AcceleratedClock, Clock, ComponentKind, FirmwareVersion, QualificationState, TransitionRequest,
+};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 use tokio::task::JoinHandle;
@@ -209,68 +210,6 @@ pub struct Updates {
 }
 
 // ---------------------------------------------------------------------------
-// Time.
-
-/// Simulated time: `speedup` times faster than real time, plus jumps over
-/// idle stretches. Never goes backwards (jumps only add).
-#[derive(Debug)]
-pub struct WarpClock {
-    start_sim: DateTime<Utc>,
-    start_real: Instant,
-    speedup: f64,
-    skipped_nanos: AtomicI64,
-}
-
-impl WarpClock {
-    /// Starts at `start`; a non-finite or non-positive speedup means 1.
-    pub fn new(start: DateTime<Utc>, speedup: f64) -> Self {
-        let speedup = if speedup.is_finite() && speedup > 0.0 {
-            speedup
-        } else {
-            1.0
-        };
-        Self {
-            start_sim: start,
-            start_real: Instant::now(),
-            speedup,
-            skipped_nanos: AtomicI64::new(0),
-        }
-    }
-
-    /// Simulated seconds per real second.
-    pub fn speedup(&self) -> f64 {
-        self.speedup
-    }
-
-    /// Jumps forward to `at` (no-op when `at` is not in the future).
-    pub fn skip_to(&self, at: DateTime<Utc>) {
-        let gap = at - self.now();
-        if let Some(nanos) = gap.num_nanoseconds().filter(|n| *n > 0) {
-            self.skipped_nanos.fetch_add(nanos, Ordering::SeqCst);
-        }
-    }
-
-    /// Simulated time that `real` real time covers.
-    pub fn sim_duration(&self, real: StdDuration) -> Duration {
-        let nanos = (real.as_nanos() as f64 * self.speedup).min(i64::MAX as f64) as i64;
-        Duration::nanoseconds(nanos)
-    }
-}
-
-impl Clock for WarpClock {
-    fn now(&self) -> DateTime<Utc> {
-        let run = self.sim_duration(self.start_real.elapsed());
-        self.start_sim + run + Duration::nanoseconds(self.skipped_nanos.load(Ordering::SeqCst))
-    }
-
-    // At most this long: a skip only makes simulated time pass sooner.
-    fn real_time(&self, span: Duration) -> StdDuration {
-        let nanos = span.num_nanoseconds().unwrap_or(i64::MAX).max(0) as f64 / self.speedup;
-        StdDuration::from_nanos(nanos as u64)
-    }
-}
-
-// ---------------------------------------------------------------------------
 // The world: clock, fleet, database, image server.
 
 /// Images served to the BMCs, by file name; the demo adds releases later.
@@ -280,7 +219,7 @@ type ImageStore = Arc<RwLock<BTreeMap<String, Vec<u8>>>>;
 #[derive(Debug)]
 pub struct SimWorld {
     /// The shared simulated clock.
-    pub clock: Arc<WarpClock>,
+    pub clock: Arc<AcceleratedClock>,
     /// bmc-sim, in-process, one loopback port per BMC.
     pub fleet: RunningFleet,
     /// The controller's database.
@@ -333,7 +272,7 @@ impl SimWorld {
         fleet_runtime: Option<tokio::runtime::Handle>,
         keep_alive: bool,
     ) -> Result<SimWorld, WorldError> {
-        let clock = Arc::new(WarpClock::new(Utc::now(), speedup));
+        let clock = Arc::new(AcceleratedClock::new(Utc::now(), speedup));
         let (dir, url) = match db_url {
             Some(url) => (None, url.to_owned()),
             None => {
