@@ -32,8 +32,8 @@ use tokio::net::TcpListener;
 
 use super::BadInput;
 use super::policy::{SyncSettings, sync_once};
-use super::simulate::{SimWorld, idle_until, judge_for};
 use crate::Context;
+use orchestrator_sim::{SimWorld, idle_until, judge_for};
 
 /// The simulated fleet (its node count is set by `--nodes`).
 const DEMO_SCENARIO: &str = include_str!("../../../bmc-sim/scenarios/simulate-1000.yaml");
