@@ -15,12 +15,14 @@
 //! - [`watch`]: drives a rollout to its end (synthetic approvals, idle skips);
 //! - [`report`]: the JSON report of `waveguard simulate` (a contract);
 //! - [`run`]: one whole simulated rollout, from release to report;
+//! - [`demo`]: the story `waveguard demo` tells (releases, rollouts, narration);
 //! - [`bench`]: the throughput run and the measurements behind `waveguard bench`.
 //!
 //! This is an ordinary library, not a test crate, so shipped commands may
 //! depend on it.
 
 pub mod bench;
+pub mod demo;
 mod images;
 pub mod report;
 pub mod run;
