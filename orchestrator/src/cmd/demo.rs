@@ -15,7 +15,6 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration as StdDuration;
 
 use anyhow::Context as _;
@@ -24,7 +23,7 @@ use orchestrator_db::Db;
 use orchestrator_policy_git::{GitPolicySource, RepoLocation};
 use orchestrator_sim::demo::{BMC_TO, DEMO_AUTHOR, DEMO_AUTOPILOT, DEMO_SCENARIO, GPU_BAD, GPU_GOOD, Story};
 use orchestrator_sim::{SimWorld, judge_for};
-use orchestrator_types::{Clock, Role, SystemClock};
+use orchestrator_types::{Clock, Role, WallClock};
 use rand::Rng as _;
 use tokio::net::TcpListener;
 
@@ -95,7 +94,7 @@ pub async fn run(args: DemoArgs, _context: &Context) -> anyhow::Result<ExitCode>
     let engine = world.start_engine("waveguard-demo", judge.judge);
     // Sessions run on real time: on the accelerated rollout clock a 12-hour
     // session would end within a minute, logging the visitor out mid-story.
-    let web_db = db.clone().with_session_clock(Arc::new(SystemClock));
+    let web_db = db.clone().with_session_clock(WallClock::system());
     let state = web::AppState::new(web_db).with_engine_nudge(engine.nudge());
     let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
     let server = tokio::spawn(web::serve(listener, state, async move {

@@ -1,9 +1,16 @@
 //! The one source of "now", so bake times, maintenance windows and timeouts
 //! can run on simulated time.
+//!
+//! There are two clocks, and their types keep them apart: the
+//! [`RolloutClock`] (bakes, maintenance windows, step deadlines, the lease,
+//! every stored timestamp; accelerated in simulations) and the
+//! [`WallClock`] (logins, sessions and their throttles: what a person
+//! experiences). Code that takes one cannot be handed the other; both wrap
+//! a [`Clock`], chosen where a process is wired.
 
 use std::fmt;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use chrono::{DateTime, Duration, Utc};
@@ -162,6 +169,68 @@ impl Clock for AcceleratedClock {
     }
 }
 
+/// The rollout clock: what bakes, maintenance windows, step deadlines, the
+/// executor lease and every stored timestamp are read on. Accelerated in
+/// simulations, so a simulated day passes in seconds.
+#[derive(Debug, Clone)]
+pub struct RolloutClock(Arc<dyn Clock>);
+
+/// The wall clock: what a person's login, session and login throttle are
+/// read on. A simulation that accelerates the rollout clock must not end a
+/// 12-hour session or a 15-minute lockout in real seconds.
+#[derive(Debug, Clone)]
+pub struct WallClock(Arc<dyn Clock>);
+
+macro_rules! clock_role {
+    ($role:ident) => {
+        impl $role {
+            /// This role played by `clock`.
+            pub fn new(clock: Arc<dyn Clock>) -> Self {
+                Self(clock)
+            }
+
+            /// The current instant.
+            pub fn now(&self) -> DateTime<Utc> {
+                self.0.now()
+            }
+
+            /// Real time that `span` of this clock's time takes to pass
+            /// (see [`Clock::real_time`]).
+            pub fn real_time(&self, span: Duration) -> std::time::Duration {
+                self.0.real_time(span)
+            }
+        }
+
+        impl<C: Clock + 'static> From<Arc<C>> for $role {
+            fn from(clock: Arc<C>) -> Self {
+                Self(clock)
+            }
+        }
+
+        impl From<Arc<dyn Clock>> for $role {
+            fn from(clock: Arc<dyn Clock>) -> Self {
+                Self(clock)
+            }
+        }
+    };
+}
+
+clock_role!(RolloutClock);
+clock_role!(WallClock);
+
+impl WallClock {
+    /// Real time.
+    pub fn system() -> Self {
+        Self(Arc::new(SystemClock))
+    }
+}
+
+impl Default for WallClock {
+    fn default() -> Self {
+        Self::system()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -183,6 +252,16 @@ mod tests {
         assert_eq!(c.real_time(Duration::seconds(-10)), std::time::Duration::ZERO);
         assert_eq!(AcceleratedClock::new(start, -3.0).speedup(), 1.0);
         assert_eq!(AcceleratedClock::new(start, f64::NAN).speedup(), 1.0);
+    }
+
+    #[test]
+    fn each_role_reads_the_clock_it_was_given() {
+        let start = Utc::now() - Duration::days(30);
+        let manual = Arc::new(ManualClock::new(start));
+        let rollout = RolloutClock::from(manual.clone());
+        manual.advance(Duration::hours(1));
+        assert_eq!(rollout.now(), start + Duration::hours(1));
+        assert!(WallClock::system().now() > rollout.now() + Duration::days(29));
     }
 
     #[test]

@@ -14,7 +14,7 @@ mod qualification;
 mod verdict;
 mod version;
 
-pub use clock::{AcceleratedClock, Clock, ManualClock, SystemClock};
+pub use clock::{AcceleratedClock, Clock, ManualClock, RolloutClock, SystemClock, WallClock};
 pub use execution::{Blocker, RolloutState, StepPurpose, StepState, WaveKind, WaveState};
 pub use ids::{NodeId, ReleaseId, RolloutId, StepId, UserId, WaveId};
 pub use kinds::{ComponentKind, NodeState, ParseEnumError, Role};
