@@ -2,7 +2,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use migrations::{Migrator, MigratorTrait};
-use orchestrator_types::Clock;
+use orchestrator_types::{Clock, RolloutClock, WallClock};
 use sea_orm::sqlx::sqlite::{SqliteJournalMode, SqliteSynchronous};
 use sea_orm::{ConnectOptions, Database, DatabaseConnection};
 
@@ -50,11 +50,12 @@ impl Default for ConnectTuning {
 #[derive(Debug, Clone)]
 pub struct Db {
     pub(crate) conn: DatabaseConnection,
-    pub(crate) clock: Arc<dyn Clock>,
-    /// What browser sessions expire by. The same clock as `clock` unless
-    /// set apart: a demo on an accelerated rollout clock keeps sessions on
-    /// real time, or a 12-hour session would end within a minute.
-    pub(crate) session_clock: Arc<dyn Clock>,
+    pub(crate) clock: RolloutClock,
+    /// What browser sessions and login throttles run on. The same clock as
+    /// `clock` unless set apart: a demo on an accelerated rollout clock
+    /// keeps sessions on real time, or a 12-hour session would end within a
+    /// minute.
+    pub(crate) session_clock: WallClock,
     backend: Backend,
 }
 
@@ -108,8 +109,8 @@ impl Db {
         tracing::debug!(url = %redact_url(url), ?backend, "connected to database");
         Ok(Db {
             conn,
-            session_clock: clock.clone(),
-            clock,
+            session_clock: WallClock::new(clock.clone()),
+            clock: RolloutClock::new(clock),
             backend,
         })
     }
@@ -149,20 +150,20 @@ impl Db {
     }
 
     /// The clock every timestamp written by this handle comes from.
-    pub fn clock(&self) -> &Arc<dyn Clock> {
+    pub fn clock(&self) -> &RolloutClock {
         &self.clock
     }
 
     /// The clock browser sessions (and anything about logging in) run on.
-    pub fn session_clock(&self) -> &Arc<dyn Clock> {
+    pub fn session_clock(&self) -> &WallClock {
         &self.session_clock
     }
 
     /// The same handle with browser sessions created and expired by
     /// `clock` (e.g. the wall clock) while every other timestamp keeps this
     /// handle's clock, so the audit log still reads in one time.
-    pub fn with_session_clock(mut self, clock: Arc<dyn Clock>) -> Self {
-        self.session_clock = clock;
+    pub fn with_session_clock(mut self, clock: impl Into<WallClock>) -> Self {
+        self.session_clock = clock.into();
         self
     }
 

@@ -15,7 +15,7 @@ use orchestrator_db::execution::{
 use orchestrator_db::{Db, DbError};
 use orchestrator_policy::{Policy, RollbackScope, next_window_start, window_open_at};
 use orchestrator_types::{
-    Clock, ComponentKind, Outcome, QualificationState, RolloutId, TransitionRequest, WaveId, WaveVerdict,
+    ComponentKind, Outcome, QualificationState, RolloutClock, RolloutId, TransitionRequest, WaveId, WaveVerdict,
     qualification_hold,
 };
 use serde_json::json;
@@ -31,7 +31,7 @@ use crate::wave::{ReleaseStanding, WaveAction, WaveFacts, decide};
 #[derive(Debug)]
 pub(crate) struct Executor {
     pub db: Db,
-    pub clock: Arc<dyn Clock>,
+    pub clock: RolloutClock,
     pub config: EngineConfig,
     pub connector: Arc<dyn BmcConnector>,
     pub judge: Arc<dyn HealthJudge>,

@@ -10,7 +10,7 @@ use orchestrator_bmc::{
 use orchestrator_db::execution::{ExecStep, Fence, PlacedStep, RolloutState, StepChange, StepState};
 use orchestrator_db::{Db, DbError};
 use orchestrator_policy::{ApplyTimeRule, UpdatePathRule, UpdateRules};
-use orchestrator_types::{Clock, ComponentKind, FirmwareVersion, NodeState, error_chain};
+use orchestrator_types::{ComponentKind, FirmwareVersion, NodeState, RolloutClock, error_chain};
 use serde_json::json;
 
 use crate::config::EngineConfig;
@@ -20,7 +20,8 @@ use crate::controller::ControllerHealth;
 #[derive(Debug, Clone)]
 pub(crate) struct StepCtx {
     pub db: Db,
-    pub clock: Arc<dyn Clock>,
+    /// Deadlines, backoff and the lease are rollout time.
+    pub clock: RolloutClock,
     pub config: EngineConfig,
     pub fence: Fence,
     pub health: Arc<ControllerHealth>,
@@ -911,7 +912,7 @@ fleet:
                 .expect("ours");
             StepCtx {
                 db: self.db.clone(),
-                clock: self.clock.clone(),
+                clock: self.clock.clone().into(),
                 config,
                 fence,
                 health: Arc::new(ControllerHealth::default()),

@@ -13,18 +13,14 @@
 //!   time for each wave to pass, fleet-proven.
 
 use std::process::ExitCode;
-use std::time::{Duration as StdDuration, Instant};
+use std::time::Instant;
 
 use anyhow::Context as _;
-use bmc_sim::Scenario;
-use orchestrator_db::execution::{StepFilter, StepState};
 use orchestrator_db::model::{NewNode, NodeLabels};
-use orchestrator_engine::{GatelessJudge, StartRollout};
-use orchestrator_types::{ComponentKind, FirmwareVersion};
-
-use super::simulate::{SIM_AUTHOR, SimWorld, WatchOptions, watch};
-use crate::Context;
 use orchestrator_detect::fleet::sim as detection_sim;
+use orchestrator_sim::bench::{FreshPostgres, fitting_nodes, machine, proc_status_kib};
+
+use crate::Context;
 
 /// Which benchmark.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -78,7 +74,10 @@ pub async fn run(args: BenchArgs, _context: &Context) -> anyhow::Result<ExitCode
         super::bench_rma::run(args.rma_gpus);
     }
     if wants(Which::Throughput) {
-        let nodes = fitting_nodes(args.nodes);
+        let (nodes, note) = fitting_nodes(args.nodes);
+        if let Some(note) = note {
+            println!("{note}");
+        }
         throughput(nodes, None).await?;
         if args.postgres_url.is_empty() {
             println!("throughput on PostgreSQL: skipped (--postgres-url is empty)");
@@ -89,7 +88,7 @@ pub async fn run(args: BenchArgs, _context: &Context) -> anyhow::Result<ExitCode
                     pg.drop_database();
                     outcome?;
                 }
-                Err(err) => println!("throughput on PostgreSQL: SKIPPED ({err:#})"),
+                Err(err) => println!("throughput on PostgreSQL: SKIPPED ({:#})", anyhow::Error::new(err)),
             }
         }
     }
@@ -99,281 +98,32 @@ pub async fn run(args: BenchArgs, _context: &Context) -> anyhow::Result<ExitCode
     Ok(ExitCode::SUCCESS)
 }
 
-/// With the fleet in this process every simulated BMC holds a listening
-/// socket for the whole run. Its BMCs close each connection after one
-/// response (see `SimWorld::start_on`), so beyond the listeners only the
-/// requests in flight hold descriptors (client and server side, up to
-/// four per BMC being updated at the fleet cap of 512, plus the image
-/// server's and the database's); fewer nodes run when the hard limit is
-/// lower, and the output says so.
-fn fitting_nodes(wanted: usize) -> usize {
-    const PER_NODE: usize = 1;
-    const SPARE: usize = 6_000;
-    let hard = std::fs::read_to_string("/proc/self/limits").ok().and_then(|t| {
-        t.lines()
-            .find(|l| l.starts_with("Max open files"))
-            .and_then(|l| l.split_whitespace().nth(4))
-            .and_then(|v| v.parse::<usize>().ok())
-    });
-    match hard {
-        Some(hard) if wanted * PER_NODE + SPARE > hard => {
-            let fits = hard.saturating_sub(SPARE) / PER_NODE;
-            println!(
-                "NOTE: the hard open-file limit is {hard}; {wanted} in-process BMCs need ~{} descriptors, so the \
-                 throughput run uses {fits} nodes (raise `ulimit -Hn` for the full run)",
-                wanted * PER_NODE + SPARE
-            );
-            fits.max(1)
-        }
-        _ => wanted,
-    }
-}
-
-fn machine() -> String {
-    let cpus = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
-    let model = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|t| {
-            t.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|m| m.trim().to_owned())
-        })
-        .unwrap_or_else(|| "unknown CPU".into());
-    let mem =
-        proc_status_kib("/proc/meminfo", "MemTotal:").map_or(String::new(), |k| format!(", {} GiB RAM", k / 1_048_576));
-    format!(
-        "{cpus} CPU(s), {model}{mem}, {} {}",
-        std::env::consts::OS,
-        std::env::consts::ARCH
-    )
-}
-
-/// A `Key:   123 kB` line of a /proc status file, in KiB.
-fn proc_status_kib(path: &str, key: &str) -> Option<u64> {
-    std::fs::read_to_string(path)
-        .ok()?
-        .lines()
-        .find(|l| l.starts_with(key))?
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
-}
-
-/// CPU seconds used so far by this process's threads, split into
-/// (bmc-sim threads, everything else = the controller).
-fn cpu_by_thread() -> (f64, f64) {
-    let ticks = 100.0; // USER_HZ on Linux
-    let (mut sim, mut other) = (0.0, 0.0);
-    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
-        return (0.0, 0.0);
-    };
-    for task in tasks.flatten() {
-        let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else {
-            continue;
-        };
-        // `pid (comm) state ...`: comm may hold spaces, so split at the last ')'.
-        let Some((head, rest)) = stat.rsplit_once(')') else {
-            continue;
-        };
-        let comm = head.split_once('(').map_or("", |(_, c)| c);
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        // utime and stime are fields 14 and 15 of the whole line; `rest`
-        // starts at field 3.
-        let used = fields.get(11).and_then(|u| u.parse::<f64>().ok()).unwrap_or(0.0)
-            + fields.get(12).and_then(|s| s.parse::<f64>().ok()).unwrap_or(0.0);
-        if comm.starts_with("bmc-sim") {
-            sim += used / ticks;
-        } else {
-            other += used / ticks;
-        }
-    }
-    (sim, other)
-}
-
-/// A database created for one run and dropped after it (with psql).
-struct FreshPostgres {
-    admin_url: String,
-    name: String,
-    url: String,
-}
-
-impl FreshPostgres {
-    fn create(admin_url: &str) -> anyhow::Result<FreshPostgres> {
-        let name = format!("wg_bench_{}", std::process::id());
-        psql(admin_url, &format!("CREATE DATABASE {name}"))?;
-        let base = admin_url.rsplit_once('/').map_or(admin_url, |(base, _)| base);
-        Ok(FreshPostgres {
-            admin_url: admin_url.to_owned(),
-            url: format!("{base}/{name}"),
-            name,
-        })
-    }
-
-    fn drop_database(&self) {
-        if let Err(err) = psql(
-            &self.admin_url,
-            &format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name),
-        ) {
-            eprintln!("warning: could not drop {}: {err:#}", self.name);
-        }
-    }
-}
-
-fn psql(url: &str, sql: &str) -> anyhow::Result<()> {
-    let out = std::process::Command::new("psql")
-        .args([url, "-v", "ON_ERROR_STOP=1", "-q", "-c", sql])
-        .output()
-        .context("cannot run psql")?;
-    anyhow::ensure!(
-        out.status.success(),
-        "psql: {}",
-        String::from_utf8_lossy(&out.stderr).trim()
-    );
-    Ok(())
-}
-
-// ---------------------------------------------------------------------------
-
-fn throughput_scenario(nodes: usize) -> String {
-    format!(
-        r#"
-seed: 3
-fleet:
-  nodes: {nodes}
-  racks: {racks}
-  clusters: 10
-  region: bench-1
-  sku: hgx-h100-8gpu
-  nodes_per_nvlink_domain: 4
-  components:
-    - {{id: BMC_Firmware, kind: bmc, version: "24.04.1"}}
-    - {{id: "HGX_FW_GPU_{{0..7}}", kind: gpu, version: "96.00.5E.00.01"}}
-firmware:
-  - kind: gpu
-    version: "96.00.61.00.01"
-    flash_time: {{min: 0s, max: 0s}}
-bmc_faults:
-  reset_time: {{min: 0s, max: 0s}}
-  reboot_time: {{min: 0s, max: 0s}}
-"#,
-        racks = nodes.div_ceil(20).max(1)
-    )
-}
-
-const THROUGHPUT_POLICY: &str = r#"
-name: bench-throughput
-target:
-  component: gpu
-  inventory_id: "HGX_FW_GPU_*"
-  platforms: [hgx-h100-8gpu]
-versions:
-  allow_downgrade: false
-qualification:
-  required_gates: []
-waves:
-  - name: canary
-    count: 100
-    stratify_by: [rack]
-    bake: 1m
-    max_in_flight: 100
-  - name: fleet
-    rest: true
-    bake: 1m
-    max_in_flight: 512
-concurrency:
-  max_in_flight: 512
-  per_rack: 20
-failure_budget:
-  max_failed_percent: 1
-rollback:
-  automatic: false
-  scope: rollout
-"#;
-
 async fn throughput(nodes: usize, postgres: Option<&str>) -> anyhow::Result<()> {
     let backend = if postgres.is_some() { "PostgreSQL" } else { "SQLite" };
     println!("\n== throughput: {nodes} simulated BMCs, zero flash time, canary (100) -> fleet, {backend} ==");
-    let scenario = Scenario::from_yaml_str(&throughput_scenario(nodes)).context("bench scenario")?;
-    // bmc-sim gets threads of its own, named so their CPU is not counted
-    // as the controller's.
-    let fleet_runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .thread_name("bmc-sim")
-        .enable_all()
-        .build()
-        .context("bmc-sim runtime")?;
-    let setup = Instant::now();
-    let world = SimWorld::start_on(scenario, 60.0, postgres, Some(fleet_runtime.handle().clone()), false).await?;
-    let version = FirmwareVersion::parse("96.00.61.00.01").context("version")?;
-    let release = world
-        .register_release(ComponentKind::Gpu, &version, Some(&[]), "bench")
-        .await
-        .context("release")?;
+    let run = orchestrator_sim::bench::throughput(nodes, postgres).await?;
     println!(
         "setup (fleet start, import, inventory, release): {:.1}s",
-        setup.elapsed().as_secs_f64()
+        run.setup.as_secs_f64()
     );
-    let (sim_cpu0, ctl_cpu0) = cpu_by_thread();
-    let started = Instant::now();
-    let rollout = orchestrator_engine::start_rollout(
-        &world.db,
-        &StartRollout {
-            release_id: release.id,
-            policy_source: THROUGHPUT_POLICY.into(),
-            policy_commit: None,
-            policy_blob: None,
-            seed: 1,
-        },
-        SIM_AUTHOR,
-    )
-    .await
-    .context("start the rollout")?;
-    let planned = started.elapsed();
-    let engine = world.start_engine("bench", std::sync::Arc::new(GatelessJudge));
-    let watched = watch(
-        &world,
-        &rollout,
-        WatchOptions {
-            approve: true,
-            skip_bake: true,
-            timeout: StdDuration::from_secs(1800),
-        },
-    )
-    .await;
-    let wall = started.elapsed();
-    engine.shutdown().await;
-    let watched = watched?;
-    let (sim_cpu1, ctl_cpu1) = cpu_by_thread();
-    let steps = world
-        .db
-        .steps(&StepFilter {
-            rollout_id: Some(rollout.id),
-            ..Default::default()
-        })
-        .await?;
-    let succeeded = steps.iter().filter(|s| s.state == StepState::Succeeded).count();
-    let peak_rss_mib = proc_status_kib("/proc/self/status", "VmHWM:").unwrap_or(0) as f64 / 1024.0;
     println!(
-        "outcome: rollout {} ({succeeded} of {} steps succeeded)",
-        watched.rollout.state,
-        steps.len()
+        "outcome: rollout {} ({} of {} steps succeeded)",
+        run.state, run.succeeded, run.steps
     );
-    println!("planning + storing the plan: {:.2}s", planned.as_secs_f64());
+    println!("planning + storing the plan: {:.2}s", run.planned.as_secs_f64());
     println!(
         "wall time (start_rollout -> completed, bakes skipped): {:.1}s; node-updates/s: {:.0}",
-        wall.as_secs_f64(),
-        succeeded as f64 / wall.as_secs_f64()
+        run.wall.as_secs_f64(),
+        run.succeeded as f64 / run.wall.as_secs_f64()
     );
     println!(
         "CPU seconds: controller {:.1}, bmc-sim {:.1}",
-        ctl_cpu1 - ctl_cpu0,
-        sim_cpu1 - sim_cpu0
+        run.controller_cpu, run.sim_cpu
     );
-    println!("peak RSS of the process (controller + {nodes} simulated BMCs): {peak_rss_mib:.0} MiB");
-    world.shutdown().await;
-    fleet_runtime.shutdown_background();
+    println!(
+        "peak RSS of the process (controller + {nodes} simulated BMCs): {:.0} MiB",
+        run.peak_rss_mib
+    );
     Ok(())
 }
 

@@ -115,28 +115,6 @@ fn alert_receiver(
     Ok(Some(receiver))
 }
 
-/// A clock running `speedup` times faster than the wall clock from
-/// `epoch`. Anchored to the wall clock rather than to process start, so a
-/// restarted controller (and a simulator started at `epoch`) agree on now.
-#[derive(Debug)]
-struct ScaledClock {
-    epoch: chrono::DateTime<chrono::Utc>,
-    speedup: f64,
-}
-
-impl orchestrator_types::Clock for ScaledClock {
-    fn now(&self) -> chrono::DateTime<chrono::Utc> {
-        let real = chrono::Utc::now() - self.epoch;
-        let nanos = real.num_nanoseconds().unwrap_or(i64::MAX) as f64 * self.speedup;
-        self.epoch + chrono::Duration::nanoseconds(nanos.clamp(i64::MIN as f64, i64::MAX as f64) as i64)
-    }
-
-    fn real_time(&self, span: chrono::Duration) -> std::time::Duration {
-        let nanos = span.num_nanoseconds().unwrap_or(i64::MAX).max(0) as f64 / self.speedup;
-        std::time::Duration::from_nanos(nanos as u64)
-    }
-}
-
 /// Shortest limit on a PostgreSQL session idling in a transaction: below
 /// it a loaded host could lose healthy transactions.
 const MIN_PG_IDLE_IN_TRANSACTION: std::time::Duration = std::time::Duration::from_millis(500);
@@ -156,7 +134,9 @@ pub async fn run(args: ServeArgs, context: Context) -> anyhow::Result<ExitCode> 
                 return Err(super::BadInput("--clock-speedup must be a positive number".into()).into());
             }
             tracing::warn!(speedup, %epoch, "running on an accelerated clock (simulation only)");
-            std::sync::Arc::new(ScaledClock { epoch, speedup })
+            // Anchored to the wall clock rather than to process start, so a
+            // restarted controller (and a simulator started at `epoch`) agree on now.
+            std::sync::Arc::new(orchestrator_types::AcceleratedClock::from_wall_epoch(epoch, speedup))
         }
         _ => std::sync::Arc::new(orchestrator_types::SystemClock),
     };

@@ -15,7 +15,7 @@ mod qualification;
 mod verdict;
 mod version;
 
-pub use clock::{Clock, ManualClock, SystemClock};
+pub use clock::{AcceleratedClock, Clock, ManualClock, RolloutClock, SystemClock, WallClock};
 pub use error::{error_chain, error_sources};
 pub use execution::{Blocker, RolloutState, StepPurpose, StepState, WaveKind, WaveState};
 pub use ids::{NodeId, ReleaseId, RolloutId, StepId, UserId, WaveId};

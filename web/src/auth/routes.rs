@@ -127,7 +127,8 @@ pub(crate) async fn login(State(state): State<AppState>, request: Request) -> Re
         Ok(LoginGate::Allowed { slow_down }) => {
             if slow_down > chrono::Duration::zero() {
                 // The address is guessing across accounts: slow it, never lock it.
-                tokio::time::sleep(state.db.clock().real_time(slow_down)).await;
+                // The slowdown is a span of the throttle's (wall) clock.
+                tokio::time::sleep(state.db.session_clock().real_time(slow_down)).await;
             }
         }
         Ok(LoginGate::Refused { retry_after, reason }) => {

@@ -14,7 +14,7 @@ use orchestrator_detect::{
     evaluate_level, evaluate_rate,
 };
 use orchestrator_policy::{Direction, GateKind, GateSource, HealthGate, Policy, RedfishMetric};
-use orchestrator_types::{Clock, NodeId, WaveId, WaveVerdict};
+use orchestrator_types::{NodeId, RolloutClock, WaveId, WaveVerdict};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
@@ -314,7 +314,7 @@ fn state_from_look(look: &HealthLook) -> GateState {
 #[derive(Debug)]
 pub struct DetectorJudge {
     db: Db,
-    clock: Arc<dyn Clock>,
+    clock: RolloutClock,
     collector: Collector,
     spending: SpendingFunction,
     prometheus: Option<PrometheusClient>,

@@ -1,0 +1,345 @@
+//! The measurements behind `waveguard bench` that run on the simulated
+//! world: rollout throughput (a fleet with zero flash time rolled canary ->
+//! fleet by the real engine), and what the process used doing it, read from
+//! `/proc`. The command prints them.
+
+use std::sync::Arc;
+use std::time::{Duration as StdDuration, Instant};
+
+use bmc_sim::{Scenario, ScenarioError};
+use orchestrator_db::DbError;
+use orchestrator_db::execution::{RolloutState, StepFilter, StepState};
+use orchestrator_engine::{EngineError, GatelessJudge, StartRollout};
+use orchestrator_types::{ComponentKind, FirmwareVersion, VersionError};
+
+use crate::run::SimError;
+use crate::watch::{WatchOptions, watch};
+use crate::world::{SIM_AUTHOR, SimWorld, WorldError};
+
+/// With the fleet in this process every simulated BMC holds a listening
+/// socket for the whole run. Its BMCs close each connection after one
+/// response (see `SimWorld::start_on`), so beyond the listeners only the
+/// requests in flight hold descriptors (client and server side, up to
+/// four per BMC being updated at the fleet cap of 512, plus the image
+/// server's and the database's); fewer nodes run when the hard limit is
+/// lower, with a note saying so.
+pub fn fitting_nodes(wanted: usize) -> (usize, Option<String>) {
+    const PER_NODE: usize = 1;
+    const SPARE: usize = 6_000;
+    let hard = std::fs::read_to_string("/proc/self/limits").ok().and_then(|t| {
+        t.lines()
+            .find(|l| l.starts_with("Max open files"))
+            .and_then(|l| l.split_whitespace().nth(4))
+            .and_then(|v| v.parse::<usize>().ok())
+    });
+    match hard {
+        Some(hard) if wanted * PER_NODE + SPARE > hard => {
+            let fits = hard.saturating_sub(SPARE) / PER_NODE;
+            let note = format!(
+                "NOTE: the hard open-file limit is {hard}; {wanted} in-process BMCs need ~{} descriptors, so the \
+                 throughput run uses {fits} nodes (raise `ulimit -Hn` for the full run)",
+                wanted * PER_NODE + SPARE
+            );
+            (fits.max(1), Some(note))
+        }
+        _ => (wanted, None),
+    }
+}
+
+/// The machine, in one line: CPUs, model, memory, OS.
+pub fn machine() -> String {
+    let cpus = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
+    let model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let mem =
+        proc_status_kib("/proc/meminfo", "MemTotal:").map_or(String::new(), |k| format!(", {} GiB RAM", k / 1_048_576));
+    format!(
+        "{cpus} CPU(s), {model}{mem}, {} {}",
+        std::env::consts::OS,
+        std::env::consts::ARCH
+    )
+}
+
+/// A `Key:   123 kB` line of a /proc status file, in KiB.
+pub fn proc_status_kib(path: &str, key: &str) -> Option<u64> {
+    std::fs::read_to_string(path)
+        .ok()?
+        .lines()
+        .find(|l| l.starts_with(key))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// CPU seconds used so far by this process's threads, split into
+/// (bmc-sim threads, everything else = the controller).
+pub fn cpu_by_thread() -> (f64, f64) {
+    let ticks = 100.0; // USER_HZ on Linux
+    let (mut sim, mut other) = (0.0, 0.0);
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return (0.0, 0.0);
+    };
+    for task in tasks.flatten() {
+        let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else {
+            continue;
+        };
+        // `pid (comm) state ...`: comm may hold spaces, so split at the last ')'.
+        let Some((head, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let comm = head.split_once('(').map_or("", |(_, c)| c);
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        // utime and stime are fields 14 and 15 of the whole line; `rest`
+        // starts at field 3.
+        let used = fields.get(11).and_then(|u| u.parse::<f64>().ok()).unwrap_or(0.0)
+            + fields.get(12).and_then(|s| s.parse::<f64>().ok()).unwrap_or(0.0);
+        if comm.starts_with("bmc-sim") {
+            sim += used / ticks;
+        } else {
+            other += used / ticks;
+        }
+    }
+    (sim, other)
+}
+
+/// A PostgreSQL database created for one run and dropped after it (with
+/// psql, so no test crate is needed).
+#[derive(Debug)]
+pub struct FreshPostgres {
+    admin_url: String,
+    name: String,
+    /// Where the fresh database is.
+    pub url: String,
+}
+
+/// psql could not run, or failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PsqlError {
+    #[error("cannot run psql")]
+    Run(#[source] std::io::Error),
+    #[error("psql: {0}")]
+    Failed(String),
+}
+
+impl FreshPostgres {
+    /// Creates a database on the server `admin_url` names.
+    pub fn create(admin_url: &str) -> Result<FreshPostgres, PsqlError> {
+        let name = format!("wg_bench_{}", std::process::id());
+        psql(admin_url, &format!("CREATE DATABASE {name}"))?;
+        let base = admin_url.rsplit_once('/').map_or(admin_url, |(base, _)| base);
+        Ok(FreshPostgres {
+            admin_url: admin_url.to_owned(),
+            url: format!("{base}/{name}"),
+            name,
+        })
+    }
+
+    /// Drops the database; a failure is only a warning (it is a bench's
+    /// leftover, not data).
+    pub fn drop_database(&self) {
+        if let Err(err) = psql(
+            &self.admin_url,
+            &format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name),
+        ) {
+            eprintln!("warning: could not drop {}: {err}", self.name);
+        }
+    }
+}
+
+fn psql(url: &str, sql: &str) -> Result<(), PsqlError> {
+    let out = std::process::Command::new("psql")
+        .args([url, "-v", "ON_ERROR_STOP=1", "-q", "-c", sql])
+        .output()
+        .map_err(PsqlError::Run)?;
+    if !out.status.success() {
+        return Err(PsqlError::Failed(
+            String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+        ));
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+
+fn throughput_scenario(nodes: usize) -> String {
+    format!(
+        r#"
+seed: 3
+fleet:
+  nodes: {nodes}
+  racks: {racks}
+  clusters: 10
+  region: bench-1
+  sku: hgx-h100-8gpu
+  nodes_per_nvlink_domain: 4
+  components:
+    - {{id: BMC_Firmware, kind: bmc, version: "24.04.1"}}
+    - {{id: "HGX_FW_GPU_{{0..7}}", kind: gpu, version: "96.00.5E.00.01"}}
+firmware:
+  - kind: gpu
+    version: "96.00.61.00.01"
+    flash_time: {{min: 0s, max: 0s}}
+bmc_faults:
+  reset_time: {{min: 0s, max: 0s}}
+  reboot_time: {{min: 0s, max: 0s}}
+"#,
+        racks = nodes.div_ceil(20).max(1)
+    )
+}
+
+const THROUGHPUT_POLICY: &str = r#"
+name: bench-throughput
+target:
+  component: gpu
+  inventory_id: "HGX_FW_GPU_*"
+  platforms: [hgx-h100-8gpu]
+versions:
+  allow_downgrade: false
+qualification:
+  required_gates: []
+waves:
+  - name: canary
+    count: 100
+    stratify_by: [rack]
+    bake: 1m
+    max_in_flight: 100
+  - name: fleet
+    rest: true
+    bake: 1m
+    max_in_flight: 512
+concurrency:
+  max_in_flight: 512
+  per_rack: 20
+failure_budget:
+  max_failed_percent: 1
+rollback:
+  automatic: false
+  scope: rollout
+"#;
+
+/// What the throughput run measured.
+#[derive(Debug, Clone)]
+pub struct Throughput {
+    /// Fleet start, import, inventory and release registration.
+    pub setup: StdDuration,
+    /// The rollout's state at the end.
+    pub state: RolloutState,
+    pub steps: usize,
+    pub succeeded: usize,
+    /// Planning and storing the plan.
+    pub planned: StdDuration,
+    /// From `start_rollout` to the end, bakes skipped.
+    pub wall: StdDuration,
+    /// CPU seconds of the controller's threads and of bmc-sim's.
+    pub controller_cpu: f64,
+    pub sim_cpu: f64,
+    /// Peak RSS of the whole process (controller and simulated BMCs).
+    pub peak_rss_mib: f64,
+}
+
+/// Why the throughput run could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    #[error("bench scenario")]
+    Scenario(#[source] ScenarioError),
+    #[error("bmc-sim runtime")]
+    Runtime(#[source] std::io::Error),
+    #[error(transparent)]
+    World(#[from] WorldError),
+    #[error("version")]
+    Version(#[source] VersionError),
+    #[error("release")]
+    Release(#[source] DbError),
+    #[error("start the rollout")]
+    Start(#[source] EngineError),
+    #[error(transparent)]
+    Watch(#[from] SimError),
+    #[error(transparent)]
+    Db(#[from] DbError),
+}
+
+/// Rolls a GPU release canary (100) -> fleet over `nodes` simulated BMCs
+/// with zero flash time, on SQLite or on the PostgreSQL database `postgres`.
+pub async fn throughput(nodes: usize, postgres: Option<&str>) -> Result<Throughput, BenchError> {
+    let scenario = Scenario::from_yaml_str(&throughput_scenario(nodes)).map_err(BenchError::Scenario)?;
+    // bmc-sim gets threads of its own, named so their CPU is not counted
+    // as the controller's.
+    let fleet_runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("bmc-sim")
+        .enable_all()
+        .build()
+        .map_err(BenchError::Runtime)?;
+    let setup = Instant::now();
+    let world = SimWorld::start_on(scenario, 60.0, postgres, Some(fleet_runtime.handle().clone()), false).await?;
+    let measured = measure_throughput(&world, setup).await;
+    world.shutdown().await;
+    fleet_runtime.shutdown_background();
+    measured
+}
+
+async fn measure_throughput(world: &SimWorld, setup: Instant) -> Result<Throughput, BenchError> {
+    let version = FirmwareVersion::parse("96.00.61.00.01").map_err(BenchError::Version)?;
+    let release = world
+        .register_release(ComponentKind::Gpu, &version, Some(&[]), "bench")
+        .await
+        .map_err(BenchError::Release)?;
+    let setup = setup.elapsed();
+    let (sim_cpu0, ctl_cpu0) = cpu_by_thread();
+    let started = Instant::now();
+    let rollout = orchestrator_engine::start_rollout(
+        &world.db,
+        &StartRollout {
+            release_id: release.id,
+            policy_source: THROUGHPUT_POLICY.into(),
+            policy_commit: None,
+            policy_blob: None,
+            seed: 1,
+        },
+        SIM_AUTHOR,
+    )
+    .await
+    .map_err(BenchError::Start)?;
+    let planned = started.elapsed();
+    let engine = world.start_engine("bench", Arc::new(GatelessJudge));
+    let watched = watch(
+        world,
+        &rollout,
+        WatchOptions {
+            approve: true,
+            skip_bake: true,
+            timeout: StdDuration::from_secs(1800),
+        },
+    )
+    .await;
+    let wall = started.elapsed();
+    engine.shutdown().await;
+    let watched = watched?;
+    let (sim_cpu1, ctl_cpu1) = cpu_by_thread();
+    let steps = world
+        .db
+        .steps(&StepFilter {
+            rollout_id: Some(rollout.id),
+            ..Default::default()
+        })
+        .await?;
+    Ok(Throughput {
+        setup,
+        state: watched.rollout.state,
+        steps: steps.len(),
+        succeeded: steps.iter().filter(|s| s.state == StepState::Succeeded).count(),
+        planned,
+        wall,
+        controller_cpu: ctl_cpu1 - ctl_cpu0,
+        sim_cpu: sim_cpu1 - sim_cpu0,
+        peak_rss_mib: proc_status_kib("/proc/self/status", "VmHWM:").unwrap_or(0) as f64 / 1024.0,
+    })
+}

@@ -1,0 +1,386 @@
+//! The world a simulated rollout runs against: clock, fleet, database,
+//! image server, and the engine's settings for accelerated time.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration as StdDuration;
+
+use bmc_sim::{Fleet, FleetOptions, RunningFleet, Scenario};
+use chrono::{Duration, Utc};
+use orchestrator_bmc::{BmcEndpoint, Credentials, HttpClients, RetryPolicy, Timeouts};
+use orchestrator_db::Db;
+use orchestrator_db::model::{ComponentReading, NewGateResult, NewNode, NewRelease, NodeLabels, Release};
+use orchestrator_engine::{BmcConnector, Engine, EngineConfig, HealthJudge, RedfishConnector, StepDeadlines};
+use orchestrator_types::{AcceleratedClock, ComponentKind, FirmwareVersion, QualificationState, TransitionRequest};
+use sha2::{Digest, Sha256};
+use tokio::task::JoinHandle;
+
+use crate::images::{ImageStore, serve_images};
+
+/// Username and password of every simulated BMC (loopback only).
+const SIM_BMC_USER: &str = "admin";
+const SIM_BMC_PASSWORD: &str = "admin";
+
+/// Who starts simulated rollouts, in the audit log. Approvers must differ
+/// from it (two-person rule).
+pub const SIM_AUTHOR: &str = "waveguard-simulate";
+
+/// Everything a simulated rollout runs against.
+#[derive(Debug)]
+pub struct SimWorld {
+    /// The shared simulated clock.
+    pub clock: Arc<AcceleratedClock>,
+    /// bmc-sim, in-process, one loopback port per BMC.
+    pub fleet: RunningFleet,
+    /// The controller's database.
+    pub db: Db,
+    /// Base URL of the image server (`{base}/{file}`).
+    pub image_base: String,
+    images: ImageStore,
+    image_server: JoinHandle<()>,
+    /// One driver (and session) per simulated BMC, shared by the engine and the health collector.
+    redfish: Arc<RedfishConnector>,
+    /// Holds the SQLite file until the world is dropped.
+    _dir: Option<tempfile::TempDir>,
+}
+
+/// What went wrong building the world, for exit status: input or system.
+#[derive(Debug, thiserror::Error)]
+pub enum WorldError {
+    #[error("cannot create a temporary directory for the database")]
+    TempDir(#[source] std::io::Error),
+    #[error("cannot open the simulation database")]
+    Db(#[source] orchestrator_db::DbError),
+    #[error("cannot start the simulated fleet")]
+    Fleet(#[source] bmc_sim::FleetError),
+    #[error("the task starting the simulated fleet failed")]
+    FleetTask(#[source] tokio::task::JoinError),
+    #[error("cannot start the image server")]
+    ImageServer(#[source] std::io::Error),
+    #[error("cannot record the simulated fleet in the database")]
+    Import(#[source] orchestrator_db::DbError),
+    #[error("bmc-sim reports version {version:?} on {node}, which does not parse")]
+    Version { node: String, version: String },
+}
+
+impl SimWorld {
+    /// Starts the fleet of `scenario` on a fresh clock, a database (`db_url`,
+    /// or a temporary SQLite file), the image server, and records every node
+    /// with its inventory as discovery would.
+    pub async fn start(scenario: Scenario, speedup: f64, db_url: Option<&str>) -> Result<SimWorld, WorldError> {
+        Self::start_on(scenario, speedup, db_url, None, true).await
+    }
+
+    /// As [`SimWorld::start`], with the fleet's servers on `fleet_runtime`
+    /// (the benchmarks keep bmc-sim's CPU apart from the controller's) and,
+    /// unless `keep_alive`, BMCs that close every connection after one
+    /// response (so a fleet of 10,000 in this process holds no idle sockets).
+    pub async fn start_on(
+        scenario: Scenario,
+        speedup: f64,
+        db_url: Option<&str>,
+        fleet_runtime: Option<tokio::runtime::Handle>,
+        keep_alive: bool,
+    ) -> Result<SimWorld, WorldError> {
+        let clock = Arc::new(AcceleratedClock::new(Utc::now(), speedup));
+        let (dir, url) = match db_url {
+            Some(url) => (None, url.to_owned()),
+            None => {
+                let dir = tempfile::Builder::new()
+                    .prefix("waveguard-sim-")
+                    .tempdir()
+                    .map_err(WorldError::TempDir)?;
+                let url = format!("sqlite://{}", dir.path().join("waveguard.db").display());
+                (Some(dir), url)
+            }
+        };
+        let db = Db::connect_and_migrate(&url, clock.clone())
+            .await
+            .map_err(WorldError::Db)?;
+        let mut options = FleetOptions::new(clock.clone());
+        options.username = SIM_BMC_USER.into();
+        options.password = SIM_BMC_PASSWORD.into();
+        // A hung request must end well before the engine would call the BMC
+        // bricked; the client gives up first anyway.
+        options.hang_for = StdDuration::from_secs(3);
+        options.keep_alive = keep_alive;
+        let fleet = match fleet_runtime {
+            Some(runtime) => runtime
+                .spawn(Fleet::start(scenario, options))
+                .await
+                .map_err(WorldError::FleetTask)?,
+            None => Fleet::start(scenario, options).await,
+        }
+        .map_err(WorldError::Fleet)?;
+        let images: ImageStore = Arc::default();
+        let (image_base, image_server) = serve_images(images.clone()).await.map_err(WorldError::ImageServer)?;
+        let world = SimWorld {
+            redfish: Arc::new(RedfishConnector::new(HttpClients::new(), sim_resolver())),
+            clock,
+            fleet,
+            db,
+            image_base,
+            images,
+            image_server,
+            _dir: dir,
+        };
+        world.import_fleet().await?;
+        Ok(world)
+    }
+
+    async fn import_fleet(&self) -> Result<(), WorldError> {
+        let new_nodes: Vec<NewNode> = self
+            .fleet
+            .endpoints()
+            .iter()
+            .map(|e| NewNode {
+                name: e.name.clone(),
+                bmc_url: e.bmc_url.clone(),
+                credential_ref: "sim".into(),
+                platform_sku: e.labels.sku.clone(),
+                labels: NodeLabels {
+                    region: e.labels.region.clone(),
+                    cluster: e.labels.cluster.clone(),
+                    rack: e.labels.rack.clone(),
+                    nvlink_domain: e.labels.nvlink_domain.clone(),
+                },
+            })
+            .collect();
+        for chunk in new_nodes.chunks(5_000) {
+            self.db
+                .import_nodes(chunk, SIM_AUTHOR)
+                .await
+                .map_err(WorldError::Import)?;
+        }
+        let nodes = all_nodes(&self.db).await.map_err(WorldError::Import)?;
+        for node in nodes {
+            let Some(versions) = self.fleet.versions(&node.name) else {
+                continue;
+            };
+            let mut readings = Vec::with_capacity(versions.len());
+            for c in versions {
+                let version = FirmwareVersion::parse(&c.active).map_err(|_| WorldError::Version {
+                    node: node.name.clone(),
+                    version: c.active.clone(),
+                })?;
+                readings.push(ComponentReading {
+                    inventory_id: c.id,
+                    kind: c.kind,
+                    version,
+                    updateable: true,
+                    software_id: None,
+                    health: Some("OK".into()),
+                });
+            }
+            self.db
+                .record_inventory(node.id, &readings)
+                .await
+                .map_err(WorldError::Import)?;
+        }
+        Ok(())
+    }
+
+    /// Distinct platform SKUs of the fleet.
+    pub fn skus(&self) -> Vec<String> {
+        let set: BTreeSet<&str> = self.fleet.endpoints().iter().map(|e| e.labels.sku.as_str()).collect();
+        set.into_iter().map(str::to_owned).collect()
+    }
+
+    /// Distinct active versions of `kind` in the fleet now.
+    pub fn active_versions(&self, kind: ComponentKind) -> BTreeSet<String> {
+        let mut set = BTreeSet::new();
+        for e in self.fleet.endpoints() {
+            for c in self.fleet.versions(&e.name).unwrap_or_default() {
+                if c.kind == kind {
+                    set.insert(c.active);
+                }
+            }
+        }
+        set
+    }
+
+    /// Builds the image of `kind@version` for the fleet's platforms, serves
+    /// it, and registers the release. `qualify_with` = the gates to record as
+    /// passed before qualifying it; `None` leaves it registered.
+    pub async fn register_release(
+        &self,
+        kind: ComponentKind,
+        version: &FirmwareVersion,
+        qualify_with: Option<&[String]>,
+        notes: &str,
+    ) -> Result<Release, orchestrator_db::DbError> {
+        let skus = self.skus();
+        let sku_refs: Vec<&str> = skus.iter().map(String::as_str).collect();
+        let bytes = bmc_sim::image::build(kind, version.as_str(), &sku_refs, version.as_str().as_bytes());
+        let file = format!("{}-{}.fw", kind.as_str(), version.as_str());
+        let sha256 = hex::encode(Sha256::digest(&bytes));
+        let size = bytes.len() as u64;
+        self.images
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(file.clone(), bytes);
+        let release = self
+            .db
+            .add_release(
+                &NewRelease {
+                    component_kind: kind,
+                    version: version.clone(),
+                    image_uri: format!("{}/{file}", self.image_base),
+                    sha256,
+                    size_bytes: size,
+                    platforms: skus,
+                    release_notes: notes.to_owned(),
+                },
+                SIM_AUTHOR,
+            )
+            .await?;
+        if let Some(gates) = qualify_with {
+            self.db
+                .transition_release(
+                    release.id,
+                    &TransitionRequest {
+                        to: QualificationState::Qualifying,
+                        reason: None,
+                    },
+                    SIM_AUTHOR,
+                )
+                .await?;
+            for gate in gates {
+                self.db
+                    .record_gate_result(
+                        release.id,
+                        &NewGateResult {
+                            gate: gate.clone(),
+                            passed: true,
+                            evidence: "simulated: assumed passed".into(),
+                        },
+                        SIM_AUTHOR,
+                    )
+                    .await?;
+            }
+            self.db
+                .transition_release(
+                    release.id,
+                    &TransitionRequest {
+                        to: QualificationState::Qualified,
+                        reason: None,
+                    },
+                    SIM_AUTHOR,
+                )
+                .await?;
+        }
+        self.db.release(release.id).await
+    }
+
+    /// Drivers for the simulated BMCs, with timeouts for loopback.
+    pub fn connector(&self) -> Arc<dyn BmcConnector> {
+        self.redfish.clone()
+    }
+
+    /// Engine settings for accelerated time. Durations the engine reads from
+    /// the clock are simulated; those that must outlast a real-time event (a
+    /// request timeout, a slow pass) are scaled so that they still do.
+    pub fn engine_config(&self, holder: &str) -> EngineConfig {
+        let real = |secs: u64| self.clock.sim_duration(StdDuration::from_secs(secs));
+        let defaults = StepDeadlines::default();
+        EngineConfig {
+            holder: holder.into(),
+            // One controller: the lease must not lapse between passes however
+            // far simulated time jumps.
+            lease_ttl: Duration::days(3650),
+            pass_interval: StdDuration::from_millis(20),
+            // The BMCs must be silent for 20 real seconds (10 request
+            // timeouts) before they are called bricked.
+            brick_timeout: Duration::minutes(30).max(real(20)),
+            activation_timeout: Duration::minutes(20).max(real(5)),
+            // A step's deadline must also outlast a slow pass in real time
+            // (at two simulated hours per real second, one busy pass would
+            // otherwise spend a whole deadline).
+            deadlines: StepDeadlines {
+                push: defaults.push.max(real(60)),
+                task: defaults.task.max(real(60)),
+                activation: defaults.activation.max(real(60)),
+                verification: defaults.verification.max(real(60)),
+            },
+            ..EngineConfig::default()
+        }
+    }
+
+    /// Starts the engine on this world.
+    pub fn start_engine(&self, holder: &str, judge: Arc<dyn HealthJudge>) -> Engine {
+        Engine::start(self.db.clone(), self.engine_config(holder), self.connector(), judge)
+    }
+
+    /// Stops the image server and the fleet.
+    pub async fn shutdown(self) {
+        self.image_server.abort();
+        self.fleet.shutdown().await;
+        if let Err(err) = self.db.close().await {
+            tracing::warn!(error = %err, "closing the simulation database");
+        }
+    }
+}
+
+/// Endpoints of the simulated BMCs: their credentials, and timeouts and
+/// retries sized for loopback (a hung request must end long before the
+/// engine would call its BMC bricked).
+fn sim_resolver() -> Arc<orchestrator_engine::EndpointResolver> {
+    Arc::new(|url: &str, _profile: &str| {
+        let url = url::Url::parse(url).map_err(|e| e.to_string())?;
+        Ok(BmcEndpoint::new(url, Credentials::new(SIM_BMC_USER, SIM_BMC_PASSWORD))
+            .with_timeouts(Timeouts {
+                connect: StdDuration::from_millis(500),
+                request: StdDuration::from_secs(2),
+                upload: StdDuration::from_secs(5),
+                probe: StdDuration::from_millis(500),
+            })
+            .with_retry(RetryPolicy {
+                max_retries: 1,
+                base_delay: StdDuration::from_millis(10),
+                max_delay: StdDuration::from_millis(50),
+                max_retry_after: StdDuration::from_millis(50),
+                deadline: StdDuration::from_secs(3),
+            }))
+    })
+}
+
+/// Every node, page by page.
+pub async fn all_nodes(db: &Db) -> Result<Vec<orchestrator_db::model::Node>, orchestrator_db::DbError> {
+    let mut out = Vec::new();
+    loop {
+        let page = db
+            .list_nodes(&orchestrator_db::model::NodeFilter {
+                offset: Some(out.len() as u64),
+                limit: Some(10_000),
+                ..Default::default()
+            })
+            .await?;
+        let len = page.len();
+        out.extend(page);
+        if len < 10_000 {
+            return Ok(out);
+        }
+    }
+}
+
+/// The health judge in use and whether it watches health during the bake
+/// (then the bake is never skipped over).
+#[derive(Debug)]
+pub struct JudgeChoice {
+    /// The judge.
+    pub judge: Arc<dyn HealthJudge>,
+    /// True for a detector that samples health over the bake.
+    pub watches_health: bool,
+}
+
+/// The detector: waves are judged against their control cohorts from the
+/// simulated BMCs' Redfish health, as `waveguard serve` does.
+pub fn judge_for(world: &SimWorld) -> JudgeChoice {
+    JudgeChoice {
+        judge: Arc::new(orchestrator_engine::watch::DetectorJudge::new(
+            world.db.clone(),
+            world.redfish.clone(),
+        )),
+        watches_health: true,
+    }
+}
