@@ -32,6 +32,7 @@ mod control;
 mod dcgm;
 mod fleet;
 pub mod image;
+pub mod image_server;
 pub mod platform;
 mod protocol;
 mod redfish;
@@ -44,6 +45,7 @@ mod update;
 pub use clock::SimClock;
 pub use control::InjectedFaults;
 pub use dcgm::DcgmSpec;
+pub use image_server::ImageServer;
 pub use fleet::{
     BmcConn, ComponentVersions, Endpoint, Fleet, FleetError, FleetListener, FleetOptions, RunningFleet, SimIo,
 };
