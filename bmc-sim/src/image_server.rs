@@ -101,7 +101,11 @@ mod tests {
         let late = server.insert("/images/b.fw", b"b".to_vec());
         assert_eq!(late, format!("{}/images/b.fw", server.base_url()));
         let http = reqwest::Client::new();
-        for (path, status, body) in [("images/a.fw", 200, "a"), ("images/b.fw", 200, "b"), ("images/c.fw", 404, "")] {
+        for (path, status, body) in [
+            ("images/a.fw", 200, "a"),
+            ("images/b.fw", 200, "b"),
+            ("images/c.fw", 404, ""),
+        ] {
             let response = http.get(server.url(path)).send().await.unwrap();
             assert_eq!(response.status().as_u16(), status, "{path}");
             assert_eq!(response.text().await.unwrap(), body, "{path}");

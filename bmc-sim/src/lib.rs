@@ -45,10 +45,10 @@ mod update;
 pub use clock::SimClock;
 pub use control::InjectedFaults;
 pub use dcgm::DcgmSpec;
-pub use image_server::ImageServer;
 pub use fleet::{
     BmcConn, ComponentVersions, Endpoint, Fleet, FleetError, FleetListener, FleetOptions, RunningFleet, SimIo,
 };
+pub use image_server::ImageServer;
 pub use scenario::{Metric, Scenario, ScenarioError};
 pub use state::NodeLabels;
 pub use update::MAX_IMAGE_BYTES;

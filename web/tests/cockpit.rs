@@ -661,56 +661,10 @@ async fn the_audit_log_names_nodes_and_links_subjects() {
 
 #[tokio::test(flavor = "current_thread")]
 async fn starting_a_rollout_from_a_release_answers_with_a_message_and_a_link() {
-    use orchestrator_db::policies::{PolicySync, SyncedPolicy};
+    use orchestrator_db::testing::fixtures::{PolicyYaml, put_policy_in_force};
     let f = fixture().await;
-    let content = r#"name: api-gpu
-target:
-  component: gpu
-  inventory_id: "HGX_FW_GPU_*"
-  platforms: [hgx]
-versions:
-  allow_downgrade: false
-qualification:
-  required_gates: []
-waves:
-  - name: canary
-    count: 2
-    bake: 10m
-    max_in_flight: 2
-  - name: rest
-    rest: true
-    bake: 10m
-    approval: manual
-    approvers: 1
-    max_in_flight: 10
-concurrency:
-  max_in_flight: 10
-failure_budget:
-  max_failed: 1
-rollback:
-  automatic: true
-  scope: rollout
-"#;
-    f.db.record_policy_sync(
-        &PolicySync {
-            source: "https://git.example/policies@main".into(),
-            commit_id: "c".repeat(40),
-            in_force: vec![SyncedPolicy {
-                name: "api-gpu".into(),
-                path: "gpu.yaml".into(),
-                commit_id: "c".repeat(40),
-                blob_id: "b".repeat(40),
-                content: content.into(),
-            }],
-            changed: vec!["api-gpu".into()],
-            removed: Vec::new(),
-            rejected: Vec::new(),
-            warnings: Vec::new(),
-        },
-        "test",
-    )
-    .await
-    .unwrap();
+    let content = PolicyYaml::two_waves("api-gpu").platforms(&["hgx"]).render();
+    put_policy_in_force(&f.db, "api-gpu", &content).await.unwrap();
     let sam = provision_api_token(&f.db, "sam", Role::ReleaseManager, "t", "test")
         .await
         .unwrap();

@@ -9,14 +9,12 @@
 //! of the retry budget, so before fault attribution it quarantined nodes as
 //! bricked or failed their steps.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::{GPU_FROM, GPU_TO, Harness, policy};
+use integration_tests::{GPU_FROM, GPU_TO, Harness, policy};
 use orchestrator_bmc::{ConnectFaults, HttpClients};
 use orchestrator_db::Db;
 use orchestrator_db::execution::{ExecStep, RolloutState, StepFilter, StepState};

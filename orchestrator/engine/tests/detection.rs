@@ -3,12 +3,10 @@
 //! canary before its bake ends, rolled back and blocked; a healthy firmware
 //! under a fleet-wide heat event (canary and control alike) is promoted.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{GPU_FROM, GPU_TO, Harness, SKU};
+use integration_tests::{GPU_FROM, GPU_TO, Harness, SKU};
 use orchestrator_db::AuditFilter;
 use orchestrator_db::execution::{ExecRollout, RolloutState, StepFilter, StepPurpose, StepState, WaveState};
 use orchestrator_db::health::{Cohort, SampleScope};

@@ -10,14 +10,12 @@
 //! - A BMC whose event log repeats its `nextLink` costs two page requests per poll, and the canary's
 //!   verdict names the node and the reason (stored on its health cursor from its first poll on).
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bmc_sim::Scenario;
-use common::{GPU_FROM, GPU_TO, Harness, SKU};
+use integration_tests::{GPU_FROM, GPU_TO, Harness, SKU};
 use orchestrator_bmc::{
     Bmc, BmcEndpoint, Credentials, EventCursor, HttpClients, RedfishBmc, RetryPolicy, SensorKind, Timeouts,
 };

@@ -6,12 +6,10 @@
 //! flash per node and step (bmc-sim's flash counts), no step skipped, and the
 //! step's transitions in the audit log forming one unbroken chain.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{GPU_TO, Harness};
+use integration_tests::{GPU_TO, Harness};
 use orchestrator_bmc::{ApplyTime, Bmc, ResetKind, ResetTarget, TaskHandle, UpdateMethod, UpdateRequest};
 use orchestrator_db::execution::{
     ExecStep, Fence, PlacedStep, RolloutState, StepChange, StepFilter, StepState, StepTarget, WaveChange, WaveState,
@@ -50,7 +48,7 @@ rollback:
   automatic: false
   scope: rollout
 "#,
-        common::SKU
+        integration_tests::SKU
     )
 }
 

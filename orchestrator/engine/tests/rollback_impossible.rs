@@ -4,13 +4,11 @@
 //! `LowestSupportedVersion` above what a component runs makes the planner
 //! name that component.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use common::{GPU_FROM, GPU_TO, Harness, policy, scenario_with};
+use integration_tests::{GPU_FROM, GPU_TO, Harness, policy, scenario_with};
 use orchestrator_bmc::{Bmc, BmcEndpoint, Credentials, HttpClients, RedfishBmc};
 use orchestrator_db::execution::{ExecRollout, ExecWave, RolloutState, WaveKind};
 use orchestrator_db::model::{ComponentReading, DiscoveredComponent, ReleaseRollback};

@@ -2,11 +2,9 @@
 //! clock: the happy path at 300 nodes, on SQLite and (when configured)
 //! PostgreSQL.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{GPU_FROM, GPU_TO, Harness, policy};
+use integration_tests::{GPU_FROM, GPU_TO, Harness, policy};
 use orchestrator_db::execution::{RolloutState, StepFilter, StepState, WaveState};
 use orchestrator_engine::{StartRollout, start_rollout};
 

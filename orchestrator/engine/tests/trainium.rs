@@ -4,17 +4,19 @@
 //! capping one flash per UltraServer with `concurrency.per_domain`. The cap is watched from the
 //! database while the rollout runs: at no sample do two steps of one UltraServer count as in flight.
 
-mod common;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use bmc_sim::Scenario;
-use common::{Harness, TRN2_FROM, TRN2_SKU, TRN2_TO};
+use integration_tests::Harness;
 use orchestrator_db::execution::{RolloutState, StepFilter, StepState};
 use orchestrator_db::model::ReleaseRollback;
 use orchestrator_engine::{StartRollout, start_rollout};
 
+/// The trn2 platform profile's SKU label and its accelerator firmware pair.
+const TRN2_SKU: &str = "trn2-48xl";
+const TRN2_FROM: &str = "2.20.0.0";
+const TRN2_TO: &str = "2.21.0.0";
 const NODES: usize = 300;
 const SERVERS_PER_ULTRASERVER: usize = 4;
 const LIMIT: Duration = Duration::from_secs(240);

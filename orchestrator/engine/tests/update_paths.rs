@@ -4,13 +4,11 @@
 //! touches an ERoT, an InfoROM, the HGX management controller or the host BMC, and is refused where
 //! the only path cannot restrict targets.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use bmc_sim::Scenario;
-use common::{GPU_FROM, GPU_TO, Harness, SKU};
+use integration_tests::{GPU_FROM, GPU_TO, Harness, SKU};
 use orchestrator_db::execution::{RolloutState, StepFilter, StepState};
 use orchestrator_engine::{StartRollout, start_rollout};
 use orchestrator_types::RolloutId;

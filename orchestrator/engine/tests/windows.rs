@@ -2,12 +2,10 @@
 //! new flash starts and the wave says when the next window opens; when it
 //! opens, the held steps start.
 
-mod common;
-
 use std::time::Duration;
 
 use chrono::{DurationRound, TimeDelta, Timelike};
-use common::{GPU_TO, Harness, policy};
+use integration_tests::{GPU_TO, Harness, policy};
 use orchestrator_db::execution::{RolloutState, StepFilter, StepState, WaveState};
 use orchestrator_engine::{Blocker, StartRollout, start_rollout};
 

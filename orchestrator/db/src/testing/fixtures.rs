@@ -335,8 +335,7 @@ pub fn gpu_inventory(version: &str) -> Vec<ComponentReading> {
         .map(|g| ComponentReading {
             inventory_id: format!("HGX_FW_GPU_{g}"),
             kind: ComponentKind::Gpu,
-            version: FirmwareVersion::parse(version)
-                .unwrap_or_else(|e| panic!("fixture version {version:?}: {e}")),
+            version: FirmwareVersion::parse(version).unwrap_or_else(|e| panic!("fixture version {version:?}: {e}")),
             updateable: true,
             software_id: None,
             health: Some("OK".into()),
@@ -351,6 +350,7 @@ pub struct GpuNodes {
     racks: usize,
     clusters: Option<usize>,
     version: String,
+    versions: Vec<(String, String)>,
     without_inventory: Vec<String>,
 }
 
@@ -362,6 +362,7 @@ pub fn gpu_nodes(count: usize) -> GpuNodes {
         racks: count.max(1),
         clusters: None,
         version: GPU_FROM.into(),
+        versions: Vec::new(),
         without_inventory: Vec::new(),
     }
 }
@@ -382,6 +383,12 @@ impl GpuNodes {
     /// The GPU firmware the nodes report.
     pub fn version(mut self, version: &str) -> GpuNodes {
         version.clone_into(&mut self.version);
+        self
+    }
+
+    /// Node `name` reports `version` instead.
+    pub fn node_version(mut self, name: &str, version: &str) -> GpuNodes {
+        self.versions.push((name.to_owned(), version.to_owned()));
         self
     }
 
@@ -409,11 +416,16 @@ impl GpuNodes {
     pub async fn seed(&self, db: &Db) -> Result<Vec<Node>, DbError> {
         db.import_nodes(&self.new_nodes(), "test").await?;
         let nodes = db.list_nodes(&Default::default()).await?;
-        let inventory = gpu_inventory(&self.version);
         for node in &nodes {
-            if !self.without_inventory.contains(&node.name) {
-                db.record_inventory(node.id, &inventory).await?;
+            if self.without_inventory.contains(&node.name) {
+                continue;
             }
+            let version = self
+                .versions
+                .iter()
+                .find(|(name, _)| *name == node.name)
+                .map_or(self.version.as_str(), |(_, version)| version);
+            db.record_inventory(node.id, &gpu_inventory(version)).await?;
         }
         Ok(nodes)
     }
@@ -450,4 +462,29 @@ pub async fn add_qualified_release(db: &Db, new: &NewRelease, actor: &str) -> Re
     let release = db.add_release(new, actor).await?;
     qualify(db, release.id, actor).await?;
     db.release(release.id).await
+}
+
+/// Puts `content` in force as policy `name` (file `gpu.yaml`), as a git sync of
+/// `https://git.example/policies@main` would, recorded as `test`; returns its (commit, blob), fixed
+/// at forty `c`s and forty `b`s.
+pub async fn put_policy_in_force(db: &Db, name: &str, content: &str) -> Result<(String, String), DbError> {
+    use crate::policies::{PolicySync, SyncedPolicy};
+    let (commit, blob) = ("c".repeat(40), "b".repeat(40));
+    let sync = PolicySync {
+        source: "https://git.example/policies@main".into(),
+        commit_id: commit.clone(),
+        in_force: vec![SyncedPolicy {
+            name: name.to_owned(),
+            path: "gpu.yaml".into(),
+            commit_id: commit.clone(),
+            blob_id: blob.clone(),
+            content: content.to_owned(),
+        }],
+        changed: vec![name.to_owned()],
+        removed: Vec::new(),
+        rejected: Vec::new(),
+        warnings: Vec::new(),
+    };
+    db.record_policy_sync(&sync, "test").await?;
+    Ok((commit, blob))
 }
