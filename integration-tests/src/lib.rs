@@ -10,6 +10,7 @@ use std::path::PathBuf;
 
 use anyhow::Context as _;
 
+pub mod git;
 mod harness;
 pub mod process;
 mod scenario;

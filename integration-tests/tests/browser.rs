@@ -57,7 +57,8 @@ const WAVE_WAIT: Duration = Duration::from_secs(90);
 
 fn scenario() -> Scenario {
     ScenarioYaml::hgx(NODES)
-        .layout(4, 1, 2)
+        .layout(4, 1)
+        .nodes_per_nvlink_domain(2)
         .gpu_firmware(GPU_TO, "{min: 1m, max: 3m}")
         .bmc_faults("{min: 10s, max: 20s}", "{min: 20s, max: 40s}")
         .build()

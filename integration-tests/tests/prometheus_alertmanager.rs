@@ -42,7 +42,8 @@ const LIMIT: Duration = Duration::from_secs(100);
 fn scenario() -> Scenario {
     ScenarioYaml::hgx(6)
         .seed(11)
-        .layout(3, 1, 2)
+        .layout(3, 1)
+        .nodes_per_nvlink_domain(2)
         .baseline("xid_errors_per_gpu_hour: 0.6")
         .firmware(&format!(
             "  - kind: gpu\n    version: \"{GPU_BAD}\"\n    flash_time: {{min: 2m, max: 4m}}\n    effects:\n      \

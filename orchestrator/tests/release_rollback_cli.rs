@@ -2,43 +2,19 @@
 //! VERSION` as a user runs it, and what `rollout show` then says: a real
 //! process on a real SQLite file (and PostgreSQL when configured).
 
+mod process_harness;
+
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 use std::sync::Arc;
 
 use orchestrator_db::testing::TestDb;
 use orchestrator_db::testing::fixtures::{PolicyYaml, SKU, gpu_nodes};
 use orchestrator_types::SystemClock;
+use process_harness::cli::{expect_exit, text, waveguard_as_carol as waveguard};
 use serde_json::Value;
 
-const BIN: &str = env!("CARGO_BIN_EXE_waveguard");
 const FUSE: &str = "burns anti-rollback fuse SVN 4";
-
-fn waveguard(dir: &Path, url: &str, args: &[&str]) -> Output {
-    Command::new(BIN)
-        .arg("--database-url")
-        .arg(url)
-        .args(args)
-        .current_dir(dir)
-        .env_remove("WAVEGUARD_CONFIG")
-        .env("USER", "carol")
-        .output()
-        .expect("waveguard runs")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-fn expect_exit(output: &Output, code: i32, what: &str) {
-    assert_eq!(
-        output.status.code(),
-        Some(code),
-        "{what}: stdout {} stderr {}",
-        text(&output.stdout),
-        text(&output.stderr)
-    );
-}
 
 /// `release add` for gpu 96.00.61.00.01 with `extra` arguments.
 fn add(dir: &Path, url: &str, extra: &[&str]) -> Output {

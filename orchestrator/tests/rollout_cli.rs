@@ -1,8 +1,10 @@
 //! `waveguard rollout ...` as a user runs it: a real process on a real
 //! SQLite file; the fleet and release are seeded through the datastore.
 
+mod process_harness;
+
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 use std::sync::Arc;
 
 use orchestrator_db::Db;
@@ -11,35 +13,8 @@ use orchestrator_db::testing::fixtures::{
     GPU_TO as TO, PolicyYaml, add_qualified_release, gpu_nodes, put_policy_in_force, release,
 };
 use orchestrator_types::SystemClock;
+use process_harness::cli::{expect_exit, text, waveguard_as_carol as waveguard};
 use serde_json::Value;
-
-const BIN: &str = env!("CARGO_BIN_EXE_waveguard");
-
-fn waveguard(dir: &Path, url: &str, args: &[&str]) -> Output {
-    Command::new(BIN)
-        .arg("--database-url")
-        .arg(url)
-        .args(args)
-        .current_dir(dir)
-        .env_remove("WAVEGUARD_CONFIG")
-        .env("USER", "carol")
-        .output()
-        .expect("waveguard runs")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-fn expect_exit(output: &Output, code: i32, what: &str) {
-    assert_eq!(
-        output.status.code(),
-        Some(code),
-        "{what}: stdout {} stderr {}",
-        text(&output.stdout),
-        text(&output.stderr)
-    );
-}
 
 /// The policy the rollouts start under (as text: the CLI stores it as given).
 fn policy() -> String {

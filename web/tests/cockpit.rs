@@ -4,12 +4,15 @@
 //! a rolled-back rollout, "needs my approval"), the policy summary, the
 //! token page, plain-language reasons and the blocked release.
 
+mod common;
+
 use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
 use chrono::{Duration, TimeZone, Utc};
+use common::{get_page, post_form};
 use http_body_util::BodyExt;
 use orchestrator_db::Db;
 use orchestrator_db::execution::{
@@ -316,32 +319,14 @@ async fn fixture() -> Fixture {
 }
 
 async fn get(app: &Router, token: &str, uri: &str) -> (StatusCode, String) {
-    let request = Request::get(uri)
-        .header(header::AUTHORIZATION, format!("Bearer {token}"))
-        .body(Body::empty())
-        .unwrap();
-    let response = app.clone().oneshot(request).await.unwrap();
-    let status = response.status();
-    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    let (status, body) = get_page(app, token, uri).await;
     // minijinja escapes `/` in attributes; browsers read it back as `/`.
-    (status, String::from_utf8_lossy(&bytes).replace("&#x2f;", "/"))
+    (status, body.replace("&#x2f;", "/"))
 }
 
 async fn post(app: &Router, token: &str, uri: &str, body: &str, json: bool) -> (StatusCode, String) {
-    let mut request = Request::post(uri)
-        .header(header::AUTHORIZATION, format!("Bearer {token}"))
-        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded");
-    if json {
-        request = request.header(header::ACCEPT, "application/json");
-    }
-    let response = app
-        .clone()
-        .oneshot(request.body(Body::from(body.to_owned())).unwrap())
-        .await
-        .unwrap();
-    let status = response.status();
-    let bytes = response.into_body().collect().await.unwrap().to_bytes();
-    (status, String::from_utf8_lossy(&bytes).into_owned())
+    let (status, _, body) = post_form(app, token, uri, body, json).await;
+    (status, body)
 }
 
 async fn viewer(db: &Db) -> String {

@@ -9,6 +9,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use integration_tests::fixtures::{PolicyYaml, WaveSize, WaveYaml};
 use integration_tests::{GPU_TO, Harness};
 use orchestrator_bmc::{ApplyTime, Bmc, ResetKind, ResetTarget, TaskHandle, UpdateMethod, UpdateRequest};
 use orchestrator_db::execution::{
@@ -24,32 +25,11 @@ const LIMIT: Duration = Duration::from_secs(40);
 
 /// One wave over the whole (small) fleet.
 fn one_wave_policy() -> String {
-    format!(
-        r#"
-name: replay
-target:
-  component: gpu
-  inventory_id: "HGX_FW_GPU_*"
-  platforms: [{}]
-versions:
-  allow_downgrade: false
-qualification:
-  required_gates: []
-waves:
-  - name: all
-    rest: true
-    bake: 1m
-    max_in_flight: 10
-concurrency:
-  max_in_flight: 10
-failure_budget:
-  max_failed: 0
-rollback:
-  automatic: false
-  scope: rollout
-"#,
-        integration_tests::SKU
-    )
+    PolicyYaml::two_waves("replay")
+        .waves(vec![WaveYaml::new("all", WaveSize::Rest).bake("1m")])
+        .max_failed(0)
+        .automatic_rollback(false)
+        .render()
 }
 
 /// The controller that "crashes": it holds the lease and writes rows and

@@ -9,6 +9,8 @@
 
 #![allow(dead_code)] // each test binary uses part of the harness
 
+pub mod cli;
+
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;

@@ -42,3 +42,43 @@ pub async fn call(app: &Router, method: Method, uri: &str, body: Option<&str>) -
         serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into()));
     (status, value)
 }
+
+/// A page as `token` sees it: status and body.
+pub async fn get_page(app: &Router, token: &str, uri: &str) -> (StatusCode, String) {
+    let request = Request::get(uri)
+        .header(header::AUTHORIZATION, format!("Bearer {token}"))
+        .body(Body::empty())
+        .unwrap();
+    let response = app.clone().oneshot(request).await.unwrap();
+    let status = response.status();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    (status, String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// A form post as `token` (asking for JSON when `json`, as the page's script does): status, `Location`, body.
+pub async fn post_form(
+    app: &Router,
+    token: &str,
+    uri: &str,
+    body: &str,
+    json: bool,
+) -> (StatusCode, Option<String>, String) {
+    let mut request = Request::post(uri)
+        .header(header::AUTHORIZATION, format!("Bearer {token}"))
+        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded");
+    if json {
+        request = request.header(header::ACCEPT, "application/json");
+    }
+    let response = app
+        .clone()
+        .oneshot(request.body(Body::from(body.to_owned())).unwrap())
+        .await
+        .unwrap();
+    let status = response.status();
+    let location = response
+        .headers()
+        .get(header::LOCATION)
+        .map(|v| v.to_str().unwrap().to_owned());
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    (status, location, String::from_utf8_lossy(&bytes).into_owned())
+}

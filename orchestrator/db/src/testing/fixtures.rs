@@ -5,7 +5,8 @@
 
 use orchestrator_types::{ComponentKind, FirmwareVersion, QualificationState, ReleaseId, TransitionRequest};
 
-use crate::model::{ComponentReading, NewNode, NewRelease, Node, NodeLabels, Release};
+use crate::execution::{ExecRollout, NewPlan, NewStep, NewWave};
+use crate::model::{ComponentReading, NewNode, NewRelease, NewRollout, Node, NodeLabels, Release};
 use crate::{Db, DbError};
 
 /// The HGX H100 platform SKU most fixtures run on.
@@ -98,7 +99,7 @@ impl WaveYaml {
 pub struct PolicyYaml {
     /// `name`.
     pub name: String,
-    /// `target.inventory_id`.
+    /// `target.inventory_id`, omitted when empty (the policy then targets every component of the kind).
     pub inventory_id: String,
     /// `target.platforms`.
     pub platforms: Vec<String>,
@@ -116,6 +117,8 @@ pub struct PolicyYaml {
     pub health: Option<String>,
     /// `rollback.automatic`.
     pub automatic_rollback: bool,
+    /// `rollback.scope`: `rollout` or `wave`.
+    pub rollback_scope: String,
 }
 
 impl PolicyYaml {
@@ -136,6 +139,7 @@ impl PolicyYaml {
             max_failed: 1,
             health: None,
             automatic_rollback: true,
+            rollback_scope: "rollout".into(),
         }
     }
 
@@ -199,6 +203,12 @@ impl PolicyYaml {
         self
     }
 
+    /// Sets `rollback.scope`.
+    pub fn rollback_scope(mut self, scope: &str) -> PolicyYaml {
+        scope.clone_into(&mut self.rollback_scope);
+        self
+    }
+
     /// Sets `target.platforms`.
     pub fn platforms(mut self, platforms: &[&str]) -> PolicyYaml {
         self.platforms = platforms.iter().map(|p| (*p).to_owned()).collect();
@@ -217,10 +227,14 @@ impl PolicyYaml {
         let mut out = String::new();
         let _ = write!(
             out,
-            "name: {name}\ntarget:\n  component: gpu\n  inventory_id: \"{inventory}\"\n  platforms: [{platforms}]\n\
+            "name: {name}\ntarget:\n  component: gpu\n{inventory}  platforms: [{platforms}]\n\
              versions:\n  allow_downgrade: false\nqualification:\n  required_gates: [{gates}]\nwaves:\n",
             name = self.name,
-            inventory = self.inventory_id,
+            inventory = if self.inventory_id.is_empty() {
+                String::new()
+            } else {
+                format!("  inventory_id: \"{}\"\n", self.inventory_id)
+            },
             platforms = self.platforms.join(", "),
             gates = self.required_gates.join(", "),
         );
@@ -250,11 +264,25 @@ impl PolicyYaml {
         }
         let _ = writeln!(
             out,
-            "rollback:\n  automatic: {}\n  scope: rollout",
-            self.automatic_rollback
+            "rollback:\n  automatic: {}\n  scope: {}",
+            self.automatic_rollback, self.rollback_scope
         );
         out
     }
+}
+
+/// A `health:` section with `alpha` and `gates` (each as [`redfish_gate`] renders one).
+pub fn health_section(alpha: f64, gates: &[String]) -> String {
+    format!("health:\n  alpha: {alpha}\n  gates:\n{}", gates.concat())
+}
+
+/// A health gate on bmc-sim's Redfish metric `metric`, where an increase is bad, looked at every
+/// `interval`; `kind` is `rate` or `level`. Ends with a newline.
+pub fn redfish_gate(name: &str, metric: &str, kind: &str, min_effect: &str, interval: &str) -> String {
+    format!(
+        "    - name: {name}\n      source: redfish\n      metric: {metric}\n      kind: {kind}\n      \
+         direction: increase_is_bad\n      min_effect: {min_effect}\n      interval: {interval}\n"
+    )
 }
 
 // ---------------------------------------------------------------------------
@@ -431,6 +459,21 @@ impl GpuNodes {
     }
 }
 
+/// `count` nodes `node-{i}` on platform `hgx`, BMC at `https://10.0.0.{i}`, credential `default`,
+/// labels `r`, `c`, `k`, `n`: for tests where only a node's identity matters.
+pub fn plain_nodes(count: usize) -> Vec<NewNode> {
+    (0..count)
+        .map(|i| {
+            node(&format!("node-{i}"))
+                .bmc_url(&format!("https://10.0.0.{i}"))
+                .credential("default")
+                .sku("hgx")
+                .labels("r", "c", "k", "n")
+                .build()
+        })
+        .collect()
+}
+
 // ---------------------------------------------------------------------------
 // Releases.
 
@@ -445,6 +488,18 @@ pub fn release(version: &str) -> NewRelease {
         size_bytes: 1024,
         platforms: vec![SKU.into()],
         release_notes: String::new(),
+    }
+}
+
+/// The GPU release `96.00.61.00.01` for [`plain_nodes`]' platform `hgx` (image
+/// `https://images.example/g.fw`, 1 byte, a placeholder sha256).
+pub fn plain_release() -> NewRelease {
+    NewRelease {
+        image_uri: "https://images.example/g.fw".into(),
+        sha256: "ab".repeat(32),
+        size_bytes: 1,
+        platforms: vec!["hgx".into()],
+        ..release(GPU_TO)
     }
 }
 
@@ -487,4 +542,64 @@ pub async fn put_policy_in_force(db: &Db, name: &str, content: &str) -> Result<(
     };
     db.record_policy_sync(&sync, "test").await?;
     Ok((commit, blob))
+}
+
+// ---------------------------------------------------------------------------
+// Stored rollouts.
+
+/// One update step per node of `nodes`, on components `inventory_id`, expected at `from`.
+pub fn steps(nodes: &[Node], inventory_id: &str, from: &str) -> Vec<NewStep> {
+    nodes
+        .iter()
+        .map(|n| NewStep {
+            node_id: n.id,
+            inventory_id: inventory_id.to_owned(),
+            expected_from_version: from.to_owned(),
+        })
+        .collect()
+}
+
+/// A wave `name` of `steps` baking `bake_seconds`, needing `approvals` approvals, at most
+/// `max_in_flight` in flight, no gates and no control cohort.
+pub fn wave(name: &str, bake_seconds: i64, approvals: u32, max_in_flight: u32, steps: Vec<NewStep>) -> NewWave {
+    NewWave {
+        name: name.to_owned(),
+        bake_seconds,
+        approvals_required: approvals,
+        max_in_flight,
+        gates: Vec::new(),
+        control_nodes: Vec::new(),
+        steps,
+    }
+}
+
+/// A rollout of `release` under policy `p` (commit `c0ffee`, blob `b`), seed 1.
+pub fn new_rollout(release: ReleaseId) -> NewRollout {
+    NewRollout {
+        release_id: release,
+        policy_name: "p".into(),
+        policy_commit: "c0ffee".into(),
+        policy_blob: "b".into(),
+        seed: 1,
+    }
+}
+
+/// A plan of `waves` whose rollback assessment says rollback is possible.
+pub fn plan(waves: Vec<NewWave>) -> NewPlan {
+    NewPlan {
+        waves,
+        rollback_assessment: serde_json::json!({ "possible": true }),
+    }
+}
+
+/// Stores [`new_rollout`] of `release` with [`plan`] of `waves`, without the planner, under the
+/// policy text `name: p`, started by `actor`.
+pub async fn store_rollout(
+    db: &Db,
+    release: ReleaseId,
+    waves: Vec<NewWave>,
+    actor: &str,
+) -> Result<ExecRollout, DbError> {
+    db.start_rollout(&new_rollout(release), "name: p\n", &plan(waves), actor)
+        .await
 }
