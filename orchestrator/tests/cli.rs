@@ -6,7 +6,6 @@ mod process_harness;
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::Arc;
-use std::time::Duration;
 
 use orchestrator_db::testing::TestDb;
 use orchestrator_types::SystemClock;

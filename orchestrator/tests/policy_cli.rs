@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use integration_tests::git::{git, git_available};
 use orchestrator_db::model::{NewRelease, NewRollout};
 use orchestrator_db::policies::PolicyInForce;
-use orchestrator_db::testing::{TestDb, require_all};
+use orchestrator_db::testing::TestDb;
 use orchestrator_db::{AuditFilter, Db, DbError};
 use orchestrator_types::ComponentKind;
 use process_harness::cli::{terminate_and_wait, text};

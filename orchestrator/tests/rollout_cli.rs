@@ -3,8 +3,7 @@
 
 mod process_harness;
 
-use std::path::Path;
-use std::process::Output;
+use std::process::Command;
 use std::sync::Arc;
 
 use orchestrator_db::Db;
@@ -13,7 +12,7 @@ use orchestrator_db::testing::fixtures::{
     GPU_TO as TO, PolicyYaml, add_qualified_release, gpu_nodes, put_policy_in_force, release,
 };
 use orchestrator_types::SystemClock;
-use process_harness::cli::{expect_exit, text, waveguard_as_carol as waveguard};
+use process_harness::cli::{BIN, expect_exit, text, waveguard_as_carol as waveguard};
 use serde_json::Value;
 
 /// The policy the rollouts start under (as text: the CLI stores it as given).

@@ -48,7 +48,13 @@ fn policy(approval: &str) -> String {
 fn xid_gate() -> String {
     health_section(
         0.05,
-        &[redfish_gate("xid_errors", "xid_errors_per_gpu_hour", "rate", "1.5", "30m")],
+        &[redfish_gate(
+            "xid_errors",
+            "xid_errors_per_gpu_hour",
+            "rate",
+            "1.5",
+            "30m",
+        )],
     )
 }
 

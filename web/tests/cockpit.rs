@@ -9,11 +9,9 @@ mod common;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::body::Body;
-use axum::http::{Request, StatusCode, header};
+use axum::http::StatusCode;
 use chrono::{Duration, TimeZone, Utc};
 use common::{get_page, post_form};
-use http_body_util::BodyExt;
 use orchestrator_db::Db;
 use orchestrator_db::execution::{
     ExecStep, NewPlan, NewStep, NewWave, StepChange, StepFilter, StepState, WaveChange, WaveState,
@@ -25,7 +23,6 @@ use orchestrator_types::{
     TransitionRequest,
 };
 use serde_json::json;
-use tower::ServiceExt;
 use web::auth::provision_api_token;
 use web::{AppState, app};
 

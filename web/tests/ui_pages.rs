@@ -13,7 +13,6 @@ use axum::http::{Request, StatusCode, header};
 use chrono::{TimeZone, Utc};
 use common::{get_page as get, post_form as post};
 use futures::StreamExt;
-use http_body_util::BodyExt;
 use orchestrator_db::Db;
 use orchestrator_db::execution::RolloutState;
 use orchestrator_db::model::{NewGateResult, NewRollout};

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use integration_tests::fixtures::{PolicyYaml, WaveSize, WaveYaml, health_section, redfish_gate};
-use integration_tests::{GPU_FROM, GPU_TO, Harness, SKU};
+use integration_tests::{GPU_FROM, GPU_TO, Harness};
 use orchestrator_db::AuditFilter;
 use orchestrator_db::execution::{ExecRollout, RolloutState, StepFilter, StepPurpose, StepState, WaveState};
 use orchestrator_db::health::{Cohort, SampleScope};

@@ -14,7 +14,6 @@ mod git_repo;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::Command;
 
 use git_repo::{git, git_available};
 use orchestrator_policy::{FailureBudget, parse_policy};

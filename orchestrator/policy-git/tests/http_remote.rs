@@ -12,7 +12,7 @@
 mod git_repo;
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 use axum::body::Bytes;
