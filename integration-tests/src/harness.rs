@@ -20,7 +20,9 @@ use orchestrator_db::model::{
 };
 use orchestrator_db::testing::TestDb;
 use orchestrator_db::testing::fixtures::{self, GPU_FROM, GPU_TO, SKU};
-use orchestrator_engine::{BmcConnector, Engine, EngineConfig, GatelessJudge, HealthJudge, RedfishConnector};
+use orchestrator_engine::{
+    BmcConnector, Engine, EngineConfig, GatelessJudge, HealthJudge, RedfishConnector, StartRollout,
+};
 use orchestrator_types::{Clock, ComponentKind, FirmwareVersion, ReleaseId, RolloutId};
 use sha2::{Digest, Sha256};
 
@@ -268,6 +270,21 @@ impl Harness {
             platforms: vec![sku.into()],
             ..fixtures::release(version)
         }
+    }
+
+    /// Plans and stores a rollout of `release` under the inline policy `policy_source` with `seed`,
+    /// as `alice` (as the API would); panics when the start is refused.
+    pub async fn start_rollout(&self, release: ReleaseId, policy_source: String, seed: i64) -> ExecRollout {
+        let request = StartRollout {
+            release_id: release,
+            policy_source,
+            policy_commit: None,
+            policy_blob: None,
+            seed,
+        };
+        orchestrator_engine::start_rollout(&self.db, &request, "alice")
+            .await
+            .expect("rollout starts")
     }
 
     /// A fast engine: passes every 40 ms (and at once when nudged), with timeouts in simulated time

@@ -407,19 +407,7 @@ async fn a_prometheus_level_gate_is_judged_against_the_control_cohort() {
     );
     let release = h.add_release(GPU_TO, true).await;
     h.add_release(GPU_FROM, true).await;
-    let rollout = start_rollout(
-        &h.db,
-        &StartRollout {
-            release_id: release.id,
-            policy_source: policy,
-            policy_commit: None,
-            policy_blob: None,
-            seed: 5,
-        },
-        "alice",
-    )
-    .await
-    .expect("rollout starts");
+    let rollout = h.start_rollout(release.id, policy, 5).await;
     let client = PrometheusClient::new(PrometheusConfig::new(url::Url::parse(&prometheus_url).unwrap())).unwrap();
     let judge = Arc::new(DetectorJudge::new(h.db.clone(), h.redfish()).with_prometheus(client));
     h.start_engine_with(h.config(), judge);
@@ -554,19 +542,7 @@ async fn start_pcie_replay_rollout(
     );
     let release = h.add_release(version, true).await;
     h.add_release(GPU_FROM, true).await;
-    let rollout = start_rollout(
-        &h.db,
-        &StartRollout {
-            release_id: release.id,
-            policy_source: policy,
-            policy_commit: None,
-            policy_blob: None,
-            seed: 5,
-        },
-        "alice",
-    )
-    .await
-    .expect("rollout starts");
+    let rollout = h.start_rollout(release.id, policy, 5).await;
     let mut config = PrometheusConfig::new(url::Url::parse(&prometheus_url).unwrap());
     config.node_label = "Hostname".into();
     let client = PrometheusClient::new(config).unwrap();

@@ -22,7 +22,6 @@ use orchestrator_db::execution::{StepFilter, StepPurpose, WaveState};
 use orchestrator_db::health::{Cohort, SampleScope};
 use orchestrator_engine::watch::classify::{classify_event, event_gpu, gpu_count, gpu_levels};
 use orchestrator_engine::watch::{DetectorEvidence, DetectorJudge};
-use orchestrator_engine::{StartRollout, start_rollout};
 use orchestrator_policy::RedfishMetric;
 use orchestrator_types::Outcome;
 
@@ -153,19 +152,7 @@ async fn a_looping_next_link_stops_at_its_first_repeat_and_the_gate_names_the_no
     let mut h = Harness::start_with(scenario(2.0), false).await.unwrap();
     let release = h.add_release(GPU_TO, true).await;
     h.add_release(GPU_FROM, true).await;
-    let rollout = start_rollout(
-        &h.db,
-        &StartRollout {
-            release_id: release.id,
-            policy_source: policy(),
-            policy_commit: None,
-            policy_blob: None,
-            seed: 5,
-        },
-        "alice",
-    )
-    .await
-    .expect("rollout starts");
+    let rollout = h.start_rollout(release.id, policy(), 5).await;
     let waves = h.db.rollout_waves(rollout.id).await.unwrap();
     let canary = waves.iter().find(|w| w.name == "canary").unwrap();
     assert!(

@@ -16,7 +16,7 @@ use orchestrator_db::execution::{
     ExecStep, Fence, PlacedStep, RolloutState, StepChange, StepFilter, StepState, StepTarget, WaveChange, WaveState,
 };
 use orchestrator_db::{AuditFilter, DbError};
-use orchestrator_engine::{EXECUTOR_LEASE, StartRollout, start_rollout};
+use orchestrator_engine::EXECUTOR_LEASE;
 use orchestrator_types::RolloutId;
 use serde_json::json;
 
@@ -47,20 +47,7 @@ impl Crashed {
     async fn start() -> Crashed {
         let h = Harness::start(NODES, "", false).await.expect("sqlite harness");
         let release = h.add_release(GPU_TO, true).await;
-        let rollout = start_rollout(
-            &h.db,
-            &StartRollout {
-                release_id: release.id,
-                policy_source: one_wave_policy(),
-                policy_commit: None,
-                policy_blob: None,
-                seed: 5,
-            },
-            "alice",
-        )
-        .await
-        .expect("rollout starts")
-        .id;
+        let rollout = h.start_rollout(release.id, one_wave_policy(), 5).await.id;
         // Short lease (one simulated minute is a quarter of a real second):
         // the engine started later takes it over once it expires.
         let fence =

@@ -371,6 +371,18 @@ pub fn gpu_inventory(version: &str) -> Vec<ComponentReading> {
         .collect()
 }
 
+/// `count` updateable GPUs `GPU_0..` on `version` with no health reported: a bare inventory for
+/// counting and paging tests.
+pub fn gpus(count: usize, version: &str) -> Vec<ComponentReading> {
+    (0..count)
+        .map(|g| ComponentReading {
+            inventory_id: format!("GPU_{g}"),
+            health: None,
+            ..gpu_inventory(version).swap_remove(0)
+        })
+        .collect()
+}
+
 /// A numbered fleet of GPU nodes, all reporting [`gpu_inventory`]; see [`gpu_nodes`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GpuNodes {
