@@ -31,6 +31,7 @@ mod control;
 mod dcgm;
 mod fleet;
 pub mod image;
+pub mod image_server;
 pub mod platform;
 mod redfish;
 mod rng;
@@ -47,6 +48,7 @@ pub use fleet::{Endpoint, Fleet, FleetError, FleetOptions, RunningFleet};
 /// know: one implementation, so a fleet and a controller sharing it agree on
 /// now (and on how long a simulated span takes in real time).
 pub use orchestrator_types::AcceleratedClock as SimClock;
+pub use image_server::ImageServer;
 pub use scenario::{Metric, Scenario, ScenarioError};
 pub use state::NodeLabels;
 pub use update::MAX_IMAGE_BYTES;

@@ -12,9 +12,10 @@ mod common;
 
 use std::time::Duration;
 
+use bmc_sim::ImageServer;
 use bmc_sim::image;
 use chrono::Duration as SimDuration;
-use common::{PASS, SKU, SMALL, USER, find_on_path, python_with, serve_images, skip_or_fail, start_with, tick_clock};
+use common::{PASS, SKU, SMALL, USER, find_on_path, python_with, skip_or_fail, start_with, tick_clock};
 use orchestrator_types::ComponentKind;
 use serde_json::json;
 
@@ -51,7 +52,10 @@ async fn ansible_simple_update_multipart_push_and_requested_resets() {
     let ca = work.path().join("ca.pem");
     std::fs::write(&ca, h.fleet.ca_pem().expect("TLS fleet has a CA")).expect("write CA");
     let gpu_img = image::build(ComponentKind::Gpu, GPU_NEW, &[SKU], b"gpu firmware for ansible");
-    let base = serve_images(vec![("/gpu.bin", gpu_img)]).await;
+    let image_server = ImageServer::start([("gpu.bin".to_owned(), gpu_img)])
+        .await
+        .expect("image server");
+    let base = image_server.base_url();
     let bmc_file = work.path().join("bmc.bin");
     std::fs::write(
         &bmc_file,

@@ -4,9 +4,10 @@ mod common;
 
 use std::time::Duration;
 
+use bmc_sim::ImageServer;
 use bmc_sim::image;
 use chrono::Duration as SimDuration;
-use common::{Harness, PASS, SKU, SMALL, USER, serve_images, start, start_with};
+use common::{Harness, PASS, SKU, SMALL, USER, start, start_with};
 use orchestrator_types::ComponentKind;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
@@ -181,7 +182,10 @@ async fn auth_basic_session_and_public_root() {
 #[tokio::test]
 async fn simple_update_activates_only_after_system_reset() {
     let h = start(SMALL).await;
-    let base = serve_images(vec![("/gpu.bin", gpu_image(GPU_NEW))]).await;
+    let image_server = ImageServer::start([("gpu.bin".to_owned(), gpu_image(GPU_NEW))])
+        .await
+        .expect("image server");
+    let base = image_server.base_url();
     let loc = simple_update(&h, 0, &format!("{base}/gpu.bin"), json!([])).await;
     let t = wait_task_state(&h, 0, &loc, &["New", "Running"]).await;
     assert_eq!(t["@odata.type"], "#Task.v1_7_4.Task");
@@ -331,7 +335,13 @@ async fn corrupt_wrong_sku_and_wrong_target_images_end_in_exception() {
     corrupt[last] ^= 0xff;
     let wrong_sku = image::build(ComponentKind::Gpu, GPU_NEW, &["gb200-nvl72"], b"payload");
     let bmc_img = image::build(ComponentKind::Bmc, BMC_NEW, &[SKU], b"payload");
-    let base = serve_images(vec![("/corrupt.bin", corrupt.clone()), ("/sku.bin", wrong_sku.clone())]).await;
+    let image_server = ImageServer::start([
+        ("corrupt.bin".to_owned(), corrupt.clone()),
+        ("sku.bin".to_owned(), wrong_sku.clone()),
+    ])
+    .await
+    .expect("image server");
+    let base = image_server.base_url();
 
     // One node each: a second update of the same components while one runs is refused with 409.
     let cases: Vec<(&str, usize, String, &str)> = vec![
@@ -795,7 +805,10 @@ async fn https_with_generated_ca() {
 #[tokio::test]
 async fn task_monitor_answers_202_while_running_then_200_and_a_second_update_is_409() {
     let h = start(SMALL).await;
-    let base = serve_images(vec![("/gpu.bin", gpu_image(GPU_NEW))]).await;
+    let image_server = ImageServer::start([("gpu.bin".to_owned(), gpu_image(GPU_NEW))])
+        .await
+        .expect("image server");
+    let base = image_server.base_url();
     let resp = h
         .post_json(
             0,

@@ -10,9 +10,10 @@ mod common;
 
 use std::time::Duration;
 
+use bmc_sim::ImageServer;
 use bmc_sim::image;
 use chrono::Duration as SimDuration;
-use common::{PASS, SKU, SMALL, USER, python_with, serve_images, start, tick_clock};
+use common::{PASS, SKU, SMALL, USER, python_with, start, tick_clock};
 use orchestrator_types::ComponentKind;
 use serde_json::Value;
 
@@ -27,7 +28,10 @@ async fn sushy_waits_on_the_task_monitor_and_resets_as_asked() {
     let h = start(SMALL).await;
     let node = h.name(0);
     let img = image::build(ComponentKind::Gpu, GPU_NEW, &[SKU], b"gpu firmware for sushy");
-    let base = serve_images(vec![("/gpu.bin", img)]).await;
+    let image_server = ImageServer::start([("gpu.bin".to_owned(), img)])
+        .await
+        .expect("image server");
+    let base = image_server.base_url();
     let gpus: Vec<String> = h
         .fleet
         .versions(&node)

@@ -31,7 +31,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail, ensure};
 use bmc_sim::Scenario;
 use fantoccini::{Client, ClientBuilder, Locator};
-use integration_tests::{REQUIRE_ALL_ENV, SimController, find_program, free_port, require_all};
+use integration_tests::fixtures::{GPU_TO, PolicyYaml, SKU, WaveSize, WaveYaml};
+use integration_tests::{Harness, REQUIRE_ALL_ENV, ScenarioYaml, find_program, free_port, require_all};
 use orchestrator_db::Db;
 use orchestrator_db::execution::{RolloutState, WaveState};
 use orchestrator_db::policies::{PolicySync, SyncedPolicy};
@@ -41,9 +42,6 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 use web::AppState;
 
-const SKU: &str = "hgx-h100-8gpu";
-const GPU_FROM: &str = "96.00.5E.00.01";
-const GPU_TO: &str = "96.00.61.00.01";
 const NODES: usize = 8;
 const POLICY_NAME: &str = "hgx-gpu-canary";
 /// Simulated seconds per real second: the scenario's 1-3 minute flashes take
@@ -58,67 +56,33 @@ const UI_WAIT: Duration = Duration::from_secs(20);
 const WAVE_WAIT: Duration = Duration::from_secs(90);
 
 fn scenario() -> Scenario {
-    let yaml = format!(
-        r#"
-seed: 7
-fleet:
-  nodes: {NODES}
-  racks: 4
-  clusters: 1
-  region: sim-1
-  sku: {SKU}
-  nodes_per_nvlink_domain: 2
-  components:
-    - {{id: BMC_Firmware, kind: bmc, version: "24.04.1"}}
-    - {{id: "HGX_FW_GPU_{{0..7}}", kind: gpu, version: "{GPU_FROM}"}}
-firmware:
-  - kind: gpu
-    version: "{GPU_TO}"
-    flash_time: {{min: 1m, max: 3m}}
-bmc_faults:
-  reset_time: {{min: 10s, max: 20s}}
-  reboot_time: {{min: 20s, max: 40s}}
-"#
-    );
-    Scenario::from_yaml_str(&yaml).unwrap_or_else(|e| panic!("scenario: {e}"))
+    ScenarioYaml::hgx(NODES)
+        .layout(4, 1)
+        .nodes_per_nvlink_domain(2)
+        .gpu_firmware(GPU_TO, "{min: 1m, max: 3m}")
+        .bmc_faults("{min: 10s, max: 20s}", "{min: 20s, max: 40s}")
+        .build()
 }
 
 /// A two-node canary, then the rest of the fleet two at a time once a
 /// release manager approves (`approval: manual` on the wave after the
 /// canary is what holds the canary for a human).
 fn policy() -> String {
-    format!(
-        r#"name: {POLICY_NAME}
-target:
-  component: gpu
-  inventory_id: "HGX_FW_GPU_*"
-  platforms: [{SKU}]
-versions:
-  allow_downgrade: false
-qualification:
-  required_gates: [burn_in, nccl_allreduce]
-waves:
-  - name: canary
-    count: 2
-    stratify_by: [rack]
-    bake: 5m
-    max_in_flight: 2
-  - name: rest
-    rest: true
-    approval: manual
-    approvers: 1
-    bake: 1m
-    max_in_flight: 2
-concurrency:
-  max_in_flight: 2
-  per_rack: 2
-failure_budget:
-  max_failed: 1
-rollback:
-  automatic: false
-  scope: rollout
-"#
-    )
+    PolicyYaml::two_waves(POLICY_NAME)
+        .required_gates(&["burn_in", "nccl_allreduce"])
+        .waves(vec![
+            WaveYaml::new("canary", WaveSize::Count(2))
+                .stratify_by(&["rack"])
+                .bake("5m")
+                .max_in_flight(2),
+            WaveYaml::new("rest", WaveSize::Rest)
+                .manual(1)
+                .bake("1m")
+                .max_in_flight(2),
+        ])
+        .concurrency(2, &["per_rack: 2"])
+        .automatic_rollback(false)
+        .render()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -299,7 +263,12 @@ fn wave_state_is(wave: WaveId, state: &str) -> String {
 
 async fn run(chromium: &Path, driver_bin: &Path) -> anyhow::Result<()> {
     clear_screenshots()?;
-    let sim = SimController::start(scenario(), SPEEDUP, SKU, &[GPU_TO]).await?;
+    let sim = Harness::builder(scenario())
+        .speedup(SPEEDUP)
+        .sku(SKU)
+        .start()
+        .await
+        .context("harness")?;
     add_users(&sim.db).await?;
     sync_policy(&sim.db).await?;
     let release = sim
@@ -312,7 +281,7 @@ async fn run(chromium: &Path, driver_bin: &Path) -> anyhow::Result<()> {
             ],
         )
         .await?;
-    let engine = sim.start_engine(Arc::new(GatelessJudge));
+    let engine = sim.spawn_engine(Arc::new(GatelessJudge));
 
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr: SocketAddr = listener.local_addr()?;
@@ -368,7 +337,7 @@ async fn run(chromium: &Path, driver_bin: &Path) -> anyhow::Result<()> {
     outcome
 }
 
-async fn drive(client: &Client, base: &str, sim: &SimController, release: ReleaseId) -> anyhow::Result<()> {
+async fn drive(client: &Client, base: &str, sim: &Harness, release: ReleaseId) -> anyhow::Result<()> {
     let db = &sim.db;
     let started = Instant::now();
 

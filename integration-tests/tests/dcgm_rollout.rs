@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
 use bmc_sim::Scenario;
-use integration_tests::SimController;
+use integration_tests::Harness;
 use integration_tests::process::{required_program, start_prometheus};
 use orchestrator_bmc::HttpClients;
 use orchestrator_db::execution::{ExecWave, RolloutState, WaveState};
@@ -149,7 +149,7 @@ enum Disturbance {
 
 struct World {
     prefix: &'static str,
-    sim: SimController,
+    sim: Harness,
     release: orchestrator_types::ReleaseId,
     rollout: RolloutId,
     engine: orchestrator_engine::Engine,
@@ -178,7 +178,12 @@ async fn run(prometheus_bin: &std::path::Path) -> anyhow::Result<()> {
     ];
     let mut sims = Vec::new();
     for (prefix, seed, version) in worlds_spec {
-        let sim = SimController::start(scenario(prefix, seed), 1.0, SKU, &[GPU_FROM, version]).await?;
+        let sim = Harness::builder(scenario(prefix, seed))
+            .speedup(1.0)
+            .sku(SKU)
+            .start()
+            .await
+            .context("harness")?;
         sims.push((prefix, version, sim));
     }
     let dir = tempfile::tempdir()?;
@@ -257,7 +262,7 @@ async fn run(prometheus_bin: &std::path::Path) -> anyhow::Result<()> {
             .0
             .id;
         let judge = DetectorJudge::new(sim.db.clone(), health_bmcs()).with_prometheus(client.clone());
-        let engine = sim.start_engine(Arc::new(judge));
+        let engine = sim.spawn_engine(Arc::new(judge));
         worlds.push(World {
             prefix,
             sim,

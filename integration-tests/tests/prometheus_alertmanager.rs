@@ -22,15 +22,14 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
 use bmc_sim::Scenario;
+use integration_tests::fixtures::{GPU_FROM, PolicyYaml, SKU, WaveSize, WaveYaml};
 use integration_tests::process::ChildProcess;
-use integration_tests::{REQUIRE_ALL_ENV, SimController, find_program, free_port};
+use integration_tests::{Harness, REQUIRE_ALL_ENV, ScenarioYaml, find_program, free_port};
 use orchestrator_db::execution::{RolloutState, StepFilter, StepPurpose};
 use orchestrator_engine::prometheus::{NodeIndex, NodeSeries, PrometheusClient, PrometheusConfig};
 use orchestrator_engine::{GatelessJudge, StartRollout, start_rollout};
 use web::{AlertReceiverConfig, AppState};
 
-const SKU: &str = "hgx-h100-8gpu";
-const GPU_FROM: &str = "96.00.5E.00.01";
 const GPU_BAD: &str = "96.00.99.00.01";
 /// Simulated seconds per real second: a 2-4 minute flash takes about a
 /// second, and the 24 h canary bake six minutes, far longer than the alert
@@ -41,78 +40,36 @@ const TOKEN: &str = "e2e-alertmanager-token-5f2b9c0d";
 const LIMIT: Duration = Duration::from_secs(100);
 
 fn scenario() -> Scenario {
-    let yaml = format!(
-        r#"
-seed: 11
-fleet:
-  nodes: 6
-  racks: 3
-  clusters: 1
-  region: sim-1
-  sku: {SKU}
-  nodes_per_nvlink_domain: 2
-  components:
-    - {{id: BMC_Firmware, kind: bmc, version: "24.04.1"}}
-    - {{id: "HGX_FW_GPU_{{0..7}}", kind: gpu, version: "{GPU_FROM}"}}
-baseline:
-  xid_errors_per_gpu_hour: 0.6
-firmware:
-  - kind: gpu
-    version: "{GPU_BAD}"
-    flash_time: {{min: 2m, max: 4m}}
-    effects:
-      - {{metric: xid_errors_per_gpu_hour, multiply: 20.0, share: 1.0, onset: 0s}}
-  - kind: gpu
-    version: "{GPU_FROM}"
-    flash_time: {{min: 2m, max: 4m}}
-bmc_faults:
-  reset_time: {{min: 30s, max: 60s}}
-  reboot_time: {{min: 1m, max: 2m}}
-"#
-    );
-    Scenario::from_yaml_str(&yaml).unwrap_or_else(|e| panic!("scenario: {e}"))
+    ScenarioYaml::hgx(6)
+        .seed(11)
+        .layout(3, 1)
+        .nodes_per_nvlink_domain(2)
+        .baseline("xid_errors_per_gpu_hour: 0.6")
+        .firmware(&format!(
+            "  - kind: gpu\n    version: \"{GPU_BAD}\"\n    flash_time: {{min: 2m, max: 4m}}\n    effects:\n      \
+             - {{metric: xid_errors_per_gpu_hour, multiply: 20.0, share: 1.0, onset: 0s}}"
+        ))
+        .gpu_firmware(GPU_FROM, "{min: 2m, max: 4m}")
+        .build()
 }
 
 /// A two-node canary baking for a day, and the rule that an alert named
 /// `CanaryXidStorm` rolls the whole rollout back.
 fn policy() -> String {
-    format!(
-        r#"
-name: e2e-gpu
-target:
-  component: gpu
-  inventory_id: "HGX_FW_GPU_*"
-  platforms: [{SKU}]
-versions:
-  allow_downgrade: false
-qualification:
-  required_gates: []
-waves:
-  - name: canary
-    count: 2
-    stratify_by: [rack]
-    bake: 24h
-    max_in_flight: 2
-  - name: rest
-    rest: true
-    bake: 1h
-    max_in_flight: 4
-concurrency:
-  max_in_flight: 4
-  per_rack: 2
-failure_budget:
-  max_failed: 1
-health:
-  alerts:
-    - matchers: ['alertname="CanaryXidStorm"', 'severity="critical"']
-      action: rollback
-    - matchers: ['severity="critical"']
-      action: pause
-rollback:
-  automatic: true
-  scope: rollout
-"#
-    )
+    PolicyYaml::two_waves("e2e-gpu")
+        .waves(vec![
+            WaveYaml::new("canary", WaveSize::Count(2))
+                .stratify_by(&["rack"])
+                .bake("24h")
+                .max_in_flight(2),
+            WaveYaml::new("rest", WaveSize::Rest).bake("1h").max_in_flight(4),
+        ])
+        .concurrency(4, &["per_rack: 2"])
+        .health(
+            "health:\n  alerts:\n    - matchers: ['alertname=\"CanaryXidStorm\"', 'severity=\"critical\"']\n      \
+             action: rollback\n    - matchers: ['severity=\"critical\"']\n      action: pause",
+        )
+        .render()
 }
 
 /// The Prometheus rule: the XID rate of nodes whose GPUs run the new
@@ -163,11 +120,16 @@ async fn a_real_alert_from_prometheus_via_alertmanager_rolls_the_canary_back() {
 
 async fn run(prometheus_bin: &Path, alertmanager_bin: &Path) -> anyhow::Result<()> {
     // The fleet and the controller.
-    let sim = SimController::start(scenario(), SPEEDUP, SKU, &[GPU_FROM, GPU_BAD]).await?;
+    let sim = Harness::builder(scenario())
+        .speedup(SPEEDUP)
+        .sku(SKU)
+        .start()
+        .await
+        .context("harness")?;
     let (dir, db, fleet) = (&sim.dir, &sim.db, &sim.fleet);
     sim.add_qualified_release(GPU_FROM, "alice", &[]).await?;
     let bad = sim.add_qualified_release(GPU_BAD, "alice", &[]).await?;
-    let engine = sim.start_engine(Arc::new(GatelessJudge));
+    let engine = sim.spawn_engine(Arc::new(GatelessJudge));
     let state = AppState::new(db.clone())
         .with_engine_nudge(engine.nudge())
         .with_alert_receiver(AlertReceiverConfig::new(TOKEN)?);

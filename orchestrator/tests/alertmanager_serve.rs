@@ -4,9 +4,12 @@
 //! variable stops start-up with exit code 2, and the token never reaches
 //! the logs.
 
-use std::io::{BufRead, BufReader};
+mod process_harness;
+
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+
+use process_harness::cli::listening_url;
 
 const BIN: &str = env!("CARGO_BIN_EXE_waveguard");
 const TOKEN: &str = "serve-test-token-7c1e4a9b2d";
@@ -48,17 +51,7 @@ fn start(dir: &Path, env: &[(&str, &str)]) -> Server {
         .stderr(log)
         .spawn()
         .expect("waveguard serve starts");
-    let stdout = child.stdout.take().expect("stdout is piped");
-    let mut lines = BufReader::new(stdout).lines();
-    let url = loop {
-        let line = lines
-            .next()
-            .expect("serve prints its address")
-            .expect("readable stdout");
-        if let Some(url) = line.strip_prefix("waveguard listening on ") {
-            break url.trim().to_owned();
-        }
-    };
+    let url = listening_url(&mut child);
     Server { child, url }
 }
 

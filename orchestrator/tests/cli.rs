@@ -1,14 +1,15 @@
 //! The `waveguard` binary as a user runs it: real processes, real HTTP on
 //! loopback, real SQLite files and PostgreSQL databases.
 
-use std::io::{BufRead, BufReader};
+mod process_harness;
+
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::Arc;
-use std::time::Duration;
 
 use orchestrator_db::testing::TestDb;
 use orchestrator_types::SystemClock;
+use process_harness::cli::{listening_url, terminate_and_wait, text};
 
 const BIN: &str = env!("CARGO_BIN_EXE_waveguard");
 
@@ -22,10 +23,6 @@ fn waveguard(dir: &Path, args: &[&str]) -> Output {
         .expect("waveguard runs")
 }
 
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
 /// Starts `serve` on an ephemeral port and returns it with its base URL.
 fn start_server(dir: &Path, extra: &[&str]) -> (Child, String) {
     let mut child = Command::new(BIN)
@@ -37,35 +34,8 @@ fn start_server(dir: &Path, extra: &[&str]) -> (Child, String) {
         .stderr(Stdio::inherit())
         .spawn()
         .expect("waveguard serve starts");
-    let stdout = child.stdout.take().expect("stdout is piped");
-    let mut lines = BufReader::new(stdout).lines();
-    let url = loop {
-        let line = lines
-            .next()
-            .expect("serve prints its address")
-            .expect("readable stdout");
-        if let Some(url) = line.strip_prefix("waveguard listening on ") {
-            break url.trim().to_owned();
-        }
-    };
+    let url = listening_url(&mut child);
     (child, url)
-}
-
-fn terminate_and_wait(mut child: Child) {
-    let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .expect("kill runs");
-    assert!(status.success());
-    for _ in 0..100 {
-        if let Some(status) = child.try_wait().expect("wait works") {
-            assert!(status.success(), "graceful shutdown exits 0, got {status}");
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let _ = child.kill();
-    panic!("serve did not stop within 10 s of SIGTERM");
 }
 
 async fn check_serving(url: &str) {

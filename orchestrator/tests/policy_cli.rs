@@ -7,55 +7,23 @@
 //! with gix). Without `git` the tests skip loudly, or fail when
 //! `WAVEGUARD_REQUIRE_ALL=1`.
 
+mod process_harness;
+
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use integration_tests::git::{git, git_available};
 use orchestrator_db::model::{NewRelease, NewRollout};
 use orchestrator_db::policies::PolicyInForce;
-use orchestrator_db::testing::{TestDb, require_all};
+use orchestrator_db::testing::TestDb;
 use orchestrator_db::{AuditFilter, Db, DbError};
 use orchestrator_types::ComponentKind;
+use process_harness::cli::{terminate_and_wait, text};
 
 const BIN: &str = env!("CARGO_BIN_EXE_waveguard");
 const POLICY: &str = include_str!("../../policies/bmc-firmware.yaml");
 const BAD_BAKE: &str = ": wave \"canary\" bake: invalid duration";
-
-fn git_available() -> bool {
-    let ok = Command::new("git")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        assert!(
-            !require_all(),
-            "git is required (WAVEGUARD_REQUIRE_ALL=1) but not found"
-        );
-        eprintln!("\n*** SKIPPING policy CLI test: the `git` program is not installed ***\n");
-    }
-    ok
-}
-
-fn git(dir: &Path, args: &[&str]) {
-    let out = Command::new("git")
-        .args([
-            "-c",
-            "user.name=Test",
-            "-c",
-            "user.email=test@example.com",
-            "-c",
-            "commit.gpgsign=false",
-        ])
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("run git");
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 /// A repository with one commit of `policies/bmc-firmware.yaml`.
 fn policy_repo() -> tempfile::TempDir {
@@ -83,10 +51,6 @@ fn waveguard(dir: &Path, database_url: &str, args: &[&str]) -> Output {
         .env_remove("WAVEGUARD_CONFIG")
         .output()
         .expect("waveguard runs")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
 }
 
 fn sync(work: &Path, url: &str, repo: &Path) -> String {
@@ -126,7 +90,7 @@ fn has_position(line: &str, file: &str) -> bool {
 
 #[tokio::test]
 async fn a_running_rollout_stays_pinned_while_git_moves_on_and_bad_commits_are_refused() {
-    if !git_available() {
+    if !git_available("policy CLI test") {
         return;
     }
     for t in TestDb::all_backends().await {
@@ -276,7 +240,7 @@ async fn a_running_rollout_stays_pinned_while_git_moves_on_and_bad_commits_are_r
 
 #[test]
 fn sync_and_show_exit_codes() {
-    if !git_available() {
+    if !git_available("policy CLI test") {
         return;
     }
     let work = tempfile::tempdir().unwrap();
@@ -351,24 +315,6 @@ fn start_server(dir: &Path, config: &Path) -> Child {
         .expect("waveguard serve starts")
 }
 
-fn terminate_and_wait(mut child: Child) {
-    let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .expect("kill runs");
-    assert!(status.success());
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < deadline {
-        if let Some(status) = child.try_wait().expect("wait works") {
-            assert!(status.success(), "graceful shutdown exits 0, got {status}");
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let _ = child.kill();
-    panic!("serve did not stop within 10 s of SIGTERM");
-}
-
 /// Polls until `name`'s policy in force satisfies `done`.
 async fn wait_for(db: &Db, name: &str, what: &str, done: impl Fn(&PolicyInForce) -> bool) -> PolicyInForce {
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -385,7 +331,7 @@ async fn wait_for(db: &Db, name: &str, what: &str, done: impl Fn(&PolicyInForce)
 
 #[tokio::test]
 async fn serve_syncs_periodically_keeps_running_through_errors_and_stops_on_sigterm() {
-    if !git_available() {
+    if !git_available("policy CLI test") {
         return;
     }
     for t in TestDb::all_backends().await {

@@ -2,44 +2,19 @@
 //! VERSION` as a user runs it, and what `rollout show` then says: a real
 //! process on a real SQLite file (and PostgreSQL when configured).
 
+mod process_harness;
+
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 use std::sync::Arc;
 
-use orchestrator_db::model::{ComponentReading, NewNode, NodeLabels};
 use orchestrator_db::testing::TestDb;
-use orchestrator_types::{ComponentKind, FirmwareVersion, SystemClock};
+use orchestrator_db::testing::fixtures::{PolicyYaml, SKU, gpu_nodes};
+use orchestrator_types::SystemClock;
+use process_harness::cli::{expect_exit, text, waveguard_as_carol as waveguard};
 use serde_json::Value;
 
-const BIN: &str = env!("CARGO_BIN_EXE_waveguard");
-const SKU: &str = "hgx-h100-8gpu";
 const FUSE: &str = "burns anti-rollback fuse SVN 4";
-
-fn waveguard(dir: &Path, url: &str, args: &[&str]) -> Output {
-    Command::new(BIN)
-        .arg("--database-url")
-        .arg(url)
-        .args(args)
-        .current_dir(dir)
-        .env_remove("WAVEGUARD_CONFIG")
-        .env("USER", "carol")
-        .output()
-        .expect("waveguard runs")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-fn expect_exit(output: &Output, code: i32, what: &str) {
-    assert_eq!(
-        output.status.code(),
-        Some(code),
-        "{what}: stdout {} stderr {}",
-        text(&output.stdout),
-        text(&output.stderr)
-    );
-}
 
 /// `release add` for gpu 96.00.61.00.01 with `extra` arguments.
 fn add(dir: &Path, url: &str, extra: &[&str]) -> Output {
@@ -62,35 +37,6 @@ fn add(dir: &Path, url: &str, extra: &[&str]) -> Output {
     args.extend_from_slice(extra);
     waveguard(dir, url, &args)
 }
-
-const POLICY: &str = r#"name: cli-gpu
-target:
-  component: gpu
-  inventory_id: "HGX_FW_GPU_*"
-  platforms: [hgx-h100-8gpu]
-versions:
-  allow_downgrade: false
-qualification:
-  required_gates: []
-waves:
-  - name: canary
-    count: 2
-    bake: 10m
-    max_in_flight: 2
-  - name: rest
-    rest: true
-    bake: 10m
-    approval: manual
-    approvers: 1
-    max_in_flight: 10
-concurrency:
-  max_in_flight: 10
-failure_budget:
-  max_failed: 1
-rollback:
-  automatic: true
-  scope: rollout
-"#;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_rollback_flags_exit_2_and_register_nothing() {
@@ -126,40 +72,13 @@ async fn bad_rollback_flags_exit_2_and_register_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_that_forbids_downgrades_shows_it_and_its_rollouts_say_rollback_impossible() {
     for t in TestDb::all_backends_with_clock(Arc::new(SystemClock)).await {
-        let nodes: Vec<NewNode> = (0..4)
-            .map(|i| NewNode {
-                name: format!("node-{i}"),
-                bmc_url: format!("https://bmc-{i}.example"),
-                credential_ref: "lab".into(),
-                platform_sku: SKU.into(),
-                labels: NodeLabels {
-                    region: "r1".into(),
-                    cluster: "c1".into(),
-                    rack: format!("rack-{i}"),
-                    nvlink_domain: format!("nvl-{i}"),
-                },
-            })
-            .collect();
-        t.db.import_nodes(&nodes, "test").await.unwrap();
-        for node in t.db.list_nodes(&Default::default()).await.unwrap() {
-            // Two of the four update from below the floor.
-            let version = if node.name.as_str() < "node-2" {
-                "96.00.50.00.01"
-            } else {
-                "96.00.5E.00.01"
-            };
-            let readings: Vec<ComponentReading> = (0..8)
-                .map(|g| ComponentReading {
-                    inventory_id: format!("HGX_FW_GPU_{g}"),
-                    kind: ComponentKind::Gpu,
-                    version: FirmwareVersion::parse(version).unwrap(),
-                    updateable: true,
-                    software_id: None,
-                    health: Some("OK".into()),
-                })
-                .collect();
-            t.db.record_inventory(node.id, &readings).await.unwrap();
-        }
+        // Two of the four update from below the floor.
+        gpu_nodes(4)
+            .node_version("node-0", "96.00.50.00.01")
+            .node_version("node-1", "96.00.50.00.01")
+            .seed(&t.db)
+            .await
+            .unwrap();
         let dir = tempfile::tempdir().unwrap();
         let (d, url) = (dir.path(), t.url.as_str());
         let added = add(
@@ -180,7 +99,7 @@ async fn a_release_that_forbids_downgrades_shows_it_and_its_rollouts_say_rollbac
         assert_eq!(json["release"]["downgrade_forbidden"], FUSE);
         assert_eq!(json["release"]["rollback_floor"], "96.00.5A.00.00");
 
-        std::fs::write(d.join("policy.yaml"), POLICY).unwrap();
+        std::fs::write(d.join("policy.yaml"), PolicyYaml::two_waves("cli-gpu").render()).unwrap();
         let started = waveguard(
             d,
             url,

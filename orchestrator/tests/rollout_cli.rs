@@ -1,125 +1,29 @@
 //! `waveguard rollout ...` as a user runs it: a real process on a real
 //! SQLite file; the fleet and release are seeded through the datastore.
 
-use std::path::Path;
-use std::process::{Command, Output};
+mod process_harness;
+
+use std::process::Command;
 use std::sync::Arc;
 
 use orchestrator_db::Db;
-use orchestrator_db::model::{ComponentReading, NewNode, NewRelease, NodeLabels};
-use orchestrator_db::policies::{PolicySync, SyncedPolicy};
 use orchestrator_db::testing::TestDb;
-use orchestrator_types::{ComponentKind, FirmwareVersion, QualificationState, SystemClock, TransitionRequest};
+use orchestrator_db::testing::fixtures::{
+    GPU_TO as TO, PolicyYaml, add_qualified_release, gpu_nodes, put_policy_in_force, release,
+};
+use orchestrator_types::SystemClock;
+use process_harness::cli::{BIN, expect_exit, text, waveguard_as_carol as waveguard};
 use serde_json::Value;
 
-const BIN: &str = env!("CARGO_BIN_EXE_waveguard");
-const SKU: &str = "hgx-h100-8gpu";
-const TO: &str = "96.00.61.00.01";
-
-fn waveguard(dir: &Path, url: &str, args: &[&str]) -> Output {
-    Command::new(BIN)
-        .arg("--database-url")
-        .arg(url)
-        .args(args)
-        .current_dir(dir)
-        .env_remove("WAVEGUARD_CONFIG")
-        .env("USER", "carol")
-        .output()
-        .expect("waveguard runs")
+/// The policy the rollouts start under (as text: the CLI stores it as given).
+fn policy() -> String {
+    PolicyYaml::two_waves("cli-gpu").render()
 }
 
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-fn expect_exit(output: &Output, code: i32, what: &str) {
-    assert_eq!(
-        output.status.code(),
-        Some(code),
-        "{what}: stdout {} stderr {}",
-        text(&output.stdout),
-        text(&output.stderr)
-    );
-}
-
-const POLICY: &str = r#"name: cli-gpu
-target:
-  component: gpu
-  inventory_id: "HGX_FW_GPU_*"
-  platforms: [hgx-h100-8gpu]
-versions:
-  allow_downgrade: false
-qualification:
-  required_gates: []
-waves:
-  - name: canary
-    count: 2
-    bake: 10m
-    max_in_flight: 2
-  - name: rest
-    rest: true
-    bake: 10m
-    approval: manual
-    approvers: 1
-    max_in_flight: 10
-concurrency:
-  max_in_flight: 10
-failure_budget:
-  max_failed: 1
-rollback:
-  automatic: true
-  scope: rollout
-"#;
-
+/// Six GPU nodes over three racks and a qualified release `TO`.
 async fn seed(db: &Db) {
-    let nodes: Vec<NewNode> = (0..6)
-        .map(|i| NewNode {
-            name: format!("node-{i}"),
-            bmc_url: format!("https://bmc-{i}.example"),
-            credential_ref: "lab".into(),
-            platform_sku: SKU.into(),
-            labels: NodeLabels {
-                region: "r1".into(),
-                cluster: "c1".into(),
-                rack: format!("rack-{}", i % 3),
-                nvlink_domain: format!("nvl-{}", i % 3),
-            },
-        })
-        .collect();
-    db.import_nodes(&nodes, "test").await.unwrap();
-    for node in db.list_nodes(&Default::default()).await.unwrap() {
-        let readings: Vec<ComponentReading> = (0..8)
-            .map(|g| ComponentReading {
-                inventory_id: format!("HGX_FW_GPU_{g}"),
-                kind: ComponentKind::Gpu,
-                version: FirmwareVersion::parse("96.00.5E.00.01").unwrap(),
-                updateable: true,
-                software_id: None,
-                health: Some("OK".into()),
-            })
-            .collect();
-        db.record_inventory(node.id, &readings).await.unwrap();
-    }
-    let release = db
-        .add_release(
-            &NewRelease {
-                component_kind: ComponentKind::Gpu,
-                version: FirmwareVersion::parse(TO).unwrap(),
-                image_uri: "https://images.example/gpu.fw".into(),
-                sha256: "0123456789abcdef".repeat(4),
-                size_bytes: 1024,
-                platforms: vec![SKU.into()],
-                release_notes: String::new(),
-            },
-            "alice",
-        )
-        .await
-        .unwrap();
-    for to in [QualificationState::Qualifying, QualificationState::Qualified] {
-        db.transition_release(release.id, &TransitionRequest { to, reason: None }, "alice")
-            .await
-            .unwrap();
-    }
+    gpu_nodes(6).racks(3).seed(db).await.unwrap();
+    add_qualified_release(db, &release(TO), "alice").await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -133,28 +37,7 @@ async fn rollout_commands_start_show_approve_and_steer_a_rollout() {
 async fn a_rollout_under_a_policy_in_force_pins_its_commit_and_blob() {
     for t in TestDb::all_backends_with_clock(Arc::new(SystemClock)).await {
         seed(&t.db).await;
-        let commit = "c".repeat(40);
-        let blob = "b".repeat(40);
-        t.db.record_policy_sync(
-            &PolicySync {
-                source: "https://git.example/policies@main".into(),
-                commit_id: commit.clone(),
-                in_force: vec![SyncedPolicy {
-                    name: "cli-gpu".into(),
-                    path: "gpu.yaml".into(),
-                    commit_id: commit.clone(),
-                    blob_id: blob.clone(),
-                    content: POLICY.into(),
-                }],
-                changed: vec!["cli-gpu".into()],
-                removed: Vec::new(),
-                rejected: Vec::new(),
-                warnings: Vec::new(),
-            },
-            "test",
-        )
-        .await
-        .unwrap();
+        let (commit, blob) = put_policy_in_force(&t.db, "cli-gpu", &policy()).await.unwrap();
         let dir = tempfile::tempdir().unwrap();
         let started = waveguard(
             dir.path(),
@@ -179,7 +62,7 @@ async fn a_rollout_under_a_policy_in_force_pins_its_commit_and_blob() {
         let id = summary["rollout_id"].as_i64().unwrap();
         let rollout = t.db.exec_rollout(orchestrator_types::RolloutId(id)).await.unwrap();
         assert_eq!((rollout.policy_commit, rollout.policy_blob), (commit, blob));
-        assert_eq!(rollout.policy_source.as_deref(), Some(POLICY));
+        assert_eq!(rollout.policy_source.as_deref(), Some(policy().as_str()));
     }
 }
 
@@ -188,8 +71,8 @@ async fn steer(t: &TestDb) {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let url = t.url.as_str();
-    std::fs::write(d.join("good.yaml"), POLICY).unwrap();
-    std::fs::write(d.join("bad.yaml"), POLICY.replace("count: 2", "count: zero")).unwrap();
+    std::fs::write(d.join("good.yaml"), policy()).unwrap();
+    std::fs::write(d.join("bad.yaml"), policy().replace("count: 2", "count: zero")).unwrap();
     let release = format!("gpu@{TO}");
 
     let bad = waveguard(

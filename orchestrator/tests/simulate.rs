@@ -5,6 +5,8 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
+use integration_tests::ScenarioYaml;
+use integration_tests::fixtures::{PolicyYaml, WaveSize, WaveYaml, health_section, redfish_gate};
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_waveguard");
@@ -15,44 +17,26 @@ const GPU_FAILS: &str = "96.00.66.00.01";
 const GPU_XID_STORM: &str = "96.00.70.00.01";
 
 fn scenario(nodes: usize) -> String {
-    format!(
-        r#"
-seed: 5
-fleet:
-  nodes: {nodes}
-  racks: 6
-  clusters: 2
-  region: sim-1
-  sku: hgx-h100-8gpu
-  nodes_per_nvlink_domain: 2
-  components:
-    - {{id: BMC_Firmware, kind: bmc, version: "24.04.1"}}
-    - {{id: "HGX_FW_GPU_{{0..7}}", kind: gpu, version: "{GPU_FROM}"}}
-firmware:
-  - kind: gpu
-    version: "{GPU_GOOD}"
-    flash_time: {{min: 5m, max: 9m}}
-  - kind: gpu
-    version: "{GPU_FAILS}"
-    flash_time: {{min: 5m, max: 9m}}
-    flash_fail_rate: 1.0
-  - kind: gpu
-    version: "{GPU_XID_STORM}"
-    flash_time: {{min: 5m, max: 9m}}
-    effects:
-      - {{metric: xid_errors_per_gpu_hour, multiply: 4.0, share: 1.0, onset: 0s}}
-baseline:
-  gpu_temp_c: {{mean: 62, sd: 3}}
-  gpu_power_w: {{mean: 550, sd: 40}}
-  xid_errors_per_gpu_hour: 0.5
-  pcie_aer_per_node_hour: 0.5
-  link_degraded_per_node_day: 0.1
-bmc_faults:
-  unavailable_rate: 0.02
-  reset_time: {{min: 30s, max: 60s}}
-  reboot_time: {{min: 2m, max: 4m}}
-"#
-    )
+    ScenarioYaml::hgx(nodes)
+        .seed(5)
+        .layout(6, 2)
+        .nodes_per_nvlink_domain(2)
+        .gpu_firmware(GPU_GOOD, "{min: 5m, max: 9m}")
+        .firmware(&format!(
+            "  - kind: gpu\n    version: \"{GPU_FAILS}\"\n    flash_time: {{min: 5m, max: 9m}}\n    flash_fail_rate: 1.0"
+        ))
+        .firmware(&format!(
+            "  - kind: gpu\n    version: \"{GPU_XID_STORM}\"\n    flash_time: {{min: 5m, max: 9m}}\n    effects:\n      \
+             - {{metric: xid_errors_per_gpu_hour, multiply: 4.0, share: 1.0, onset: 0s}}"
+        ))
+        .baseline("gpu_temp_c: {mean: 62, sd: 3}")
+        .baseline("gpu_power_w: {mean: 550, sd: 40}")
+        .baseline("xid_errors_per_gpu_hour: 0.5")
+        .baseline("pcie_aer_per_node_hour: 0.5")
+        .baseline("link_degraded_per_node_day: 0.1")
+        .bmc_fault("unavailable_rate: 0.02")
+        .bmc_faults("{min: 30s, max: 60s}", "{min: 2m, max: 4m}")
+        .render()
 }
 
 /// Two waves with hours of bake; `approval` goes on the second wave.
@@ -61,53 +45,38 @@ fn policy(approval: &str) -> String {
 }
 
 /// An XID gate, so the detector judges the waves.
-const XID_GATE: &str = r#"
-health:
-  alpha: 0.05
-  gates:
-    - name: xid_errors
-      source: redfish
-      metric: xid_errors_per_gpu_hour
-      kind: rate
-      direction: increase_is_bad
-      min_effect: 1.5
-      interval: 30m
-"#;
+fn xid_gate() -> String {
+    health_section(
+        0.05,
+        &[redfish_gate(
+            "xid_errors",
+            "xid_errors_per_gpu_hour",
+            "rate",
+            "1.5",
+            "30m",
+        )],
+    )
+}
 
 fn policy_with(approval: &str, health: &str) -> String {
-    format!(
-        r#"
-name: sim-test
-target:
-  component: gpu
-  inventory_id: "HGX_FW_GPU_*"
-  platforms: [hgx-h100-8gpu]
-versions:
-  allow_downgrade: false
-qualification:
-  required_gates: [burn_in]
-waves:
-  - name: canary
-    count: 4
-    stratify_by: [rack]
-    bake: 6h
-    max_in_flight: 4
-  - name: rest
-    rest: true
-    bake: 2h
-    {approval}
-    max_in_flight: 20
-concurrency:
-  max_in_flight: 20
-  per_rack: 4
-failure_budget:
-  max_failed: 1
-rollback:
-  automatic: true
-  scope: rollout
-{health}
-"#
-    )
+    let policy = PolicyYaml::two_waves("sim-test")
+        .required_gates(&["burn_in"])
+        .waves(vec![
+            WaveYaml::new("canary", WaveSize::Count(4))
+                .stratify_by(&["rack"])
+                .bake("6h")
+                .max_in_flight(4),
+            WaveYaml::new("rest", WaveSize::Rest)
+                .bake("2h")
+                .line(approval)
+                .max_in_flight(20),
+        ])
+        .concurrency(20, &["per_rack: 4"]);
+    if health.is_empty() {
+        policy.render()
+    } else {
+        policy.health(health).render()
+    }
 }
 
 struct Run {
@@ -311,7 +280,7 @@ fn a_regression_is_detected_in_the_canary_and_rolled_back() {
     let run = simulate(
         dir.path(),
         24,
-        &policy_with("approval: auto", XID_GATE),
+        &policy_with("approval: auto", &xid_gate()),
         &format!("gpu@{GPU_XID_STORM}"),
         &["--approve", "auto"],
     );

@@ -1,44 +1,12 @@
 //! The JSON API in-process (`oneshot`), on every database backend.
 
-use axum::Router;
-use axum::body::Body;
-use axum::http::{Method, Request, StatusCode, header};
-use http_body_util::BodyExt;
+mod common;
+
+use axum::http::{Method, StatusCode};
+use common::{authed_app, call};
 use orchestrator_db::testing::TestDb;
 use serde_json::{Value, json};
-use tower::ServiceExt;
-use web::{AppState, app};
-
-/// The app as the `api` admin user: every request carries its API token.
-async fn authed_app(state: AppState) -> Router {
-    let token = web::auth::provision_api_token(&state.db, "api", orchestrator_types::Role::Admin, "tests", "test")
-        .await
-        .unwrap();
-    let bearer = axum::http::HeaderValue::from_str(&format!("Bearer {token}")).unwrap();
-    app(state).layer(axum::middleware::map_request(move |mut request: Request<Body>| {
-        let bearer = bearer.clone();
-        async move {
-            request.headers_mut().entry(header::AUTHORIZATION).or_insert(bearer);
-            request
-        }
-    }))
-}
-
-async fn call(app: &Router, method: Method, uri: &str, body: Option<&str>) -> (StatusCode, Value) {
-    let mut request = Request::builder().method(method).uri(uri);
-    if body.is_some() {
-        request = request.header(header::CONTENT_TYPE, "application/json");
-    }
-    let request = request
-        .body(body.map_or_else(Body::empty, |b| Body::from(b.to_owned())))
-        .unwrap();
-    let response = app.clone().oneshot(request).await.unwrap();
-    let status = response.status();
-    let bytes = response.into_body().collect().await.unwrap().to_bytes();
-    let value =
-        serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into()));
-    (status, value)
-}
+use web::AppState;
 
 fn release_body(version: &str) -> String {
     json!({

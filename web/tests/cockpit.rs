@@ -4,13 +4,14 @@
 //! a rolled-back rollout, "needs my approval"), the policy summary, the
 //! token page, plain-language reasons and the blocked release.
 
+mod common;
+
 use std::sync::Arc;
 
 use axum::Router;
-use axum::body::Body;
-use axum::http::{Request, StatusCode, header};
+use axum::http::StatusCode;
 use chrono::{Duration, TimeZone, Utc};
-use http_body_util::BodyExt;
+use common::{get_page, post_form};
 use orchestrator_db::Db;
 use orchestrator_db::execution::{
     ExecStep, NewPlan, NewStep, NewWave, StepChange, StepFilter, StepState, WaveChange, WaveState,
@@ -22,7 +23,6 @@ use orchestrator_types::{
     TransitionRequest,
 };
 use serde_json::json;
-use tower::ServiceExt;
 use web::auth::provision_api_token;
 use web::{AppState, app};
 
@@ -316,32 +316,14 @@ async fn fixture() -> Fixture {
 }
 
 async fn get(app: &Router, token: &str, uri: &str) -> (StatusCode, String) {
-    let request = Request::get(uri)
-        .header(header::AUTHORIZATION, format!("Bearer {token}"))
-        .body(Body::empty())
-        .unwrap();
-    let response = app.clone().oneshot(request).await.unwrap();
-    let status = response.status();
-    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    let (status, body) = get_page(app, token, uri).await;
     // minijinja escapes `/` in attributes; browsers read it back as `/`.
-    (status, String::from_utf8_lossy(&bytes).replace("&#x2f;", "/"))
+    (status, body.replace("&#x2f;", "/"))
 }
 
 async fn post(app: &Router, token: &str, uri: &str, body: &str, json: bool) -> (StatusCode, String) {
-    let mut request = Request::post(uri)
-        .header(header::AUTHORIZATION, format!("Bearer {token}"))
-        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded");
-    if json {
-        request = request.header(header::ACCEPT, "application/json");
-    }
-    let response = app
-        .clone()
-        .oneshot(request.body(Body::from(body.to_owned())).unwrap())
-        .await
-        .unwrap();
-    let status = response.status();
-    let bytes = response.into_body().collect().await.unwrap().to_bytes();
-    (status, String::from_utf8_lossy(&bytes).into_owned())
+    let (status, _, body) = post_form(app, token, uri, body, json).await;
+    (status, body)
 }
 
 async fn viewer(db: &Db) -> String {
@@ -661,56 +643,10 @@ async fn the_audit_log_names_nodes_and_links_subjects() {
 
 #[tokio::test(flavor = "current_thread")]
 async fn starting_a_rollout_from_a_release_answers_with_a_message_and_a_link() {
-    use orchestrator_db::policies::{PolicySync, SyncedPolicy};
+    use orchestrator_db::testing::fixtures::{PolicyYaml, put_policy_in_force};
     let f = fixture().await;
-    let content = r#"name: api-gpu
-target:
-  component: gpu
-  inventory_id: "HGX_FW_GPU_*"
-  platforms: [hgx]
-versions:
-  allow_downgrade: false
-qualification:
-  required_gates: []
-waves:
-  - name: canary
-    count: 2
-    bake: 10m
-    max_in_flight: 2
-  - name: rest
-    rest: true
-    bake: 10m
-    approval: manual
-    approvers: 1
-    max_in_flight: 10
-concurrency:
-  max_in_flight: 10
-failure_budget:
-  max_failed: 1
-rollback:
-  automatic: true
-  scope: rollout
-"#;
-    f.db.record_policy_sync(
-        &PolicySync {
-            source: "https://git.example/policies@main".into(),
-            commit_id: "c".repeat(40),
-            in_force: vec![SyncedPolicy {
-                name: "api-gpu".into(),
-                path: "gpu.yaml".into(),
-                commit_id: "c".repeat(40),
-                blob_id: "b".repeat(40),
-                content: content.into(),
-            }],
-            changed: vec!["api-gpu".into()],
-            removed: Vec::new(),
-            rejected: Vec::new(),
-            warnings: Vec::new(),
-        },
-        "test",
-    )
-    .await
-    .unwrap();
+    let content = PolicyYaml::two_waves("api-gpu").platforms(&["hgx"]).render();
+    put_policy_in_force(&f.db, "api-gpu", &content).await.unwrap();
     let sam = provision_api_token(&f.db, "sam", Role::ReleaseManager, "t", "test")
         .await
         .unwrap();

@@ -8,15 +8,12 @@ use axum::body::Body;
 use axum::http::{Method, Request, StatusCode, header};
 use http_body_util::BodyExt;
 use orchestrator_db::Db;
-use orchestrator_db::model::{ComponentReading, NewNode, NodeLabels};
 use orchestrator_db::testing::TestDb;
-use orchestrator_types::{ComponentKind, FirmwareVersion};
+use orchestrator_db::testing::fixtures::{GPU_TO as TO, PolicyYaml, SKU, gpu_nodes};
 use serde_json::{Value, json};
 use tower::ServiceExt;
 use web::{AppState, app};
 
-const SKU: &str = "hgx-h100-8gpu";
-const TO: &str = "96.00.61.00.01";
 const FUSE: &str = "burns anti-rollback fuse SVN 4";
 
 async fn token(db: &Db) -> String {
@@ -77,64 +74,8 @@ fn release_body(extra: Value) -> Value {
 }
 
 async fn seed_fleet(db: &Db) {
-    let nodes: Vec<NewNode> = (0..4)
-        .map(|i| NewNode {
-            name: format!("node-{i}"),
-            bmc_url: format!("https://bmc-{i}.example"),
-            credential_ref: "lab".into(),
-            platform_sku: SKU.into(),
-            labels: NodeLabels {
-                region: "r1".into(),
-                cluster: "c1".into(),
-                rack: format!("rack-{i}"),
-                nvlink_domain: format!("nvl-{i}"),
-            },
-        })
-        .collect();
-    db.import_nodes(&nodes, "test").await.unwrap();
-    for node in db.list_nodes(&Default::default()).await.unwrap() {
-        let readings: Vec<ComponentReading> = (0..8)
-            .map(|g| ComponentReading {
-                inventory_id: format!("HGX_FW_GPU_{g}"),
-                kind: ComponentKind::Gpu,
-                version: FirmwareVersion::parse("96.00.5E.00.01").unwrap(),
-                updateable: true,
-                software_id: None,
-                health: Some("OK".into()),
-            })
-            .collect();
-        db.record_inventory(node.id, &readings).await.unwrap();
-    }
+    gpu_nodes(4).seed(db).await.unwrap();
 }
-
-const POLICY: &str = r#"name: api-gpu
-target:
-  component: gpu
-  inventory_id: "HGX_FW_GPU_*"
-  platforms: [hgx-h100-8gpu]
-versions:
-  allow_downgrade: false
-qualification:
-  required_gates: []
-waves:
-  - name: canary
-    count: 2
-    bake: 10m
-    max_in_flight: 2
-  - name: rest
-    rest: true
-    bake: 10m
-    approval: manual
-    approvers: 1
-    max_in_flight: 10
-concurrency:
-  max_in_flight: 10
-failure_budget:
-  max_failed: 1
-rollback:
-  automatic: true
-  scope: rollout
-"#;
 
 #[tokio::test]
 async fn release_rollback_metadata_is_validated_by_the_api() {
@@ -218,7 +159,7 @@ async fn a_rollout_of_a_release_that_forbids_downgrades_says_so_and_refuses_roll
         assert_eq!(status, StatusCode::OK);
         assert!(page.contains(FUSE) && page.contains("96.00.5A.00.00"), "{page}");
 
-        let start = json!({ "release_id": id, "policy_yaml": POLICY, "seed": 7 });
+        let start = json!({ "release_id": id, "policy_yaml": PolicyYaml::two_waves("api-gpu").render(), "seed": 7 });
         let (status, plan) = api(&app, &token, Method::POST, "/api/v1/rollouts", Some(&start)).await;
         assert_eq!(status, StatusCode::CREATED, "{plan}");
         assert_eq!(plan["rollback"]["possible"], false, "{plan}");

@@ -1,143 +1,38 @@
 //! The rollout API in-process (`oneshot`), on every database backend: no
 //! engine runs, so every state seen is what the API itself recorded.
 
+mod common;
+
 use axum::Router;
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode, header};
+use common::{authed_app, call};
 use http_body_util::BodyExt;
 use orchestrator_db::Db;
-use orchestrator_db::model::{ComponentReading, NewNode, NewRelease, NodeLabels};
 use orchestrator_db::testing::TestDb;
+use orchestrator_db::testing::fixtures::{self, GPU_TO as TO, PolicyYaml, add_qualified_release, gpu_nodes, release};
 use orchestrator_engine::{StartRollout, start_rollout};
-use orchestrator_types::{ComponentKind, FirmwareVersion, QualificationState, ReleaseId, TransitionRequest};
+use orchestrator_types::{QualificationState, ReleaseId, TransitionRequest};
 use serde_json::{Value, json};
 use tower::ServiceExt;
-use web::{AppState, app};
-
-const SKU: &str = "hgx-h100-8gpu";
-const FROM: &str = "96.00.5E.00.01";
-const TO: &str = "96.00.61.00.01";
-
-/// The app as the `api` admin user: every request carries its API token.
-async fn authed_app(state: AppState) -> Router {
-    let token = web::auth::provision_api_token(&state.db, "api", orchestrator_types::Role::Admin, "tests", "test")
-        .await
-        .unwrap();
-    let bearer = axum::http::HeaderValue::from_str(&format!("Bearer {token}")).unwrap();
-    app(state).layer(axum::middleware::map_request(move |mut request: Request<Body>| {
-        let bearer = bearer.clone();
-        async move {
-            request.headers_mut().entry(header::AUTHORIZATION).or_insert(bearer);
-            request
-        }
-    }))
-}
-
-async fn call(app: &Router, method: Method, uri: &str, body: Option<&str>) -> (StatusCode, Value) {
-    let mut request = Request::builder().method(method).uri(uri);
-    if body.is_some() {
-        request = request.header(header::CONTENT_TYPE, "application/json");
-    }
-    let request = request
-        .body(body.map_or_else(Body::empty, |b| Body::from(b.to_owned())))
-        .unwrap();
-    let response = app.clone().oneshot(request).await.unwrap();
-    let status = response.status();
-    let bytes = response.into_body().collect().await.unwrap().to_bytes();
-    let value =
-        serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into()));
-    (status, value)
-}
+use web::AppState;
 
 fn policy_yaml() -> String {
-    format!(
-        r#"name: api-gpu
-target:
-  component: gpu
-  inventory_id: "HGX_FW_GPU_*"
-  platforms: [{SKU}]
-versions:
-  allow_downgrade: false
-qualification:
-  required_gates: []
-waves:
-  - name: canary
-    count: 2
-    bake: 10m
-    max_in_flight: 2
-  - name: rest
-    rest: true
-    bake: 10m
-    approval: manual
-    approvers: 1
-    max_in_flight: 10
-concurrency:
-  max_in_flight: 10
-failure_budget:
-  max_failed: 1
-rollback:
-  automatic: true
-  scope: rollout
-"#
-    )
+    PolicyYaml::two_waves("api-gpu").render()
 }
 
-/// Eight GPU nodes on `FROM` (one of them quarantined-worthy: unhealthy
+/// Eight GPU nodes on `GPU_FROM` (one of them quarantined-worthy: unhealthy
 /// discovery is not modelled here, so one is left without inventory and is
 /// excluded) and a qualified release `TO`.
 async fn seed(db: &Db) -> ReleaseId {
-    let nodes: Vec<NewNode> = (0..8)
-        .map(|i| NewNode {
-            name: format!("node-{i}"),
-            bmc_url: format!("https://bmc-{i}.example"),
-            credential_ref: "lab".into(),
-            platform_sku: SKU.into(),
-            labels: NodeLabels {
-                region: "r1".into(),
-                cluster: format!("c{}", i % 2),
-                rack: format!("rack-{}", i % 4),
-                nvlink_domain: format!("nvl-{}", i % 4),
-            },
-        })
-        .collect();
-    db.import_nodes(&nodes, "test").await.unwrap();
-    for node in db.list_nodes(&Default::default()).await.unwrap() {
-        if node.name == "node-7" {
-            continue;
-        }
-        let readings: Vec<ComponentReading> = (0..8)
-            .map(|g| ComponentReading {
-                inventory_id: format!("HGX_FW_GPU_{g}"),
-                kind: ComponentKind::Gpu,
-                version: FirmwareVersion::parse(FROM).unwrap(),
-                updateable: true,
-                software_id: None,
-                health: Some("OK".into()),
-            })
-            .collect();
-        db.record_inventory(node.id, &readings).await.unwrap();
-    }
-    let release = db
-        .add_release(
-            &NewRelease {
-                component_kind: ComponentKind::Gpu,
-                version: FirmwareVersion::parse(TO).unwrap(),
-                image_uri: "https://images.example/gpu.fw".into(),
-                sha256: "0123456789abcdef".repeat(4),
-                size_bytes: 1024,
-                platforms: vec![SKU.into()],
-                release_notes: String::new(),
-            },
-            "alice",
-        )
+    gpu_nodes(8)
+        .racks(4)
+        .clusters(2)
+        .without_inventory("node-7")
+        .seed(db)
         .await
         .unwrap();
-    for to in [QualificationState::Qualifying, QualificationState::Qualified] {
-        db.transition_release(release.id, &TransitionRequest { to, reason: None }, "alice")
-            .await
-            .unwrap();
-    }
-    release.id
+    add_qualified_release(db, &release(TO), "alice").await.unwrap().id
 }
 
 fn start_body(release: ReleaseId) -> String {
@@ -590,29 +485,9 @@ async fn the_openapi_document_lists_the_rollout_paths() {
 /// Puts `policy_yaml()` in force as `api-gpu`, as a git sync would;
 /// returns its (commit, blob).
 async fn put_policy_in_force(db: &Db) -> (String, String) {
-    use orchestrator_db::policies::{PolicySync, SyncedPolicy};
-    let (commit, blob) = ("c".repeat(40), "b".repeat(40));
-    db.record_policy_sync(
-        &PolicySync {
-            source: "https://git.example/policies@main".into(),
-            commit_id: commit.clone(),
-            in_force: vec![SyncedPolicy {
-                name: "api-gpu".into(),
-                path: "gpu.yaml".into(),
-                commit_id: commit.clone(),
-                blob_id: blob.clone(),
-                content: policy_yaml(),
-            }],
-            changed: vec!["api-gpu".into()],
-            removed: Vec::new(),
-            rejected: Vec::new(),
-            warnings: Vec::new(),
-        },
-        "test",
-    )
-    .await
-    .unwrap();
-    (commit, blob)
+    fixtures::put_policy_in_force(db, "api-gpu", &policy_yaml())
+        .await
+        .unwrap()
 }
 
 #[tokio::test]

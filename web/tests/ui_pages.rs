@@ -3,19 +3,22 @@
 //! page, then redirect) and as scripts (JSON), the two-person rule shows,
 //! and the live stream sends the rollout's progress.
 
+mod common;
+
 use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
 use chrono::{TimeZone, Utc};
+use common::{get_page as get, post_form as post};
 use futures::StreamExt;
-use http_body_util::BodyExt;
 use orchestrator_db::Db;
-use orchestrator_db::execution::{NewPlan, NewStep, NewWave, RolloutState};
-use orchestrator_db::model::{NewGateResult, NewNode, NewRelease, NewRollout, NodeLabels};
+use orchestrator_db::execution::RolloutState;
+use orchestrator_db::model::{NewGateResult, NewRollout};
 use orchestrator_db::testing::TestDb;
-use orchestrator_types::{ComponentKind, FirmwareVersion, ManualClock, Role, RolloutId};
+use orchestrator_db::testing::fixtures::{new_rollout, plain_nodes, plain_release, plan, steps, wave};
+use orchestrator_types::{ManualClock, Role, RolloutId};
 use tower::ServiceExt;
 use web::auth::provision_api_token;
 use web::{AppState, app};
@@ -32,37 +35,9 @@ async fn fixture() -> Fixture {
     let clock = Arc::new(ManualClock::new(Utc.with_ymd_and_hms(2026, 12, 2, 12, 0, 0).unwrap()));
     let t = TestDb::sqlite(clock).await;
     let db = t.db.clone();
-    let nodes: Vec<NewNode> = (0..3)
-        .map(|i| NewNode {
-            name: format!("node-{i}"),
-            bmc_url: format!("https://10.0.0.{i}"),
-            credential_ref: "default".into(),
-            platform_sku: "hgx".into(),
-            labels: NodeLabels {
-                region: "r".into(),
-                cluster: "c".into(),
-                rack: "k".into(),
-                nvlink_domain: "n".into(),
-            },
-        })
-        .collect();
-    db.import_nodes(&nodes, "test").await.unwrap();
+    db.import_nodes(&plain_nodes(3), "test").await.unwrap();
     let nodes = db.list_nodes(&Default::default()).await.unwrap();
-    let release = db
-        .add_release(
-            &NewRelease {
-                component_kind: ComponentKind::Gpu,
-                version: FirmwareVersion::parse("96.00.61.00.01").unwrap(),
-                image_uri: "https://images.example/g.fw".into(),
-                sha256: "ab".repeat(32),
-                size_bytes: 1,
-                platforms: vec!["hgx".into()],
-                release_notes: String::new(),
-            },
-            "rita",
-        )
-        .await
-        .unwrap();
+    let release = db.add_release(&plain_release(), "rita").await.unwrap();
     db.record_gate_result(
         release.id,
         &NewGateResult {
@@ -74,37 +49,13 @@ async fn fixture() -> Fixture {
     )
     .await
     .unwrap();
+    let rollout = NewRollout {
+        policy_commit: "c0ffee1234567890".into(),
+        ..new_rollout(release.id)
+    };
+    let waves = vec![wave("canary", 60, 1, 1, steps(&nodes, "GPU_*", "1"))];
     let rollout = db
-        .start_rollout(
-            &NewRollout {
-                release_id: release.id,
-                policy_name: "p".into(),
-                policy_commit: "c0ffee1234567890".into(),
-                policy_blob: "b".into(),
-                seed: 1,
-            },
-            "name: p\n",
-            &NewPlan {
-                waves: vec![NewWave {
-                    name: "canary".into(),
-                    bake_seconds: 60,
-                    approvals_required: 1,
-                    max_in_flight: 1,
-                    gates: vec![],
-                    control_nodes: vec![],
-                    steps: nodes
-                        .iter()
-                        .map(|n| NewStep {
-                            node_id: n.id,
-                            inventory_id: "GPU_*".into(),
-                            expected_from_version: "1".into(),
-                        })
-                        .collect(),
-                }],
-                rollback_assessment: serde_json::json!({}),
-            },
-            "rita",
-        )
+        .start_rollout(&rollout, "name: p\n", &plan(waves), "rita")
         .await
         .unwrap();
     let canary = db.rollout_waves(rollout.id).await.unwrap()[0].id;
@@ -128,38 +79,6 @@ async fn fixture() -> Fixture {
         rollout: rollout.id.0,
         canary,
     }
-}
-
-async fn get(app: &Router, token: &str, uri: &str) -> (StatusCode, String) {
-    let request = Request::get(uri)
-        .header(header::AUTHORIZATION, format!("Bearer {token}"))
-        .body(Body::empty())
-        .unwrap();
-    let response = app.clone().oneshot(request).await.unwrap();
-    let status = response.status();
-    let bytes = response.into_body().collect().await.unwrap().to_bytes();
-    (status, String::from_utf8_lossy(&bytes).into_owned())
-}
-
-async fn post(app: &Router, token: &str, uri: &str, body: &str, json: bool) -> (StatusCode, Option<String>, String) {
-    let mut request = Request::post(uri)
-        .header(header::AUTHORIZATION, format!("Bearer {token}"))
-        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded");
-    if json {
-        request = request.header(header::ACCEPT, "application/json");
-    }
-    let response = app
-        .clone()
-        .oneshot(request.body(Body::from(body.to_owned())).unwrap())
-        .await
-        .unwrap();
-    let status = response.status();
-    let location = response
-        .headers()
-        .get(header::LOCATION)
-        .map(|v| v.to_str().unwrap().to_owned());
-    let bytes = response.into_body().collect().await.unwrap().to_bytes();
-    (status, location, String::from_utf8_lossy(&bytes).into_owned())
 }
 
 #[tokio::test(flavor = "current_thread")]

@@ -4,8 +4,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Router;
-use axum::routing::get;
 use bmc_sim::{Fleet, FleetOptions, RunningFleet, Scenario};
 use chrono::{TimeZone, Utc};
 use orchestrator_types::ManualClock;
@@ -104,22 +102,6 @@ impl Harness {
         }
         req.send().await.expect("control request")
     }
-}
-
-/// Serves `files` (path -> bytes) over HTTP on an ephemeral port; returns the base URL.
-pub async fn serve_images(files: Vec<(&'static str, Vec<u8>)>) -> String {
-    let mut app = Router::new();
-    for (path, bytes) in files {
-        app = app.route(path, get(move || async move { bytes.clone() }));
-    }
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind image server");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
-    format!("http://{addr}")
 }
 
 /// Whether a test whose external program is missing must fail instead of skipping (CI sets it).

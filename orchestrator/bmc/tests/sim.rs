@@ -6,14 +6,10 @@
 //! "the version has not changed yet" is checked at a known simulated instant.
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Router;
-use axum::extract::{Path, State};
-use axum::http::StatusCode;
-use bmc_sim::{Fleet, FleetOptions, RunningFleet, Scenario};
+use bmc_sim::{Fleet, FleetOptions, ImageServer, RunningFleet, Scenario};
 use chrono::Utc;
 use orchestrator_bmc::{
     ApplyTime, Bmc, BmcEndpoint, BmcError, Credentials, HttpClients, RedfishBmc, ResetKind, ResetTarget, RetryPolicy,
@@ -31,7 +27,7 @@ struct Harness {
     fleet: RunningFleet,
     clock: Arc<ManualClock>,
     clients: HttpClients,
-    images: SocketAddr,
+    images: ImageServer,
 }
 
 impl Harness {
@@ -48,7 +44,7 @@ impl Harness {
             fleet,
             clock,
             clients: HttpClients::new(),
-            images: serve_images().await,
+            images: ImageServer::start([]).await.expect("image server"),
         }
     }
 
@@ -80,8 +76,10 @@ impl Harness {
         &self.fleet.endpoints()[node].name
     }
 
-    fn image_uri(&self, kind: ComponentKind, version: &str) -> String {
-        format!("http://{}/img/{}/{version}", self.images, kind.as_str())
+    /// Serves `/img/{kind}/{version}` (see [`image_bytes`]) and returns its URL.
+    fn image_uri(&self, kind: &str, version: &str) -> String {
+        self.images
+            .insert(&format!("img/{kind}/{version}"), image_bytes(kind, version))
     }
 
     fn advance(&self, minutes: i64) {
@@ -122,35 +120,24 @@ async fn version_of(bmc: &dyn Bmc, uri: &str) -> String {
         .unwrap_or_else(|| panic!("{uri} missing from inventory"))
 }
 
-/// Serves `/img/{kind}/{version}` (a valid image) and `/img/corrupt/...`, `/img/wrong-sku/...`.
-async fn serve_images() -> SocketAddr {
-    async fn image(Path((kind, version)): Path<(String, String)>, State(_): State<()>) -> (StatusCode, Vec<u8>) {
-        let (kind, skus, corrupt) = match kind.as_str() {
-            "corrupt" => (ComponentKind::Gpu, vec![SKU], true),
-            "wrong-sku" => (ComponentKind::Gpu, vec!["some-other-sku"], false),
-            other => match other.parse::<ComponentKind>() {
-                Ok(k) => (k, vec![SKU], false),
-                Err(_) => return (StatusCode::NOT_FOUND, Vec::new()),
-            },
-        };
-        let mut bytes = bmc_sim::image::build(kind, &version, &skus, b"firmware payload bytes");
-        if corrupt {
-            // Flip a payload byte: the checksum in the header no longer matches.
-            if let Some(last) = bytes.last_mut() {
-                *last ^= 0xff;
-            }
-        }
-        (StatusCode::OK, bytes)
+/// The image `/img/{kind}/{version}` of the image server serves: a valid image of `kind`, or with
+/// `kind` `corrupt` (a payload byte flipped, so the header's checksum no longer matches) or
+/// `wrong-sku` (built for another platform) a GPU image the BMC must refuse.
+fn image_bytes(kind: &str, version: &str) -> Vec<u8> {
+    let (kind, skus, corrupt) = match kind {
+        "corrupt" => (ComponentKind::Gpu, vec![SKU], true),
+        "wrong-sku" => (ComponentKind::Gpu, vec!["some-other-sku"], false),
+        other => (
+            other.parse::<ComponentKind>().expect("a component kind"),
+            vec![SKU],
+            false,
+        ),
+    };
+    let mut bytes = bmc_sim::image::build(kind, version, &skus, b"firmware payload bytes");
+    if corrupt && let Some(last) = bytes.last_mut() {
+        *last ^= 0xff;
     }
-    let app = Router::new()
-        .route("/img/{kind}/{version}", axum::routing::get(image))
-        .with_state(());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
-    addr
+    bytes
 }
 
 fn simple_update(uri: String, targets: &[&str]) -> UpdateRequest {
@@ -174,7 +161,7 @@ async fn simple_update_activates_gpu_firmware_only_after_system_reset() {
 
     let task = bmc
         .start_update(&simple_update(
-            h.image_uri(ComponentKind::Gpu, "96.00.61.00.01"),
+            h.image_uri(ComponentKind::Gpu.as_str(), "96.00.61.00.01"),
             &[GPU0],
         ))
         .await
@@ -256,7 +243,7 @@ async fn failed_flash_is_task_failed_with_update_messages_and_old_version_stays(
     let bmc = h.bmc(2);
     let task = bmc
         .start_update(&simple_update(
-            h.image_uri(ComponentKind::Gpu, "96.00.66.00.01"),
+            h.image_uri(ComponentKind::Gpu.as_str(), "96.00.66.00.01"),
             &[GPU0],
         ))
         .await
@@ -288,7 +275,7 @@ async fn corrupt_and_wrong_sku_images_end_in_task_failed() {
     let h = Harness::start(SMALL, None, Duration::from_secs(5)).await;
     let bmc = h.bmc(3);
     for kind in ["corrupt", "wrong-sku"] {
-        let uri = format!("http://{}/img/{kind}/96.00.61.00.01", h.images);
+        let uri = h.image_uri(kind, "96.00.61.00.01");
         let task = bmc.start_update(&simple_update(uri, &[GPU0])).await.unwrap();
         let err = h.run_task(&bmc, &task).await.unwrap_err();
         assert!(
@@ -306,7 +293,7 @@ async fn bricking_flash_leaves_an_unreachable_bmc() {
     let bmc = h.bmc(0);
     let task = bmc
         .start_update(&simple_update(
-            h.image_uri(ComponentKind::Gpu, "96.00.99.00.01"),
+            h.image_uri(ComponentKind::Gpu.as_str(), "96.00.99.00.01"),
             &[GPU0],
         ))
         .await

@@ -11,6 +11,8 @@ use sea_orm::{ConnectionTrait, Database};
 
 use crate::{Backend, Db};
 
+pub mod fixtures;
+
 /// Environment variable naming the PostgreSQL server for tests, e.g.
 /// `postgres://postgres@127.0.0.1:5432/test`.
 pub const POSTGRES_URL_ENV: &str = "WAVEGUARD_TEST_POSTGRES_URL";

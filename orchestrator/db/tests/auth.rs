@@ -4,9 +4,9 @@
 use std::sync::Arc;
 
 use chrono::{Duration, TimeZone, Utc};
-use orchestrator_db::model::{ComponentReading, NewNode, NodeLabels};
-use orchestrator_db::testing::TestDb;
-use orchestrator_types::{ComponentKind, FirmwareVersion, ManualClock, Role};
+use orchestrator_db::model::NewNode;
+use orchestrator_db::testing::{TestDb, fixtures};
+use orchestrator_types::{ManualClock, Role};
 
 #[tokio::test]
 async fn sessions_tokens_and_user_changes() {
@@ -90,34 +90,20 @@ async fn the_overview_counts_versions_per_sku_and_kind() {
     for t in TestDb::all_backends().await {
         let db = &t.db;
         let nodes: Vec<NewNode> = (0..3)
-            .map(|i| NewNode {
-                name: format!("n{i}"),
-                bmc_url: format!("https://10.0.0.{i}"),
-                credential_ref: "c".into(),
-                platform_sku: if i < 2 { "hgx".into() } else { "mi300".into() },
-                labels: NodeLabels {
-                    region: "r".into(),
-                    cluster: "c".into(),
-                    rack: "k".into(),
-                    nvlink_domain: "n".into(),
-                },
+            .map(|i| {
+                fixtures::node(&format!("n{i}"))
+                    .bmc_url(&format!("https://10.0.0.{i}"))
+                    .credential("c")
+                    .sku(if i < 2 { "hgx" } else { "mi300" })
+                    .labels("r", "c", "k", "n")
+                    .build()
             })
             .collect();
         db.import_nodes(&nodes, "test").await.unwrap();
         for (i, node) in db.list_nodes(&Default::default()).await.unwrap().iter().enumerate() {
             let version = if i == 0 { "1.0" } else { "2.0" };
             // Two GPUs per node: one node is counted once per version.
-            let readings: Vec<ComponentReading> = (0..2)
-                .map(|g| ComponentReading {
-                    inventory_id: format!("GPU_{g}"),
-                    kind: ComponentKind::Gpu,
-                    version: FirmwareVersion::parse(version).unwrap(),
-                    updateable: true,
-                    software_id: None,
-                    health: None,
-                })
-                .collect();
-            db.record_inventory(node.id, &readings).await.unwrap();
+            db.record_inventory(node.id, &fixtures::gpus(2, version)).await.unwrap();
         }
         let counts: Vec<(String, String, String, u64)> = db
             .version_distribution()

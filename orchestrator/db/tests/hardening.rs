@@ -164,57 +164,20 @@ async fn a_lockout_runs_on_the_session_clock_not_the_rollout_clock() {
 /// A node being flashed keeps its BMC address until its rollout lets go.
 #[tokio::test]
 async fn a_node_being_flashed_cannot_be_readdressed() {
-    use orchestrator_db::execution::{NewPlan, NewStep, NewWave, StepChange, StepFilter, StepState};
-    use orchestrator_db::model::{NewRelease, NewRollout};
-    use orchestrator_types::{ComponentKind, FirmwareVersion};
+    use orchestrator_db::execution::{NewStep, StepChange, StepFilter, StepState};
+    use orchestrator_db::testing::fixtures::{GPU_FROM, GPU_TO, release, store_rollout, wave};
 
     for t in TestDb::all_backends().await {
         let db = &t.db;
         db.import_nodes(&[node("a", "https://10.0.0.1")], "test").await.unwrap();
         let a = db.node_by_name("a").await.unwrap().id;
-        let release = db
-            .add_release(
-                &NewRelease {
-                    component_kind: ComponentKind::Gpu,
-                    version: FirmwareVersion::parse("96.00.61.00.01").unwrap(),
-                    image_uri: "https://images.example/gpu.fw".into(),
-                    sha256: "ab".repeat(32),
-                    size_bytes: 1024,
-                    platforms: vec!["hgx-h100-8gpu".into()],
-                    release_notes: String::new(),
-                },
-                "alice",
-            )
-            .await
-            .unwrap();
-        let rollout = db
-            .start_rollout(
-                &NewRollout {
-                    release_id: release.id,
-                    policy_name: "p".into(),
-                    policy_commit: "c0ffee".into(),
-                    policy_blob: "b10b".into(),
-                    seed: 1,
-                },
-                "name: p\n",
-                &NewPlan {
-                    waves: vec![NewWave {
-                        name: "canary".into(),
-                        bake_seconds: 60,
-                        approvals_required: 0,
-                        max_in_flight: 1,
-                        gates: vec![],
-                        control_nodes: vec![],
-                        steps: vec![NewStep {
-                            node_id: a,
-                            inventory_id: "HGX_FW_GPU_*".into(),
-                            expected_from_version: "96.00.5E.00.01".into(),
-                        }],
-                    }],
-                    rollback_assessment: serde_json::json!({ "possible": true }),
-                },
-                "alice",
-            )
+        let release = db.add_release(&release(GPU_TO), "alice").await.unwrap();
+        let step = NewStep {
+            node_id: a,
+            inventory_id: "HGX_FW_GPU_*".into(),
+            expected_from_version: GPU_FROM.into(),
+        };
+        let rollout = store_rollout(db, release.id, vec![wave("canary", 60, 0, 1, vec![step])], "alice")
             .await
             .unwrap();
         let admin = ImportOptions {

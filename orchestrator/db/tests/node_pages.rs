@@ -1,24 +1,17 @@
 //! The node pages' queries on every backend: filters and paging in SQL, the
 //! total, each listed node's versions grouped, counts per state.
 
-use orchestrator_db::model::{ComponentReading, NewNode, NodeLabels};
+use orchestrator_db::model::NewNode;
 use orchestrator_db::overview::NodePageQuery;
-use orchestrator_db::testing::TestDb;
-use orchestrator_types::{ComponentKind, FirmwareVersion, NodeState};
+use orchestrator_db::testing::{TestDb, fixtures};
+use orchestrator_types::NodeState;
 
 fn node(i: usize) -> NewNode {
-    NewNode {
-        name: format!("n-{i:02}"),
-        bmc_url: format!("https://10.0.0.{i}"),
-        credential_ref: "lab".into(),
-        platform_sku: if i < 20 { "hgx" } else { "b200" }.into(),
-        labels: NodeLabels {
-            region: "r".into(),
-            cluster: "c".into(),
-            rack: "k".into(),
-            nvlink_domain: "n".into(),
-        },
-    }
+    fixtures::node(&format!("n-{i:02}"))
+        .bmc_url(&format!("https://10.0.0.{i}"))
+        .sku(if i < 20 { "hgx" } else { "b200" })
+        .labels("r", "c", "k", "n")
+        .build()
 }
 
 #[tokio::test]
@@ -31,17 +24,7 @@ async fn node_pages_filter_and_page_in_the_database() {
         for n in db.list_nodes(&Default::default()).await.unwrap() {
             let i: usize = n.name[2..].parse().unwrap();
             let version = if i.is_multiple_of(2) { "1.0" } else { "2.0" };
-            let readings: Vec<ComponentReading> = (0..3)
-                .map(|g| ComponentReading {
-                    inventory_id: format!("GPU_{g}"),
-                    kind: ComponentKind::Gpu,
-                    version: FirmwareVersion::parse(version).unwrap(),
-                    updateable: true,
-                    software_id: None,
-                    health: None,
-                })
-                .collect();
-            db.record_inventory(n.id, &readings).await.unwrap();
+            db.record_inventory(n.id, &fixtures::gpus(3, version)).await.unwrap();
             if i == 3 {
                 db.set_node_state(n.id, NodeState::Quarantined, Some("fan"), "test")
                     .await

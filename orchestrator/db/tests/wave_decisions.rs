@@ -3,79 +3,21 @@
 //! included), approvals bound to the state and verdict they were given
 //! under, and an admin's abort of a stuck rollback.
 
-use orchestrator_db::execution::{NewPlan, NewStep, NewWave, RolloutState, StepState, WaveState};
-use orchestrator_db::model::{NewNode, NewRelease, NewRollout, NodeLabels};
+use orchestrator_db::execution::{RolloutState, StepState, WaveState};
+use orchestrator_db::testing::fixtures::{plain_nodes, plain_release, steps, store_rollout, wave};
 use orchestrator_db::testing::{TestDb, await_approval};
 use orchestrator_db::{AuditFilter, Db, DbError};
-use orchestrator_types::{ComponentKind, Outcome, RolloutId, WaveId, WaveVerdict};
+use orchestrator_types::{Outcome, RolloutId, WaveId, WaveVerdict};
 use serde_json::json;
 
 /// A rollout of one wave over two nodes, started by alice.
 async fn rollout(db: &Db) -> (RolloutId, WaveId) {
-    let nodes: Vec<NewNode> = (0..2)
-        .map(|i| NewNode {
-            name: format!("node-{i}"),
-            bmc_url: format!("https://10.0.0.{i}"),
-            credential_ref: "default".into(),
-            platform_sku: "hgx".into(),
-            labels: NodeLabels {
-                region: "r".into(),
-                cluster: "c".into(),
-                rack: "k".into(),
-                nvlink_domain: "n".into(),
-            },
-        })
-        .collect();
-    db.import_nodes(&nodes, "test").await.unwrap();
+    db.import_nodes(&plain_nodes(2), "test").await.unwrap();
     let nodes = db.list_nodes(&Default::default()).await.unwrap();
-    let release = db
-        .add_release(
-            &NewRelease {
-                component_kind: ComponentKind::Gpu,
-                version: "96.00.61.00.01".parse().unwrap(),
-                image_uri: "https://images.example/g.fw".into(),
-                sha256: "ab".repeat(32),
-                size_bytes: 1,
-                platforms: vec!["hgx".into()],
-                release_notes: String::new(),
-            },
-            "alice",
-        )
-        .await
-        .unwrap();
-    let rollout = db
-        .start_rollout(
-            &NewRollout {
-                release_id: release.id,
-                policy_name: "p".into(),
-                policy_commit: "c0ffee".into(),
-                policy_blob: "b".into(),
-                seed: 1,
-            },
-            "name: p\n",
-            &NewPlan {
-                waves: vec![NewWave {
-                    name: "canary".into(),
-                    bake_seconds: 60,
-                    approvals_required: 1,
-                    max_in_flight: 2,
-                    gates: vec!["xid".into()],
-                    control_nodes: vec![],
-                    steps: nodes
-                        .iter()
-                        .map(|n| NewStep {
-                            node_id: n.id,
-                            inventory_id: "GPU_*".into(),
-                            expected_from_version: "96.00.5E.00.01".into(),
-                        })
-                        .collect(),
-                }],
-                rollback_assessment: json!({}),
-            },
-            "alice",
-        )
-        .await
-        .unwrap();
+    let release = db.add_release(&plain_release(), "alice").await.unwrap();
+    let mut canary = wave("canary", 60, 1, 2, steps(&nodes, "GPU_*", "96.00.5E.00.01"));
+    canary.gates = vec!["xid".into()];
+    let rollout = store_rollout(db, release.id, vec![canary], "alice").await.unwrap();
     let wave = db.rollout_waves(rollout.id).await.unwrap()[0].id;
     (rollout.id, wave)
 }

@@ -9,18 +9,15 @@
 //! of the retry budget, so before fault attribution it quarantined nodes as
 //! bricked or failed their steps.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::{GPU_FROM, GPU_TO, Harness, policy};
+use integration_tests::{GPU_FROM, GPU_TO, Harness, policy};
 use orchestrator_bmc::{ConnectFaults, HttpClients};
 use orchestrator_db::Db;
 use orchestrator_db::execution::{ExecStep, RolloutState, StepFilter, StepState};
-use orchestrator_engine::{StartRollout, start_rollout};
 use orchestrator_types::{NodeState, RolloutId};
 
 /// While `storm` is set every new connection fails with EMFILE, as
@@ -86,19 +83,7 @@ async fn emfile_storm_during_flashes_pauses_degrades_and_resumes_without_chargin
     };
     let release = h.add_release(GPU_TO, true).await;
     h.add_release(GPU_FROM, true).await;
-    let rollout = start_rollout(
-        &h.db,
-        &StartRollout {
-            release_id: release.id,
-            policy_source: policy("1m", "approval: auto"),
-            policy_commit: None,
-            policy_blob: None,
-            seed: 5,
-        },
-        "alice",
-    )
-    .await
-    .expect("rollout starts");
+    let rollout = h.start_rollout(release.id, policy("1m", "approval: auto"), 5).await;
 
     let faults = Arc::new(Emfile::default());
     let connector = h.connector_with(HttpClients::with_connect_faults(faults.clone()));

@@ -3,12 +3,11 @@
 //! canary before its bake ends, rolled back and blocked; a healthy firmware
 //! under a fleet-wide heat event (canary and control alike) is promoted.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{GPU_FROM, GPU_TO, Harness, SKU};
+use integration_tests::fixtures::{PolicyYaml, WaveSize, WaveYaml, health_section, redfish_gate};
+use integration_tests::{GPU_FROM, GPU_TO, Harness};
 use orchestrator_db::AuditFilter;
 use orchestrator_db::execution::{ExecRollout, RolloutState, StepFilter, StepPurpose, StepState, WaveState};
 use orchestrator_db::health::{Cohort, SampleScope};
@@ -50,64 +49,29 @@ fn policy() -> String {
 
 /// The policy with the canary gated by `canary_gates` (a YAML list).
 fn policy_with_gates(canary_gates: &str) -> String {
-    format!(
-        r#"
-name: detect-gpu
-target:
-  component: gpu
-  inventory_id: "HGX_FW_GPU_*"
-  platforms: [{SKU}]
-versions:
-  allow_downgrade: false
-qualification:
-  required_gates: []
-waves:
-  - name: canary
-    count: 10
-    stratify_by: [rack]
-    bake: 1h
-    max_in_flight: 10
-    gates: {canary_gates}
-  - name: rest
-    rest: true
-    bake: 10m
-    max_in_flight: 40
-    gates: []
-concurrency:
-  max_in_flight: 40
-  per_rack: 10
-  per_nvlink_domain: 5
-health:
-  alpha: 0.05
-  gates:
-    - name: xid_errors
-      source: redfish
-      metric: xid_errors_per_gpu_hour
-      kind: rate
-      direction: increase_is_bad
-      min_effect: 1.5
-      interval: 10m
-    - name: gpu_temp
-      source: redfish
-      metric: gpu_temp_c
-      kind: level
-      direction: increase_is_bad
-      min_effect: 3
-      interval: 10m
-    - name: link_degraded
-      source: redfish
-      metric: link_degraded_per_node_day
-      kind: rate
-      direction: increase_is_bad
-      min_effect: 2.0
-      interval: 10m
-failure_budget:
-  max_failed: 2
-rollback:
-  automatic: true
-  scope: wave
-"#
-    )
+    PolicyYaml::two_waves("detect-gpu")
+        .waves(vec![
+            WaveYaml::new("canary", WaveSize::Count(10))
+                .stratify_by(&["rack"])
+                .bake("1h")
+                .max_in_flight(10)
+                .line(&format!("gates: {canary_gates}")),
+            WaveYaml::new("rest", WaveSize::Rest)
+                .max_in_flight(40)
+                .line("gates: []"),
+        ])
+        .concurrency(40, &["per_rack: 10", "per_nvlink_domain: 5"])
+        .health(&health_section(
+            0.05,
+            &[
+                redfish_gate("xid_errors", "xid_errors_per_gpu_hour", "rate", "1.5", "10m"),
+                redfish_gate("gpu_temp", "gpu_temp_c", "level", "3", "10m"),
+                redfish_gate("link_degraded", "link_degraded_per_node_day", "rate", "2.0", "10m"),
+            ],
+        ))
+        .max_failed(2)
+        .rollback_scope("wave")
+        .render()
 }
 
 async fn start(h: &mut Harness, version: &str) -> orchestrator_types::RolloutId {
@@ -443,19 +407,7 @@ async fn a_prometheus_level_gate_is_judged_against_the_control_cohort() {
     );
     let release = h.add_release(GPU_TO, true).await;
     h.add_release(GPU_FROM, true).await;
-    let rollout = start_rollout(
-        &h.db,
-        &StartRollout {
-            release_id: release.id,
-            policy_source: policy,
-            policy_commit: None,
-            policy_blob: None,
-            seed: 5,
-        },
-        "alice",
-    )
-    .await
-    .expect("rollout starts");
+    let rollout = h.start_rollout(release.id, policy, 5).await;
     let client = PrometheusClient::new(PrometheusConfig::new(url::Url::parse(&prometheus_url).unwrap())).unwrap();
     let judge = Arc::new(DetectorJudge::new(h.db.clone(), h.redfish()).with_prometheus(client));
     h.start_engine_with(h.config(), judge);
@@ -590,19 +542,7 @@ async fn start_pcie_replay_rollout(
     );
     let release = h.add_release(version, true).await;
     h.add_release(GPU_FROM, true).await;
-    let rollout = start_rollout(
-        &h.db,
-        &StartRollout {
-            release_id: release.id,
-            policy_source: policy,
-            policy_commit: None,
-            policy_blob: None,
-            seed: 5,
-        },
-        "alice",
-    )
-    .await
-    .expect("rollout starts");
+    let rollout = h.start_rollout(release.id, policy, 5).await;
     let mut config = PrometheusConfig::new(url::Url::parse(&prometheus_url).unwrap());
     config.node_label = "Hostname".into();
     let client = PrometheusClient::new(config).unwrap();

@@ -10,72 +10,36 @@
 //! - A BMC whose event log repeats its `nextLink` costs two page requests per poll, and the canary's
 //!   verdict names the node and the reason (stored on its health cursor from its first poll on).
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bmc_sim::Scenario;
-use common::{GPU_FROM, GPU_TO, Harness, SKU};
-use orchestrator_bmc::{
-    Bmc, BmcEndpoint, Credentials, EventCursor, HttpClients, RedfishBmc, RetryPolicy, SensorKind, Timeouts,
-};
+use integration_tests::fixtures::{PolicyYaml, WaveSize, WaveYaml, health_section, redfish_gate};
+use integration_tests::{GPU_FROM, GPU_TO, Harness, SKU, ScenarioYaml, sim_endpoint};
+use orchestrator_bmc::{Bmc, BmcEndpoint, EventCursor, HttpClients, RedfishBmc, SensorKind};
 use orchestrator_db::execution::{StepFilter, StepPurpose, WaveState};
 use orchestrator_db::health::{Cohort, SampleScope};
 use orchestrator_engine::watch::classify::{classify_event, event_gpu, gpu_count, gpu_levels};
 use orchestrator_engine::watch::{DetectorEvidence, DetectorJudge};
-use orchestrator_engine::{StartRollout, start_rollout};
 use orchestrator_policy::RedfishMetric;
 use orchestrator_types::Outcome;
 
 const NODES: usize = 6;
 
 fn scenario(xid_per_gpu_hour: f64) -> Scenario {
-    let yaml = format!(
-        r#"
-seed: 21
-platform: hgx-h100
-fleet:
-  nodes: {NODES}
-  racks: 3
-  clusters: 1
-  region: sim-1
-  sku: {SKU}
-firmware:
-  - kind: gpu
-    version: "{GPU_TO}"
-    flash_time: {{min: 2m, max: 4m}}
-  - kind: gpu
-    version: "{GPU_FROM}"
-    flash_time: {{min: 2m, max: 4m}}
-baseline:
-  gpu_temp_c: {{mean: 62, sd: 3}}
-  gpu_power_w: {{mean: 550, sd: 40}}
-  xid_errors_per_gpu_hour: {xid_per_gpu_hour}
-bmc_faults:
-  reset_time: {{min: 30s, max: 60s}}
-  reboot_time: {{min: 1m, max: 2m}}
-"#
-    );
-    Scenario::from_yaml_str(&yaml).unwrap_or_else(|e| panic!("scenario: {e}"))
+    ScenarioYaml::profile("hgx-h100", SKU, NODES)
+        .seed(21)
+        .gpu_firmware(GPU_TO, "{min: 2m, max: 4m}")
+        .gpu_firmware(GPU_FROM, "{min: 2m, max: 4m}")
+        .baseline("gpu_temp_c: {mean: 62, sd: 3}")
+        .baseline("gpu_power_w: {mean: 550, sd: 40}")
+        .baseline(&format!("xid_errors_per_gpu_hour: {xid_per_gpu_hour}"))
+        .build()
 }
 
 fn endpoint(url: &str) -> BmcEndpoint {
-    BmcEndpoint::new(url::Url::parse(url).unwrap(), Credentials::new("admin", "admin"))
-        .with_timeouts(Timeouts {
-            connect: Duration::from_millis(500),
-            request: Duration::from_secs(2),
-            upload: Duration::from_secs(5),
-            probe: Duration::from_millis(500),
-        })
-        .with_retry(RetryPolicy {
-            max_retries: 1,
-            base_delay: Duration::from_millis(20),
-            max_delay: Duration::from_millis(50),
-            max_retry_after: Duration::from_millis(50),
-            deadline: Duration::from_secs(3),
-        })
+    sim_endpoint(url).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -155,56 +119,32 @@ async fn hgx_temperatures_and_xids_land_on_the_right_gpu() {
 }
 
 fn policy() -> String {
-    format!(
-        r#"
-name: hgx-health
-target:
-  component: gpu
-  inventory_id: "HGX_FW_GPU_SXM_*"
-  platforms: [{SKU}]
-versions:
-  allow_downgrade: false
-qualification:
-  required_gates: []
-waves:
-  - name: canary
-    count: 3
-    bake: 1h
-    max_in_flight: 3
-    gates: [xid_errors, gpu_temp]
-  - name: rest
-    rest: true
-    bake: 10m
-    max_in_flight: {NODES}
-    gates: []
-concurrency:
-  max_in_flight: {NODES}
-  per_rack: {NODES}
-  per_nvlink_domain: {NODES}
-health:
-  alpha: 0.05
-  gates:
-    - name: xid_errors
-      source: redfish
-      metric: xid_errors_per_gpu_hour
-      kind: rate
-      direction: increase_is_bad
-      min_effect: 1.5
-      interval: 10m
-    - name: gpu_temp
-      source: redfish
-      metric: gpu_temp_c
-      kind: level
-      direction: increase_is_bad
-      min_effect: 3
-      interval: 10m
-failure_budget:
-  max_failed: 2
-rollback:
-  automatic: false
-  scope: wave
-"#
-    )
+    PolicyYaml::two_waves("hgx-health")
+        .inventory_id("HGX_FW_GPU_SXM_*")
+        .waves(vec![
+            WaveYaml::new("canary", WaveSize::Count(3))
+                .bake("1h")
+                .max_in_flight(3)
+                .line("gates: [xid_errors, gpu_temp]"),
+            WaveYaml::new("rest", WaveSize::Rest)
+                .max_in_flight(NODES as u32)
+                .line("gates: []"),
+        ])
+        .concurrency(
+            NODES as u32,
+            &[&format!("per_rack: {NODES}"), &format!("per_nvlink_domain: {NODES}")],
+        )
+        .health(&health_section(
+            0.05,
+            &[
+                redfish_gate("xid_errors", "xid_errors_per_gpu_hour", "rate", "1.5", "10m"),
+                redfish_gate("gpu_temp", "gpu_temp_c", "level", "3", "10m"),
+            ],
+        ))
+        .max_failed(2)
+        .automatic_rollback(false)
+        .rollback_scope("wave")
+        .render()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -212,19 +152,7 @@ async fn a_looping_next_link_stops_at_its_first_repeat_and_the_gate_names_the_no
     let mut h = Harness::start_with(scenario(2.0), false).await.unwrap();
     let release = h.add_release(GPU_TO, true).await;
     h.add_release(GPU_FROM, true).await;
-    let rollout = start_rollout(
-        &h.db,
-        &StartRollout {
-            release_id: release.id,
-            policy_source: policy(),
-            policy_commit: None,
-            policy_blob: None,
-            seed: 5,
-        },
-        "alice",
-    )
-    .await
-    .expect("rollout starts");
+    let rollout = h.start_rollout(release.id, policy(), 5).await;
     let waves = h.db.rollout_waves(rollout.id).await.unwrap();
     let canary = waves.iter().find(|w| w.name == "canary").unwrap();
     assert!(

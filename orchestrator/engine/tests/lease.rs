@@ -6,10 +6,11 @@ use std::sync::Arc;
 
 use chrono::{Duration, Utc};
 use orchestrator_db::DbError;
-use orchestrator_db::execution::{NewPlan, NewStep, NewWave, StepChange, StepFilter, StepState};
-use orchestrator_db::model::{NewNode, NewRelease, NewRollout, NodeLabels};
+use orchestrator_db::execution::{NewStep, StepChange, StepFilter, StepState};
+use orchestrator_db::model::NewRelease;
 use orchestrator_db::testing::TestDb;
-use orchestrator_types::{ComponentKind, FirmwareVersion, ManualClock};
+use orchestrator_db::testing::fixtures::{node, release, store_rollout, wave};
+use orchestrator_types::ManualClock;
 
 #[tokio::test]
 async fn a_stale_token_cannot_write() {
@@ -37,67 +38,27 @@ async fn a_stale_token_cannot_write() {
             .unwrap();
         assert_eq!(renewed.token, 1, "renewal keeps the token");
 
-        db.import_nodes(
-            &[NewNode {
-                name: "n1".into(),
-                bmc_url: "http://127.0.0.1:1".into(),
-                credential_ref: "x".into(),
-                platform_sku: "sku".into(),
-                labels: NodeLabels {
-                    region: "r".into(),
-                    cluster: "c".into(),
-                    rack: "k".into(),
-                    nvlink_domain: "n".into(),
-                },
-            }],
-            "test",
-        )
-        .await
-        .unwrap();
+        let n1 = node("n1")
+            .bmc_url("http://127.0.0.1:1")
+            .credential("x")
+            .sku("sku")
+            .labels("r", "c", "k", "n");
+        db.import_nodes(&[n1.build()], "test").await.unwrap();
         let node = db.node_by_name("n1").await.unwrap();
-        let release = db
-            .add_release(
-                &NewRelease {
-                    component_kind: ComponentKind::Gpu,
-                    version: FirmwareVersion::parse("2.0").unwrap(),
-                    image_uri: "http://images/2.0".into(),
-                    sha256: "a".repeat(64),
-                    size_bytes: 1,
-                    platforms: vec!["sku".into()],
-                    release_notes: String::new(),
-                },
-                "alice",
-            )
-            .await
-            .unwrap();
-        let rollout = db
-            .start_rollout(
-                &NewRollout {
-                    release_id: release.id,
-                    policy_name: "p".into(),
-                    policy_commit: "c".into(),
-                    policy_blob: "b".into(),
-                    seed: 1,
-                },
-                "name: p",
-                &NewPlan {
-                    waves: vec![NewWave {
-                        name: "w".into(),
-                        bake_seconds: 0,
-                        approvals_required: 0,
-                        max_in_flight: 1,
-                        gates: vec![],
-                        control_nodes: vec![],
-                        steps: vec![NewStep {
-                            node_id: node.id,
-                            inventory_id: "GPU_0".into(),
-                            expected_from_version: "1.0".into(),
-                        }],
-                    }],
-                    rollback_assessment: serde_json::json!({"possible": true}),
-                },
-                "alice",
-            )
+        let new_release = NewRelease {
+            image_uri: "http://images/2.0".into(),
+            sha256: "a".repeat(64),
+            size_bytes: 1,
+            platforms: vec!["sku".into()],
+            ..release("2.0")
+        };
+        let release = db.add_release(&new_release, "alice").await.unwrap();
+        let step = NewStep {
+            node_id: node.id,
+            inventory_id: "GPU_0".into(),
+            expected_from_version: "1.0".into(),
+        };
+        let rollout = store_rollout(db, release.id, vec![wave("w", 0, 0, 1, vec![step])], "alice")
             .await
             .unwrap();
         let step = db

@@ -3,11 +3,9 @@
 //! BMC, 503s with retries, two-person approvals, pause/resume/abort,
 //! rollback.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{GPU_FROM, GPU_TO, Harness, policy};
+use integration_tests::{GPU_FROM, GPU_TO, Harness, policy};
 use orchestrator_db::execution::{RolloutState, StepFilter, StepState, WaveState};
 use orchestrator_db::model::ComponentReading;
 use orchestrator_engine::{StartRollout, start_rollout};

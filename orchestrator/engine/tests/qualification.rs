@@ -3,14 +3,12 @@
 //! verdict rolls the rollout back (when the policy says so) and blocks the
 //! release with the evidence; a blocked release halts every rollout of it.
 
-mod common;
-
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use common::{GPU_FROM, GPU_TO, Harness, policy};
+use integration_tests::{GPU_FROM, GPU_TO, Harness, policy};
 use orchestrator_db::AuditFilter;
 use orchestrator_db::execution::{ExecRollout, ExecWave, RolloutState, StepFilter, StepState, WaveState};
 use orchestrator_db::model::NewGateResult;

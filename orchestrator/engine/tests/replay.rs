@@ -6,18 +6,17 @@
 //! flash per node and step (bmc-sim's flash counts), no step skipped, and the
 //! step's transitions in the audit log forming one unbroken chain.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{GPU_TO, Harness};
+use integration_tests::fixtures::{PolicyYaml, WaveSize, WaveYaml};
+use integration_tests::{GPU_TO, Harness};
 use orchestrator_bmc::{ApplyTime, Bmc, ResetKind, ResetTarget, TaskHandle, UpdateMethod, UpdateRequest};
 use orchestrator_db::execution::{
     ExecStep, Fence, PlacedStep, RolloutState, StepChange, StepFilter, StepState, StepTarget, WaveChange, WaveState,
 };
 use orchestrator_db::{AuditFilter, DbError};
-use orchestrator_engine::{EXECUTOR_LEASE, StartRollout, start_rollout};
+use orchestrator_engine::EXECUTOR_LEASE;
 use orchestrator_types::RolloutId;
 use serde_json::json;
 
@@ -26,32 +25,11 @@ const LIMIT: Duration = Duration::from_secs(40);
 
 /// One wave over the whole (small) fleet.
 fn one_wave_policy() -> String {
-    format!(
-        r#"
-name: replay
-target:
-  component: gpu
-  inventory_id: "HGX_FW_GPU_*"
-  platforms: [{}]
-versions:
-  allow_downgrade: false
-qualification:
-  required_gates: []
-waves:
-  - name: all
-    rest: true
-    bake: 1m
-    max_in_flight: 10
-concurrency:
-  max_in_flight: 10
-failure_budget:
-  max_failed: 0
-rollback:
-  automatic: false
-  scope: rollout
-"#,
-        common::SKU
-    )
+    PolicyYaml::two_waves("replay")
+        .waves(vec![WaveYaml::new("all", WaveSize::Rest).bake("1m")])
+        .max_failed(0)
+        .automatic_rollback(false)
+        .render()
 }
 
 /// The controller that "crashes": it holds the lease and writes rows and
@@ -69,20 +47,7 @@ impl Crashed {
     async fn start() -> Crashed {
         let h = Harness::start(NODES, "", false).await.expect("sqlite harness");
         let release = h.add_release(GPU_TO, true).await;
-        let rollout = start_rollout(
-            &h.db,
-            &StartRollout {
-                release_id: release.id,
-                policy_source: one_wave_policy(),
-                policy_commit: None,
-                policy_blob: None,
-                seed: 5,
-            },
-            "alice",
-        )
-        .await
-        .expect("rollout starts")
-        .id;
+        let rollout = h.start_rollout(release.id, one_wave_policy(), 5).await.id;
         // Short lease (one simulated minute is a quarter of a real second):
         // the engine started later takes it over once it expires.
         let fence =

@@ -4,20 +4,17 @@
 //! `LowestSupportedVersion` above what a component runs makes the planner
 //! name that component.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use common::{GPU_FROM, GPU_TO, Harness, policy, scenario_with};
-use orchestrator_bmc::{Bmc, BmcEndpoint, Credentials, HttpClients, RedfishBmc};
+use integration_tests::{GPU_FROM, GPU_TO, Harness, policy, scenario_with};
 use orchestrator_db::execution::{ExecRollout, ExecWave, RolloutState, WaveKind};
-use orchestrator_db::model::{ComponentReading, DiscoveredComponent, ReleaseRollback};
+use orchestrator_db::model::ReleaseRollback;
 use orchestrator_db::{AuditFilter, DbError};
 use orchestrator_engine::{HealthJudge, Outcome, StartRollout, WaveVerdict, start_rollout};
 use orchestrator_policy::Policy;
-use orchestrator_types::{FirmwareVersion, QualificationState, ReleaseId, RolloutId};
+use orchestrator_types::{QualificationState, ReleaseId, RolloutId};
 
 const LIMIT: Duration = Duration::from_secs(60);
 const FUSE: &str = "burns anti-rollback fuse SVN 4";
@@ -146,40 +143,13 @@ async fn a_release_that_forbids_downgrades_halts_on_a_failed_wave_instead_of_rol
     h.shutdown().await;
 }
 
-/// Reads every node's inventory over Redfish, as `fleet discover` does,
-/// and records it with each component's `LowestSupportedVersion`.
-async fn discover(h: &Harness) {
-    let clients = HttpClients::new();
-    for node in h.db.list_nodes(&Default::default()).await.unwrap() {
-        let url = url::Url::parse(&node.bmc_url).unwrap();
-        let bmc = RedfishBmc::new(&BmcEndpoint::new(url, Credentials::new("admin", "admin")), &clients).unwrap();
-        let inventory = bmc.firmware_inventory().await.unwrap();
-        let components: Vec<DiscoveredComponent> = inventory
-            .into_iter()
-            .map(|c| DiscoveredComponent {
-                reading: ComponentReading {
-                    kind: c.kind(),
-                    version: FirmwareVersion::parse(c.version.as_deref().unwrap()).unwrap(),
-                    inventory_id: c.id,
-                    updateable: c.updateable,
-                    software_id: c.software_id,
-                    health: c.health,
-                },
-                lowest_supported_version: c.lowest_supported_version,
-            })
-            .collect();
-        h.db.record_discovered_inventory(node.id, &components).await.unwrap();
-        let _ = bmc.logout().await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lowest_supported_version_above_the_current_one_blocks_rollback() {
     // The GPUs run GPU_FROM but their BMC refuses anything below 96.00.61.00.00.
     let nodes = 6;
     let scenario = scenario_with(nodes, "", r#", lowest_supported_version: "96.00.61.00.00""#);
     let h = Harness::start_with(scenario, false).await.unwrap();
-    discover(&h).await;
+    h.discover().await.expect("discovery");
     let first = h.db.list_nodes(&Default::default()).await.unwrap()[0].id;
     let gpu0 =
         h.db.node_components(first)
@@ -211,7 +181,7 @@ async fn a_lowest_supported_version_above_the_current_one_blocks_rollback() {
     // A floor at the version the GPUs run does not stop a rollback to it.
     let scenario = scenario_with(nodes, "", &format!(r#", lowest_supported_version: "{GPU_FROM}""#));
     let h = Harness::start_with(scenario, false).await.unwrap();
-    discover(&h).await;
+    h.discover().await.expect("discovery");
     let release = h.add_release(GPU_TO, true).await;
     let rollout = h.db.exec_rollout(start(&h, release.id).await).await.unwrap();
     assert_eq!(rollout.rollback_assessment.as_ref().unwrap()["possible"], true);

@@ -2,13 +2,10 @@
 //! clock: the happy path at 300 nodes, on SQLite and (when configured)
 //! PostgreSQL.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{GPU_FROM, GPU_TO, Harness, policy};
+use integration_tests::{GPU_FROM, GPU_TO, Harness, policy};
 use orchestrator_db::execution::{RolloutState, StepFilter, StepState, WaveState};
-use orchestrator_engine::{StartRollout, start_rollout};
 
 async fn three_waves_complete(postgres: bool) {
     let Some(mut h) = Harness::start(300, "", postgres).await else {
@@ -16,19 +13,7 @@ async fn three_waves_complete(postgres: bool) {
     };
     let release = h.add_release(GPU_TO, true).await;
     h.add_release(GPU_FROM, true).await;
-    let rollout = start_rollout(
-        &h.db,
-        &StartRollout {
-            release_id: release.id,
-            policy_source: policy("10m", "approval: auto"),
-            policy_commit: None,
-            policy_blob: None,
-            seed: 11,
-        },
-        "alice",
-    )
-    .await
-    .expect("rollout starts");
+    let rollout = h.start_rollout(release.id, policy("10m", "approval: auto"), 11).await;
     assert!(
         rollout.policy_commit.starts_with("inline:"),
         "{}",

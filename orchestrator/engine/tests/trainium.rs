@@ -4,82 +4,50 @@
 //! capping one flash per UltraServer with `concurrency.per_domain`. The cap is watched from the
 //! database while the rollout runs: at no sample do two steps of one UltraServer count as in flight.
 
-mod common;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use bmc_sim::Scenario;
-use common::{Harness, TRN2_FROM, TRN2_SKU, TRN2_TO};
+use integration_tests::fixtures::{PolicyYaml, WaveSize, WaveYaml};
+use integration_tests::{Harness, ScenarioYaml};
 use orchestrator_db::execution::{RolloutState, StepFilter, StepState};
 use orchestrator_db::model::ReleaseRollback;
 use orchestrator_engine::{StartRollout, start_rollout};
 
+/// The trn2 platform profile's SKU label and its accelerator firmware pair.
+const TRN2_SKU: &str = "trn2-48xl";
+const TRN2_FROM: &str = "2.20.0.0";
+const TRN2_TO: &str = "2.21.0.0";
 const NODES: usize = 300;
 const SERVERS_PER_ULTRASERVER: usize = 4;
 const LIMIT: Duration = Duration::from_secs(240);
 
 fn scenario() -> Scenario {
-    let yaml = format!(
-        r#"
-seed: 20
-platform: trn2
-fleet:
-  nodes: {NODES}
-  racks: 15
-  clusters: 1
-  region: sim-1
-  sku: {TRN2_SKU}
-  nodes_per_nvlink_domain: {SERVERS_PER_ULTRASERVER}
-firmware:
-  - kind: gpu
-    version: "{TRN2_TO}"
-    flash_time: {{min: 2m, max: 4m}}
-  - kind: gpu
-    version: "{TRN2_FROM}"
-    flash_time: {{min: 2m, max: 4m}}
-bmc_faults:
-  reset_time: {{min: 30s, max: 60s}}
-  reboot_time: {{min: 1m, max: 2m}}
-"#
-    );
-    Scenario::from_yaml_str(&yaml).unwrap_or_else(|e| panic!("scenario: {e}"))
+    ScenarioYaml::profile("trn2", TRN2_SKU, NODES)
+        .seed(20)
+        .layout(15, 1)
+        .nodes_per_nvlink_domain(SERVERS_PER_ULTRASERVER)
+        .gpu_firmware(TRN2_TO, "{min: 2m, max: 4m}")
+        .gpu_firmware(TRN2_FROM, "{min: 2m, max: 4m}")
+        .build()
 }
 
 /// Generous global and per-rack caps, so only the UltraServer cap can bind.
 fn policy() -> String {
-    format!(
-        r#"
-name: trn2-demo
-target:
-  component: gpu
-  inventory_id: "NeuronDevice_*"
-  platforms: [{TRN2_SKU}]
-versions:
-  allow_downgrade: false
-qualification:
-  required_gates: []
-waves:
-  - name: canary
-    count: 4
-    stratify_by: [nvlink_domain]
-    bake: 1m
-    max_in_flight: 4
-  - name: rest
-    rest: true
-    bake: 1m
-    max_in_flight: 96
-concurrency:
-  max_in_flight: 96
-  per_rack: 16
-  per_domain: 1
-failure_budget:
-  max_failed: 2
-rollback:
-  automatic: false
-  scope: rollout
-"#
-    )
+    PolicyYaml::two_waves("trn2-demo")
+        .inventory_id("NeuronDevice_*")
+        .platforms(&[TRN2_SKU])
+        .waves(vec![
+            WaveYaml::new("canary", WaveSize::Count(4))
+                .stratify_by(&["nvlink_domain"])
+                .bake("1m")
+                .max_in_flight(4),
+            WaveYaml::new("rest", WaveSize::Rest).bake("1m").max_in_flight(96),
+        ])
+        .concurrency(96, &["per_rack: 16", "per_domain: 1"])
+        .max_failed(2)
+        .automatic_rollback(false)
+        .render()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

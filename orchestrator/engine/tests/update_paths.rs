@@ -4,13 +4,12 @@
 //! touches an ERoT, an InfoROM, the HGX management controller or the host BMC, and is refused where
 //! the only path cannot restrict targets.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use bmc_sim::Scenario;
-use common::{GPU_FROM, GPU_TO, Harness, SKU};
+use integration_tests::fixtures::{PolicyYaml, WaveSize, WaveYaml};
+use integration_tests::{GPU_FROM, GPU_TO, Harness, SKU, ScenarioYaml};
 use orchestrator_db::execution::{RolloutState, StepFilter, StepState};
 use orchestrator_engine::{StartRollout, start_rollout};
 use orchestrator_types::RolloutId;
@@ -19,30 +18,12 @@ const LIMIT: Duration = Duration::from_secs(90);
 const NODES: usize = 3;
 
 fn scenario(platform: &str, update_service: &str, from: &str, to: &str) -> Scenario {
-    let yaml = format!(
-        r#"
-seed: 11
-platform: {platform}
-fleet:
-  nodes: {NODES}
-  racks: 3
-  clusters: 1
-  region: sim-1
-  sku: {SKU}
-firmware:
-  - kind: gpu
-    version: "{to}"
-    flash_time: {{min: 2m, max: 4m}}
-  - kind: gpu
-    version: "{from}"
-    flash_time: {{min: 2m, max: 4m}}
-{update_service}
-bmc_faults:
-  reset_time: {{min: 30s, max: 60s}}
-  reboot_time: {{min: 1m, max: 2m}}
-"#
-    );
-    Scenario::from_yaml_str(&yaml).unwrap_or_else(|e| panic!("scenario: {e}"))
+    ScenarioYaml::profile(platform, SKU, NODES)
+        .seed(11)
+        .gpu_firmware(to, "{min: 2m, max: 4m}")
+        .gpu_firmware(from, "{min: 2m, max: 4m}")
+        .section(update_service)
+        .build()
 }
 
 fn policy(inventory_id: Option<&str>) -> String {
@@ -51,33 +32,19 @@ fn policy(inventory_id: Option<&str>) -> String {
 
 /// [`policy`] with an `update:` section (`update` is its YAML, empty for none).
 fn policy_updating(inventory_id: Option<&str>, update: &str) -> String {
-    let id_line = inventory_id.map_or(String::new(), |p| format!("  inventory_id: \"{p}\"\n"));
-    format!(
-        r#"
-name: update-paths
-target:
-  component: gpu
-{id_line}  platforms: [{SKU}]
-versions:
-  allow_downgrade: false
-qualification:
-  required_gates: []
-waves:
-  - name: all
-    rest: true
-    bake: 1m
-    max_in_flight: {NODES}
-concurrency:
-  max_in_flight: {NODES}
-  per_rack: 3
-  per_nvlink_domain: 3
-failure_budget:
-  max_failed: {NODES}
-rollback:
-  automatic: false
-  scope: rollout
-{update}"#
-    )
+    let mut policy = PolicyYaml::two_waves("update-paths")
+        .inventory_id(inventory_id.unwrap_or(""))
+        .waves(vec![
+            WaveYaml::new("all", WaveSize::Rest)
+                .bake("1m")
+                .max_in_flight(NODES as u32),
+        ])
+        .concurrency(NODES as u32, &["per_rack: 3", "per_nvlink_domain: 3"])
+        .max_failed(NODES as u32)
+        .automatic_rollback(false)
+        .render();
+    policy.push_str(update);
+    policy
 }
 
 async fn start(h: &Harness, version: &str, policy_source: String) -> RolloutId {

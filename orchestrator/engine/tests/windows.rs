@@ -2,14 +2,12 @@
 //! new flash starts and the wave says when the next window opens; when it
 //! opens, the held steps start.
 
-mod common;
-
 use std::time::Duration;
 
 use chrono::{DurationRound, TimeDelta, Timelike};
-use common::{GPU_TO, Harness, policy};
+use integration_tests::{GPU_TO, Harness, policy};
 use orchestrator_db::execution::{RolloutState, StepFilter, StepState, WaveState};
-use orchestrator_engine::{Blocker, StartRollout, start_rollout};
+use orchestrator_engine::Blocker;
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -28,20 +26,7 @@ async fn flashes_wait_for_the_maintenance_window_and_start_when_it_opens() {
         opens.minute(),
         opens.hour()
     );
-    let id = start_rollout(
-        &h.db,
-        &StartRollout {
-            release_id: release.id,
-            policy_source: source,
-            policy_commit: None,
-            policy_blob: None,
-            seed: 11,
-        },
-        "alice",
-    )
-    .await
-    .expect("rollout starts")
-    .id;
+    let id = h.start_rollout(release.id, source, 11).await.id;
     h.start_engine();
 
     // The canary starts but holds every flash, naming the window's opening.

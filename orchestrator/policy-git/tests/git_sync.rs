@@ -7,51 +7,20 @@
 //! test uses gix). Without `git` the test is skipped loudly, or fails when
 //! WAVEGUARD_REQUIRE_ALL=1.
 
+// The kit's git helpers, by path: they need only std, and the kit as a dev-dependency would
+// build the whole controller for these tests.
+#[path = "../../../integration-tests/src/git.rs"]
+mod git_repo;
+
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::Command;
 
+use git_repo::{git, git_available};
 use orchestrator_policy::{FailureBudget, parse_policy};
 use orchestrator_policy_git::{GitPolicySource, InForce, RepoLocation, plan_sync, read_blob};
 
 const POLICY: &str = include_str!("../../../policies/bmc-firmware.yaml");
 const RMA_CRITERIA: &str = include_str!("../../../policies/rma/nvidia-gpu.yaml");
-
-fn git_available() -> bool {
-    let ok = Command::new("git")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        assert!(
-            std::env::var("WAVEGUARD_REQUIRE_ALL").as_deref() != Ok("1"),
-            "git is required (WAVEGUARD_REQUIRE_ALL=1) but not found"
-        );
-        eprintln!("!!! SKIPPING git sync test: the `git` program is not installed !!!");
-    }
-    ok
-}
-
-fn git(dir: &Path, args: &[&str]) {
-    let out = Command::new("git")
-        .args([
-            "-c",
-            "user.name=Test",
-            "-c",
-            "user.email=test@example.com",
-            "-c",
-            "commit.gpgsign=false",
-        ])
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("run git");
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 fn commit_policy(dir: &Path, text: &str, message: &str) {
     std::fs::create_dir_all(dir.join("policies")).unwrap();
@@ -72,7 +41,7 @@ struct Rollout {
 
 #[test]
 fn rollout_stays_pinned_across_policy_changes() {
-    if !git_available() {
+    if !git_available("git sync test") {
         return;
     }
     let repo_dir = tempfile::tempdir().unwrap();
@@ -134,7 +103,7 @@ fn rollout_stays_pinned_across_policy_changes() {
 
 #[test]
 fn clones_a_url_and_resolves_refs() {
-    if !git_available() {
+    if !git_available("git sync test") {
         return;
     }
     let repo_dir = tempfile::tempdir().unwrap();

@@ -5,14 +5,21 @@
 //! Needs the `git` program (with `http-backend`); without it the test is
 //! skipped loudly, or fails when WAVEGUARD_REQUIRE_ALL=1.
 
+// The kit's git helpers, by path: they need only std, and the kit as a dev-dependency would
+// build the whole controller for these tests.
+#[path = "../../../integration-tests/src/git.rs"]
+#[allow(dead_code)] // `git_available` probes less than this test needs
+mod git_repo;
+
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
+use git_repo::git;
 use orchestrator_policy_git::{GitPolicySource, RepoLocation};
 
 const POLICY: &str = include_str!("../../../policies/bmc-firmware.yaml");
@@ -32,27 +39,6 @@ fn git_available() -> bool {
         eprintln!("!!! SKIPPING HTTP git test: the `git` program is not installed !!!");
     }
     ok
-}
-
-fn git(dir: &Path, args: &[&str]) {
-    let out = Command::new("git")
-        .args([
-            "-c",
-            "user.name=Test",
-            "-c",
-            "user.email=test@example.com",
-            "-c",
-            "commit.gpgsign=false",
-        ])
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("run git");
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 /// Runs `git http-backend` as CGI for one request.

@@ -1,6 +1,6 @@
-//! The harness of the process-level crash and failover tests: a simulated
-//! fleet, an image server and the database live in the test process on one
-//! accelerated clock; every controller is a real `waveguard serve` process
+//! The harness of the process-level crash and failover tests: the test
+//! kit's world (a simulated fleet, an image server and the database) lives
+//! in the test process on one accelerated clock; every controller is a real `waveguard serve` process
 //! on that database, with its clock anchored to the same epoch (so both
 //! sides agree on simulated time), that the test kills with SIGKILL.
 //!
@@ -9,6 +9,8 @@
 
 #![allow(dead_code)] // each test binary uses part of the harness
 
+pub mod cli;
+
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
@@ -16,21 +18,15 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Router;
-use axum::routing::get;
-use bmc_sim::{Fleet, FleetOptions, RunningFleet, Scenario, SimClock};
+use bmc_sim::SimClock;
 use chrono::{DateTime, Utc};
+use integration_tests::fixtures::{PolicyYaml, WaveSize, WaveYaml};
+use integration_tests::{GPU_TO, Harness, ScenarioYaml};
 use orchestrator_db::execution::{RolloutState, StepFilter, StepState, WaveKind};
-use orchestrator_db::model::{ComponentReading, NewNode, NewRelease, NodeLabels};
-use orchestrator_db::testing::TestDb;
 use orchestrator_db::{AuditFilter, Db};
 use orchestrator_engine::{EXECUTOR_LEASE, StartRollout, start_rollout};
-use orchestrator_types::{ComponentKind, FirmwareVersion, QualificationState, RolloutId, TransitionRequest};
-use sha2::{Digest, Sha256};
+use orchestrator_types::RolloutId;
 
-pub const SKU: &str = "hgx-h100-8gpu";
-pub const GPU_FROM: &str = "96.00.5E.00.01";
-pub const GPU_TO: &str = "96.00.61.00.01";
 /// Simulated seconds per real second: a 2-4 minute flash takes 1-2 s.
 pub const SPEEDUP: f64 = 120.0;
 /// Executor lease TTL in simulated seconds (one real second): how long a
@@ -39,214 +35,79 @@ pub const LEASE_TTL_SIM_SECS: u32 = 120;
 /// Environment variable the controllers read the BMC password from.
 const PASSWORD_ENV: &str = "WAVEGUARD_TEST_SIM_BMC_PASSWORD";
 
-fn scenario(nodes: usize) -> Scenario {
-    let yaml = format!(
-        r#"
-seed: 13
-fleet:
-  nodes: {nodes}
-  racks: {racks}
-  clusters: 3
-  region: sim-1
-  sku: {SKU}
-  nodes_per_nvlink_domain: 5
-  components:
-    - {{id: BMC_Firmware, kind: bmc, version: "24.04.1"}}
-    - {{id: "HGX_FW_GPU_{{0..7}}", kind: gpu, version: "{GPU_FROM}"}}
-firmware:
-  - kind: gpu
-    version: "{GPU_TO}"
-    flash_time: {{min: 2m, max: 4m}}
-bmc_faults:
-  reset_time: {{min: 30s, max: 60s}}
-  reboot_time: {{min: 1m, max: 2m}}
-"#,
-        racks = nodes.div_ceil(10).max(3),
-    );
-    Scenario::from_yaml_str(&yaml).unwrap_or_else(|e| panic!("scenario: {e}"))
-}
-
 /// Three waves, short bake, automatic promotion, tight caps so the rollout
 /// spans many controller lives.
 pub fn policy(max_in_flight: u32) -> String {
-    format!(
-        r#"
-name: crash-gpu
-target:
-  component: gpu
-  inventory_id: "HGX_FW_GPU_*"
-  platforms: [{SKU}]
-versions:
-  allow_downgrade: false
-qualification:
-  required_gates: []
-waves:
-  - name: canary
-    count: 10
-    stratify_by: [rack]
-    bake: 1m
-    max_in_flight: {max_in_flight}
-  - name: early
-    percent: 30
-    bake: 1m
-    approval: auto
-    max_in_flight: {max_in_flight}
-  - name: rest
-    rest: true
-    bake: 1m
-    max_in_flight: {max_in_flight}
-concurrency:
-  max_in_flight: {max_in_flight}
-  per_rack: 4
-failure_budget:
-  max_failed: 0
-rollback:
-  automatic: false
-  scope: rollout
-"#
-    )
+    PolicyYaml::two_waves("crash-gpu")
+        .waves(vec![
+            WaveYaml::new("canary", WaveSize::Count(10))
+                .stratify_by(&["rack"])
+                .bake("1m")
+                .max_in_flight(max_in_flight),
+            WaveYaml::new("early", WaveSize::Percent(30))
+                .bake("1m")
+                .line("approval: auto")
+                .max_in_flight(max_in_flight),
+            WaveYaml::new("rest", WaveSize::Rest)
+                .bake("1m")
+                .max_in_flight(max_in_flight),
+        ])
+        .concurrency(max_in_flight, &["per_rack: 4"])
+        .max_failed(0)
+        .automatic_rollback(false)
+        .render()
 }
 
-/// Fleet, images, database and the controllers' configuration.
+/// The kit's harness (fleet, images, database, the release) and the
+/// controllers' configuration.
 pub struct World {
     // First, so it is dropped (and prints) before the directory goes.
     logs: LogTails,
-    pub clock: Arc<SimClock>,
     pub epoch: DateTime<Utc>,
-    pub fleet: RunningFleet,
-    pub test_db: TestDb,
     pub db: Db,
-    pub dir: tempfile::TempDir,
+    pub kit: Harness,
     config_path: PathBuf,
     bin: PathBuf,
-    image_server: tokio::task::JoinHandle<()>,
 }
 
 /// Prints the tail of every controller log when the test panics.
 #[derive(Default)]
 struct LogTails(Vec<PathBuf>);
 
-async fn image_server(images: BTreeMap<String, Vec<u8>>) -> (String, tokio::task::JoinHandle<()>) {
-    let images = Arc::new(images);
-    let app = Router::new().route(
-        "/images/{name}",
-        get(move |axum::extract::Path(name): axum::extract::Path<String>| {
-            let images = images.clone();
-            async move {
-                match images.get(&name) {
-                    Some(bytes) => (axum::http::StatusCode::OK, bytes.clone()),
-                    None => (axum::http::StatusCode::NOT_FOUND, Vec::new()),
-                }
-            }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind image server");
-    let addr = listener.local_addr().expect("image server address");
-    let task = tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
-    (format!("http://{addr}/images"), task)
-}
-
 impl World {
     /// Starts everything but the controllers; `None` (after a loud message)
     /// when PostgreSQL was asked for and is not configured.
     pub async fn start(nodes: usize, postgres: bool) -> Option<World> {
         let epoch = Utc::now();
-        let clock = Arc::new(SimClock::new(epoch, SPEEDUP));
-        let test_db = if postgres {
-            TestDb::postgres(clock.clone()).await?
-        } else {
-            TestDb::sqlite(clock.clone()).await
-        };
-        let db = test_db.db.clone();
-        let dir = tempfile::tempdir().expect("temporary directory");
+        let scenario = ScenarioYaml::hgx(nodes)
+            .seed(13)
+            .gpu_firmware(GPU_TO, "{min: 2m, max: 4m}")
+            .build();
+        let kit = Harness::builder(scenario)
+            .clock(Arc::new(SimClock::new(epoch, SPEEDUP)))
+            .postgres(postgres)
+            .start()
+            .await?;
+        kit.add_release(GPU_TO, true).await;
         // The binary under test is copied away: other builds sharing the
         // target directory must not swap it between two restarts.
-        let bin = dir.path().join("waveguard");
+        let bin = kit.dir.path().join("waveguard");
         std::fs::copy(env!("CARGO_BIN_EXE_waveguard"), &bin).expect("copy the waveguard binary");
-        let fleet = Fleet::start(scenario(nodes), FleetOptions::new(clock.clone()))
-            .await
-            .expect("fleet starts");
-        let image = bmc_sim::image::build(ComponentKind::Gpu, GPU_TO, &[SKU], GPU_TO.as_bytes());
-        let image_name = format!("gpu-{GPU_TO}.fw");
-        let (image_base, image_server) = image_server(BTreeMap::from([(image_name.clone(), image.clone())])).await;
-
-        let new_nodes: Vec<NewNode> = fleet
-            .endpoints()
-            .iter()
-            .map(|e| NewNode {
-                name: e.name.clone(),
-                bmc_url: e.bmc_url.clone(),
-                credential_ref: "sim".into(),
-                platform_sku: e.labels.sku.clone(),
-                labels: NodeLabels {
-                    region: e.labels.region.clone(),
-                    cluster: e.labels.cluster.clone(),
-                    rack: e.labels.rack.clone(),
-                    nvlink_domain: e.labels.nvlink_domain.clone(),
-                },
-            })
-            .collect();
-        db.import_nodes(&new_nodes, "test").await.expect("import");
-        for node in db.list_nodes(&Default::default()).await.expect("nodes") {
-            let readings: Vec<ComponentReading> = fleet
-                .versions(&node.name)
-                .expect("sim node")
-                .iter()
-                .map(|c| ComponentReading {
-                    inventory_id: c.id.clone(),
-                    kind: c.kind,
-                    version: FirmwareVersion::parse(&c.active).expect("version"),
-                    updateable: true,
-                    software_id: None,
-                    health: Some("OK".into()),
-                })
-                .collect();
-            db.record_inventory(node.id, &readings).await.expect("inventory");
-        }
-        let release = db
-            .add_release(
-                &NewRelease {
-                    component_kind: ComponentKind::Gpu,
-                    version: FirmwareVersion::parse(GPU_TO).expect("version"),
-                    image_uri: format!("{image_base}/{image_name}"),
-                    sha256: hex::encode(Sha256::digest(&image)),
-                    size_bytes: image.len() as u64,
-                    platforms: vec![SKU.into()],
-                    release_notes: String::new(),
-                },
-                "alice",
-            )
-            .await
-            .expect("release");
-        for to in [QualificationState::Qualifying, QualificationState::Qualified] {
-            db.transition_release(release.id, &TransitionRequest { to, reason: None }, "alice")
-                .await
-                .expect("qualify");
-        }
-
-        let config_path = dir.path().join("waveguard.toml");
+        let config_path = kit.dir.path().join("waveguard.toml");
         std::fs::write(
             &config_path,
             format!(
                 "database_url = {url:?}\nlog_level = \"info\"\n\n[credentials.sim]\nusername = \"admin\"\npassword_env = \"{PASSWORD_ENV}\"\n",
-                url = test_db.url
+                url = kit.test_db.url
             ),
         )
         .expect("write config");
         Some(World {
-            clock,
             epoch,
-            fleet,
-            test_db,
-            db,
-            dir,
+            db: kit.db.clone(),
+            kit,
             config_path,
             bin,
-            image_server,
             logs: LogTails::default(),
         })
     }
@@ -274,7 +135,7 @@ impl World {
     /// Starts `waveguard serve` named `name` (its lease holder is
     /// `name:pid`).
     pub fn spawn_controller(&mut self, name: &str) -> Controller {
-        let log_path = self.dir.path().join(format!("{name}.log"));
+        let log_path = self.kit.dir.path().join(format!("{name}.log"));
         let log = std::fs::File::create(&log_path).expect("log file");
         let mut child = Command::new(&self.bin)
             .arg("--config")
@@ -283,7 +144,7 @@ impl World {
             .args(["--lease-ttl", &LEASE_TTL_SIM_SECS.to_string()])
             .args(["--clock-speedup", &SPEEDUP.to_string()])
             .args(["--clock-epoch", &self.epoch.to_rfc3339()])
-            .current_dir(self.dir.path())
+            .current_dir(self.kit.dir.path())
             .env_remove("WAVEGUARD_DATABASE_URL")
             .env_remove("WAVEGUARD_LISTEN")
             .env("HOSTNAME", name)
@@ -319,7 +180,7 @@ impl World {
 
     /// What controller `name` has logged so far.
     pub fn log_of(&self, name: &str) -> String {
-        std::fs::read_to_string(self.dir.path().join(format!("{name}.log"))).unwrap_or_default()
+        std::fs::read_to_string(self.kit.dir.path().join(format!("{name}.log"))).unwrap_or_default()
     }
 
     /// Waits (real time) until `controller` holds the executor lease.
@@ -413,7 +274,7 @@ impl World {
             })
             .await
             .expect("steps");
-        let nodes = self.fleet.endpoints().len();
+        let nodes = self.kit.fleet.endpoints().len();
         assert_eq!(steps.len(), nodes, "one step per node");
         for step in &steps {
             assert_eq!(
@@ -428,7 +289,7 @@ impl World {
 
         // bmc-sim's own account, over its control API.
         let http = reqwest::Client::new();
-        let control = self.fleet.control_url();
+        let control = self.kit.fleet.control_url();
         let counts: BTreeMap<String, BTreeMap<String, u32>> = http
             .get(format!("{control}/sim/flash-counts"))
             .send()
@@ -445,7 +306,7 @@ impl World {
             .json()
             .await
             .expect("versions JSON");
-        for endpoint in self.fleet.endpoints() {
+        for endpoint in self.kit.fleet.endpoints() {
             let node = &endpoint.name;
             assert_eq!(
                 counts.get(node),
@@ -541,8 +402,7 @@ impl World {
     }
 
     pub async fn shutdown(self) {
-        self.image_server.abort();
-        self.fleet.shutdown().await;
+        self.kit.shutdown().await;
     }
 }
 
