@@ -21,7 +21,7 @@ use orchestrator_db::model::{
 use orchestrator_db::testing::TestDb;
 use orchestrator_db::testing::fixtures::{self, GPU_FROM, GPU_TO, SKU};
 use orchestrator_engine::{
-    BmcConnector, Engine, EngineConfig, GatelessJudge, HealthJudge, RedfishConnector, StartRollout,
+    BmcConnector, Engine, EngineConfig, GatelessJudge, HealthJudge, RedfishConnector, ResolveError, StartRollout,
 };
 use orchestrator_types::{Clock, ComponentKind, FirmwareVersion, ReleaseId, RolloutId};
 use sha2::{Digest, Sha256};
@@ -473,7 +473,8 @@ async fn import_fleet(db: &Db, fleet: &RunningFleet) -> anyhow::Result<()> {
 }
 
 fn redfish_connector(clients: HttpClients) -> Arc<RedfishConnector> {
-    let resolve = Arc::new(|url: &str, _profile: &str| sim_endpoint(url).map_err(|e| e.to_string()));
+    let resolve =
+        Arc::new(|url: &str, _profile: &str| sim_endpoint(url).map_err(|e| ResolveError::Other(e.to_string())));
     Arc::new(RedfishConnector::new(clients, resolve))
 }
 

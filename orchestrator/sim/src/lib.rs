@@ -23,7 +23,6 @@
 
 pub mod bench;
 pub mod demo;
-mod images;
 pub mod report;
 pub mod run;
 pub mod watch;

@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration as StdDuration;
 
-use bmc_sim::{Fleet, FleetOptions, RunningFleet, Scenario};
+use bmc_sim::{Fleet, FleetOptions, ImageServer, RunningFleet, Scenario};
 use chrono::{Duration, Utc};
 use orchestrator_bmc::{BmcEndpoint, Credentials, HttpClients, RetryPolicy, Timeouts};
 use orchestrator_db::Db;
@@ -13,9 +13,6 @@ use orchestrator_db::model::{ComponentReading, NewGateResult, NewNode, NewReleas
 use orchestrator_engine::{BmcConnector, Engine, EngineConfig, HealthJudge, RedfishConnector, StepDeadlines};
 use orchestrator_types::{AcceleratedClock, ComponentKind, FirmwareVersion, QualificationState, TransitionRequest};
 use sha2::{Digest, Sha256};
-use tokio::task::JoinHandle;
-
-use crate::images::{ImageStore, serve_images};
 
 /// Username and password of every simulated BMC (loopback only).
 const SIM_BMC_USER: &str = "admin";
@@ -34,10 +31,8 @@ pub struct SimWorld {
     pub fleet: RunningFleet,
     /// The controller's database.
     pub db: Db,
-    /// Base URL of the image server (`{base}/{file}`).
-    pub image_base: String,
-    images: ImageStore,
-    image_server: JoinHandle<()>,
+    /// Serves the releases' images to the BMCs (`{base}/images/{file}`).
+    images: ImageServer,
     /// One driver (and session) per simulated BMC, shared by the engine and the health collector.
     redfish: Arc<RedfishConnector>,
     /// Holds the SQLite file until the world is dropped.
@@ -112,16 +107,13 @@ impl SimWorld {
             None => Fleet::start(scenario, options).await,
         }
         .map_err(WorldError::Fleet)?;
-        let images: ImageStore = Arc::default();
-        let (image_base, image_server) = serve_images(images.clone()).await.map_err(WorldError::ImageServer)?;
+        let images = ImageServer::start([]).await.map_err(WorldError::ImageServer)?;
         let world = SimWorld {
             redfish: Arc::new(RedfishConnector::new(HttpClients::new(), sim_resolver())),
             clock,
             fleet,
             db,
-            image_base,
             images,
-            image_server,
             _dir: dir,
         };
         world.import_fleet().await?;
@@ -215,17 +207,14 @@ impl SimWorld {
         let file = format!("{}-{}.fw", kind.as_str(), version.as_str());
         let sha256 = hex::encode(Sha256::digest(&bytes));
         let size = bytes.len() as u64;
-        self.images
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(file.clone(), bytes);
+        let image_uri = self.images.insert(&format!("images/{file}"), bytes);
         let release = self
             .db
             .add_release(
                 &NewRelease {
                     component_kind: kind,
                     version: version.clone(),
-                    image_uri: format!("{}/{file}", self.image_base),
+                    image_uri,
                     sha256,
                     size_bytes: size,
                     platforms: skus,
@@ -313,7 +302,7 @@ impl SimWorld {
 
     /// Stops the image server and the fleet.
     pub async fn shutdown(self) {
-        self.image_server.abort();
+        drop(self.images);
         self.fleet.shutdown().await;
         if let Err(err) = self.db.close().await {
             tracing::warn!(error = %err, "closing the simulation database");

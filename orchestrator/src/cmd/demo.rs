@@ -28,8 +28,8 @@ use rand::Rng as _;
 use tokio::net::TcpListener;
 
 use super::BadInput;
-use super::policy::{SyncSettings, sync_once};
 use crate::Context;
+use orchestrator_policy_git::service::{SyncSettings, sync_once};
 
 /// The visitor's account.
 const DEMO_USER: &str = "demo";
@@ -166,7 +166,7 @@ pub async fn run(args: DemoArgs, _context: &Context) -> anyhow::Result<ExitCode>
                 println!("The story is over; the controller keeps running at {url} until Ctrl-C.");
             }
             Ok(_) => {}
-            Err(err) => tracing::warn!(error = %super::simulate::error_chain(&err), "demo narration"),
+            Err(err) => tracing::warn!(error = %orchestrator_types::error_chain(&err), "demo narration"),
         }
     }
     println!("stopping ...");
@@ -215,7 +215,7 @@ async fn load_policies(db: &Db) -> String {
     match sync_once(db, &settings, DEMO_AUTHOR).await {
         Ok(_) => format!("git {}", settings.label),
         Err(err) => {
-            tracing::warn!(error = %super::simulate::error_chain(&err), "policy sync failed; using embedded policies");
+            tracing::warn!(error = %orchestrator_types::error_chain(&err), "policy sync failed; using embedded policies");
             "embedded copies (the git sync failed; see the log)".into()
         }
     }

@@ -13,7 +13,7 @@ use orchestrator_planner::power::{self, FleetNode};
 use orchestrator_policy::{FileReport, Severity, lint_files};
 use orchestrator_policy_git::service::{self, SyncOutcome};
 // `demo` syncs the repository's own policies through the same service.
-pub use orchestrator_policy_git::service::{SyncSettings, sync_once};
+use orchestrator_policy_git::service::{SyncSettings, sync_once};
 use tokio::task::JoinHandle;
 
 use super::BadInput;

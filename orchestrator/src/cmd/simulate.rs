@@ -189,20 +189,8 @@ fn simulation(inputs: &Inputs, args: &SimulateArgs) -> Simulation {
 /// Inputs the user can fix exit with status 2, the whole chain on one line.
 fn bad_if_caller(err: SimError) -> anyhow::Error {
     if err.is_caller_error() {
-        anyhow::Error::new(BadInput(error_chain(&err)))
+        anyhow::Error::new(BadInput(orchestrator_types::error_chain(&err)))
     } else {
         anyhow::Error::new(err)
     }
-}
-
-/// The error and its sources on one line.
-pub fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(inner) = source {
-        text.push_str(": ");
-        text.push_str(&inner.to_string());
-        source = inner.source();
-    }
-    text
 }
