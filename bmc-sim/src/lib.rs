@@ -42,14 +42,13 @@ mod update;
 
 pub use conn::{BmcConn, FleetListener, SimIo};
 pub use control::{ComponentVersions, InjectedFaults};
-pub use dcgm::DcgmSpec;
 pub use fleet::{Endpoint, Fleet, FleetError, FleetOptions, RunningFleet};
 pub use image_server::ImageServer;
 /// The controller's accelerated rollout clock under the name the harnesses
 /// know: one implementation, so a fleet and a controller sharing it agree on
 /// now (and on how long a simulated span takes in real time).
 pub use orchestrator_types::AcceleratedClock as SimClock;
-pub use scenario::{Metric, Scenario, ScenarioError};
+pub use scenario::{DcgmSpec, Metric, Scenario, ScenarioError};
 pub use state::NodeLabels;
 pub use update::MAX_IMAGE_BYTES;
 

@@ -285,7 +285,7 @@ pub(crate) struct RawProfile {
     #[serde(default, rename = "description")]
     pub _description: String,
     #[serde(default)]
-    pub components: Vec<crate::scenario::RawComponent>,
+    pub components: Vec<RawComponent>,
     #[serde(default)]
     pub update_service: Option<UpdateServiceProfile>,
     /// Where GPUs, sensors and the GPU event log are (absent: the original single-system layout).
@@ -314,6 +314,19 @@ pub(crate) fn built_in(name: &str) -> Result<RawProfile, String> {
         layout.check().map_err(|e| format!("profile `{name}`: {e}"))?;
     }
     Ok(profile)
+}
+
+/// One component as a scenario or platform profile writes it.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawComponent {
+    pub(crate) id: String,
+    pub(crate) kind: String,
+    pub(crate) version: String,
+    #[serde(default = "yes")]
+    pub(crate) updateable: bool,
+    #[serde(default)]
+    pub(crate) lowest_supported_version: Option<String>,
 }
 
 #[cfg(test)]

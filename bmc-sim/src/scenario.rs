@@ -14,7 +14,12 @@ use std::time::Duration;
 use orchestrator_types::ComponentKind;
 use serde::Deserialize;
 
-use crate::platform::UpdateServiceProfile;
+use crate::platform::{RawComponent, UpdateServiceProfile};
+
+mod dcgm;
+
+pub use dcgm::DcgmSpec;
+use dcgm::RawDcgm;
 
 /// Why a scenario was rejected. Every variant names the offending key path so a human can fix the file.
 #[derive(Debug, thiserror::Error)]
@@ -223,7 +228,7 @@ struct RawScenario {
     #[serde(default)]
     bmc_faults: RawFaults,
     #[serde(default)]
-    dcgm: crate::dcgm::RawDcgm,
+    dcgm: RawDcgm,
     /// A built-in platform profile (`bmc-sim/profiles/`): inventory layout and UpdateService.
     #[serde(default)]
     platform: Option<String>,
@@ -259,22 +264,6 @@ fn default_region() -> String {
 }
 fn default_name_prefix() -> String {
     "node".to_owned()
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RawComponent {
-    id: String,
-    kind: String,
-    version: String,
-    #[serde(default = "yes")]
-    updateable: bool,
-    #[serde(default)]
-    lowest_supported_version: Option<String>,
-}
-
-fn yes() -> bool {
-    true
 }
 
 #[derive(Debug, Deserialize)]
@@ -379,7 +368,7 @@ pub struct Scenario {
     /// Transport-level misbehaviour of the BMCs.
     pub bmc_faults: BmcFaults,
     /// The simulated dcgm-exporter's baselines and settings (`dcgm:`, every key optional).
-    pub dcgm: crate::dcgm::DcgmSpec,
+    pub dcgm: DcgmSpec,
     /// The platform profile the scenario named, if any.
     pub platform: Option<String>,
     /// How the UpdateService behaves (the platform's, the scenario's override, or the default).
@@ -890,7 +879,7 @@ fn validate(raw: RawScenario) -> Result<Scenario, ScenarioError> {
         firmware,
         events,
         bmc_faults,
-        dcgm: crate::dcgm::DcgmSpec::from_raw(&raw.dcgm)?,
+        dcgm: DcgmSpec::from_raw(&raw.dcgm)?,
     })
 }
 

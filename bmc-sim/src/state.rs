@@ -367,7 +367,7 @@ pub(crate) struct FleetState {
     /// Effects per metric: (firmware index, effect index).
     pub effects_by_metric: HashMap<Metric, Vec<(usize, usize)>>,
     /// The simulated dcgm-exporters' restarts and stops.
-    pub dcgm: crate::dcgm::DcgmState,
+    pub dcgm: DcgmState,
 }
 
 /// Real time a BMC keeps answering after deciding to go silent (see [`Node::grace_until`]).
@@ -676,6 +676,34 @@ pub(crate) fn poisson_by_inversion(u: f64, lambda: f64) -> u64 {
 fn inverse_normal_approx(u: f64) -> f64 {
     let u = u.clamp(1e-9, 1.0 - 1e-9);
     (u / (1.0 - u)).ln() / 1.702
+}
+
+/// Per-node exporter state the control server changes.
+#[derive(Debug, Default)]
+pub(crate) struct DcgmState {
+    nodes: Mutex<HashMap<usize, Exporter>>,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Exporter {
+    pub(crate) restarted: Option<DateTime<Utc>>,
+    pub(crate) stopped: bool,
+}
+
+impl DcgmState {
+    pub(crate) fn get(&self, node: usize) -> Exporter {
+        self.nodes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&node)
+            .copied()
+            .unwrap_or_default()
+    }
+
+    pub(crate) fn update(&self, node: usize, f: impl FnOnce(&mut Exporter)) {
+        let mut map = self.nodes.lock().unwrap_or_else(|p| p.into_inner());
+        f(map.entry(node).or_default());
+    }
 }
 
 #[cfg(test)]

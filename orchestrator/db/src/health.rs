@@ -33,7 +33,6 @@ use orchestrator_types::{NodeId, Outcome, RolloutId, WaveId};
 use sea_orm::sea_query::Expr;
 use sea_orm::{ActiveModelTrait, ColumnTrait, EntityTrait, QueryFilter, QueryOrder, Set, TransactionTrait};
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 
 use crate::audit;
 use crate::entity::{health_cursors, health_looks, health_samples};
@@ -372,6 +371,27 @@ async fn fold_deltas<C: sea_orm::ConnectionTrait>(
     Ok(())
 }
 
+/// The audit log's details of a `health.look` entry: written and read
+/// through this one type so no reader digs the outcome out by key.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LookAuditDetails {
+    pub rollout: RolloutId,
+    pub gate: String,
+    pub look: u32,
+    pub planned: u32,
+    pub outcome: Outcome,
+    /// The detector's verdict as stored with the look.
+    pub verdict: serde_json::Value,
+}
+
+impl LookAuditDetails {
+    /// The details of a `health.look` audit entry; `None` for any other
+    /// shape (entries of other actions).
+    pub fn from_audit(details: &serde_json::Value) -> Option<Self> {
+        Self::deserialize(details).ok()
+    }
+}
+
 impl Db {
     /// Collection state of every node watched for a wave.
     pub async fn health_cursors(&self, wave: WaveId) -> Result<Vec<HealthCursor>, DbError> {
@@ -528,14 +548,15 @@ impl Db {
             "health.look",
             "wave",
             &look.wave_id.to_string(),
-            json!({
-                "rollout": look.rollout_id,
-                "gate": look.gate,
-                "look": look.look_number,
-                "planned": look.planned_looks,
-                "outcome": look.outcome,
-                "verdict": look.verdict,
-            }),
+            serde_json::to_value(LookAuditDetails {
+                rollout: look.rollout_id,
+                gate: look.gate.clone(),
+                look: look.look_number,
+                planned: look.planned_looks,
+                outcome: look.outcome,
+                verdict: look.verdict.clone(),
+            })
+            .map_err(|e| DbError::corrupt("look audit details", e))?,
         )
         .await?;
         txn.commit().await?;

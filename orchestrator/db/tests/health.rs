@@ -157,6 +157,9 @@ async fn each_look_is_recorded_once_and_audited() {
             .await
             .unwrap();
         assert_eq!(audit.len(), 1);
-        assert_eq!(audit[0].details["gate"], "xid_errors");
+        let details = orchestrator_db::health::LookAuditDetails::from_audit(&audit[0].details).unwrap();
+        assert_eq!(details.gate, "xid_errors");
+        assert_eq!(details.outcome, orchestrator_types::Outcome::Inconclusive);
+        assert_eq!((details.look, details.planned), (3, 12));
     }
 }

@@ -55,6 +55,12 @@ impl From<&str> for ConnectError {
     }
 }
 
+/// Where the health collector gets a BMC driver for a node (read-only use: sensors, logs, inventory).
+pub trait HealthBmcs: Send + Sync + std::fmt::Debug {
+    /// A driver for the BMC at `bmc_url` with credential profile `credential_ref`.
+    fn bmc(&self, bmc_url: &str, credential_ref: &str) -> Result<Arc<dyn Bmc>, ConnectError>;
+}
+
 /// Where the engine gets a driver for a node's BMC.
 pub trait BmcConnector: Send + Sync + std::fmt::Debug {
     /// A driver for the BMC of the step's node; an error says why the node
@@ -95,7 +101,7 @@ pub type EndpointResolver = dyn Fn(&str, &str) -> Result<BmcEndpoint, ResolveErr
 
 /// Redfish drivers over one shared connection pool, one driver (and
 /// session) per BMC, kept between passes and shared with the health
-/// collector ([`crate::watch::HealthBmcs`]).
+/// collector ([`HealthBmcs`]).
 pub struct RedfishConnector {
     clients: HttpClients,
     resolve: Arc<EndpointResolver>,
@@ -147,7 +153,7 @@ impl RedfishConnector {
     }
 }
 
-impl crate::watch::HealthBmcs for RedfishConnector {
+impl HealthBmcs for RedfishConnector {
     fn bmc(&self, bmc_url: &str, credential_ref: &str) -> Result<Arc<dyn Bmc>, ConnectError> {
         self.driver(bmc_url, credential_ref)
     }

@@ -12,7 +12,7 @@ use orchestrator_db::execution::{RolloutState, StepFilter, StepState};
 use orchestrator_engine::{EngineError, GatelessJudge, StartRollout};
 use orchestrator_types::{ComponentKind, FirmwareVersion, VersionError};
 
-use crate::run::SimError;
+use crate::error::SimError;
 use crate::watch::{WatchOptions, watch};
 use crate::world::{SIM_AUTHOR, SimWorld, WorldError};
 

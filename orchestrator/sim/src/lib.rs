@@ -14,6 +14,7 @@
 //!   for accelerated time;
 //! - [`watch`]: drives a rollout to its end (synthetic approvals, idle skips);
 //! - [`report`]: the JSON report of `waveguard simulate` (a contract);
+//! - [`error`]: [`SimError`], what a run can fail with;
 //! - [`run`]: one whole simulated rollout, from release to report;
 //! - [`demo`]: the story `waveguard demo` tells (releases, rollouts, narration);
 //! - [`bench`]: the throughput run and the measurements behind `waveguard bench`.
@@ -23,12 +24,14 @@
 
 pub mod bench;
 pub mod demo;
+pub mod error;
 pub mod report;
 pub mod run;
 pub mod watch;
 pub mod world;
 
+pub use error::SimError;
 pub use report::{Detection, Exposure, GateVerdict, Report, Updates, WaveReport};
-pub use run::{SimError, Simulation, simulate};
+pub use run::{Simulation, simulate};
 pub use watch::{SIM_APPROVERS, WatchOptions, Watched, idle_until, watch};
 pub use world::{JudgeChoice, SIM_AUTHOR, SimWorld, WorldError, all_nodes, judge_for};

@@ -9,8 +9,8 @@ use orchestrator_db::model::Release;
 use orchestrator_policy::Policy;
 use serde::Serialize;
 
-use crate::run::SimError;
-use crate::watch::Watched;
+use crate::error::SimError;
+use crate::watch::{Watched, verdict_failed};
 use crate::world::SimWorld;
 
 /// The JSON report. Keys are a contract (issue 8); extra keys may be added.
@@ -108,12 +108,6 @@ pub struct Updates {
     pub rolled_back: u64,
     /// Most flashes bmc-sim saw on one node for one version (1 = never twice).
     pub max_flashes_per_node_step: u32,
-}
-
-pub(crate) fn verdict_failed(wave: &ExecWave) -> bool {
-    wave.verdict
-        .as_ref()
-        .is_some_and(|v| v.outcome == orchestrator_types::Outcome::Fail)
 }
 
 fn seconds_since(start: DateTime<Utc>, at: Option<DateTime<Utc>>) -> Option<i64> {

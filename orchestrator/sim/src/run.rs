@@ -3,11 +3,11 @@
 
 use std::time::Duration as StdDuration;
 
-use orchestrator_db::DbError;
-use orchestrator_engine::{EngineError, StartRollout};
+use orchestrator_engine::StartRollout;
 use orchestrator_policy::Policy;
 use orchestrator_types::{ComponentKind, FirmwareVersion};
 
+pub use crate::error::SimError;
 use crate::report::{Report, build_report};
 use crate::watch::{WatchOptions, watch};
 use crate::world::{SIM_AUTHOR, SimWorld, judge_for};
@@ -31,46 +31,6 @@ pub struct Simulation {
     pub approve: bool,
     /// Real-time limit of the watch.
     pub timeout: StdDuration,
-}
-
-/// What went wrong running a simulation.
-#[derive(Debug, thiserror::Error)]
-pub enum SimError {
-    #[error(transparent)]
-    Db(#[from] DbError),
-    #[error("approving wave {wave:?}")]
-    Approve {
-        wave: String,
-        #[source]
-        source: DbError,
-    },
-    #[error("cannot register the release")]
-    RegisterRelease(#[source] DbError),
-    #[error("cannot register the fleet's current version")]
-    RegisterCurrent(#[source] DbError),
-    /// The engine refused the rollout for what was asked (a caller error).
-    #[error("the rollout cannot start")]
-    RolloutRefused(#[source] EngineError),
-    #[error("cannot start the rollout")]
-    StartRollout(#[source] EngineError),
-    #[error(
-        "the policy {policy:?} selects no node of the scenario's fleet for {release} (check target platforms, \
-         selector, versions.from against the scenario)"
-    )]
-    NothingSelected { policy: String, release: String },
-}
-
-impl SimError {
-    /// True when the inputs (scenario, policy, release) are at fault rather
-    /// than the system: a command reports it as bad input.
-    pub fn is_caller_error(&self) -> bool {
-        match self {
-            SimError::Db(e) | SimError::RegisterRelease(e) | SimError::RegisterCurrent(e) => e.is_caller_error(),
-            SimError::Approve { source, .. } => source.is_caller_error(),
-            SimError::RolloutRefused(_) | SimError::NothingSelected { .. } => true,
-            SimError::StartRollout(_) => false,
-        }
-    }
 }
 
 /// Registers (and unless told otherwise qualifies) the release, registers

@@ -9,8 +9,7 @@ use chrono::{DateTime, Utc};
 use orchestrator_db::execution::{Blocker, ExecRollout, ExecWave, RolloutState, WaveState};
 use orchestrator_types::Clock;
 
-use crate::report::verdict_failed;
-use crate::run::SimError;
+use crate::error::SimError;
 use crate::world::SimWorld;
 
 /// Synthetic approvers used by `--approve auto`; distinct people as far as the
@@ -156,4 +155,10 @@ fn skip_idle(world: &SimWorld, waves: &[ExecWave], skip_bake: bool) {
         tracing::debug!(to = %at, "skipping idle simulated time");
         world.clock.skip_to(at);
     }
+}
+
+pub(crate) fn verdict_failed(wave: &ExecWave) -> bool {
+    wave.verdict
+        .as_ref()
+        .is_some_and(|v| v.outcome == orchestrator_types::Outcome::Fail)
 }

@@ -7,8 +7,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use minijinja::{Value, context};
 use orchestrator_db::Db;
+use orchestrator_db::health::LookAuditDetails;
 use orchestrator_db::model::AuditEntry;
-use orchestrator_types::NodeId;
+use orchestrator_types::{NodeId, Outcome};
 use serde_json::Value as Json;
 
 use super::UiError;
@@ -61,7 +62,8 @@ fn is_decision(entry: &AuditEntry) -> bool {
             field(&entry.details, "to").as_deref(),
             Some("promoted" | "halted" | "awaiting_approval" | "rolled_back")
         ),
-        "health.look" => field(&entry.details, "outcome").is_some_and(|o| o != "pass" && o != "continue"),
+        "health.look" => LookAuditDetails::from_audit(&entry.details)
+            .is_some_and(|look| matches!(look.outcome, Outcome::Fail | Outcome::Error)),
         action => action.starts_with("rollout."),
     }
 }
@@ -111,13 +113,13 @@ fn sentence(entry: &AuditEntry, node: Option<&str>) -> String {
             }
             text
         }
-        "health.look" => format!(
-            "gate {} look {} of {}: {}",
-            f("gate"),
-            f("look"),
-            f("planned"),
-            field(d, "outcome").unwrap_or_else(|| "recorded".into())
-        ),
+        "health.look" => match LookAuditDetails::from_audit(d) {
+            Some(look) => format!(
+                "gate {} look {} of {}: {}",
+                look.gate, look.look, look.planned, look.outcome
+            ),
+            None => format!("gate {} look {} of {}: recorded", f("gate"), f("look"), f("planned")),
+        },
         "rollout.start" => format!("rollout started under policy {}", f("policy")),
         "release.add" => format!("release {} {} registered", f("component_kind"), f("version")),
         "release.gate_result" => format!(

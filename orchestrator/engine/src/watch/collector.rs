@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
-use orchestrator_bmc::{Bmc, EventCursor};
+use orchestrator_bmc::EventCursor;
 use orchestrator_db::execution::{ExecRollout, ExecWave, StepFilter, StepPurpose, StepState};
 use orchestrator_db::health::{Cohort, HealthCursor, LevelAgg, NodePoll, WindowDelta, window_start};
 use orchestrator_db::{Db, DbError};
@@ -20,6 +20,7 @@ use orchestrator_policy::RedfishMetric;
 use orchestrator_types::NodeId;
 
 use super::classify::{classify_event, event_gpu, gpu_count, gpu_levels, poll_deltas};
+use crate::connector::HealthBmcs;
 use crate::prometheus::{NodeIndex, PrometheusClient};
 
 /// GPUs assumed on a node whose BMC lists no GPU processor and no GPU
@@ -27,12 +28,6 @@ use crate::prometheus::{NodeIndex, PrometheusClient};
 /// comes from the inventory's GPU processors, then from the GPU sensors; this
 /// is the last resort, used only for exposure and only until either shows GPUs.
 pub const DEFAULT_GPUS_PER_NODE: u32 = orchestrator_planner::power::DEFAULT_GPUS_PER_NODE;
-
-/// Where the collector gets a BMC driver for a node.
-pub trait HealthBmcs: Send + Sync + std::fmt::Debug {
-    /// A driver for the BMC at `bmc_url` with credential profile `credential_ref`.
-    fn bmc(&self, bmc_url: &str, credential_ref: &str) -> Result<Arc<dyn Bmc>, crate::ConnectError>;
-}
 
 /// One node to watch for a wave.
 #[derive(Debug, Clone)]

@@ -10,15 +10,16 @@ use orchestrator_db::execution::{ExecRollout, ExecWave};
 use orchestrator_db::health::{Cohort, HealthLook, HealthSample, LevelAgg, NewHealthLook, SampleScope};
 use orchestrator_db::{Db, DbError};
 use orchestrator_detect::{
-    Evidence, LevelCohorts, LevelGate, Outcome, RateCohorts, RateGate, RateSample, SequentialPlan, SpendingFunction,
-    evaluate_level, evaluate_rate,
+    Evidence, InconclusiveReason, LevelCohorts, LevelGate, Outcome, RateCohorts, RateGate, RateSample, SequentialPlan,
+    SpendingFunction, Verdict, evaluate_level, evaluate_rate,
 };
 use orchestrator_policy::{Direction, GateKind, GateSource, HealthGate, Policy, RedfishMetric};
 use orchestrator_types::{NodeId, RolloutClock, WaveId, WaveVerdict};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use super::collector::{Collector, HealthBmcs};
+use super::collector::Collector;
+use crate::connector::HealthBmcs;
 use crate::health::HealthJudge;
 use crate::prometheus::PrometheusClient;
 
@@ -653,7 +654,12 @@ impl DetectorJudge {
                     look: None,
                     planned: Some(planned),
                     summary: format!("{}: first look not due yet", gate.name()),
-                    verdict: json!({ "outcome": "inconclusive", "reason": "bake_in_progress" }),
+                    verdict: serde_json::to_value(Verdict::Inconclusive {
+                        gate: gate.name().to_owned(),
+                        reason: InconclusiveReason::BakeInProgress,
+                        evidence: None,
+                    })
+                    .unwrap_or_default(),
                 },
             };
             states.push(state);

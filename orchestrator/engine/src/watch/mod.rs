@@ -14,7 +14,8 @@ mod collector;
 mod judge;
 mod prom_rate;
 
-pub use collector::{CollectReport, Collector, DEFAULT_GPUS_PER_NODE, HealthBmcs};
+pub use crate::connector::HealthBmcs;
+pub use collector::{CollectReport, Collector, DEFAULT_GPUS_PER_NODE};
 pub use judge::{
     DEFAULT_POLL_CONCURRENCY, DETECTOR_ACTOR, DetectorEvidence, DetectorJudge, GateLook, MAX_LOOKS,
     MIN_CANARY_EVENTS_FOR_FAIL, MIN_EXPOSURE, MIN_LEVEL_UNITS, PollError,
