@@ -62,8 +62,8 @@ fn is_decision(entry: &AuditEntry) -> bool {
             field(&entry.details, "to").as_deref(),
             Some("promoted" | "halted" | "awaiting_approval" | "rolled_back")
         ),
-        "health.look" => LookAuditDetails::from_audit(&entry.details)
-            .is_some_and(|look| matches!(look.outcome, Outcome::Fail | Outcome::Error)),
+        // Every look that is not a pass is shown as a decision, as before the typed read.
+        "health.look" => LookAuditDetails::from_audit(&entry.details).is_some_and(|look| look.outcome != Outcome::Pass),
         action => action.starts_with("rollout."),
     }
 }
