@@ -372,6 +372,7 @@ impl Db {
             StepState::Succeeded.as_str(),
             StepState::Failed.as_str(),
             StepState::Skipped.as_str(),
+            StepState::Deferred.as_str(),
         ];
         let ended = [StepState::Succeeded.as_str(), StepState::Failed.as_str()];
         let mut steps = Vec::new();

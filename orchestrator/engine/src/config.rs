@@ -117,7 +117,11 @@ impl EngineConfig {
             StepState::Flashing => Some(self.deadlines.task),
             StepState::Activating => Some(self.deadlines.activation),
             StepState::Verifying => Some(self.deadlines.verification),
-            StepState::Pending | StepState::Succeeded | StepState::Failed | StepState::Skipped => None,
+            StepState::Pending
+            | StepState::Succeeded
+            | StepState::Failed
+            | StepState::Skipped
+            | StepState::Deferred => None,
         }
     }
 

@@ -430,7 +430,11 @@ impl StepCtx {
             StepState::Flashing => self.poll_flash(placed, bmc).await,
             StepState::Activating => self.activate(placed, bmc, rules.kind).await,
             StepState::Verifying => self.verify(placed, bmc).await,
-            StepState::Pending | StepState::Succeeded | StepState::Failed | StepState::Skipped => Ok(()),
+            StepState::Pending
+            | StepState::Succeeded
+            | StepState::Failed
+            | StepState::Skipped
+            | StepState::Deferred => Ok(()),
         }
     }
 

@@ -20,23 +20,7 @@ use serde::Serialize;
 
 use crate::state::{BaseState, NodeState, Reason, ReasonTag, Service, TagKind};
 
-/// How far a drain has got, as the engine records it. Each phase is written
-/// *before* the effect it announces, so a crash leaves at worst a phase
-/// whose effect may or may not have happened; the rules below accept both.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum DrainPhase {
-    /// Checked the node was in service; about to issue the drain.
-    DrainIntended,
-    /// The drain read back with our tag; waiting for it to empty, flashing,
-    /// verifying. A reboot may happen in this phase.
-    Held,
-    /// About to resume (or already resumed).
-    ResumeIntended,
-    /// Kept drained with a quarantine tag for a human; Waveguard no longer
-    /// resumes it by itself.
-    Quarantined,
-}
+pub use orchestrator_types::DrainPhase;
 
 /// Waveguard's durable record of one drain (one row per rollout and node).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

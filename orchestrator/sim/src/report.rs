@@ -238,7 +238,7 @@ pub async fn build_report(
     };
     for step in &steps {
         match (step.purpose, step.state) {
-            (StepPurpose::Update, StepState::Pending | StepState::Skipped) => {}
+            (StepPurpose::Update, StepState::Pending | StepState::Skipped | StepState::Deferred) => {}
             (StepPurpose::Update, state) => {
                 updates.attempted += 1;
                 match state {

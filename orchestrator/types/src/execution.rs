@@ -69,13 +69,21 @@ string_enum!(
         Failed => "failed",
         /// Already at the target: nothing flashed.
         Skipped => "skipped",
+        /// Left out of this wave for a reason that is not the firmware's:
+        /// its workload scheduler did not give the node up (drained by an
+        /// operator, never emptied). Nothing flashed; the node keeps its
+        /// version and a later rollout picks it up. Never a failure.
+        Deferred => "deferred",
     }
 );
 
 impl StepState {
     /// No further transition happens.
     pub fn is_terminal(self) -> bool {
-        matches!(self, StepState::Succeeded | StepState::Failed | StepState::Skipped)
+        matches!(
+            self,
+            StepState::Succeeded | StepState::Failed | StepState::Skipped | StepState::Deferred
+        )
     }
 
     /// Counts against concurrency caps: admitted and not finished.
@@ -84,7 +92,7 @@ impl StepState {
     }
 
     /// Every state, in lifecycle order.
-    pub const ALL: [StepState; 9] = [
+    pub const ALL: [StepState; 10] = [
         StepState::Pending,
         StepState::Prechecked,
         StepState::Pushing,
@@ -94,7 +102,62 @@ impl StepState {
         StepState::Succeeded,
         StepState::Failed,
         StepState::Skipped,
+        StepState::Deferred,
     ];
+}
+
+string_enum!(
+    /// How far Waveguard's drain of one node through its workload scheduler
+    /// has got. Each phase is written *before* the effect it announces, so a
+    /// crash leaves at worst a phase whose effect may or may not have
+    /// happened; the scheduler rules accept both. Lifecycle order.
+    DrainPhase {
+        /// Checked the node was in service; about to issue the drain.
+        DrainIntended => "drain_intended",
+        /// The drain read back with our tag; waiting for it to empty,
+        /// flashing, verifying. A reboot may happen in this phase.
+        Held => "held",
+        /// About to resume (or already resumed).
+        ResumeIntended => "resume_intended",
+        /// Kept drained with a quarantine tag for a human; Waveguard no
+        /// longer resumes it by itself.
+        Quarantined => "quarantined",
+        /// Done: resumed, or found no longer ours (the close reason says).
+        Closed => "closed",
+    }
+);
+
+impl DrainPhase {
+    /// Every phase, in lifecycle order.
+    pub const ALL: [DrainPhase; 5] = [
+        DrainPhase::DrainIntended,
+        DrainPhase::Held,
+        DrainPhase::ResumeIntended,
+        DrainPhase::Quarantined,
+        DrainPhase::Closed,
+    ];
+
+    /// Waveguard still owes the node something: a drain to confirm, a
+    /// flash to wait for, or a resume. A quarantined node is a human's.
+    pub fn is_open(self) -> bool {
+        matches!(
+            self,
+            DrainPhase::DrainIntended | DrainPhase::Held | DrainPhase::ResumeIntended
+        )
+    }
+}
+
+impl PartialOrd for DrainPhase {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for DrainPhase {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        let pos = |p: &DrainPhase| DrainPhase::ALL.iter().position(|x| x == p).unwrap_or(0);
+        pos(self).cmp(&pos(other))
+    }
 }
 
 string_enum!(
@@ -210,6 +273,29 @@ pub enum Blocker {
         nodes: u32,
         at: DateTime<Utc>,
     },
+    /// A node drained through its workload scheduler is not empty yet
+    /// (`waiting_on`: jobs, not_responding, down); after `until` the wave's
+    /// `on_drain_timeout` applies.
+    Drain {
+        node: String,
+        waiting_on: String,
+        until: DateTime<Utc>,
+    },
+    /// A node did not empty within the wave's `drain_timeout` and the
+    /// policy says `hold`: it stays drained until a human acts (or its
+    /// jobs end).
+    DrainTimedOut { node: String },
+    /// Draining more would take more than the policy's
+    /// `max_out_of_service_percent` of the cluster's GPUs out of service
+    /// (`out_of_service` of `total` GPUs already are).
+    CapacityCap {
+        cluster: String,
+        out_of_service: u64,
+        total: u64,
+    },
+    /// The workload scheduler cannot be asked right now; nothing is
+    /// drained or resumed until it answers (no node is charged).
+    SchedulerUnavailable { error: String },
 }
 
 impl PartialOrd for StepState {

@@ -67,6 +67,24 @@ pub(crate) fn describe_blocker(blocker: &Blocker) -> String {
             "the release to be qualified (it is {state}; gates not passed: {})",
             missing_gates.join(", ")
         ),
+        Blocker::Drain {
+            node,
+            waiting_on,
+            until,
+        } => format!(
+            "{node} to empty (drained in its scheduler, waiting on {}); drain timeout {}",
+            waiting_on.replace('_', " "),
+            at(until)
+        ),
+        Blocker::DrainTimedOut { node } => {
+            format!("a human: {node} did not empty within the drain timeout and the policy says hold")
+        }
+        Blocker::CapacityCap {
+            cluster,
+            out_of_service,
+            total,
+        } => format!("capacity cap: cluster {cluster} has {out_of_service} of {total} GPUs out of service"),
+        Blocker::SchedulerUnavailable { error } => format!("the workload scheduler to answer ({error})"),
     }
 }
 
@@ -95,6 +113,7 @@ async fn live_context(state: &AppState, me: &Principal, id: RolloutId) -> Result
         let succeeded = count(&counts, StepState::Succeeded);
         let skipped = count(&counts, StepState::Skipped);
         let failed = count(&counts, StepState::Failed);
+        let deferred = count(&counts, StepState::Deferred);
         let in_flight: u64 = counts.iter().filter(|(s, _)| s.is_in_flight()).map(|(_, n)| n).sum();
         let charts = if wave.verdict.is_some() || wave.state == WaveState::Baking {
             let samples = db.health_samples(SampleScope::Wave(wave.id)).await?;
@@ -105,7 +124,7 @@ async fn live_context(state: &AppState, me: &Principal, id: RolloutId) -> Result
         let blockers: Vec<String> = wave.blockers.iter().map(describe_blocker).collect();
         wave_rows.push(context! {
             blockers, charts, approvals => v(&approvals), approvers,
-            done => succeeded + skipped + failed, succeeded, skipped, failed, in_flight,
+            done => succeeded + skipped + failed + deferred, succeeded, skipped, failed, deferred, in_flight,
             pct_ok => pct(succeeded + skipped, all), pct_failed => pct(failed, all), pct_inflight => pct(in_flight, all),
             ..v(wave)
         });

@@ -257,7 +257,7 @@ fn last_known_versions(steps: &[ExecStep], names: &BTreeMap<i64, String>) -> Vec
             // pushed and did not confirm may have landed either way.
             let (known, unconfirmed) = match step.state {
                 StepState::Succeeded | StepState::Skipped => (Some(step.target_version.clone()), None),
-                StepState::Pending | StepState::Prechecked => (Some(before), None),
+                StepState::Pending | StepState::Prechecked | StepState::Deferred => (Some(before), None),
                 StepState::Failed if step.push_started_at.is_none() && step.task_uri.is_none() => (Some(before), None),
                 _ => (None, Some([before, step.target_version.clone()])),
             };

@@ -189,11 +189,11 @@ impl Db {
     /// Every step not yet terminal across all rollouts (pending included),
     /// with its node's placement: what caps are computed from.
     pub async fn open_steps(&self) -> Result<Vec<PlacedStep>, DbError> {
-        let terminal = [
-            StepState::Succeeded.as_str(),
-            StepState::Failed.as_str(),
-            StepState::Skipped.as_str(),
-        ];
+        let terminal: Vec<&str> = StepState::ALL
+            .iter()
+            .filter(|s| s.is_terminal())
+            .map(|s| s.as_str())
+            .collect();
         let rows = update_steps::Entity::find()
             .filter(update_steps::Column::State.is_not_in(terminal))
             .join(JoinType::LeftJoin, step_node_relation())
