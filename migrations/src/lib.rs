@@ -17,6 +17,7 @@ mod m0007_release_rollback;
 mod m0008_wave_decisions;
 mod m0009_hardening;
 mod m0010_credential_bindings;
+mod m0011_scheduler_drains;
 
 /// Every migration, oldest first.
 #[derive(Debug)]
@@ -36,6 +37,7 @@ impl MigratorTrait for Migrator {
             Box::new(m0008_wave_decisions::Migration),
             Box::new(m0009_hardening::Migration),
             Box::new(m0010_credential_bindings::Migration),
+            Box::new(m0011_scheduler_drains::Migration),
         ]
     }
 }

@@ -8,6 +8,7 @@ pub mod alerts;
 mod audit;
 pub mod auth;
 mod connect;
+pub mod drains;
 mod entity;
 mod error;
 pub mod execution;

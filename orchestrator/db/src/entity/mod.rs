@@ -18,6 +18,7 @@ pub mod policy_versions;
 pub mod qualification_results;
 pub mod releases;
 pub mod rollouts;
+pub mod scheduler_drains;
 pub mod sessions;
 pub mod update_steps;
 pub mod users;

@@ -26,7 +26,7 @@ pub struct Fence {
 /// Checks, inside the caller's transaction, that `fence` still holds its
 /// lease, and locks the lease row until the transaction ends so a takeover
 /// waits for this write (PostgreSQL row lock; SQLite's single writer).
-pub(super) async fn check_fence<C: ConnectionTrait>(conn: &C, fence: &Fence) -> Result<(), DbError> {
+pub(crate) async fn check_fence<C: ConnectionTrait>(conn: &C, fence: &Fence) -> Result<(), DbError> {
     let result = engine_leases::Entity::update_many()
         .col_expr(engine_leases::Column::Token, Expr::col(engine_leases::Column::Token))
         .filter(engine_leases::Column::Name.eq(fence.lease.as_str()))

@@ -26,6 +26,7 @@ use std::str::FromStr;
 
 pub use approval::Approval;
 pub use lease::Fence;
+pub(crate) use lease::check_fence;
 pub use orchestrator_types::{Blocker, RolloutState, StepPurpose, StepState, WaveKind, WaveState};
 pub use plan::{NewPlan, NewStep, NewWave};
 pub use rollback::NodeVersion;
