@@ -44,6 +44,9 @@ pub struct EngineConfig {
     /// pauses and resumes once no such fault was seen for this long. Not on
     /// the rollout clock, which may run thousands of times faster.
     pub controller_fault_hold: std::time::Duration,
+    /// The workload scheduler nodes are drained through before a flash and
+    /// resumed through after it; `None`: nodes are flashed as they are.
+    pub scheduler: Option<crate::drain::WorkloadScheduler>,
 }
 
 /// Default [`EngineConfig::controller_fault_hold`]: a few engine passes, long
@@ -103,6 +106,7 @@ impl Default for EngineConfig {
             max_resets: 3,
             deadlines: StepDeadlines::default(),
             controller_fault_hold: DEFAULT_CONTROLLER_FAULT_HOLD,
+            scheduler: None,
         }
     }
 }

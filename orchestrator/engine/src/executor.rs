@@ -23,6 +23,7 @@ use serde_json::json;
 use crate::config::EngineConfig;
 use crate::connector::BmcConnector;
 use crate::controller::ControllerHealth;
+use crate::drain::{DrainView, Drains, Started};
 use crate::health::HealthJudge;
 use crate::step::{StepCtx, StepRules};
 use crate::wave::{ReleaseStanding, WaveAction, WaveFacts, decide};
@@ -54,6 +55,23 @@ struct Walk<'a> {
     load: Load,
     cluster_sizes: BTreeMap<String, u64>,
     admitted: Vec<PlacedStep>,
+    drains: DrainView,
+    /// GPUs per node and per cluster, read only when a policy caps the
+    /// capacity out of service.
+    capacity: Option<Capacity>,
+}
+
+/// GPUs per node and per cluster, for `max_out_of_service_percent`.
+#[derive(Debug, Default)]
+struct Capacity {
+    node_gpus: HashMap<i64, u64>,
+    cluster_gpus: HashMap<String, u64>,
+}
+
+impl Capacity {
+    fn gpus(&self, node: i64) -> u64 {
+        self.node_gpus.get(&node).copied().unwrap_or(1)
+    }
 }
 
 /// One blocker per step state with a deadline among the wave's steps in
@@ -85,10 +103,13 @@ struct Load {
     nvlink: HashMap<String, u32>,
     cluster: HashMap<String, u32>,
     nodes: HashSet<i64>,
+    /// GPUs out of service (flashing, or held drained) per cluster.
+    out_of_service: HashMap<String, u64>,
 }
 
 impl Load {
-    fn add(&mut self, placed: &PlacedStep) {
+    fn add(&mut self, placed: &PlacedStep, gpus: u64) {
+        *self.out_of_service.entry(placed.cluster.clone()).or_default() += gpus;
         self.fleet += 1;
         *self.rollout.entry(placed.step.rollout_id).or_default() += 1;
         *self.wave.entry(placed.step.wave_id).or_default() += 1;
@@ -240,18 +261,69 @@ impl Executor {
             return Err(err);
         }
 
-        // 2. Waves and admissions, with caps computed after the moves.
+        // 2. Drains through the workload scheduler (when one is
+        // configured): confirm, wait for empty nodes, resume after updates.
         let open = self.db.open_steps().await?;
+        let drains = self.config.scheduler.as_ref().map(|seam| Drains {
+            seam,
+            db: &self.db,
+            fence,
+            now: self.clock.now(),
+            brick_timeout: self.config.brick_timeout,
+        });
+        let drain_view = match &drains {
+            Some(drains) if !degraded => {
+                let mut live = HashMap::new();
+                for rollout in &rollouts {
+                    if let Ok(policy) = self.policy(rollout) {
+                        live.insert(rollout.id, (rollout.state, policy));
+                    }
+                }
+                drains.reconcile(&live, &open).await?
+            }
+            _ => DrainView::default(),
+        };
+        let open = if drains.is_some() {
+            // Deferrals and resumes above moved steps.
+            self.db.open_steps().await?
+        } else {
+            open
+        };
+
+        // 3. Waves and admissions, with caps computed after the moves.
+        let capacity = if rollouts.iter().any(|r| {
+            self.policy(r)
+                .is_ok_and(|p| p.concurrency.max_out_of_service_percent.is_some())
+        }) {
+            let node_gpus = self.db.gpu_weights().await?;
+            let mut cluster_gpus: HashMap<String, u64> = HashMap::new();
+            for (node, cluster) in self.db.node_clusters().await? {
+                *cluster_gpus.entry(cluster).or_default() += node_gpus.get(&node).copied().unwrap_or(1);
+            }
+            Some(Capacity {
+                node_gpus,
+                cluster_gpus,
+            })
+        } else {
+            None
+        };
         let mut walk = Walk {
             fence,
             open: &open,
             load: Load::default(),
             cluster_sizes: self.db.cluster_sizes().await?,
             admitted: Vec::new(),
+            drains: drain_view,
+            capacity,
         };
-        for placed in open.iter().filter(|p| p.step.state.is_in_flight()) {
-            walk.load.add(placed);
+        for placed in open
+            .iter()
+            .filter(|p| p.step.state.is_in_flight() || walk.drains.holds_step(p.step.id.0))
+        {
+            let gpus = walk.capacity.as_ref().map_or(1, |c| c.gpus(placed.step.node_id.0));
+            walk.load.add(placed, gpus);
         }
+        walk.load.nodes.extend(walk.drains.nodes.iter().copied());
         for rollout in &rollouts {
             let rollout = match self.db.exec_rollout(rollout.id).await {
                 Ok(r) => r,
@@ -271,6 +343,7 @@ impl Executor {
             absorb(result, "rollout pass failed", &self.health, self.clock.now())?;
         }
         let mut admitted = walk.admitted;
+        let mut drain_view = walk.drains;
         if self.health.is_degraded() {
             // Admitted but not prechecked stays pending: nothing is charged.
             if !admitted.is_empty() {
@@ -278,8 +351,29 @@ impl Executor {
             }
             admitted.clear();
         }
+        if let Some(drains) = &drains {
+            // A node is flashed only once its scheduler says it is empty.
+            let mut to_precheck = Vec::new();
+            for placed in admitted {
+                let Some(rollout) = rollouts.iter().find(|r| r.id == placed.step.rollout_id) else {
+                    continue;
+                };
+                match drains.start(&placed, rollout, &mut drain_view).await? {
+                    Started::Ready => to_precheck.push(placed),
+                    Started::Draining | Started::NotNow => {}
+                }
+            }
+            if !self.health.is_degraded() {
+                to_precheck.extend(
+                    open.iter()
+                        .filter(|p| p.step.state == StepState::Pending && drain_view.ready.contains(&p.step.id.0))
+                        .cloned(),
+                );
+            }
+            admitted = to_precheck;
+        }
 
-        // 3. Prechecks of the admitted steps (reads only), concurrently.
+        // 4. Prechecks of the admitted steps (reads only), concurrently.
         let lost = Mutex::new(None);
         futures::stream::iter(admitted.iter())
             .for_each_concurrent(self.config.bmc_concurrency, |placed| {
@@ -366,7 +460,8 @@ impl Executor {
         wave: &ExecWave,
     ) -> Result<(), DbError> {
         self.set_rollout_blockers(walk.fence, rollout, Vec::new()).await?;
-        let facts = self.wave_facts(walk.open, rollout, policy, wave).await?;
+        let resume_owed = walk.drains.resume_owed.get(&wave.id).copied().unwrap_or(0);
+        let facts = self.wave_facts(walk.open, rollout, policy, wave, resume_owed).await?;
         let action = decide(&facts);
         self.apply(walk, rollout, policy, wave, action).await
     }
@@ -379,6 +474,7 @@ impl Executor {
         rollout: &ExecRollout,
         policy: &Policy,
         wave: &ExecWave,
+        resume_owed: u64,
     ) -> Result<WaveFacts, DbError> {
         let now = self.clock.now();
         let mut facts = WaveFacts {
@@ -405,7 +501,10 @@ impl Executor {
             WaveState::Running => {
                 let counts = self.db.step_counts(rollout.id, Some(wave.id)).await?;
                 facts.failed_steps = counts.get(&StepState::Failed).copied().unwrap_or(0);
-                facts.unfinished_steps = counts.iter().filter(|(s, _)| !s.is_terminal()).map(|(_, n)| *n).sum();
+                // A node still drained by us is not back in service: the
+                // bake waits for it (its health would say nothing loaded).
+                facts.unfinished_steps =
+                    counts.iter().filter(|(s, _)| !s.is_terminal()).map(|(_, n)| *n).sum::<u64>() + resume_owed;
                 facts.step_deadlines = step_deadline_blockers(&self.config, open, wave);
             }
             WaveState::Baking => {
@@ -454,6 +553,7 @@ impl Executor {
             WaveAction::Admit { blockers: extra } => {
                 let mut blockers = self.admit(walk, rollout, policy, wave, true);
                 blockers.extend(extra);
+                blockers.extend(walk.drains.blockers.get(&wave.id).cloned().unwrap_or_default());
                 self.set_wave_blockers(fence, wave, blockers).await
             }
             WaveAction::StartBake => {
@@ -744,6 +844,8 @@ impl Executor {
             load,
             cluster_sizes,
             admitted,
+            drains,
+            capacity,
             ..
         } = walk;
         let now = self.clock.now();
@@ -751,6 +853,10 @@ impl Executor {
             return vec![Blocker::WindowOpensAt {
                 at: next_window_start(policy, now),
             }];
+        }
+        if let Some(error) = &drains.unavailable {
+            // Nothing starts on a node whose workload is unknown.
+            return vec![Blocker::SchedulerUnavailable { error: error.clone() }];
         }
         let mut blockers: Vec<Blocker> = Vec::new();
         let mut note = |b: Blocker| {
@@ -766,6 +872,7 @@ impl Executor {
         for placed in open
             .iter()
             .filter(|p| p.step.wave_id == wave.id && p.step.state == StepState::Pending)
+            .filter(|p| !drains.by_step.contains_key(&p.step.id.0))
         {
             if let Some(at) = placed.step.next_attempt_at.filter(|at| *at > now) {
                 note(Blocker::Backoff { at });
@@ -828,7 +935,20 @@ impl Executor {
                     continue;
                 }
             }
-            load.add(placed);
+            let gpus = capacity.as_ref().map_or(1, |c| c.gpus(placed.step.node_id.0));
+            if let (Some(percent), Some(capacity)) = (policy.concurrency.max_out_of_service_percent, capacity.as_ref()) {
+                let out = load.out_of_service.get(&placed.cluster).copied().unwrap_or(0);
+                let total = capacity.cluster_gpus.get(&placed.cluster).copied().unwrap_or(gpus);
+                if !orchestrator_scheduler::rules::capacity_allows(percent, out, gpus, total) {
+                    note(Blocker::CapacityCap {
+                        cluster: placed.cluster.clone(),
+                        out_of_service: out,
+                        total,
+                    });
+                    continue;
+                }
+            }
+            load.add(placed, gpus);
             admitted.push(placed.clone());
         }
         blockers
@@ -974,6 +1094,7 @@ impl Executor {
         }
         let mut blockers = self.admit(walk, rollout, policy, rollback_wave, false);
         blockers.extend(step_deadline_blockers(&self.config, walk.open, rollback_wave));
+        blockers.extend(walk.drains.blockers.get(&rollback_wave.id).cloned().unwrap_or_default());
         self.set_wave_blockers(fence, rollback_wave, blockers).await
     }
 }

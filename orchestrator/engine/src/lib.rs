@@ -59,6 +59,7 @@ pub mod bmc_access;
 mod config;
 mod connector;
 mod controller;
+mod drain;
 mod error;
 mod executor;
 mod health;
@@ -76,6 +77,7 @@ pub use config::{
 };
 pub use connector::{BmcConnector, ConnectError, EndpointResolver, RedfishConnector, ResolveError};
 pub use controller::{ControllerHealth, ControllerStatus};
+pub use drain::WorkloadScheduler;
 pub use error::{EngineError, MissingSeries};
 pub use health::{GatelessJudge, HealthJudge};
 pub use inventory::{InventoryReadings, inventory_readings};

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use super::lease::{Fence, check_fence};
 use super::{ENGINE_ACTOR, StepPurpose, StepState, from_json, parse, set_opt, to_json};
 use crate::audit;
-use crate::entity::{nodes, update_steps};
+use crate::entity::{node_components, nodes, update_steps};
 use crate::{Db, DbError};
 
 #[cfg(feature = "openapi")]
@@ -233,6 +233,45 @@ impl Db {
             counts.insert(parse("step state", &state)?, u64::try_from(n).unwrap_or(0));
         }
         Ok(counts)
+    }
+
+    /// GPUs per node (from the last inventory read; a node with none known
+    /// counts as one), for the cap on capacity out of service. Nodes
+    /// without a GPU component are weighed as one so a cluster of unknown
+    /// shape is still capped by node.
+    pub async fn gpu_weights(&self) -> Result<std::collections::HashMap<i64, u64>, DbError> {
+        let ids: Vec<i64> = nodes::Entity::find()
+            .select_only()
+            .column(nodes::Column::Id)
+            .into_tuple()
+            .all(&self.conn)
+            .await?;
+        let gpus: Vec<(i64, i64)> = node_components::Entity::find()
+            .select_only()
+            .column(node_components::Column::NodeId)
+            .column_as(node_components::Column::Id.count(), "n")
+            .filter(node_components::Column::Kind.eq(orchestrator_types::ComponentKind::Gpu.as_str()))
+            .group_by(node_components::Column::NodeId)
+            .into_tuple()
+            .all(&self.conn)
+            .await?;
+        let mut weights: std::collections::HashMap<i64, u64> = ids.into_iter().map(|id| (id, 1)).collect();
+        for (node, n) in gpus {
+            weights.insert(node, u64::try_from(n).unwrap_or(1).max(1));
+        }
+        Ok(weights)
+    }
+
+    /// Every node's cluster, for summing capacity per cluster.
+    pub async fn node_clusters(&self) -> Result<std::collections::HashMap<i64, String>, DbError> {
+        let rows: Vec<(i64, String)> = nodes::Entity::find()
+            .select_only()
+            .column(nodes::Column::Id)
+            .column(nodes::Column::Cluster)
+            .into_tuple()
+            .all(&self.conn)
+            .await?;
+        Ok(rows.into_iter().collect())
     }
 
     /// Number of nodes per cluster, for the per-cluster percentage cap.
