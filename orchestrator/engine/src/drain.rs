@@ -280,7 +280,13 @@ impl Drains<'_> {
         };
         match self
             .db
-            .transition_step(self.fence, step, StepState::Pending, &change, json!({ "scheduler": reason }))
+            .transition_step(
+                self.fence,
+                step,
+                StepState::Pending,
+                &change,
+                json!({ "scheduler": reason }),
+            )
             .await
         {
             Ok(_) | Err(DbError::Stale { .. }) => Ok(()),
@@ -469,7 +475,11 @@ impl Drains<'_> {
     async fn resume(&self, row: &DrainRow, view: &mut DrainView) -> Result<(), DbError> {
         let Some(state) = view.states.get(&row.scheduler_node).cloned() else {
             return self
-                .close(view, row, "the workload scheduler no longer lists the node: nothing to resume")
+                .close(
+                    view,
+                    row,
+                    "the workload scheduler no longer lists the node: nothing to resume",
+                )
                 .await;
         };
         let Some(name) = self.name(row) else {

@@ -503,8 +503,12 @@ impl Executor {
                 facts.failed_steps = counts.get(&StepState::Failed).copied().unwrap_or(0);
                 // A node still drained by us is not back in service: the
                 // bake waits for it (its health would say nothing loaded).
-                facts.unfinished_steps =
-                    counts.iter().filter(|(s, _)| !s.is_terminal()).map(|(_, n)| *n).sum::<u64>() + resume_owed;
+                facts.unfinished_steps = counts
+                    .iter()
+                    .filter(|(s, _)| !s.is_terminal())
+                    .map(|(_, n)| *n)
+                    .sum::<u64>()
+                    + resume_owed;
                 facts.step_deadlines = step_deadline_blockers(&self.config, open, wave);
             }
             WaveState::Baking => {
@@ -936,7 +940,8 @@ impl Executor {
                 }
             }
             let gpus = capacity.as_ref().map_or(1, |c| c.gpus(placed.step.node_id.0));
-            if let (Some(percent), Some(capacity)) = (policy.concurrency.max_out_of_service_percent, capacity.as_ref()) {
+            if let (Some(percent), Some(capacity)) = (policy.concurrency.max_out_of_service_percent, capacity.as_ref())
+            {
                 let out = load.out_of_service.get(&placed.cluster).copied().unwrap_or(0);
                 let total = capacity.cluster_gpus.get(&placed.cluster).copied().unwrap_or(gpus);
                 if !orchestrator_scheduler::rules::capacity_allows(percent, out, gpus, total) {

@@ -89,6 +89,15 @@ impl Engine {
         crate::connector::logout_all(self.connector.as_ref()).await;
     }
 
+    /// Stops at once, as a crash would: the pass in progress is cut at its
+    /// next await point, the lease is kept until it expires and no BMC
+    /// session is deleted. For crash tests; a real stop is
+    /// [`Engine::shutdown`].
+    pub async fn kill(self) {
+        self.task.abort();
+        let _ = self.task.await;
+    }
+
     /// Runs until `shutdown` resolves.
     pub async fn run_until(self, shutdown: impl Future<Output = ()>) {
         shutdown.await;

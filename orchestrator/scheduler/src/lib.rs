@@ -33,6 +33,8 @@ pub mod name;
 pub mod rules;
 pub mod slurm;
 mod state;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 use async_trait::async_trait;
 

@@ -8,7 +8,6 @@
 //! Skips loudly when the programs are missing, unless
 //! `WAVEGUARD_REQUIRE_ALL=1` (CI), as the other external-program tests do.
 
-use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -17,138 +16,12 @@ use orchestrator_scheduler::rules::{
     DrainDecision, DrainPhase, DrainRecord, LeaveAlone, Readiness, ResumeDecision, Waiting, after_update, decide_drain,
     decide_resume, flash_readiness, orphaned_drains,
 };
-use orchestrator_scheduler::slurm::{SlurmConfig, SlurmScheduler, StateSource};
+use orchestrator_scheduler::slurm::StateSource;
+use orchestrator_scheduler::testing::{LoopbackSlurm, slurm_present};
 use orchestrator_scheduler::{BaseState, NodeState, ReasonTag, Scheduler, SchedulerNodeName, Service, confirm_drain};
 use orchestrator_types::RolloutId;
 
-/// Same variable as `integration_tests::REQUIRE_ALL_ENV` (not a dependency:
-/// that crate pulls in the whole controller).
-const REQUIRE_ALL_ENV: &str = "WAVEGUARD_REQUIRE_ALL";
-const PROGRAMS: [&str; 8] = [
-    "munged",
-    "slurmctld",
-    "slurmd",
-    "scontrol",
-    "sinfo",
-    "sbatch",
-    "squeue",
-    "scancel",
-];
 const ROLLOUT: RolloutId = RolloutId(41);
-
-fn find_program(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|dir| dir.join(name))
-        .find(|candidate| candidate.is_file())
-}
-
-fn is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|out| String::from_utf8_lossy(&out.stdout).trim() == "0")
-}
-
-fn free_port() -> anyhow::Result<u16> {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-    Ok(listener.local_addr()?.port())
-}
-
-fn scripts() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../integration-tests/slurm")
-}
-
-/// A running loopback cluster; dropping it stops every daemon it started.
-struct Cluster {
-    dir: tempfile::TempDir,
-    conf: PathBuf,
-}
-
-impl Cluster {
-    fn start(nodes: &[&str], return_to_service: u8) -> anyhow::Result<Self> {
-        let dir = tempfile::Builder::new().prefix("waveguard-slurm-").tempdir()?;
-        let ports: Vec<String> = nodes
-            .iter()
-            .map(|_| free_port().map(|p| p.to_string()))
-            .collect::<Result<_, _>>()?;
-        let out = Command::new("bash")
-            .arg(scripts().join("start.sh"))
-            .arg(dir.path())
-            .env("SLURM_NODES", nodes.join(" "))
-            .env("SLURMCTLD_PORT", free_port()?.to_string())
-            .env("SLURMD_PORTS", ports.join(" "))
-            .env("SLURM_RETURN_TO_SERVICE", return_to_service.to_string())
-            .output()
-            .context("running start.sh")?;
-        let cluster = Self {
-            conf: dir.path().join("slurm.conf"),
-            dir,
-        };
-        if !out.status.success() {
-            bail!(
-                "start.sh failed ({}):\n{}\n{}",
-                out.status,
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        Ok(cluster)
-    }
-
-    fn scheduler(&self, source: StateSource) -> SlurmScheduler {
-        SlurmScheduler::new(SlurmConfig {
-            slurm_conf: Some(self.conf.clone()),
-            state_source: source,
-            timeout: Duration::from_secs(20),
-            ..SlurmConfig::default()
-        })
-    }
-
-    /// Runs a Slurm client command as an operator would, returning stdout.
-    /// (Jobs here write to `/dev/null`: sbatch's default `slurm-<id>.out`
-    /// would land in the crate directory.)
-    fn client(&self, program: &str, args: &[&str]) -> anyhow::Result<String> {
-        let out = Command::new(program)
-            .args(args)
-            .env("SLURM_CONF", &self.conf)
-            .output()
-            .with_context(|| format!("running {program}"))?;
-        ensure!(
-            out.status.success(),
-            "{program} {args:?}: {}: {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
-    }
-
-    fn logs(&self) -> String {
-        let mut text = String::new();
-        for entry in std::fs::read_dir(self.dir.path()).into_iter().flatten().flatten() {
-            let path = entry.path();
-            if path.extension().is_some_and(|e| e == "log") {
-                let body = std::fs::read_to_string(&path).unwrap_or_default();
-                let tail: Vec<&str> = body.lines().rev().take(15).collect();
-                text.push_str(&format!("--- {}\n", path.display()));
-                for line in tail.into_iter().rev() {
-                    text.push_str(line);
-                    text.push('\n');
-                }
-            }
-        }
-        text
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        let _ = Command::new("bash")
-            .arg(scripts().join("stop.sh"))
-            .arg(self.dir.path())
-            .status();
-    }
-}
 
 fn name(n: &str) -> SchedulerNodeName {
     SchedulerNodeName::new(n).expect("valid name")
@@ -172,30 +45,12 @@ async fn poll<T>(
     }
 }
 
-/// True when the Slurm programs are present; otherwise skips loudly (or
-/// fails under `WAVEGUARD_REQUIRE_ALL=1`).
-fn slurm_present(test: &str) -> bool {
-    let missing: Vec<&str> = PROGRAMS.iter().copied().filter(|p| find_program(p).is_none()).collect();
-    let problem = if !missing.is_empty() {
-        format!("{missing:?} not on PATH (run integration-tests/ci-setup.sh)")
-    } else if !is_root() {
-        // start.sh runs every daemon as SlurmUser=root, as CI does.
-        "not running as root (the loopback cluster runs its daemons as root)".to_owned()
-    } else {
-        return true;
-    };
-    let require_all = std::env::var(REQUIRE_ALL_ENV).is_ok_and(|v| v == "1");
-    assert!(!require_all, "{REQUIRE_ALL_ENV}=1 but {problem}");
-    eprintln!("\n\n*** SKIPPED {test}: {problem} ***\n\n");
-    false
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drains_wait_for_jobs_resume_only_our_nodes_and_leave_operators_alone() {
     if !slurm_present("Slurm loopback test") {
         return;
     }
-    let cluster = Cluster::start(&["wg1", "wg2", "wg3"], 2).expect("start the loopback Slurm cluster");
+    let cluster = LoopbackSlurm::start(&["wg1", "wg2", "wg3"], 2).expect("start the loopback Slurm cluster");
     if let Err(err) = run(&cluster).await {
         panic!("{err:?}\n\nSlurm logs:\n{}", cluster.logs());
     }
@@ -210,13 +65,13 @@ async fn a_drained_node_that_reboots_without_return_to_service_is_resumed_from_d
     if !slurm_present("Slurm loopback reboot test") {
         return;
     }
-    let cluster = Cluster::start(&["rb1", "rb2"], 1).expect("start the loopback Slurm cluster");
+    let cluster = LoopbackSlurm::start(&["rb1", "rb2"], 1).expect("start the loopback Slurm cluster");
     if let Err(err) = run_reboot(&cluster).await {
         panic!("{err:?}\n\nSlurm logs:\n{}", cluster.logs());
     }
 }
 
-async fn run_reboot(cluster: &Cluster) -> anyhow::Result<()> {
+async fn run_reboot(cluster: &LoopbackSlurm) -> anyhow::Result<()> {
     let slurm = cluster.scheduler(StateSource::ScontrolShowNode);
     let (rb1, rb2) = (name("rb1"), name("rb2"));
     let tag = ReasonTag::maintenance(ROLLOUT);
@@ -273,7 +128,7 @@ async fn run_reboot(cluster: &Cluster) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn run(cluster: &Cluster) -> anyhow::Result<()> {
+async fn run(cluster: &LoopbackSlurm) -> anyhow::Result<()> {
     let slurm = cluster.scheduler(StateSource::SinfoJson);
     let scontrol_view = cluster.scheduler(StateSource::ScontrolShowNode);
     let (wg1, wg2, wg3) = (name("wg1"), name("wg2"), name("wg3"));
@@ -479,7 +334,7 @@ async fn run(cluster: &Cluster) -> anyhow::Result<()> {
 
 /// Kills the node's slurmd and starts it again with `-b` (report a reboot),
 /// the closest a shared host gets to rebooting one node.
-fn restart_slurmd_as_rebooted(cluster: &Cluster, node: &str) -> anyhow::Result<()> {
+fn restart_slurmd_as_rebooted(cluster: &LoopbackSlurm, node: &str) -> anyhow::Result<()> {
     let dir = cluster.dir.path();
     let pid_file = dir.join(format!("slurmd-{node}.launcher.pid"));
     let pid = std::fs::read_to_string(&pid_file)?.trim().to_owned();
