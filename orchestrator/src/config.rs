@@ -45,6 +45,10 @@ pub struct FileConfig {
     pub policy: Option<PolicySourceConfig>,
     /// The Alertmanager webhook receiver; without it no alert is accepted.
     pub alertmanager: Option<AlertmanagerConfig>,
+    /// The workload scheduler nodes are drained through before a flash
+    /// (`[scheduler]`, see `orchestrator_scheduler::config`); without it
+    /// nodes are flashed as they are.
+    pub scheduler: Option<orchestrator_scheduler::config::SchedulerSettings>,
 }
 
 /// A git repository of policy files.
@@ -114,6 +118,7 @@ pub struct Config {
     pub credentials: BTreeMap<String, CredentialSource>,
     pub policy: Option<PolicySourceConfig>,
     pub alertmanager: Option<AlertmanagerConfig>,
+    pub scheduler: Option<orchestrator_scheduler::config::SchedulerSettings>,
 }
 
 /// Values given on the command line or in the environment (clap merges
@@ -147,6 +152,7 @@ impl Config {
             credentials: file.credentials,
             policy: file.policy,
             alertmanager: file.alertmanager,
+            scheduler: file.scheduler,
         })
     }
 }
@@ -211,6 +217,33 @@ mod tests {
         assert_eq!(am.recent.as_deref(), Some("12h"));
         let err = toml::from_str::<FileConfig>("[alertmanager]\ntoken = \"abc\"\n").unwrap_err();
         assert!(err.to_string().contains("unknown field `token`"), "{err}");
+    }
+
+    #[test]
+    fn the_scheduler_section_configures_draining_through_slurm() {
+        let file: FileConfig = toml::from_str(
+            r#"
+            [scheduler]
+            kind = "slurm"
+            [scheduler.slurm]
+            slurm_conf = "/etc/slurm/slurm.conf"
+            [scheduler.names]
+            template = "{short}"
+            "#,
+        )
+        .unwrap();
+        let merged = Config::merge(file, Overrides::default()).unwrap();
+        let scheduler = merged.scheduler.expect("scheduler section");
+        assert_eq!(scheduler.names.map("gpu-01.dc1").unwrap().as_str(), "gpu-01");
+        assert!(scheduler.build().is_ok());
+        let err = toml::from_str::<FileConfig>(
+            "[scheduler]
+kind = \"slurm\"
+slurm_conf = \"x\"
+",
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("unknown field `slurm_conf`"), "{err}");
     }
 
     #[test]

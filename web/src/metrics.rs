@@ -48,6 +48,9 @@ pub struct Metrics {
     controller_degraded: Gauge,
     /// Controller faults seen since start (never charged to a node).
     controller_faults: Gauge,
+    /// Nodes drained in their scheduler with a Waveguard tag but no drain
+    /// record of Waveguard's (left for a human).
+    scheduler_orphaned_drains: Gauge,
 }
 
 impl Default for Metrics {
@@ -83,12 +86,19 @@ impl Metrics {
             "Faults of the controller's own seen since start (never charged to a node)",
             controller_faults.clone(),
         );
+        let scheduler_orphaned_drains = Gauge::default();
+        registry.register(
+            "scheduler_orphaned_drains",
+            "Nodes drained with a Waveguard reason tag and no Waveguard drain record (left for a human)",
+            scheduler_orphaned_drains.clone(),
+        );
         Self {
             registry: Mutex::new(registry),
             requests,
             latency,
             controller_degraded,
             controller_faults,
+            scheduler_orphaned_drains,
         }
     }
 
@@ -154,6 +164,10 @@ pub(crate) async fn render(State(state): State<AppState>) -> Response {
             .metrics
             .controller_faults
             .set(i64::try_from(status.faults_total).unwrap_or(i64::MAX));
+        state
+            .metrics
+            .scheduler_orphaned_drains
+            .set(i64::try_from(status.orphaned_drains.len()).unwrap_or(i64::MAX));
     }
     match state.metrics.encode() {
         Ok(text) => (

@@ -377,7 +377,8 @@ async fn migrations_are_idempotent() {
                 "m0007_release_rollback",
                 "m0008_wave_decisions",
                 "m0009_hardening",
-                "m0010_credential_bindings"
+                "m0010_credential_bindings",
+                "m0011_scheduler_drains"
             ]
         );
     }

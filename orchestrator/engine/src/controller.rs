@@ -30,6 +30,13 @@ pub struct ControllerStatus {
     pub faults_total: u64,
     /// How many times the controller became degraded.
     pub episodes_total: u64,
+    /// Scheduler nodes drained with a Waveguard reason tag that Waveguard
+    /// has no open drain record for (the periodic check): reported for a
+    /// human, never resumed by Waveguard (a tag proves nothing).
+    pub orphaned_drains: Vec<String>,
+    /// Why the workload scheduler could not be read on the last pass, if
+    /// it could not (nothing is drained or resumed meanwhile).
+    pub scheduler_error: Option<String>,
 }
 
 #[derive(Debug, Default)]
@@ -115,6 +122,19 @@ impl ControllerHealth {
     /// was none.
     pub fn episode_end(&self) -> Option<DateTime<Utc>> {
         self.lock().episode_end
+    }
+
+    /// Records what the last pass found on the scheduler's side.
+    pub(crate) fn set_scheduler_report(&self, orphaned: Vec<String>, error: Option<String>) {
+        let mut inner = self.lock();
+        if orphaned != inner.status.orphaned_drains && !orphaned.is_empty() {
+            tracing::warn!(
+                nodes = ?orphaned,
+                "nodes drained with a Waveguard tag but no drain record: left for a human"
+            );
+        }
+        inner.status.orphaned_drains = orphaned;
+        inner.status.scheduler_error = error;
     }
 
     /// A copy of the status for display.

@@ -64,8 +64,10 @@ pub(crate) struct DrainView {
     pub resume_owed: HashMap<WaveId, u64>,
     /// The scheduler could not be read: nothing new is drained.
     pub unavailable: Option<String>,
-    /// The scheduler's view of every node, read once this pass.
+    /// The scheduler's view of the nodes, read once this pass (or node by
+    /// node, for an adapter that cannot list every node).
     states: HashMap<String, NodeState>,
+    per_node: bool,
 }
 
 impl DrainView {
@@ -99,6 +101,7 @@ pub(crate) enum Started {
 /// One pass's drain work under one fence.
 pub(crate) struct Drains<'a> {
     pub seam: &'a WorkloadScheduler,
+    pub health: &'a crate::controller::ControllerHealth,
     pub db: &'a Db,
     pub fence: &'a Fence,
     pub now: DateTime<Utc>,
@@ -142,12 +145,47 @@ fn record_of(row: &DrainRow) -> DrainRecord {
 }
 
 impl Drains<'_> {
-    /// Reads every node's scheduler state once; `Err` is the scheduler's
-    /// fault, never a node's.
-    pub async fn read_states(&self) -> Result<HashMap<String, NodeState>, String> {
+    /// Reads every node's scheduler state once (Slurm lists the whole
+    /// cluster in one call anyway); an adapter without a list command is
+    /// asked node by node instead. `Err` is the scheduler's fault, never a
+    /// node's.
+    async fn read_states(&self, view: &mut DrainView) -> Result<(), String> {
         match self.seam.scheduler.all_states().await {
-            Ok(states) => Ok(states.into_iter().map(|s| (s.name.clone(), s)).collect()),
+            Ok(states) => {
+                view.states = states.into_iter().map(|s| (s.name.clone(), s)).collect();
+                Ok(())
+            }
+            Err(orchestrator_scheduler::SchedulerError::Config { .. }) => {
+                view.per_node = true;
+                Ok(())
+            }
             Err(err) => Err(orchestrator_types::error_chain(&err)),
+        }
+    }
+
+    /// The node's state this pass; `Ok(None)` when the scheduler does not
+    /// know it.
+    async fn state_of(
+        &self,
+        view: &mut DrainView,
+        name: &str,
+    ) -> Result<Option<NodeState>, orchestrator_scheduler::SchedulerError> {
+        if let Some(state) = view.states.get(name) {
+            return Ok(Some(state.clone()));
+        }
+        if !view.per_node {
+            return Ok(None);
+        }
+        let Ok(node) = SchedulerNodeName::new(name) else {
+            return Ok(None);
+        };
+        match self.seam.scheduler.node_state(&node).await {
+            Ok(state) => {
+                view.states.insert(name.to_owned(), state.clone());
+                Ok(Some(state))
+            }
+            Err(orchestrator_scheduler::SchedulerError::UnknownNode { .. }) => Ok(None),
+            Err(err) => Err(err),
         }
     }
 
@@ -166,10 +204,12 @@ impl Drains<'_> {
         if records.is_empty() && !live_rollout {
             return Ok(view);
         }
-        match self.read_states().await {
-            Ok(states) => view.states = states,
+        match self.read_states(&mut view).await {
+            Ok(()) => {}
             Err(error) => {
                 tracing::warn!(%error, "cannot read the workload scheduler; nothing is drained or resumed");
+                self.health
+                    .set_scheduler_report(self.health.status().orphaned_drains, Some(error.clone()));
                 for record in &records {
                     view.nodes.insert(record.node_id.0);
                     view.by_step.insert(record.step_id.0, record.clone());
@@ -178,6 +218,18 @@ impl Drains<'_> {
                 return Ok(view);
             }
         }
+        // The periodic check: a node carrying our tag with no record of
+        // ours (a record lost with a restored database, or a tag an
+        // operator copied) is reported, never resumed.
+        let recorded: HashSet<&str> = records.iter().map(|r| r.scheduler_node.as_str()).collect();
+        let mut orphaned: Vec<String> = view
+            .states
+            .values()
+            .filter(|s| s.drain && s.tag().is_some() && !recorded.contains(s.name.as_str()))
+            .map(|s| s.name.clone())
+            .collect();
+        orphaned.sort();
+        self.health.set_scheduler_report(orphaned, None);
         let steps: HashMap<i64, &PlacedStep> = open.iter().map(|p| (p.step.id.0, p)).collect();
         let mut wave_rules: HashMap<WaveId, DrainRules> = HashMap::new();
         for record in records {
@@ -331,7 +383,14 @@ impl Drains<'_> {
     /// `drain_intended` before the flash: the crash may have come before or
     /// after the drain landed.
     async fn confirm_intent(&self, row: &DrainRow, view: &mut DrainView) -> Result<(), DbError> {
-        let Some(state) = view.states.get(&row.scheduler_node).cloned() else {
+        let state = match self.state_of(view, &row.scheduler_node).await {
+            Ok(state) => state,
+            Err(err) => {
+                self.unavailable(view, row.wave_id, &err);
+                return Ok(());
+            }
+        };
+        let Some(state) = state else {
             let reason = format!("the workload scheduler no longer lists node {}", row.scheduler_node);
             self.close(view, row, &reason).await?;
             return self.defer(row.step_id, &reason).await;
@@ -360,7 +419,14 @@ impl Drains<'_> {
     /// `held` before the flash: flash once empty, else wait up to the
     /// wave's `drain_timeout`.
     async fn await_empty(&self, row: &DrainRow, rules: DrainRules, view: &mut DrainView) -> Result<(), DbError> {
-        let Some(state) = view.states.get(&row.scheduler_node).cloned() else {
+        let state = match self.state_of(view, &row.scheduler_node).await {
+            Ok(state) => state,
+            Err(err) => {
+                self.unavailable(view, row.wave_id, &err);
+                return Ok(());
+            }
+        };
+        let Some(state) = state else {
             view.block(
                 row.wave_id,
                 Blocker::Drain {
@@ -473,7 +539,14 @@ impl Drains<'_> {
 
     /// `resume_intended`: resume unless someone else owns the drain now.
     async fn resume(&self, row: &DrainRow, view: &mut DrainView) -> Result<(), DbError> {
-        let Some(state) = view.states.get(&row.scheduler_node).cloned() else {
+        let state = match self.state_of(view, &row.scheduler_node).await {
+            Ok(state) => state,
+            Err(err) => {
+                self.unavailable(view, row.wave_id, &err);
+                return Ok(());
+            }
+        };
+        let Some(state) = state else {
             return self
                 .close(
                     view,
@@ -545,7 +618,14 @@ impl Drains<'_> {
                 return Ok(Started::NotNow);
             }
         };
-        let Some(state) = view.states.get(name.as_str()).cloned() else {
+        let state = match self.state_of(view, name.as_str()).await {
+            Ok(state) => state,
+            Err(err) => {
+                self.unavailable(view, step.wave_id, &err);
+                return Ok(Started::NotNow);
+            }
+        };
+        let Some(state) = state else {
             // Never flash a node whose workload is unknown.
             let reason = format!(
                 "the workload scheduler has no node {name} (check [scheduler.names]); not flashed while its workload is unknown"

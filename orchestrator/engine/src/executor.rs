@@ -266,6 +266,7 @@ impl Executor {
         let open = self.db.open_steps().await?;
         let drains = self.config.scheduler.as_ref().map(|seam| Drains {
             seam,
+            health: &self.health,
             db: &self.db,
             fence,
             now: self.clock.now(),

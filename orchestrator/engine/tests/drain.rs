@@ -202,10 +202,10 @@ async fn a_busy_node_is_flashed_once_drained_an_operators_drain_is_left_alone_an
     if !slurm_present("engine drain test") {
         return;
     }
-    let names = node_names(4);
+    let names = node_names(5);
     let slurm = start_slurm(&names);
-    // One cluster of four, so the capacity cap below is one node.
-    let scenario = ScenarioYaml::hgx(4)
+    // One cluster of five, so the capacity cap below is one node.
+    let scenario = ScenarioYaml::hgx(5)
         .layout(3, 1)
         .gpu_firmware(GPU_TO, "{min: 2m, max: 4m}")
         .gpu_firmware(GPU_FROM, "{min: 2m, max: 4m}")
@@ -220,9 +220,22 @@ async fn a_busy_node_is_flashed_once_drained_an_operators_drain_is_left_alone_an
         )
         .expect("operator drain");
     let job = job_on(&slurm, "node-00002").await;
+    // Someone drained node-00004 with a reason that looks like Waveguard's;
+    // Waveguard has no record of it, so it is theirs: reported, left alone.
+    slurm
+        .client(
+            "scontrol",
+            &[
+                "update",
+                "NodeName=node-00004",
+                "State=DRAIN",
+                "Reason=waveguard rollout=99 firmware maintenance",
+            ],
+        )
+        .expect("look-alike drain");
 
     let release = h.add_release(GPU_TO, true).await;
-    // 4 equal nodes, at most 25% of the cluster's GPUs out of service: one node at a time.
+    // 5 equal nodes, at most 25% of the cluster's GPUs out of service: one node at a time.
     let policy = one_wave(&[], &["max_out_of_service_percent: 25"]);
     let rollout = h.start_rollout(release.id, policy, 3).await.id;
     h.start_engine_with(config_with(&h, adapter.clone()), Arc::new(GatelessJudge));
@@ -263,9 +276,13 @@ async fn a_busy_node_is_flashed_once_drained_an_operators_drain_is_left_alone_an
         .wait_for(rollout, &[RolloutState::Completed, RolloutState::Halted], LIMIT)
         .await;
     assert_eq!(done.state, RolloutState::Completed, "{:?}", done.state_reason);
+    let status = h.engine.as_ref().expect("engine").controller_status();
+    assert_eq!(status.orphaned_drains, ["node-00004"], "the periodic check reports it");
     h.stop_engine().await;
 
     let steps = steps_by_node(&h, rollout).await;
+    assert_eq!(steps["node-00004"].state, StepState::Deferred);
+    assert!(slurm_state(adapter.as_ref(), "node-00004").await.drain, "never resumed");
     let operator = &steps["node-00001"];
     assert_eq!(operator.state, StepState::Deferred);
     let why = operator.error.as_deref().unwrap_or_default();

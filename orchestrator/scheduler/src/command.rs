@@ -31,7 +31,7 @@ use crate::name::SchedulerNodeName;
 use crate::state::{BaseState, NodeState, Reason, ReasonTag};
 
 /// The configured commands, each an argument vector (program first).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CommandConfig {
     /// Prints the node's state as JSON. `{node}` is substituted.

@@ -36,7 +36,7 @@ pub enum SchedulerKind {
 }
 
 /// `[scheduler]`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SchedulerSettings {
     /// Which adapter.
@@ -53,7 +53,7 @@ pub struct SchedulerSettings {
 }
 
 /// `[scheduler.slurm]`; every field optional.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SlurmSettings {
     /// `scontrol` program.

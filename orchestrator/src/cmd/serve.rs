@@ -165,7 +165,21 @@ pub async fn run(args: ServeArgs, context: Context) -> anyhow::Result<ExitCode> 
         .credential_host_bindings()
         .await
         .context("reading credential host bindings")?;
-    let (engine, bmcs) = start_engine(&db, &context, &args, prometheus.clone(), bindings);
+    let scheduler = match &context.config.scheduler {
+        Some(settings) => {
+            let scheduler = settings.build().context("the [scheduler] section")?;
+            tracing::info!(
+                kind = scheduler.kind(),
+                "nodes are drained through their workload scheduler before a flash"
+            );
+            Some(orchestrator_engine::WorkloadScheduler {
+                scheduler,
+                names: settings.names.clone(),
+            })
+        }
+        None => None,
+    };
+    let (engine, bmcs) = start_engine(&db, &context, &args, prometheus.clone(), bindings, scheduler);
     // API commands (approve, pause, ...) wake the engine at once.
     let state = AppState::new(db.clone())
         .with_engine_nudge(engine.nudge())
@@ -233,6 +247,7 @@ fn start_engine(
     args: &ServeArgs,
     prometheus: Option<orchestrator_engine::prometheus::PrometheusClient>,
     bindings: std::collections::BTreeMap<String, Vec<String>>,
+    scheduler: Option<orchestrator_engine::WorkloadScheduler>,
 ) -> (
     orchestrator_engine::Engine,
     std::sync::Arc<orchestrator_engine::RedfishConnector>,
@@ -267,6 +282,7 @@ fn start_engine(
         ),
         lease_ttl: lease_ttl(args),
         pass_interval: std::time::Duration::from_millis(args.engine_interval_ms.max(10)),
+        scheduler,
         ..Default::default()
     };
     let engine = orchestrator_engine::Engine::start(db.clone(), config, connector.clone(), judge);
