@@ -17,7 +17,7 @@ use orchestrator_db::execution::{ExecRollout, ExecWave, StepFilter, StepPurpose,
 use orchestrator_db::health::{Cohort, HealthCursor, LevelAgg, NodePoll, WindowDelta, window_start};
 use orchestrator_db::{Db, DbError};
 use orchestrator_policy::RedfishMetric;
-use orchestrator_types::NodeId;
+use orchestrator_types::{DrainPhase, NodeId};
 
 use super::classify::{classify_event, event_gpu, gpu_count, gpu_levels, poll_deltas};
 use crate::connector::HealthBmcs;
@@ -28,6 +28,27 @@ use crate::prometheus::{NodeIndex, PrometheusClient};
 /// comes from the inventory's GPU processors, then from the GPU sensors; this
 /// is the last resort, used only for exposure and only until either shows GPUs.
 pub const DEFAULT_GPUS_PER_NODE: u32 = orchestrator_planner::power::DEFAULT_GPUS_PER_NODE;
+
+/// When an updated node starts to count as exposed: from its verified
+/// flash (a step without a finish time, from older rows, from the bake
+/// start), but not before the scheduler gave it back its load when it was
+/// drained; `None` while Waveguard keeps it quarantined (out of service).
+fn canary_exposure_start(
+    finished_at: Option<DateTime<Utc>>,
+    drain: Option<&orchestrator_db::drains::DrainRow>,
+    bake_start: DateTime<Utc>,
+) -> Option<DateTime<Utc>> {
+    let start = finished_at.unwrap_or(bake_start).min(bake_start);
+    let Some(drain) = drain else {
+        return Some(start);
+    };
+    match (drain.phase, drain.closed_at) {
+        (DrainPhase::Quarantined, _) => None,
+        (DrainPhase::Closed, Some(resumed)) => Some(start.max(resumed.min(bake_start))),
+        // Still held or being resumed: no load before the bake at best.
+        _ => Some(bake_start),
+    }
+}
 
 /// One node to watch for a wave.
 #[derive(Debug, Clone)]
@@ -111,15 +132,23 @@ impl Collector {
                 credential_ref: node.credential_ref,
             });
         };
+        // A node drained through its workload scheduler carries no load
+        // until it is resumed: its exposure starts there, or it is left out
+        // while Waveguard keeps it quarantined, so idle GPUs never dilute a
+        // regression or fake a healthy rate.
+        let drains: HashMap<i64, orchestrator_db::drains::DrainRow> = self
+            .db
+            .rollout_drains(wave.rollout_id)
+            .await?
+            .into_iter()
+            .map(|d| (d.step_id.0, d))
+            .collect();
         for step in &steps {
+            let Some(start) = canary_exposure_start(step.finished_at, drains.get(&step.id.0), bake_start) else {
+                continue;
+            };
             let node = self.db.node(step.node_id).await?;
-            // Verification follows activation closely; a step without a
-            // finish time (older rows) counts from the bake start.
-            add(
-                node,
-                Cohort::Canary,
-                step.finished_at.unwrap_or(bake_start).min(bake_start),
-            );
+            add(node, Cohort::Canary, start);
         }
         for node_id in &wave.control_nodes {
             match self.db.node(*node_id).await {
@@ -360,5 +389,54 @@ impl Collector {
         cursor.last_error = None;
         self.db.record_health_poll(&NodePoll { cursor, first, deltas }).await?;
         Ok(Some(events.len() as u64))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::Duration;
+    use orchestrator_db::drains::DrainRow;
+    use orchestrator_types::{RolloutId, StepId, WaveId};
+
+    use super::*;
+
+    fn drain(phase: DrainPhase, closed_at: Option<DateTime<Utc>>) -> DrainRow {
+        let t = Utc::now();
+        DrainRow {
+            id: 1,
+            rollout_id: RolloutId(1),
+            wave_id: WaveId(1),
+            step_id: StepId(1),
+            node_id: NodeId(1),
+            scheduler_kind: "slurm".into(),
+            scheduler_node: "n1".into(),
+            phase,
+            reason_text: "waveguard rollout=1 firmware maintenance".into(),
+            observed_before: None,
+            last_seen: None,
+            drain_started_at: t,
+            held_at: Some(t),
+            resume_intended_at: None,
+            closed_at,
+            close_reason: closed_at.map(|_| "resumed".into()),
+            updated_at: t,
+        }
+    }
+
+    #[test]
+    fn a_drained_canary_is_exposed_only_once_it_is_back_in_service() {
+        let bake = Utc::now();
+        let flashed = bake - Duration::hours(2);
+        let resumed = bake - Duration::minutes(30);
+        assert_eq!(canary_exposure_start(Some(flashed), None, bake), Some(flashed));
+        let closed = drain(DrainPhase::Closed, Some(resumed));
+        assert_eq!(canary_exposure_start(Some(flashed), Some(&closed), bake), Some(resumed));
+        // A node resumed after the bake started (a replayed resume) counts from the bake start at most.
+        let late = drain(DrainPhase::Closed, Some(bake + Duration::hours(1)));
+        assert_eq!(canary_exposure_start(Some(flashed), Some(&late), bake), Some(bake));
+        let held = drain(DrainPhase::Held, None);
+        assert_eq!(canary_exposure_start(Some(flashed), Some(&held), bake), Some(bake));
+        let quarantined = drain(DrainPhase::Quarantined, None);
+        assert_eq!(canary_exposure_start(Some(flashed), Some(&quarantined), bake), None);
     }
 }
