@@ -77,6 +77,10 @@ enum Command {
     Demo(cmd::demo::DemoArgs),
     /// Run the benchmarks (throughput, scale, detection) and print the figures.
     Bench(cmd::bench::BenchArgs),
+    /// The demo fleet's workload scheduler, run by the demo's controller
+    /// through the command adapter.
+    #[command(hide = true)]
+    DemoScheduler(cmd::demo_scheduler::DemoSchedulerArgs),
 }
 
 /// What every command can use.
@@ -215,6 +219,7 @@ fn main() -> ExitCode {
             Command::Simulate(args) => cmd::simulate::run(args, &context).await,
             Command::Demo(args) => cmd::demo::run(args, &context).await,
             Command::Bench(args) => cmd::bench::run(args, &context).await,
+            Command::DemoScheduler(args) => cmd::demo_scheduler::run(args),
         }
     });
     match outcome {

@@ -313,11 +313,16 @@ impl Drains<'_> {
     }
 
     async fn close(&self, view: &mut DrainView, row: &DrainRow, reason: &str) -> Result<(), DbError> {
+        // Why the resume was decided (`drain_timeout`) stays in front.
+        let reason = match &row.close_reason {
+            Some(why) if row.phase == DrainPhase::ResumeIntended => format!("{why}: {reason}"),
+            _ => reason.to_owned(),
+        };
         let closed = self
             .db
-            .move_drain(self.fence, row.id, row.phase, DrainPhase::Closed, Some(reason))
+            .move_drain(self.fence, row.id, row.phase, DrainPhase::Closed, Some(&reason))
             .await?;
-        tracing::info!(node = %row.scheduler_node, rollout = %row.rollout_id, reason, "scheduler drain closed");
+        tracing::debug!(node = %row.scheduler_node, rollout = %row.rollout_id, reason, "scheduler drain closed");
         Self::moved(view, closed);
         Ok(())
     }

@@ -90,8 +90,12 @@ pub async fn run(args: DemoArgs, _context: &Context) -> anyhow::Result<ExitCode>
 
     let releases = orchestrator_sim::demo::register_releases(&world).await?;
 
+    let scheduler_dir = db_dir.path().join("scheduler");
+    let workload = demo_workload(&db, &scheduler_dir, args.speedup).await?;
     let judge = judge_for(&world);
-    let engine = world.start_engine("waveguard-demo", judge.judge);
+    let mut config = world.engine_config("waveguard-demo");
+    config.scheduler = Some(workload);
+    let engine = orchestrator_engine::Engine::start(db.clone(), config, world.connector(), judge.judge);
     // Sessions run on real time: on the accelerated rollout clock a 12-hour
     // session would end within a minute, logging the visitor out mid-story.
     let web_db = db.clone().with_session_clock(WallClock::system());
@@ -146,6 +150,7 @@ pub async fn run(args: DemoArgs, _context: &Context) -> anyhow::Result<ExitCode>
     let interrupted = tokio::signal::ctrl_c();
     tokio::pin!(interrupted);
     let mut told_done = false;
+    let mut drains = DrainNarrator::default();
     loop {
         tokio::select! {
             result = &mut interrupted => {
@@ -155,6 +160,10 @@ pub async fn run(args: DemoArgs, _context: &Context) -> anyhow::Result<ExitCode>
                 break;
             }
             () = tokio::time::sleep(StdDuration::from_millis(100)) => {}
+        }
+        let at = world.clock.now() - started;
+        if let Err(err) = drains.tell(&db, &story, at, &mut |line| println!("{line}")).await {
+            tracing::warn!(error = %orchestrator_types::error_chain(&err), "demo narration");
         }
         match story
             .tell(&world, started, approve_after, &mut |line| println!("{line}"))
@@ -218,5 +227,138 @@ async fn load_policies(db: &Db) -> String {
             tracing::warn!(error = %orchestrator_types::error_chain(&err), "policy sync failed; using embedded policies");
             "embedded copies (the git sync failed; see the log)".into()
         }
+    }
+}
+
+/// The demo fleet's node that an operator has taken out (the controller
+/// must leave it alone), and how busy the others are.
+const OPERATOR_DRAINED: usize = 7;
+const OPERATOR_REASON: &str = "hardware ticket 4411: PCIe retimer swap";
+/// A node whose job outlasts any wave's `drain_timeout`.
+const ENDLESS_JOB: usize = 13;
+
+/// Seeds the demo's workload scheduler (one file per node; see
+/// `demo_scheduler`) and returns the command adapter the controller drains
+/// through: every tenth node runs jobs that take one to three simulated
+/// hours to finish once drained, one runs a two-day job (skipped after the
+/// wave's drain timeout and returned), and one is drained by an operator.
+async fn demo_workload(db: &Db, dir: &Path, speedup: f64) -> anyhow::Result<orchestrator_engine::WorkloadScheduler> {
+    use super::demo_scheduler::{DemoNode, write_node};
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let real_seconds = |sim_hours: f64| (sim_hours * 3600.0 / speedup).ceil().max(1.0) as u64;
+    let nodes = db.list_nodes(&Default::default()).await?;
+    for (i, node) in nodes.iter().enumerate() {
+        let mut state = DemoNode::default();
+        if i == OPERATOR_DRAINED {
+            state.drain = true;
+            state.reason = Some(OPERATOR_REASON.into());
+            state.reason_set_by = Some("alice".into());
+        } else if i == ENDLESS_JOB {
+            state.busy_for_seconds = Some(real_seconds(48.0));
+        } else if i % 10 == 3 {
+            state.busy_for_seconds = Some(real_seconds(1.0 + (i % 3) as f64));
+        }
+        write_node(dir, &node.name, &state)?;
+    }
+    let program = std::env::current_exe().context("locating the waveguard binary")?;
+    let argv = |op: &[&str]| -> Vec<String> {
+        let mut v = vec![
+            program.display().to_string(),
+            "demo-scheduler".to_owned(),
+            "--dir".to_owned(),
+            dir.display().to_string(),
+        ];
+        v.extend(op.iter().map(|s| (*s).to_owned()));
+        v
+    };
+    let scheduler =
+        orchestrator_scheduler::command::CommandScheduler::new(orchestrator_scheduler::command::CommandConfig {
+            state: argv(&["state", "{node}"]),
+            drain: argv(&["drain", "{node}", "{reason}"]),
+            resume: argv(&["resume", "{node}"]),
+            list: Some(argv(&["list"])),
+            unknown_node_exit_code: 3,
+            timeout_seconds: 10,
+        })
+        .context("the demo scheduler's commands")?;
+    Ok(orchestrator_engine::WorkloadScheduler {
+        scheduler: std::sync::Arc::new(scheduler),
+        names: orchestrator_scheduler::NameMapping::default(),
+    })
+}
+
+/// Narrates what the workload scheduler side does that a visitor should
+/// see: a node drained and waiting for its job, a node given back after
+/// its drain timeout, a node left alone because an operator holds it.
+#[derive(Debug, Default)]
+struct DrainNarrator {
+    told: std::collections::HashSet<(i64, &'static str)>,
+    polls: u64,
+}
+
+impl DrainNarrator {
+    async fn tell(
+        &mut self,
+        db: &Db,
+        story: &Story,
+        at: chrono::Duration,
+        say: &mut dyn FnMut(String),
+    ) -> Result<(), orchestrator_db::DbError> {
+        self.polls += 1;
+        // Every second of real time is plenty for a narration.
+        if self.polls % 10 != 1 {
+            return Ok(());
+        }
+        let stamp = format!("[+{:02}h{:02}m]", at.num_hours(), at.num_minutes() % 60);
+        for chapter in &story.chapters {
+            for drain in db.rollout_drains(chapter.id).await? {
+                let busy = drain
+                    .last_seen
+                    .as_ref()
+                    .and_then(|s| s["alloc_cpus"].as_u64())
+                    .is_some_and(|n| n > 0);
+                // The first few tell the story; a whole wave of them would drown it.
+                let waiting_told = self.told.iter().filter(|(_, what)| *what == "waiting").count();
+                if drain.phase == orchestrator_types::DrainPhase::Held
+                    && busy
+                    && waiting_told < 4
+                    && self.told.insert((drain.id, "waiting"))
+                {
+                    say(format!(
+                        "{stamp} {}: {} is drained in its scheduler and waits for its job to end before the flash",
+                        chapter.title, drain.scheduler_node
+                    ));
+                }
+                if drain
+                    .close_reason
+                    .as_deref()
+                    .is_some_and(|r| r.starts_with("drain_timeout"))
+                    && self.told.insert((drain.id, "timeout"))
+                {
+                    say(format!(
+                        "{stamp} {}: {} did not empty within the wave's drain_timeout: skipped for this wave and returned to service",
+                        chapter.title, drain.scheduler_node
+                    ));
+                }
+            }
+            let deferred = db
+                .steps(&orchestrator_db::execution::StepFilter {
+                    rollout_id: Some(chapter.id),
+                    state: Some(orchestrator_db::execution::StepState::Deferred),
+                    ..Default::default()
+                })
+                .await?;
+            for step in deferred {
+                let why = step.error.as_deref().unwrap_or_default();
+                if why.contains(OPERATOR_REASON) && self.told.insert((step.id.0, "operator")) {
+                    let node = db.node(step.node_id).await?;
+                    say(format!(
+                        "{stamp} {}: {} left alone: {why} (never a failure; a later rollout picks it up)",
+                        chapter.title, node.name
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 }

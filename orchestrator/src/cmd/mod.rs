@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod bench_rma;
 pub mod demo;
+pub mod demo_scheduler;
 pub mod fleet;
 pub mod policy;
 pub mod prometheus;
