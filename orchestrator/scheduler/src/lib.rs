@@ -15,7 +15,7 @@
 //!   node that never empties? capacity cap? drains left behind?) over a
 //!   [`NodeState`] and Waveguard's durable [`rules::DrainRecord`].
 //! - [`config`]: the `[scheduler]` configuration section and building the
-//!   adapter from it (for `serve`, next round).
+//!   adapter from it (read by `serve`).
 //! - [`name`]: validated scheduler node names and the configurable mapping
 //!   from a Waveguard node name.
 //!
