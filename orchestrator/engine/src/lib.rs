@@ -33,6 +33,7 @@
 //! | State found | Durable facts | What the next move does |
 //! |---|---|---|
 //! | `pending` | nothing done | precheck (read-only): at target → `skipped` (no flash); unexpected version → `failed` naming both; else → `prechecked` |
+//! | `pending`, scheduler configured | a drain record (`scheduler_drains`) or none | drain, wait for the node to empty, then the row above; the scheduler keeping the node → `deferred` (not a failure); after the step ends, resume. Rows of their own in the `drain` module's table |
 //! | `prechecked` | inventory was as expected | list BMC tasks, write `pushing` + that list (intent), push; accepted → `flashing` with the task URI; 503/unreachable (not accepted) → back to `prechecked` with backoff; ambiguous → stay `pushing` |
 //! | `pushing` | a push may or may not have landed | list tasks again: a task not in the stored list is ours → adopt it (`flashing`), no second push; none and inventory at target → `verifying`; none and not at target → the push never landed → `prechecked` (push again). A BMC that cannot list tasks is never pushed twice: the step fails for a human |
 //! | `flashing` | task URI stored | poll it: running → wait; completed → `activating`; exception → `failed`; task gone → inventory decides |
