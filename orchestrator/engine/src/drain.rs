@@ -30,7 +30,7 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Duration, Utc};
 use orchestrator_db::drains::{DrainRow, NewDrain};
-use orchestrator_db::execution::{ExecRollout, Fence, PlacedStep, StepChange, StepState};
+use orchestrator_db::execution::{ExecRollout, Fence, PlacedStep, StepChange, StepPurpose, StepState};
 use orchestrator_db::{Db, DbError};
 use orchestrator_policy::{DrainRules, Policy};
 use orchestrator_scheduler::rules::{
@@ -238,14 +238,23 @@ impl Drains<'_> {
             if record.phase == DrainPhase::Quarantined {
                 continue;
             }
-            let step_state = match steps.get(&record.step_id.0) {
-                Some(placed) => placed.step.state,
-                None => self.db.step(record.step_id).await?.state,
+            let (step_state, purpose) = match steps.get(&record.step_id.0) {
+                Some(placed) => (placed.step.state, placed.step.purpose),
+                None => {
+                    let step = self.db.step(record.step_id).await?;
+                    (step.state, step.purpose)
+                }
             };
-            let rollout_live = rollouts
-                .get(&record.rollout_id)
-                .is_some_and(|(s, _)| matches!(s, RolloutState::Running | RolloutState::RollingBack));
-            let before_flash = step_state == StepState::Pending && rollout_live;
+            // Only a step its rollout will still run may be flashed: a
+            // rolling-back rollout runs its rollback steps, never the
+            // update steps it left pending.
+            let step_will_run = rollouts.get(&record.rollout_id).is_some_and(|(s, _)| {
+                matches!(
+                    (s, purpose),
+                    (RolloutState::Running, StepPurpose::Update) | (RolloutState::RollingBack, StepPurpose::Rollback)
+                )
+            });
+            let before_flash = step_state == StepState::Pending && step_will_run;
             let result = match record.phase {
                 DrainPhase::DrainIntended if before_flash => self.confirm_intent(&record, &mut view).await,
                 DrainPhase::Held if before_flash => {

@@ -1050,6 +1050,12 @@ impl Executor {
                 .iter()
                 .filter(|s| s.purpose == StepPurpose::Rollback && s.state == StepState::Failed)
                 .count();
+            // A node its scheduler kept (an operator's drain) was not rolled
+            // back either: the rollout's reason must say so.
+            let deferred = all_steps
+                .iter()
+                .filter(|s| s.purpose == StepPurpose::Rollback && s.state == StepState::Deferred)
+                .count();
             let now = self.clock.now();
             for wave in waves.iter().filter(|w| {
                 w.kind == WaveKind::Update
@@ -1085,7 +1091,16 @@ impl Executor {
                     json!({ "failed": failed }),
                 )
                 .await?;
-            let reason = (failed > 0).then(|| format!("{failed} node(s) could not be rolled back"));
+            let reason = match (failed, deferred) {
+                (0, 0) => None,
+                (failed, 0) => Some(format!("{failed} node(s) could not be rolled back")),
+                (0, deferred) => Some(format!(
+                    "{deferred} node(s) were kept by their workload scheduler and not rolled back"
+                )),
+                (failed, deferred) => Some(format!(
+                    "{failed} node(s) could not be rolled back; {deferred} were kept by their workload scheduler"
+                )),
+            };
             self.db
                 .engine_set_rollout_state(
                     fence,
@@ -1093,7 +1108,7 @@ impl Executor {
                     &[RolloutState::RollingBack],
                     RolloutState::RolledBack,
                     reason.as_deref(),
-                    json!({ "failed": failed }),
+                    json!({ "failed": failed, "deferred": deferred }),
                 )
                 .await?;
             return Ok(());
