@@ -423,6 +423,15 @@ fn the_demo_tells_its_story_and_stops_on_interrupt() {
     assert!(story.contains("demo-autopilot approved"), "{story}");
     assert!(story.contains("GPU 96.00.66.00.01 rollout rolled_back"), "{story}");
     assert!(story.contains("GPU 96.00.66.00.01 release is now blocked"), "{story}");
+    // The fleet's workload scheduler (the command adapter): a busy node drains
+    // before its flash, one never empties and is given back, an operator's
+    // drain is left alone.
+    assert!(story.contains("waits for its job to end before the flash"), "{story}");
+    assert!(story.contains("did not empty within the wave's drain_timeout"), "{story}");
+    assert!(
+        story.contains("node-00007 left alone: drained by someone else in the workload scheduler"),
+        "{story}"
+    );
     let url = url.expect("the URL is printed");
     let password = password.expect("the password is printed");
     assert_eq!(password.len(), 16);
