@@ -18,6 +18,7 @@ mod m0008_wave_decisions;
 mod m0009_hardening;
 mod m0010_credential_bindings;
 mod m0011_scheduler_drains;
+mod m0012_rma_cases;
 
 /// Every migration, oldest first.
 #[derive(Debug)]
@@ -38,6 +39,7 @@ impl MigratorTrait for Migrator {
             Box::new(m0009_hardening::Migration),
             Box::new(m0010_credential_bindings::Migration),
             Box::new(m0011_scheduler_drains::Migration),
+            Box::new(m0012_rma_cases::Migration),
         ]
     }
 }

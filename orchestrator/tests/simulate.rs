@@ -427,7 +427,10 @@ fn the_demo_tells_its_story_and_stops_on_interrupt() {
     // before its flash, one never empties and is given back, an operator's
     // drain is left alone.
     assert!(story.contains("waits for its job to end before the flash"), "{story}");
-    assert!(story.contains("did not empty within the wave's drain_timeout"), "{story}");
+    assert!(
+        story.contains("did not empty within the wave's drain_timeout"),
+        "{story}"
+    );
     assert!(
         story.contains("node-00007 left alone: drained by someone else in the workload scheduler"),
         "{story}"

@@ -13,7 +13,7 @@ use orchestrator_types::{DrainPhase, NodeId, RolloutId, StepId, WaveId};
 use sea_orm::{ActiveModelTrait, ColumnTrait, EntityTrait, QueryFilter, QueryOrder, Set, TransactionTrait};
 use serde::Serialize;
 
-use crate::entity::scheduler_drains;
+use crate::entity::{nodes, scheduler_drains};
 use crate::execution::{ENGINE_ACTOR, Fence, check_fence};
 use crate::{Db, DbError, audit};
 
@@ -92,6 +92,14 @@ fn rows(models: Vec<scheduler_drains::Model>) -> Result<Vec<DrainRow>, DbError> 
     models.into_iter().map(to_row).collect()
 }
 
+/// The audit subject of a node is its name (what its page and links use).
+async fn node_name<C: sea_orm::ConnectionTrait>(conn: &C, node: i64) -> Result<String, DbError> {
+    Ok(nodes::Entity::find_by_id(node)
+        .one(conn)
+        .await?
+        .map_or_else(|| node.to_string(), |n| n.name))
+}
+
 impl Db {
     /// Records the intent to drain `new.node_id` for `new.step_id`, before
     /// the drain is issued. Idempotent: when the step already has a record
@@ -143,7 +151,7 @@ impl Db {
             ENGINE_ACTOR,
             "scheduler.drain",
             "node",
-            &new.node_id.to_string(),
+            &node_name(&txn, new.node_id.0).await?,
             serde_json::json!({
                 "drain_id": inserted.id,
                 "rollout_id": new.rollout_id,
@@ -213,7 +221,7 @@ impl Db {
             ENGINE_ACTOR,
             "scheduler.drain",
             "node",
-            &row.node_id.to_string(),
+            &node_name(&txn, row.node_id).await?,
             serde_json::json!({
                 "drain_id": id,
                 "rollout_id": row.rollout_id,

@@ -19,6 +19,7 @@ mod nodes;
 pub mod overview;
 pub mod policies;
 mod releases;
+pub mod rma;
 pub mod rollouts;
 #[cfg(feature = "testing")]
 pub mod testing;

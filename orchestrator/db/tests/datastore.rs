@@ -378,7 +378,8 @@ async fn migrations_are_idempotent() {
                 "m0008_wave_decisions",
                 "m0009_hardening",
                 "m0010_credential_bindings",
-                "m0011_scheduler_drains"
+                "m0011_scheduler_drains",
+                "m0012_rma_cases"
             ]
         );
     }

@@ -46,7 +46,15 @@ pub struct EngineConfig {
     pub controller_fault_hold: std::time::Duration,
     /// The workload scheduler nodes are drained through before a flash and
     /// resumed through after it; `None`: nodes are flashed as they are.
-    pub scheduler: Option<crate::drain::WorkloadScheduler>,
+    pub scheduler: Option<WorkloadScheduler>,
+}
+
+/// The workload scheduler the engine drains nodes through, and how
+/// Waveguard's node names map to the scheduler's.
+#[derive(Debug, Clone)]
+pub struct WorkloadScheduler {
+    pub scheduler: std::sync::Arc<dyn orchestrator_scheduler::Scheduler>,
+    pub names: orchestrator_scheduler::NameMapping,
 }
 
 /// Default [`EngineConfig::controller_fault_hold`]: a few engine passes, long

@@ -36,17 +36,11 @@ use orchestrator_policy::{DrainRules, Policy};
 use orchestrator_scheduler::rules::{
     AfterUpdate, DrainDecision, DrainRecord, DrainWait, LeaveAlone, Readiness, ResumeDecision, Waiting,
 };
-use orchestrator_scheduler::{NameMapping, NodeState, ReasonTag, Scheduler, SchedulerNodeName, confirm_drain, rules};
+use orchestrator_scheduler::{NodeState, ReasonTag, SchedulerNodeName, confirm_drain, rules};
+
+use crate::config::WorkloadScheduler;
 use orchestrator_types::{Blocker, DrainPhase, NodeState as WaveguardNodeState, RolloutId, RolloutState, WaveId};
 use serde_json::json;
-
-/// The workload scheduler the engine drains nodes through, and how
-/// Waveguard's node names map to the scheduler's.
-#[derive(Debug, Clone)]
-pub struct WorkloadScheduler {
-    pub scheduler: Arc<dyn Scheduler>,
-    pub names: NameMapping,
-}
 
 /// What the drain pass found, for the walk over the rollouts.
 #[derive(Debug, Default)]

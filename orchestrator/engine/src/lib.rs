@@ -75,10 +75,10 @@ pub mod wave;
 
 pub use config::{
     DEFAULT_CONTROLLER_FAULT_HOLD, DEFAULT_FLEET_MAX_IN_FLIGHT, EXECUTOR_LEASE, EngineConfig, StepDeadlines,
+    WorkloadScheduler,
 };
 pub use connector::{BmcConnector, ConnectError, EndpointResolver, RedfishConnector, ResolveError};
 pub use controller::{ControllerHealth, ControllerStatus};
-pub use drain::WorkloadScheduler;
 pub use error::{EngineError, MissingSeries};
 pub use health::{GatelessJudge, HealthJudge};
 pub use inventory::{InventoryReadings, inventory_readings};

@@ -40,6 +40,9 @@ pub fn parse_policy(source: &str) -> Result<Policy, EngineError> {
 
 /// Reads the fleet as the planner wants it.
 pub async fn fleet_snapshot(db: &Db) -> Result<FleetSnapshot, EngineError> {
+    // A node whose part awaits its vendor or a replacement is neither
+    // flashed nor a control: the plan says which case holds it.
+    let rma_holds = db.rma_holds().await?;
     let mut nodes = Vec::new();
     let mut offset = 0;
     loop {
@@ -64,6 +67,7 @@ pub async fn fleet_snapshot(db: &Db) -> Result<FleetSnapshot, EngineError> {
                     updateable: c.reading.updateable,
                 })
                 .collect();
+            let rma_hold = rma_holds.get(&node.name).cloned();
             nodes.push(NodeSnapshot {
                 id: node.id,
                 name: node.name,
@@ -74,12 +78,10 @@ pub async fn fleet_snapshot(db: &Db) -> Result<FleetSnapshot, EngineError> {
                 nvlink_domain: node.labels.nvlink_domain,
                 labels: BTreeMap::new(),
                 state: node.state,
-                health: match node.last_discovery_error {
-                    None => NodeHealth::ok(),
-                    Some(error) => NodeHealth {
-                        healthy: false,
-                        summary: Some(error),
-                    },
+                health: NodeHealth {
+                    healthy: node.last_discovery_error.is_none(),
+                    summary: node.last_discovery_error,
+                    rma_hold,
                 },
                 components,
             });

@@ -119,6 +119,9 @@ pub(crate) fn assess(node: &NodeSnapshot, policy: &Policy, release: &ReleaseSpec
     if node.state != NodeState::Active {
         return Err(ExclusionReason::NotActive { state: node.state });
     }
+    if let Some(reason) = &node.health.rma_hold {
+        return Err(ExclusionReason::OpenRmaCase { reason: reason.clone() });
+    }
     if !node.health.healthy {
         return Err(ExclusionReason::Unhealthy {
             summary: node.health.summary.clone(),

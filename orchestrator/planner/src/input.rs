@@ -54,6 +54,10 @@ pub struct NodeHealth {
     /// Short human text, shown as the exclusion reason.
     #[serde(default)]
     pub summary: Option<String>,
+    /// Why an open RMA case keeps the node out of rollouts (a part awaits
+    /// its vendor's answer or a replacement): neither updated nor a control.
+    #[serde(default)]
+    pub rma_hold: Option<String>,
 }
 
 impl NodeHealth {
@@ -62,6 +66,7 @@ impl NodeHealth {
         Self {
             healthy: true,
             summary: None,
+            rma_hold: None,
         }
     }
 }

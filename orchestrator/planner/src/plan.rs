@@ -559,6 +559,12 @@ pub enum ExclusionReason {
         /// Its state.
         state: NodeState,
     },
+    /// An open RMA case holds the node (a part awaits its vendor or a
+    /// replacement) until a human verifies or closes it.
+    OpenRmaCase {
+        /// The case(s), as the planner shows them.
+        reason: String,
+    },
     /// The last health reading found a problem.
     Unhealthy {
         /// What it said.
@@ -604,6 +610,7 @@ impl ExclusionReason {
             ExclusionReason::CurrentVersionUnparseable { .. } => "current_version_unparseable",
             ExclusionReason::AlreadyAtTarget { .. } => "already_at_target",
             ExclusionReason::NotActive { .. } => "not_active",
+            ExclusionReason::OpenRmaCase { .. } => "open_rma_case",
             ExclusionReason::Unhealthy { .. } => "unhealthy",
             ExclusionReason::ComponentNotUpdateable { .. } => "component_not_updateable",
             ExclusionReason::VersionConstraintNotMet { .. } => "version_constraint_not_met",
@@ -642,6 +649,7 @@ impl fmt::Display for ExclusionReason {
             }
             ExclusionReason::AlreadyAtTarget { version } => write!(f, "already at target {version}"),
             ExclusionReason::NotActive { state } => write!(f, "node is {state}, not active"),
+            ExclusionReason::OpenRmaCase { reason } => write!(f, "held for RMA: {reason}"),
             ExclusionReason::Unhealthy { summary } => match summary {
                 Some(s) => write!(f, "unhealthy: {s}"),
                 None => f.write_str("unhealthy"),

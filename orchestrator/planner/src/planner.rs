@@ -159,7 +159,8 @@ pub fn plan(input: &PlanInput<'_>) -> Result<Plan, PlanError> {
         .iter()
         .enumerate()
         .map(|(i, node)| {
-            let usable = wave_of.contains_key(&i) || (node.state == NodeState::Active && node.health.healthy);
+            let usable = wave_of.contains_key(&i)
+                || (node.state == NodeState::Active && node.health.healthy && node.health.rma_hold.is_none());
             usable.then(|| class_of(node, policy)).flatten()
         })
         .collect();

@@ -248,9 +248,16 @@ fn eligibility_table() {
             n.health = NodeHealth {
                 healthy: false,
                 summary: Some("PCIe link x8".into()),
+                rma_hold: None,
             }
         },
         Excluded("unhealthy"),
+    );
+    check(
+        "an open RMA case holds the node",
+        false,
+        |n| n.health.rma_hold = Some("RMA case RMA-S1-row_remap-1 for GPU S1 (row_remap) is Submitted".into()),
+        Excluded("open_rma_case"),
     );
     check(
         "targeting wins over health",

@@ -17,6 +17,7 @@ pub mod policy_sync_state;
 pub mod policy_versions;
 pub mod qualification_results;
 pub mod releases;
+pub mod rma_cases;
 pub mod rollouts;
 pub mod scheduler_drains;
 pub mod sessions;

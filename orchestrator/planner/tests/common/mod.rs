@@ -129,6 +129,7 @@ pub fn fleet60() -> FleetSnapshot {
         n.health = NodeHealth {
             healthy: false,
             summary: Some("GPU 3 XID 79 (fallen off the bus)".into()),
+            rma_hold: None,
         }
     });
     by_name(&mut nodes, "gpu-r10-n01", &|n| {

@@ -1,0 +1,156 @@
+//! RMA cases on every backend: a case is opened once per part and rule,
+//! moves only as the pure machine allows (audited), is submitted only within
+//! its vendor's quota (the sixth of five a week waits with its queue
+//! position), keeps the vendor's rejection reason, and holds its node out of
+//! rollouts until a human verifies or closes it.
+
+use chrono::TimeDelta;
+use orchestrator_db::rma::RmaFilter;
+use orchestrator_db::testing::TestDb;
+use orchestrator_db::{AuditFilter, DbError};
+use orchestrator_rma::{Actor, Candidate, CandidateStatus, CaseEvent, CaseState, PartRecord, Quota, Severity};
+use orchestrator_types::Role;
+
+fn candidate(serial: &str, node: &str, severity: Severity) -> Candidate {
+    Candidate {
+        part: PartRecord {
+            serial: serial.into(),
+            vendor: "nvidia".into(),
+            part_kind: "gpu".into(),
+            part_number: "699-2G520-0200-000".into(),
+            node: node.into(),
+            slot: "GPU_SXM_1".into(),
+        },
+        rule: "fallen_off_bus".into(),
+        failure_mode: "pcie_fallen_off_bus".into(),
+        severity,
+        status: CandidateStatus::Met,
+        began_at: chrono::Utc::now(),
+        samples: Vec::new(),
+        firmware_suspected: None,
+        document_edition: "NVIDIA RMA process, 2024".into(),
+    }
+}
+
+fn actor(name: &str, role: Role) -> Actor {
+    Actor {
+        name: name.into(),
+        role,
+    }
+}
+
+fn collect() -> CaseEvent {
+    CaseEvent::CollectEvidence {
+        manifest_sha256: "ab".repeat(32),
+    }
+}
+
+#[tokio::test]
+async fn cases_move_by_the_pipeline_within_the_quota_and_hold_their_nodes() {
+    for t in TestDb::all_backends().await {
+        let db = &t.db;
+        let rita = actor("rita", Role::ReleaseManager);
+        let quota = Quota {
+            submissions: 5,
+            period: TimeDelta::weeks(1),
+        };
+
+        let first = db
+            .open_rma_case(&candidate("SN-1", "gpu-01", Severity::High), "detector")
+            .await
+            .unwrap();
+        assert_eq!(first.state, CaseState::Candidate);
+        let again = db
+            .open_rma_case(&candidate("SN-1", "gpu-01", Severity::High), "detector")
+            .await
+            .unwrap();
+        assert_eq!(again.id, first.id, "one open case per part and rule");
+        let holds = db.rma_holds().await.unwrap();
+        assert!(holds["gpu-01"].contains(&first.id), "{holds:?}");
+
+        // A viewer may not move it; a submission needs the evidence first.
+        let refused = db
+            .apply_rma_event(&first.id, collect(), &actor("vic", Role::Viewer))
+            .await
+            .unwrap_err();
+        assert!(matches!(refused, DbError::NotPermitted { .. }), "{refused:?}");
+        let early = db.submit_rma_case(&first.id, &quota, "NV-1", &rita).await.unwrap_err();
+        assert!(matches!(early, DbError::Invalid { .. }), "{early:?}");
+
+        // Six cases ready; five submissions fill the week; the sixth waits.
+        let mut ids = vec![first.id.clone()];
+        for n in 2..=6 {
+            let severity = if n == 6 { Severity::Low } else { Severity::High };
+            let case = db
+                .open_rma_case(
+                    &candidate(&format!("SN-{n}"), &format!("gpu-0{n}"), severity),
+                    "detector",
+                )
+                .await
+                .unwrap();
+            ids.push(case.id);
+        }
+        for id in &ids {
+            db.apply_rma_event(id, collect(), &rita).await.unwrap();
+        }
+        for (i, id) in ids.iter().take(5).enumerate() {
+            let submitted = db.submit_rma_case(id, &quota, &format!("NV-{i}"), &rita).await.unwrap();
+            assert_eq!(submitted.state, CaseState::Submitted);
+        }
+        let sixth = db.submit_rma_case(&ids[5], &quota, "NV-6", &rita).await.unwrap_err();
+        let DbError::Conflict { reason, .. } = &sixth else {
+            panic!("{sixth:?}");
+        };
+        assert!(
+            reason.contains("position 1 of 1") && reason.contains("5 of 5"),
+            "{reason}"
+        );
+        assert_eq!(
+            db.rma_case(&ids[5]).await.unwrap().case.state,
+            CaseState::EvidenceCollected
+        );
+
+        // A rejection keeps the vendor's reason; the node stays held.
+        let rejected = db
+            .apply_rma_event(
+                &ids[0],
+                CaseEvent::VendorRejected {
+                    reason: "field diagnostic passed".into(),
+                },
+                &rita,
+            )
+            .await
+            .unwrap();
+        assert_eq!(rejected.rejection_reason.as_deref(), Some("field diagnostic passed"));
+        assert!(db.rma_holds().await.unwrap().contains_key("gpu-01"));
+        // Closing it (an admin's decision) returns the node.
+        db.apply_rma_event(
+            &ids[0],
+            CaseEvent::Close {
+                reason: "vendor stands by its diagnostic; part kept".into(),
+            },
+            &actor("ada", Role::Admin),
+        )
+        .await
+        .unwrap();
+        assert!(!db.rma_holds().await.unwrap().contains_key("gpu-01"));
+        let open = db
+            .rma_cases(&RmaFilter {
+                open_only: true,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(open.len(), 5);
+
+        let audit = db
+            .audit_entries(&AuditFilter {
+                action: Some("rma.transition".into()),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        // 6 collections, 5 submissions, a rejection, a close.
+        assert_eq!(audit.len(), 13);
+    }
+}
