@@ -294,6 +294,7 @@ pub(crate) async fn node_rows(db: &Db, node: NodeId) -> Result<Vec<Value>, DbErr
         .map(|row| {
             let words = drain_words(row, states.get(&row.step_id.0).copied());
             let (back_at, back_label) = match (row.closed_at, row.resume_intended_at) {
+                (Some(at), _) if row.close_reason.as_deref() == Some("resumed") => (Some(at), "resumed"),
                 (Some(at), _) => (Some(at), "closed"),
                 (None, Some(at)) => (Some(at), "resume started"),
                 (None, None) => (None, ""),
