@@ -2,9 +2,9 @@
 //! command it (approve a wave, pause, resume, abort, roll back).
 //!
 //! Handlers only record intent in the datastore and nudge the engine; the
-//! engine's next pass acts on it. `/drains` lists the nodes the rollout
-//! drained through their workload scheduler. Wave paths accept a wave's name or its
-//! position (as listed in the rollout detail).
+//! engine's next pass acts on it. Wave paths accept a wave's name or its
+//! position (as listed in the rollout detail). `/drains` lists the nodes the
+//! rollout drained through their workload scheduler.
 
 use std::collections::BTreeMap;
 

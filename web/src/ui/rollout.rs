@@ -391,7 +391,7 @@ pub(crate) async fn action(
         .get("reason")
         .map(|r| r.trim().to_owned())
         .filter(|r| !r.is_empty());
-    let mut capacity = HashMap::new();
+    let mut all_waves = Vec::new();
     let wave = match action {
         Action::Approve => {
             let wave_id: i64 = form
@@ -403,13 +403,12 @@ pub(crate) async fn action(
                 .rollout_waves(rollout.id)
                 .await
                 .map_err(|e| UiError::from(e).json(json))?;
-            capacity = scheduler::next_wave_capacity(&state.db, rollout.id, &waves)
-                .await
-                .map_err(|e| UiError::from(e).json(json))?;
             let wave = waves
-                .into_iter()
+                .iter()
                 .find(|w| w.id == WaveId(wave_id))
+                .cloned()
                 .ok_or_else(|| fail(StatusCode::NOT_FOUND, format!("rollout {id} has no wave {wave_id}")))?;
+            all_waves = waves;
             if wave.kind != WaveKind::Update {
                 return Err(fail(StatusCode::CONFLICT, "a rollback wave needs no approval".into()));
             }
@@ -432,6 +431,12 @@ pub(crate) async fn action(
     // Without JavaScript the first post shows a confirmation page; the
     // script confirms in a dialog and sends `confirmed=yes` at once.
     if form.get("confirmed").map(String::as_str) != Some("yes") {
+        let capacity = match action {
+            Action::Approve => scheduler::next_wave_capacity(&state.db, rollout.id, &all_waves)
+                .await
+                .map_err(|e| UiError::from(e).json(json))?,
+            _ => HashMap::new(),
+        };
         let question = match (&action, &wave) {
             (Action::Approve, Some(w)) => match capacity.get(&w.id) {
                 Some(takes) => format!("Approve wave {} of rollout {id}? {takes}", w.name),

@@ -6,15 +6,15 @@
 //! Everything here reads what the engine stored (`orchestrator_db::drains`,
 //! the steps, the controller's status); nothing asks the scheduler, so a
 //! page costs the same whether the scheduler answers or not. A stored
-//! scheduler reading that does not parse is shown as "unknown", never as
-//! raw JSON and never as an error page.
+//! scheduler reading that does not parse reads as no reading at all, never
+//! as raw JSON and never as an error page.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
 use minijinja::{Value, context};
 use orchestrator_db::drains::DrainRow;
-use orchestrator_db::execution::{ExecStep, ExecWave, StepFilter, StepState, WaveKind};
+use orchestrator_db::execution::{ExecStep, ExecWave, StepFilter, StepState, WaveKind, WaveState};
 use orchestrator_db::{Db, DbError};
 use orchestrator_engine::ControllerStatus;
 use orchestrator_types::{DrainPhase, NodeId, RolloutId, WaveId};
@@ -23,7 +23,7 @@ use serde::Deserialize;
 use crate::AppState;
 
 /// Rows of the rollout page's scheduler table; a rollout over a whole
-/// fleet would otherwise send thousands of rows every second.
+/// fleet would otherwise re-render thousands of rows on every live update.
 const ROLLOUT_ROWS_SHOWN: usize = 500;
 /// Drains listed on a node's page, newest first.
 const NODE_ROWS_SHOWN: usize = 100;
@@ -94,16 +94,20 @@ impl DrainWords {
 
 /// Waiting for a held node to empty, as its last reading says.
 fn before_flash(seen: Option<&Seen>) -> DrainWords {
-    let Some(seen) = seen.filter(|s| s.drain.is_some() || s.responding.is_some()) else {
-        return DrainWords::plain("draining", "draining (no scheduler reading yet)");
+    let unknown = || DrainWords::plain("draining", "draining (no scheduler reading yet)");
+    let Some(seen) = seen else {
+        return unknown();
     };
     if seen.responding == Some(false) {
         return DrainWords::plain("draining", "drained, but its node daemon does not respond");
     }
+    let Some(drain) = seen.drain else {
+        return unknown();
+    };
     if seen.base.as_deref() == Some("down") {
         return DrainWords::plain("draining", "down in the workload scheduler");
     }
-    if seen.drain == Some(false) {
+    if !drain {
         return DrainWords::plain("draining", "no longer drained in the workload scheduler");
     }
     let cpus = seen.alloc_cpus.unwrap_or(0);
@@ -492,7 +496,17 @@ pub(crate) async fn next_wave_capacity(
     let pairs: Vec<(&ExecWave, &ExecWave)> = updates
         .windows(2)
         .filter_map(|pair| match pair {
-            [this, next] if this.approvals_required > 0 => Some((*this, *next)),
+            // Only a wave that can still be approved has a box to show
+            // it in; the others would cost a read of the whole fleet.
+            [this, next]
+                if this.approvals_required > 0
+                    && !matches!(
+                        this.state,
+                        WaveState::Promoted | WaveState::Halted | WaveState::RolledBack
+                    ) =>
+            {
+                Some((*this, *next))
+            }
             _ => None,
         })
         .collect();
