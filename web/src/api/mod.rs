@@ -86,6 +86,7 @@ impl<S: Send + Sync> FromRequestParts<S> for Actor {
         nodes::list_nodes,
         nodes::import_nodes,
         nodes::get_node,
+        nodes::node_drains,
         releases::list_releases,
         releases::add_release,
         releases::get_release,
@@ -99,6 +100,7 @@ impl<S: Send + Sync> FromRequestParts<S> for Actor {
         rollouts::list,
         rollouts::get,
         rollouts::steps,
+        rollouts::drains,
         rollouts::approve,
         rollouts::pause,
         rollouts::resume,
@@ -127,6 +129,7 @@ pub(crate) fn router() -> Router<AppState> {
             get(nodes::list_nodes).post(nodes::import_nodes.layer(DefaultBodyLimit::max(crate::MAX_BODY_BYTES))),
         )
         .route("/nodes/{name}", get(nodes::get_node))
+        .route("/nodes/{name}/drains", get(nodes::node_drains))
         .route("/releases", get(releases::list_releases).post(releases::add_release))
         .route("/releases/{id}", get(releases::get_release))
         .route("/releases/{id}/transition", post(releases::transition_release))
@@ -143,6 +146,7 @@ pub(crate) fn router() -> Router<AppState> {
         .route("/rollouts", get(rollouts::list).post(rollouts::start))
         .route("/rollouts/{id}", get(rollouts::get))
         .route("/rollouts/{id}/steps", get(rollouts::steps))
+        .route("/rollouts/{id}/drains", get(rollouts::drains))
         .route("/rollouts/{id}/waves/{wave}/approve", post(rollouts::approve))
         .route("/rollouts/{id}/pause", post(rollouts::pause))
         .route("/rollouts/{id}/resume", post(rollouts::resume))

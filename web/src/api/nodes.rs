@@ -1,4 +1,5 @@
 use axum::extract::State;
+use orchestrator_db::drains::DrainRow;
 use orchestrator_db::model::{Component, ImportOptions, ImportSummary, NewNode, Node, NodeFilter};
 use orchestrator_types::{NodeState, Role};
 use serde::{Deserialize, Serialize};
@@ -106,4 +107,18 @@ pub(crate) async fn get_node(
     let node = state.db.node_by_name(&name).await?;
     let components = state.db.node_components(node.id).await?;
     Ok(ApiJson(NodeDetail { node, components }))
+}
+
+/// The node's drains through its workload scheduler, newest first: every
+/// rollout that took it out of service for a flash, and how each ended.
+#[utoipa::path(get, path = "/api/v1/nodes/{name}/drains", tag = "nodes",
+    params(("name" = String, Path, description = "Node name")),
+    responses((status = 200, body = [DrainRow], description = "Newest first; empty when never drained"),
+              (status = 404, body = ErrorBody)))]
+pub(crate) async fn node_drains(
+    State(state): State<AppState>,
+    ApiPath(name): ApiPath<String>,
+) -> Result<ApiJson<Vec<DrainRow>>, ApiError> {
+    let node = state.db.node_by_name(&name).await?;
+    Ok(ApiJson(state.db.node_drains(node.id).await?))
 }

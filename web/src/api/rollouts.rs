@@ -3,7 +3,8 @@
 //!
 //! Handlers only record intent in the datastore and nudge the engine; the
 //! engine's next pass acts on it. Wave paths accept a wave's name or its
-//! position (as listed in the rollout detail).
+//! position (as listed in the rollout detail). `/drains` lists the nodes the
+//! rollout drained through their workload scheduler.
 
 use std::collections::BTreeMap;
 
@@ -13,6 +14,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use chrono::{DateTime, Duration, Utc};
 use orchestrator_db::DbError;
+use orchestrator_db::drains::DrainRow;
 use orchestrator_db::execution::{
     Approval, ExecRollout, ExecStep, ExecWave, RolloutState, StepFilter, StepState, WaveKind,
 };
@@ -507,6 +509,21 @@ pub(crate) async fn steps(
         limit,
         steps,
     }))
+}
+
+/// Every drain the rollout made through a workload scheduler, oldest first:
+/// Waveguard's own record (phase, the tag it wrote, the scheduler's state
+/// before the drain and when last read, and why it was closed).
+#[utoipa::path(get, path = "/api/v1/rollouts/{id}/drains", tag = "rollouts",
+    params(("id" = i64, Path, description = "Rollout id")),
+    responses((status = 200, body = [DrainRow], description = "Oldest first; empty when the rollout drained nothing"),
+              (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub(crate) async fn drains(
+    State(state): State<AppState>,
+    ApiPath(id): ApiPath<i64>,
+) -> Result<ApiJson<Vec<DrainRow>>, ApiError> {
+    let rollout = state.db.exec_rollout(RolloutId(id)).await?;
+    Ok(ApiJson(state.db.rollout_drains(rollout.id).await?))
 }
 
 #[utoipa::path(post, path = "/api/v1/rollouts/{id}/waves/{wave}/approve", tag = "rollouts",

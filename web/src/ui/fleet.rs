@@ -1,7 +1,8 @@
 //! Fleet pages: the dashboard at `/` (compliance of every SKU against its
 //! baseline, active rollouts and what they wait on, the qualification of
 //! every release, failure rates per firmware version) and the node pages
-//! (`/nodes`, paged and filtered by the database; `/nodes/{name}`).
+//! (`/nodes`, paged and filtered by the database; `/nodes/{name}` with its
+//! workload scheduler drains).
 //!
 //! Every figure comes from an aggregate query or a bounded page, so the
 //! pages cost the same on 300 nodes and on 5,000.
@@ -24,7 +25,7 @@ use serde::Deserialize;
 use super::pages::Flash;
 use super::reasons;
 use super::rollout::describe_blocker;
-use super::{UiError, base, charts, render, v};
+use super::{UiError, base, charts, render, scheduler, v};
 use crate::AppState;
 use crate::auth::Principal;
 
@@ -228,7 +229,7 @@ pub(crate) async fn overview(
             quarantined => v(&quarantined.nodes), quarantined_total => quarantined.total,
             unhealthy => v(&unhealthy),
             compliance => compliance_rows, active, qualification, trend_svg, by_version, days,
-            flash => flash.msg,
+            flash => flash.msg, alerts => scheduler::banners(&state),
             ..base(&me, "overview", "Fleet overview")
         },
     ))
@@ -351,6 +352,7 @@ pub(crate) async fn node(
     let node = db.node_by_name(&name).await?;
     let components = db.node_components(node.id).await?;
     let history = node_history(db, node.id).await?;
+    let drains = scheduler::node_rows(db, node.id).await?;
     let audit = db
         .audit_entries(&AuditFilter {
             subject_type: Some("node".into()),
@@ -368,7 +370,8 @@ pub(crate) async fn node(
     Ok(render(
         "node.html",
         context! {
-            node => v(&node), components => v(&components), unhealthy_components, history, audit,
+            node => v(&node), components => v(&components), unhealthy_components, history, audit, drains,
+            alerts => scheduler::banners(&state),
             ..base(&me, "nodes", &title)
         },
     ))

@@ -14,6 +14,7 @@ mod policy_summary;
 mod reasons;
 mod rollout;
 mod rollouts_list;
+mod scheduler;
 mod tokens;
 
 use axum::Router;

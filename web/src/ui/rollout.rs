@@ -23,7 +23,7 @@ use orchestrator_types::{NodeId, RolloutId, WaveId};
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{UiError, base, charts, done, render, render_string, v, wants_json};
+use super::{UiError, base, charts, done, render, render_string, scheduler, v, wants_json};
 use crate::AppState;
 use crate::auth::Principal;
 
@@ -84,7 +84,9 @@ pub(crate) fn describe_blocker(blocker: &Blocker) -> String {
             out_of_service,
             total,
         } => format!("capacity cap: cluster {cluster} has {out_of_service} of {total} GPUs out of service"),
-        Blocker::SchedulerUnavailable { error } => format!("the workload scheduler to answer ({error})"),
+        Blocker::SchedulerUnavailable { error } => {
+            format!("the workload scheduler to answer ({})", scheduler::redact(error))
+        }
     }
 }
 
@@ -97,12 +99,23 @@ fn without_source(mut rollout: ExecRollout) -> ExecRollout {
     rollout
 }
 
-/// Everything the live part of the detail page shows.
-async fn live_context(state: &AppState, me: &Principal, id: RolloutId) -> Result<(Value, Vec<ExecWave>), UiError> {
+/// Everything the live part of the detail page shows. `capacity` caches
+/// what each approval's next wave takes out of service (read once per page
+/// or stream: it needs the whole fleet's GPU counts).
+async fn live_context(
+    state: &AppState,
+    me: &Principal,
+    id: RolloutId,
+    capacity: &mut Option<HashMap<WaveId, String>>,
+) -> Result<(Value, Vec<ExecWave>), UiError> {
     let db = &state.db;
     let rollout = without_source(db.exec_rollout(id).await?);
     let release = db.release(rollout.release_id).await?;
     let waves = db.rollout_waves(id).await?;
+    let capacity = match capacity {
+        Some(known) => known,
+        None => capacity.insert(scheduler::next_wave_capacity(db, id, &waves).await?),
+    };
     let overall = db.step_counts(id, None).await?;
     let mut wave_rows = Vec::new();
     for wave in &waves {
@@ -123,7 +136,7 @@ async fn live_context(state: &AppState, me: &Principal, id: RolloutId) -> Result
         };
         let blockers: Vec<String> = wave.blockers.iter().map(describe_blocker).collect();
         wave_rows.push(context! {
-            blockers, charts, approvals => v(&approvals), approvers,
+            blockers, charts, approvals => v(&approvals), approvers, capacity => capacity.get(&wave.id).cloned(),
             done => succeeded + skipped + failed + deferred, succeeded, skipped, failed, deferred, in_flight,
             pct_ok => pct(succeeded + skipped, all), pct_failed => pct(failed, all), pct_inflight => pct(in_flight, all),
             ..v(wave)
@@ -131,9 +144,10 @@ async fn live_context(state: &AppState, me: &Principal, id: RolloutId) -> Result
     }
     let blockers: Vec<String> = rollout.blockers.iter().map(describe_blocker).collect();
     let rollback_impossible = rollout.rollback_impossible();
+    let (drains, drains_truncated) = scheduler::rollout_rows(db, id, &waves).await?;
     let ctx = context! {
         rollout => context! { blockers, rollback_impossible, ..v(&rollout) },
-        release => v(&release), waves => wave_rows,
+        release => v(&release), waves => wave_rows, drains, drains_truncated,
         overall => context! { done => done_count(&overall), total => total(&overall) },
         me => super::me(me), csrf => me.csrf_token(),
     };
@@ -251,14 +265,17 @@ pub(crate) async fn detail(
     Query(query): Query<NodeQuery>,
 ) -> Result<Response, UiError> {
     let id = RolloutId(id);
-    let (live, waves) = live_context(&state, &me, id).await?;
+    let (live, waves) = live_context(&state, &me, id, &mut None).await?;
     let node_filter = query.parse()?;
     let (rows, truncated) = node_rows(&state, id, &node_filter, &waves, &mut HashMap::new()).await?;
     let step_states: Vec<&str> = StepState::ALL.iter().map(|s| s.as_str()).collect();
     let title = format!("Rollout {id}");
     let live_query = query.to_query_string();
     let filter = context! { state => query.state, wave => query.wave, node => query.node };
-    let page = context! { steps => rows, truncated, step_states, filter, live_query, flash => query.msg, ..live };
+    let alerts = scheduler::banners(&state);
+    let page = context! {
+        steps => rows, truncated, step_states, filter, live_query, flash => query.msg, alerts, ..live
+    };
     Ok(render(
         "rollout.html",
         minijinja::value::merge_maps([page, base(&me, "rollouts", &title)]),
@@ -285,7 +302,7 @@ pub(crate) async fn events(
             }
             loop {
                 let mut events = Vec::new();
-                if let Ok((ctx, waves)) = live_context(&state, &me, id).await {
+                if let Ok((ctx, waves)) = live_context(&state, &me, id, &mut sent.capacity).await {
                     if let Some(html) = render_string("rollout_live.html", ctx)
                         && sent.progress.as_deref() != Some(html.as_str())
                     {
@@ -317,6 +334,7 @@ struct LiveSent {
     progress: Option<String>,
     nodes: Option<String>,
     names: HashMap<NodeId, String>,
+    capacity: Option<HashMap<WaveId, String>>,
 }
 
 /// What the rollout buttons are.
@@ -373,6 +391,7 @@ pub(crate) async fn action(
         .get("reason")
         .map(|r| r.trim().to_owned())
         .filter(|r| !r.is_empty());
+    let mut all_waves = Vec::new();
     let wave = match action {
         Action::Approve => {
             let wave_id: i64 = form
@@ -385,9 +404,11 @@ pub(crate) async fn action(
                 .await
                 .map_err(|e| UiError::from(e).json(json))?;
             let wave = waves
-                .into_iter()
+                .iter()
                 .find(|w| w.id == WaveId(wave_id))
+                .cloned()
                 .ok_or_else(|| fail(StatusCode::NOT_FOUND, format!("rollout {id} has no wave {wave_id}")))?;
+            all_waves = waves;
             if wave.kind != WaveKind::Update {
                 return Err(fail(StatusCode::CONFLICT, "a rollback wave needs no approval".into()));
             }
@@ -410,8 +431,17 @@ pub(crate) async fn action(
     // Without JavaScript the first post shows a confirmation page; the
     // script confirms in a dialog and sends `confirmed=yes` at once.
     if form.get("confirmed").map(String::as_str) != Some("yes") {
+        let capacity = match action {
+            Action::Approve => scheduler::next_wave_capacity(&state.db, rollout.id, &all_waves)
+                .await
+                .map_err(|e| UiError::from(e).json(json))?,
+            _ => HashMap::new(),
+        };
         let question = match (&action, &wave) {
-            (Action::Approve, Some(w)) => format!("Approve wave {} of rollout {id}?", w.name),
+            (Action::Approve, Some(w)) => match capacity.get(&w.id) {
+                Some(takes) => format!("Approve wave {} of rollout {id}? {takes}", w.name),
+                None => format!("Approve wave {} of rollout {id}?", w.name),
+            },
             (Action::Pause, _) => format!("Pause rollout {id}? No new flash starts; in-flight ones finish."),
             (Action::Resume, _) => format!("Resume rollout {id}?"),
             (Action::Abort, _) => format!("Abort rollout {id}? No new flash starts; rollback is left to you."),

@@ -14,7 +14,7 @@ use orchestrator_types::Role;
 use serde::Deserialize;
 
 use super::fleet::{current_wave, waiting_on};
-use super::{UiError, base, reasons, render};
+use super::{UiError, base, reasons, render, scheduler};
 use crate::AppState;
 use crate::auth::Principal;
 
@@ -107,7 +107,7 @@ pub(crate) async fn list(
     Ok(render(
         "rollouts.html",
         context! {
-            rollouts => rows, mine_count, only_mine, page, pages,
+            rollouts => rows, mine_count, only_mine, page, pages, alerts => scheduler::banners(&state),
             prev => (page > 1).then(|| page - 1), next => (page < pages).then(|| page + 1),
             ..base(&me, "rollouts", "Rollouts")
         },
