@@ -71,6 +71,9 @@ enum Command {
     /// Start, inspect, approve, pause, resume, abort and roll back rollouts.
     #[command(subcommand)]
     Rollout(cmd::rollout::RolloutCommand),
+    /// RMA cases: list and show them, record the vendor's answer, the replacement, the verification.
+    #[command(subcommand)]
+    Rma(cmd::rma::RmaCommand),
     /// Run one rollout headless against a simulated fleet and write a JSON report.
     Simulate(cmd::simulate::SimulateArgs),
     /// Run the whole product on a simulated fleet with the web UI and a story to watch.
@@ -216,6 +219,7 @@ fn main() -> ExitCode {
             Command::Policy(command) => cmd::policy::run(command, &context).await,
             Command::User(command) => cmd::user::run(command, &context).await,
             Command::Rollout(command) => cmd::rollout::run(command, &context).await,
+            Command::Rma(command) => cmd::rma::run(command, &context).await,
             Command::Simulate(args) => cmd::simulate::run(args, &context).await,
             Command::Demo(args) => cmd::demo::run(args, &context).await,
             Command::Bench(args) => cmd::bench::run(args, &context).await,

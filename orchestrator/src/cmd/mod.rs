@@ -8,6 +8,7 @@ pub mod fleet;
 pub mod policy;
 pub mod prometheus;
 pub mod release;
+pub mod rma;
 pub mod rollout;
 pub mod serve;
 pub mod simulate;
