@@ -144,13 +144,13 @@ impl Drains<'_> {
     /// asked node by node instead. `Err` is the scheduler's fault, never a
     /// node's.
     async fn read_states(&self, view: &mut DrainView) -> Result<(), String> {
+        if !self.seam.scheduler.can_list() {
+            view.per_node = true;
+            return Ok(());
+        }
         match self.seam.scheduler.all_states().await {
             Ok(states) => {
                 view.states = states.into_iter().map(|s| (s.name.clone(), s)).collect();
-                Ok(())
-            }
-            Err(orchestrator_scheduler::SchedulerError::Config { .. }) => {
-                view.per_node = true;
                 Ok(())
             }
             Err(err) => Err(orchestrator_types::error_chain(&err)),

@@ -55,8 +55,10 @@ struct Switchable {
 impl Switchable {
     fn check(&self) -> Result<(), SchedulerError> {
         if self.reads_fail.load(Ordering::SeqCst) {
-            return Err(SchedulerError::Config {
-                detail: "test: the scheduler is unreachable".into(),
+            // A timeout, as a scheduler that stopped answering gives.
+            return Err(SchedulerError::Timeout {
+                program: "scontrol".into(),
+                seconds: 20,
             });
         }
         Ok(())

@@ -244,6 +244,10 @@ impl Scheduler for CommandScheduler {
         })
     }
 
+    fn can_list(&self) -> bool {
+        self.config.list.is_some()
+    }
+
     async fn all_states(&self) -> Result<Vec<NodeState>, SchedulerError> {
         let Some(list) = &self.config.list else {
             return Err(SchedulerError::Config {

@@ -58,6 +58,13 @@ pub trait Scheduler: Send + Sync + std::fmt::Debug {
     /// Every node the scheduler knows (for the periodic check).
     async fn all_states(&self) -> Result<Vec<NodeState>, SchedulerError>;
 
+    /// Whether [`Scheduler::all_states`] is available; without it the
+    /// engine asks node by node (and cannot run the periodic check for
+    /// tags without a record).
+    fn can_list(&self) -> bool {
+        true
+    }
+
     /// Sets the drain flag with `reason` (no new jobs; running jobs finish).
     /// Replaces any existing reason: callers check first
     /// ([`rules::decide_drain`]).
