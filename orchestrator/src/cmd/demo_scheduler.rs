@@ -30,11 +30,22 @@ pub struct DemoSchedulerArgs {
 #[derive(Debug, clap::Subcommand)]
 enum Op {
     /// Print one node's state as JSON.
-    State { node: String },
+    State {
+        /// The scheduler's node name.
+        node: String,
+    },
     /// Drain a node with a reason.
-    Drain { node: String, reason: String },
+    Drain {
+        /// The scheduler's node name.
+        node: String,
+        /// The drain reason (Waveguard's tag).
+        reason: String,
+    },
     /// Return a node to service.
-    Resume { node: String },
+    Resume {
+        /// The scheduler's node name.
+        node: String,
+    },
     /// Print every node's state as a JSON array.
     List,
 }

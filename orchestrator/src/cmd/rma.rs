@@ -49,6 +49,7 @@ pub enum RmaCommand {
 pub enum RecordEvent {
     /// The evidence package was built (its manifest's sha256).
     EvidenceCollected {
+        /// sha256 of the evidence package's manifest.
         #[arg(long, value_name = "SHA256")]
         manifest_sha256: String,
     },
@@ -56,11 +57,13 @@ pub enum RecordEvent {
     Accepted,
     /// The vendor rejected the claim; their reason, verbatim.
     Rejected {
+        /// The vendor's reason, verbatim.
         #[arg(long)]
         reason: String,
     },
     /// The part was swapped (the new part's serial).
     Replaced {
+        /// Serial number of the part put in.
         #[arg(long, value_name = "SERIAL")]
         new_serial: String,
     },
@@ -68,6 +71,7 @@ pub enum RecordEvent {
     Verified,
     /// End the case without a replacement and return the node to rollouts.
     Close {
+        /// Why the case ends without a replacement.
         #[arg(long)]
         reason: String,
     },
