@@ -19,7 +19,7 @@
 //! | `held` | `pending` | `flash_readiness`: ready → precheck (the normal step path); wait → blocker until `drain_timeout`, then `skip` → record `resume_intended`, step `deferred`, or `hold` → blocker for a human; abandon (no longer ours) → record closed, step `deferred` |
 //! | `held` | in flight | nothing: the flash runs |
 //! | `drain_intended` / `held` | terminal, or `pending` under a rollout that no longer runs | `after_update`: healthy → `resume_intended`; quarantined by Waveguard → record `quarantined` (intent), re-tag the drain with the quarantine reason |
-//! | `resume_intended` | any | `decide_resume`: resume → `Scheduler::resume`, read back, closed `resumed`; already in service → closed; not responding → wait (blocker); taken over → closed with their reason, never resumed |
+//! | `resume_intended` | any | `decide_resume`: resume → `Scheduler::resume`, read back, closed `resumed`; already in service → closed; not responding → wait (blocker) up to `brick_timeout`, then `quarantined` (node quarantined in Waveguard with the reason, left drained for a human); taken over → closed with their reason, never resumed |
 //!
 //! A wave is not finished while a record of it still owes a resume, so its
 //! bake starts with its nodes back in service (a drained node carries no
@@ -589,14 +589,46 @@ impl Drains<'_> {
             }
             ResumeDecision::Done => self.close(view, row, "resumed").await,
             ResumeDecision::Wait(waiting) => {
-                view.block(
-                    row.wave_id,
-                    Blocker::Drain {
-                        node: row.scheduler_node.clone(),
-                        waiting_on: waiting_on(waiting),
-                        until: row.resume_intended_at.unwrap_or(self.now) + self.brick_timeout,
-                    },
+                let until = row.resume_intended_at.unwrap_or(self.now) + self.brick_timeout;
+                if self.now < until {
+                    view.block(
+                        row.wave_id,
+                        Blocker::Drain {
+                            node: row.scheduler_node.clone(),
+                            waiting_on: waiting_on(waiting),
+                            until,
+                        },
+                    );
+                    return Ok(());
+                }
+                // Its scheduler daemon never came back after the update:
+                // not a node to put jobs on, and not one to wait on for
+                // ever. Kept out, on purpose and with the reason, for a human.
+                let why = format!(
+                    "not back in its workload scheduler ({}) within {} min after the update; left drained for a human",
+                    waiting_on(waiting),
+                    self.brick_timeout.num_minutes()
                 );
+                let quarantined = self
+                    .db
+                    .move_drain(
+                        self.fence,
+                        row.id,
+                        DrainPhase::ResumeIntended,
+                        DrainPhase::Quarantined,
+                        Some(&why),
+                    )
+                    .await?;
+                Self::moved(view, quarantined);
+                self.db
+                    .set_node_state(
+                        row.node_id,
+                        WaveguardNodeState::Quarantined,
+                        Some(&why),
+                        crate::ENGINE_ACTOR,
+                    )
+                    .await?;
+                tracing::warn!(node = %row.scheduler_node, %why, "quarantined after the update");
                 Ok(())
             }
             ResumeDecision::LeaveAlone(why) => {
