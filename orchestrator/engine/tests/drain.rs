@@ -487,3 +487,63 @@ async fn a_controller_killed_between_drain_and_flash_or_flash_and_resume_strands
     assert!(h.db.open_drains().await.unwrap().is_empty());
     h.shutdown().await;
 }
+
+/// Stops a node's slurmd, as a host that does not come back after its
+/// update would.
+fn stop_slurmd(slurm: &LoopbackSlurm, node: &str) {
+    let pid_file = slurm.dir.path().join(format!("slurmd-{node}.launcher.pid"));
+    let pid = std::fs::read_to_string(&pid_file)
+        .expect("slurmd pid")
+        .trim()
+        .to_owned();
+    let status = std::process::Command::new("kill")
+        .arg(&pid)
+        .status()
+        .expect("kill runs");
+    assert!(status.success(), "kill {pid}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_whose_scheduler_daemon_never_returns_after_the_update_is_quarantined_not_waited_on() {
+    if !slurm_present("engine drain quarantine test") {
+        return;
+    }
+    let names = node_names(1);
+    let slurm = start_slurm(&names);
+    // A five-hour flash (75 real seconds): long enough for Slurm to notice
+    // the dead slurmd (SlurmdTimeout=20) well before the update ends.
+    let scenario = ScenarioYaml::hgx(1)
+        .layout(3, 1)
+        .gpu_firmware(GPU_TO, "{min: 5h, max: 5h}")
+        .gpu_firmware(GPU_FROM, "{min: 5h, max: 5h}")
+        .build();
+    let mut h = Harness::start_with(scenario, false).await.expect("harness");
+    let adapter: Arc<dyn Scheduler> = Arc::new(slurm.scheduler(StateSource::SinfoJson));
+    let release = h.add_release(GPU_TO, true).await;
+    let rollout = h.start_rollout(release.id, one_wave(&[], &[]), 3).await.id;
+    let mut config = config_with(&h, adapter.clone());
+    config.deadlines.task = chrono::Duration::hours(8);
+    h.start_engine_with(config, Arc::new(GatelessJudge));
+    wait_until("the flash under way", async || {
+        let steps = steps_by_node(&h, rollout).await;
+        steps["node-00000"].state.is_in_flight().then_some(())
+    })
+    .await;
+    stop_slurmd(&slurm, "node-00000");
+
+    let done = h
+        .wait_for(rollout, &[RolloutState::Completed, RolloutState::Halted], LIMIT)
+        .await;
+    assert_eq!(done.state, RolloutState::Completed, "{:?}", done.state_reason);
+    h.stop_engine().await;
+    let drain = h.db.rollout_drains(rollout).await.unwrap().remove(0);
+    assert_eq!(drain.phase, DrainPhase::Quarantined, "{drain:?}");
+    let why = drain.close_reason.clone().unwrap_or_default();
+    assert!(why.contains("not back in its workload scheduler"), "{why}");
+    let node = h.db.node_by_name("node-00000").await.unwrap();
+    assert_eq!(node.state, orchestrator_types::NodeState::Quarantined);
+    assert_eq!(node.state_reason.as_deref(), Some(why.as_str()));
+    let state = slurm_state(adapter.as_ref(), "node-00000").await;
+    assert!(state.drain && !state.responding, "left drained for a human: {state:?}");
+    h.shutdown().await;
+}
