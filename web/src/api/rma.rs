@@ -138,6 +138,16 @@ impl Step {
         }
     }
 
+    /// The one field the step needs, if any.
+    pub(crate) fn field(self) -> Option<&'static str> {
+        match self {
+            Step::CollectEvidence | Step::Resubmit => Some("manifest_sha256"),
+            Step::VendorRejected | Step::Close => Some("reason"),
+            Step::Replaced => Some("new_serial"),
+            Step::VendorAccepted | Step::Verified => None,
+        }
+    }
+
     /// The step with placeholder fields: the machine checks role and state
     /// before any field, so asking it with these tells what it would allow.
     fn probe(self) -> CaseEvent {
@@ -254,6 +264,30 @@ impl CaseEventRequest {
         }
     }
 
+    /// The request for `step` with its field read by `field` (a form's;
+    /// a missing one is empty and refused as such).
+    pub(crate) fn for_step(step: Step, field: impl Fn(&str) -> String) -> Self {
+        match step {
+            Step::CollectEvidence => CaseEventRequest::CollectEvidence {
+                manifest_sha256: field("manifest_sha256"),
+            },
+            Step::Resubmit => CaseEventRequest::Resubmit {
+                manifest_sha256: field("manifest_sha256"),
+            },
+            Step::VendorAccepted => CaseEventRequest::VendorAccepted {},
+            Step::VendorRejected => CaseEventRequest::VendorRejected {
+                reason: field("reason"),
+            },
+            Step::Replaced => CaseEventRequest::Replaced {
+                new_serial: field("new_serial"),
+            },
+            Step::Verified => CaseEventRequest::Verified {},
+            Step::Close => CaseEventRequest::Close {
+                reason: field("reason"),
+            },
+        }
+    }
+
     /// The machine's event, with the fields checked for what the machine
     /// does not check (it only refuses empty ones).
     fn into_event(self) -> Result<CaseEvent, ApiError> {
@@ -299,6 +333,54 @@ impl CaseEventRequest {
     }
 }
 
+/// Refuses `step` on `case` unless its state allows it now and `actor` may
+/// take it, with words saying what would be allowed. Asked before the
+/// datastore (which asks the machine again, under its write) so that each
+/// refusal gets its own status, and by the case page before it asks to
+/// confirm.
+pub(crate) fn check_step(case: &Case, step: Step, actor: &Actor, now: DateTime<Utc>) -> Result<(), ApiError> {
+    let offers = next_steps(case, actor, now);
+    match offers.iter().find(|(s, _)| *s == step).map(|(_, offer)| offer) {
+        Some(Offer::Allowed) => Ok(()),
+        Some(Offer::NeedsRole(needed)) => Err(ApiError::Forbidden(format!(
+            "{} is a {}; recording {} on an RMA case needs {needed}",
+            actor.name,
+            actor.role,
+            step.name().replace('_', " ")
+        ))),
+        Some(Offer::NotTheSamePerson) => Err(ApiError::Forbidden(format!(
+            "{} recorded the replacement on RMA case {}; another person must verify it (four eyes)",
+            actor.name, case.id
+        ))),
+        None => {
+            let allowed: Vec<&str> = offers.iter().map(|(s, _)| s.name()).collect();
+            let now_allowed = if !allowed.is_empty() {
+                allowed.join(", ")
+            } else if case.state == CaseState::EvidenceCollected {
+                "only submission to the vendor, which is not offered here yet".to_owned()
+            } else if !case.state.is_open() {
+                "nothing: the case is over".to_owned()
+            } else {
+                "nothing".to_owned()
+            };
+            Err(ApiError::Conflict(format!(
+                "RMA case {} is {}: {} does not apply (allowed now: {now_allowed})",
+                case.id,
+                state_words(case.state),
+                step.name()
+            )))
+        }
+    }
+}
+
+/// The actor the case machine sees for a request.
+pub(crate) fn actor_of(principal: &Principal) -> Actor {
+    Actor {
+        name: principal.user.username.clone(),
+        role: principal.user.role,
+    }
+}
+
 /// Records `request` on case `id` as `principal`, returning the case after
 /// it. Shared by the API and the case page's forms.
 pub(crate) async fn record(
@@ -307,50 +389,9 @@ pub(crate) async fn record(
     request: CaseEventRequest,
     principal: &Principal,
 ) -> Result<RmaCase, ApiError> {
-    let step = request.step();
-    let actor = Actor {
-        name: principal.user.username.clone(),
-        role: principal.user.role,
-    };
+    let actor = actor_of(principal);
     let current = state.db.rma_case(id).await?;
-    let now = state.db.clock().now();
-    let offers = next_steps(&current.case, &actor, now);
-    match offers.iter().find(|(s, _)| *s == step).map(|(_, offer)| offer) {
-        Some(Offer::Allowed) => {}
-        Some(Offer::NeedsRole(needed)) => {
-            return Err(ApiError::Forbidden(format!(
-                "{} is a {}; recording {} on an RMA case needs {needed}",
-                actor.name,
-                actor.role,
-                step.name().replace('_', " ")
-            )));
-        }
-        Some(Offer::NotTheSamePerson) => {
-            return Err(ApiError::Forbidden(format!(
-                "{} recorded the replacement on RMA case {id}; another person must verify it (four eyes)",
-                actor.name
-            )));
-        }
-        None => {
-            let allowed: Vec<&str> = offers.iter().map(|(s, _)| s.name()).collect();
-            let now_allowed = if allowed.is_empty() {
-                match current.case.state {
-                    CaseState::EvidenceCollected => {
-                        "only submission to the vendor, which is not offered here yet".to_owned()
-                    }
-                    s if !s.is_open() => "nothing: the case is over".to_owned(),
-                    _ => "nothing".to_owned(),
-                }
-            } else {
-                allowed.join(", ")
-            };
-            return Err(ApiError::Conflict(format!(
-                "RMA case {id} is {}: {} does not apply (allowed now: {now_allowed})",
-                state_words(current.case.state),
-                step.name()
-            )));
-        }
-    }
+    check_step(&current.case, request.step(), &actor, state.db.clock().now())?;
     let event = request.into_event()?;
     state.db.apply_rma_event(id, event, &actor).await?;
     Ok(state.db.rma_case(id).await?)
@@ -703,6 +744,7 @@ mod tests {
         }
         for step in Step::ALL {
             assert_eq!(Step::parse(step.name()), Some(step));
+            assert_eq!(CaseEventRequest::for_step(step, |_| String::new()).step(), step);
         }
     }
 
