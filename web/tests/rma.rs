@@ -433,7 +433,7 @@ async fn the_pages_show_cases_in_words_and_offer_only_the_steps_allowed() {
             "row-remapping failure flag set",
             "Firmware suspected:",
             "2 h after the gpu firmware changed",
-            "href=\"/rollouts/7\"",
+            "href=\"/rollouts/7\">#7</a>",
             "50 more of 250 samples not shown",
             "Submission to the vendor is not available here yet",
             "collect evidence",

@@ -6,7 +6,9 @@
 //! cases).
 //!
 //! Every figure comes from an aggregate query or a bounded page, so the
-//! pages cost the same on 300 nodes and on 5,000.
+//! pages cost the same on 300 nodes and on 5,000 — except the replacement
+//! pipeline, which reads every RMA case: the datastore has no aggregate of
+//! cases yet, and they number in the hundreds where nodes are thousands.
 
 use std::collections::{BTreeMap, HashMap};
 

@@ -99,15 +99,18 @@ fn suspicion_value(suspicion: Option<&FirmwareSuspicion>) -> Value {
     };
     let change = &s.change;
     // Rollouts are linked by number; a rollout named otherwise is shown as text.
-    let rollout_link = change
+    let rollout_number = change
         .rollout
         .as_deref()
-        .and_then(|r| r.trim_start_matches('#').parse::<i64>().ok())
-        .map(|n| format!("/rollouts/{n}"));
+        .and_then(|r| r.trim_start_matches('#').parse::<i64>().ok());
+    let rollout_link = rollout_number.map(|n| format!("/rollouts/{n}"));
+    let rollout = rollout_number
+        .map(|n| format!("#{n}"))
+        .or_else(|| change.rollout.clone());
     context! {
         after => duration_words(s.after_seconds), component => change.component.clone(),
         from => change.from_version.clone(), to => change.to_version.clone(),
-        release => change.release.clone(), rollout => change.rollout.clone(), rollout_link,
+        release => change.release.clone(), rollout, rollout_link,
         changed_at => change.at.to_rfc3339(),
     }
 }
