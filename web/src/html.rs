@@ -29,6 +29,8 @@ const TEMPLATES: &[(&str, &str)] = &[
     ("node.html", include_str!("../templates/node.html")),
     ("tokens.html", include_str!("../templates/tokens.html")),
     ("reason.html", include_str!("../templates/reason.html")),
+    ("rma.html", include_str!("../templates/rma.html")),
+    ("rma_case.html", include_str!("../templates/rma_case.html")),
 ];
 
 fn env() -> &'static Environment<'static> {

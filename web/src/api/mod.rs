@@ -1,10 +1,12 @@
-//! `/api/v1`: nodes, releases with their qualification, and the audit log.
+//! `/api/v1`: nodes, releases with their qualification, rollouts, RMA cases
+//! and the audit log.
 
 pub mod alerts;
 mod audit;
 mod evidence;
 mod nodes;
 mod releases;
+pub(crate) mod rma;
 pub(crate) mod rollouts;
 mod throttles;
 
@@ -108,6 +110,9 @@ impl<S: Send + Sync> FromRequestParts<S> for Actor {
         rollouts::rollback,
         evidence::evidence,
         throttles::list,
+        rma::list_cases,
+        rma::get_case,
+        rma::record_event,
     ),
     components(schemas(ErrorBody, ErrorDetail)),
     tags(
@@ -117,6 +122,8 @@ impl<S: Send + Sync> FromRequestParts<S> for Actor {
         (name = "alerts", description = "Alertmanager webhook: alerts that pause or roll back rollouts"),
         (name = "rollouts", description = "Staged rollouts: plans, waves, approvals and commands"),
         (name = "users", description = "Users and login throttling (admin only)"),
+        (name = "rma", description = "RMA cases: GPUs that met a vendor's failure rule, and the human steps of their \
+         return to the vendor"),
     )
 )]
 pub struct ApiDoc;
@@ -154,6 +161,9 @@ pub(crate) fn router() -> Router<AppState> {
         .route("/rollouts/{id}/rollback", post(rollouts::rollback))
         .route("/rollouts/{id}/evidence", get(evidence::evidence))
         .route("/users/login-throttles", get(throttles::list))
+        .route("/rma/cases", get(rma::list_cases))
+        .route("/rma/cases/{id}", get(rma::get_case))
+        .route("/rma/cases/{id}/events", post(rma::record_event))
 }
 
 async fn openapi() -> Json<utoipa::openapi::OpenApi> {

@@ -1,11 +1,14 @@
 //! Fleet pages: the dashboard at `/` (compliance of every SKU against its
 //! baseline, active rollouts and what they wait on, the qualification of
-//! every release, failure rates per firmware version) and the node pages
-//! (`/nodes`, paged and filtered by the database; `/nodes/{name}` with its
-//! workload scheduler drains).
+//! every release, failure rates per firmware version, the replacement
+//! pipeline) and the node pages (`/nodes`, paged and filtered by the
+//! database; `/nodes/{name}` with its workload scheduler drains and its RMA
+//! cases).
 //!
 //! Every figure comes from an aggregate query or a bounded page, so the
-//! pages cost the same on 300 nodes and on 5,000.
+//! pages cost the same on 300 nodes and on 5,000 — except the replacement
+//! pipeline, which reads every RMA case: the datastore has no aggregate of
+//! cases yet, and they number in the hundreds where nodes are thousands.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -24,6 +27,7 @@ use serde::Deserialize;
 
 use super::pages::Flash;
 use super::reasons;
+use super::rma;
 use super::rollout::describe_blocker;
 use super::{UiError, base, charts, render, scheduler, v};
 use crate::AppState;
@@ -218,6 +222,7 @@ pub(crate) async fn overview(
     let outcomes = db.daily_step_outcomes(since_at).await?;
     let trend_svg = charts::failure_trend(&outcomes, since, TREND_DAYS);
     let by_version = version_trends(&db.daily_outcomes_by_version(since_at).await?, since, TREND_DAYS);
+    let rma = rma::pipeline(db).await?;
     let days: Vec<String> = (0..TREND_DAYS)
         .map(|i| (since + chrono::Duration::days(i)).format("%m-%d").to_string())
         .collect();
@@ -228,7 +233,7 @@ pub(crate) async fn overview(
             counts => v(&counts),
             quarantined => v(&quarantined.nodes), quarantined_total => quarantined.total,
             unhealthy => v(&unhealthy),
-            compliance => compliance_rows, active, qualification, trend_svg, by_version, days,
+            compliance => compliance_rows, active, qualification, trend_svg, by_version, days, rma,
             flash => flash.msg, alerts => scheduler::banners(&state),
             ..base(&me, "overview", "Fleet overview")
         },
@@ -353,6 +358,7 @@ pub(crate) async fn node(
     let components = db.node_components(node.id).await?;
     let history = node_history(db, node.id).await?;
     let drains = scheduler::node_rows(db, node.id).await?;
+    let (rma_cases, rma_holds) = rma::node_cases(db, &node.name).await?;
     let audit = db
         .audit_entries(&AuditFilter {
             subject_type: Some("node".into()),
@@ -371,6 +377,7 @@ pub(crate) async fn node(
         "node.html",
         context! {
             node => v(&node), components => v(&components), unhealthy_components, history, audit, drains,
+            rma_cases, rma_holds,
             alerts => scheduler::banners(&state),
             ..base(&me, "nodes", &title)
         },

@@ -12,6 +12,7 @@ mod fleet;
 mod pages;
 mod policy_summary;
 mod reasons;
+mod rma;
 mod rollout;
 mod rollouts_list;
 mod scheduler;
@@ -182,6 +183,9 @@ pub(crate) fn router() -> Router<AppState> {
         .route("/rollouts/{id}", get(rollout::detail))
         .route("/rollouts/{id}/events", get(rollout::events))
         .route("/rollouts/{id}/{action}", post(rollout::action))
+        .route("/rma", get(rma::list))
+        .route("/rma/{id}", get(rma::case))
+        .route("/rma/{id}/{step}", post(rma::action))
         .route("/audit", get(pages::audit))
         .route("/policies", get(pages::policies))
         .route("/users", get(pages::users))

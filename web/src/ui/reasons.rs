@@ -57,7 +57,7 @@ fn pretty(text: &str) -> String {
 fn is_decision(entry: &AuditEntry) -> bool {
     match entry.action.as_str() {
         "wave.approve" | "release.transition" | "release.block" | "release.unblock" | "node.state"
-        | "rollout.start" | "alert.action" => true,
+        | "rollout.start" | "alert.action" | "rma.transition" => true,
         "wave.transition" => matches!(
             field(&entry.details, "to").as_deref(),
             Some("promoted" | "halted" | "awaiting_approval" | "rolled_back")
@@ -141,6 +141,25 @@ fn sentence(entry: &AuditEntry, node: Option<&str>) -> String {
             f("updated"),
             f("unchanged")
         ),
+        "rma.open" => format!(
+            "RMA case opened for GPU {} on {} ({}, {})",
+            f("serial"),
+            f("node"),
+            f("rule"),
+            f("failure_mode").replace('_', " ")
+        ),
+        "rma.transition" => {
+            let text = format!(
+                "RMA step {}: {} → {}",
+                f("event").replace('_', " "),
+                f("from").replace('_', " "),
+                f("to").replace('_', " ")
+            );
+            match field(d, "detail") {
+                Some(detail) if !detail.is_empty() => format!("{text}: {detail}"),
+                _ => text,
+            }
+        }
         "user.login" => format!("{} logged in", entry.subject_id),
         "user.logout" => format!("{} logged out", entry.subject_id),
         "user.token.add" => format!("API token “{}” created for {}", f("name"), entry.subject_id),
@@ -159,6 +178,10 @@ fn subject(entry: &AuditEntry, node: Option<&str>) -> (String, Option<String>) {
         "node" => (id.to_owned(), Some(format!("/nodes/{}", crate::url::urlencode(id)))),
         "release" => (format!("release #{id}"), Some(format!("/releases/{id}"))),
         "rollout" => (format!("rollout #{id}"), Some(format!("/rollouts/{id}"))),
+        "rma_case" => (
+            format!("RMA case {id}"),
+            Some(format!("/rma/{}", crate::url::urlencode(id))),
+        ),
         "wave" => {
             let name = field(d, "wave").map_or_else(|| format!("wave #{id}"), |w| format!("wave {w}"));
             match rollout {
@@ -276,6 +299,26 @@ mod tests {
         let rendered = format!("{fields:?}");
         assert!(rendered.contains("/nodes/gpu-node-007"), "{rendered}");
         assert!(!rendered.contains("node_id"), "{rendered}");
+    }
+
+    #[test]
+    fn rma_steps_read_as_sentences_and_link_their_case() {
+        let e = entry(
+            "rma.transition",
+            "rma_case",
+            "RMA-SN-1-fallen_off_bus-1",
+            serde_json::json!({ "from": "submitted", "to": "rejected", "event": "vendor_rejected",
+                "actor": "rita", "at": "2026-12-02T12:00:00Z", "detail": "diagnostic passed" }),
+        );
+        let row = audit_row(&e, &BTreeMap::new());
+        assert_eq!(
+            row.get_attr("sentence").unwrap().to_string(),
+            "RMA step vendor rejected: submitted → rejected: diagnostic passed"
+        );
+        assert_eq!(
+            row.get_attr("subject_link").unwrap().to_string(),
+            "/rma/RMA-SN-1-fallen_off_bus-1"
+        );
     }
 
     #[test]
