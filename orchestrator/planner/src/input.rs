@@ -56,7 +56,9 @@ pub struct NodeHealth {
     pub summary: Option<String>,
     /// Why an open RMA case keeps the node out of rollouts (a part awaits
     /// its vendor's answer or a replacement): neither updated nor a control.
-    #[serde(default)]
+    /// Left out of the serialized snapshot when absent, so the fingerprint
+    /// of a fleet without holds is what it was before this field existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rma_hold: Option<String>,
 }
 
