@@ -4,8 +4,9 @@
 use std::process::{Command, Output};
 use std::sync::Arc;
 
+use orchestrator_db::testing::fixtures::rma_candidate;
 use orchestrator_db::{AuditFilter, Db};
-use orchestrator_rma::{Candidate, CandidateStatus, PartRecord, Severity};
+use orchestrator_rma::Severity;
 use orchestrator_types::SystemClock;
 
 const BIN: &str = env!("CARGO_BIN_EXE_waveguard");
@@ -29,24 +30,7 @@ async fn an_operator_lists_a_case_records_the_vendors_answer_and_closes_it() {
     let dir = tempfile::tempdir().expect("tempdir");
     let url = format!("sqlite://{}", dir.path().join("w.db").display());
     let db = Db::connect_and_migrate(&url, Arc::new(SystemClock)).await.unwrap();
-    let candidate = Candidate {
-        part: PartRecord {
-            serial: "1654922001234".into(),
-            vendor: "nvidia".into(),
-            part_kind: "gpu".into(),
-            part_number: "699-2G520-0200-000".into(),
-            node: "gpu-r1-n07".into(),
-            slot: "GPU_SXM_3".into(),
-        },
-        rule: "row_remap_failure".into(),
-        failure_mode: "row_remap_failure".into(),
-        severity: Severity::Critical,
-        status: CandidateStatus::Met,
-        began_at: chrono::Utc::now(),
-        samples: Vec::new(),
-        firmware_suspected: None,
-        document_edition: "NVIDIA GPU memory error management, r575".into(),
-    };
+    let candidate = rma_candidate("1654922001234", "gpu-r1-n07", "row_remap_failure", Severity::Critical);
     let case = db.open_rma_case(&candidate, "detector").await.unwrap();
 
     let out = waveguard(&url, &["rma", "list", "--open"]);

@@ -13,11 +13,10 @@ use axum::http::{Method, StatusCode};
 use chrono::{Duration, TimeDelta, TimeZone, Utc};
 use common::{call_as, post_form};
 use orchestrator_db::testing::TestDb;
-use orchestrator_db::testing::fixtures::plain_nodes;
+use orchestrator_db::testing::fixtures::{plain_nodes, rma_candidate};
 use orchestrator_db::{AuditFilter, Db};
 use orchestrator_rma::{
-    Actor, Candidate, CandidateStatus, FirmwareChange, FirmwareSuspicion, HealthFlag, Observation, ObservationKind,
-    PartRecord, Quota, Severity,
+    Actor, Candidate, FirmwareChange, FirmwareSuspicion, HealthFlag, Observation, ObservationKind, Quota, Severity,
 };
 use orchestrator_types::{ManualClock, Role};
 use serde_json::{Value, json};
@@ -47,18 +46,7 @@ fn candidate(serial: &str, node: &str, samples: usize, firmware: bool) -> Candid
         kind: ObservationKind::Xid { code: 79 },
     }));
     Candidate {
-        part: PartRecord {
-            serial: serial.into(),
-            vendor: "nvidia".into(),
-            part_kind: "gpu".into(),
-            part_number: "699-2G520-0200-000".into(),
-            node: node.into(),
-            slot: "GPU_SXM_3".into(),
-        },
-        rule: "fallen_off_bus".into(),
         failure_mode: "pcie_fallen_off_bus".into(),
-        severity: Severity::High,
-        status: CandidateStatus::Met,
         began_at: began,
         samples: observations,
         firmware_suspected: firmware.then(|| FirmwareSuspicion {
@@ -73,6 +61,7 @@ fn candidate(serial: &str, node: &str, samples: usize, firmware: bool) -> Candid
             after_seconds: 7200,
         }),
         document_edition: "NVIDIA GPU memory error management (r555, 2024-05), section 4".into(),
+        ..rma_candidate(serial, node, "fallen_off_bus", Severity::High)
     }
 }
 

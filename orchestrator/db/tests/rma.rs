@@ -7,29 +7,13 @@
 use chrono::TimeDelta;
 use orchestrator_db::rma::RmaFilter;
 use orchestrator_db::testing::TestDb;
+use orchestrator_db::testing::fixtures::rma_candidate;
 use orchestrator_db::{AuditFilter, DbError};
 use orchestrator_rma::{Actor, Candidate, CandidateStatus, CaseEvent, CaseState, PartRecord, Quota, Severity};
 use orchestrator_types::Role;
 
 fn candidate(serial: &str, node: &str, severity: Severity) -> Candidate {
-    Candidate {
-        part: PartRecord {
-            serial: serial.into(),
-            vendor: "nvidia".into(),
-            part_kind: "gpu".into(),
-            part_number: "699-2G520-0200-000".into(),
-            node: node.into(),
-            slot: "GPU_SXM_1".into(),
-        },
-        rule: "fallen_off_bus".into(),
-        failure_mode: "pcie_fallen_off_bus".into(),
-        severity,
-        status: CandidateStatus::Met,
-        began_at: chrono::Utc::now(),
-        samples: Vec::new(),
-        firmware_suspected: None,
-        document_edition: "NVIDIA RMA process, 2024".into(),
-    }
+    rma_candidate(serial, node, "fallen_off_bus", severity)
 }
 
 fn actor(name: &str, role: Role) -> Actor {

@@ -354,6 +354,18 @@ impl Drains<'_> {
         }
     }
 
+    /// [`Drains::state_of`], or `None` once the wave is blocked because the
+    /// scheduler could not be asked (its fault, never the node's).
+    async fn state_or_block(&self, view: &mut DrainView, name: &str, wave: WaveId) -> Option<Option<NodeState>> {
+        match self.state_of(view, name).await {
+            Ok(state) => Some(state),
+            Err(err) => {
+                self.unavailable(view, wave, &err);
+                None
+            }
+        }
+    }
+
     fn unavailable(&self, view: &mut DrainView, wave: WaveId, err: &orchestrator_scheduler::SchedulerError) {
         let error = orchestrator_types::error_chain(err);
         tracing::warn!(%error, "workload scheduler call failed");
@@ -391,12 +403,8 @@ impl Drains<'_> {
     /// `drain_intended` before the flash: the crash may have come before or
     /// after the drain landed.
     async fn confirm_intent(&self, row: &DrainRow, view: &mut DrainView) -> Result<(), DbError> {
-        let state = match self.state_of(view, &row.scheduler_node).await {
-            Ok(state) => state,
-            Err(err) => {
-                self.unavailable(view, row.wave_id, &err);
-                return Ok(());
-            }
+        let Some(state) = self.state_or_block(view, &row.scheduler_node, row.wave_id).await else {
+            return Ok(());
         };
         let Some(state) = state else {
             let reason = format!("the workload scheduler no longer lists node {}", row.scheduler_node);
@@ -427,12 +435,8 @@ impl Drains<'_> {
     /// `held` before the flash: flash once empty, else wait up to the
     /// wave's `drain_timeout`.
     async fn await_empty(&self, row: &DrainRow, rules: DrainRules, view: &mut DrainView) -> Result<(), DbError> {
-        let state = match self.state_of(view, &row.scheduler_node).await {
-            Ok(state) => state,
-            Err(err) => {
-                self.unavailable(view, row.wave_id, &err);
-                return Ok(());
-            }
+        let Some(state) = self.state_or_block(view, &row.scheduler_node, row.wave_id).await else {
+            return Ok(());
         };
         let Some(state) = state else {
             view.block(
@@ -547,12 +551,8 @@ impl Drains<'_> {
 
     /// `resume_intended`: resume unless someone else owns the drain now.
     async fn resume(&self, row: &DrainRow, view: &mut DrainView) -> Result<(), DbError> {
-        let state = match self.state_of(view, &row.scheduler_node).await {
-            Ok(state) => state,
-            Err(err) => {
-                self.unavailable(view, row.wave_id, &err);
-                return Ok(());
-            }
+        let Some(state) = self.state_or_block(view, &row.scheduler_node, row.wave_id).await else {
+            return Ok(());
         };
         let Some(state) = state else {
             return self
@@ -658,12 +658,8 @@ impl Drains<'_> {
                 return Ok(Started::NotNow);
             }
         };
-        let state = match self.state_of(view, name.as_str()).await {
-            Ok(state) => state,
-            Err(err) => {
-                self.unavailable(view, step.wave_id, &err);
-                return Ok(Started::NotNow);
-            }
+        let Some(state) = self.state_or_block(view, name.as_str(), step.wave_id).await else {
+            return Ok(Started::NotNow);
         };
         let Some(state) = state else {
             // Never flash a node whose workload is unknown.

@@ -4,30 +4,14 @@
 
 use integration_tests::fixtures::{PolicyYaml, WaveSize, WaveYaml};
 use integration_tests::{GPU_TO, Harness};
+use orchestrator_db::testing::fixtures::rma_candidate;
 use orchestrator_engine::{StartRollout, start_rollout_planned};
 use orchestrator_planner::{ExclusionReason, Outcome};
-use orchestrator_rma::{Actor, Candidate, CandidateStatus, CaseEvent, PartRecord, Severity};
+use orchestrator_rma::{Actor, Candidate, CaseEvent, Severity};
 use orchestrator_types::Role;
 
 fn candidate(node: &str) -> Candidate {
-    Candidate {
-        part: PartRecord {
-            serial: "1654922001234".into(),
-            vendor: "nvidia".into(),
-            part_kind: "gpu".into(),
-            part_number: "699-2G520-0200-000".into(),
-            node: node.into(),
-            slot: "GPU_SXM_3".into(),
-        },
-        rule: "row_remap_failure".into(),
-        failure_mode: "row_remap_failure".into(),
-        severity: Severity::Critical,
-        status: CandidateStatus::Met,
-        began_at: chrono::Utc::now(),
-        samples: Vec::new(),
-        firmware_suspected: None,
-        document_edition: "NVIDIA GPU memory error management, r575".into(),
-    }
+    rma_candidate("1654922001234", node, "row_remap_failure", Severity::Critical)
 }
 
 fn request(release: orchestrator_types::ReleaseId, seed: i64) -> StartRollout {

@@ -615,3 +615,31 @@ pub async fn store_rollout(
     db.start_rollout(&new_rollout(release), "name: p\n", &plan(waves), actor)
         .await
 }
+
+/// An NVIDIA GPU (part 699-2G520-0200-000, slot `GPU_SXM_3`) in `node` that met `rule` now, with
+/// no samples and no firmware suspicion: what a detector would open an RMA case for.
+pub fn rma_candidate(
+    serial: &str,
+    node: &str,
+    rule: &str,
+    severity: orchestrator_rma::Severity,
+) -> orchestrator_rma::Candidate {
+    orchestrator_rma::Candidate {
+        part: orchestrator_rma::PartRecord {
+            serial: serial.into(),
+            vendor: "nvidia".into(),
+            part_kind: "gpu".into(),
+            part_number: "699-2G520-0200-000".into(),
+            node: node.into(),
+            slot: "GPU_SXM_3".into(),
+        },
+        rule: rule.into(),
+        failure_mode: rule.into(),
+        severity,
+        status: orchestrator_rma::CandidateStatus::Met,
+        began_at: chrono::Utc::now(),
+        samples: Vec::new(),
+        firmware_suspected: None,
+        document_edition: "NVIDIA GPU memory error management, r575".into(),
+    }
+}
