@@ -9,7 +9,7 @@ use orchestrator_db::rma::RmaFilter;
 use orchestrator_db::testing::TestDb;
 use orchestrator_db::testing::fixtures::rma_candidate;
 use orchestrator_db::{AuditFilter, DbError};
-use orchestrator_rma::{Actor, Candidate, CandidateStatus, CaseEvent, CaseState, PartRecord, Quota, Severity};
+use orchestrator_rma::{Actor, Candidate, CaseEvent, CaseState, Quota, Severity};
 use orchestrator_types::Role;
 
 fn candidate(serial: &str, node: &str, severity: Severity) -> Candidate {
