@@ -315,7 +315,8 @@ pub(crate) async fn node_rows(db: &Db, node: NodeId) -> Result<Vec<Value>, DbErr
         .collect())
 }
 
-/// The banners about the scheduler for the pages that show them: drains
+/// The banners about the controller's own condition for the pages that
+/// show them: flashing paused by a fault of the controller's own, drains
 /// carrying Waveguard's tag without a record, and a scheduler that cannot
 /// be read. Empty when this process runs no engine.
 pub(crate) fn banners(state: &AppState) -> Vec<String> {
@@ -328,6 +329,13 @@ pub(crate) fn banners(state: &AppState) -> Vec<String> {
 
 fn banner_lines(status: &ControllerStatus) -> Vec<String> {
     let mut out = Vec::new();
+    if status.degraded {
+        // The reason is an error kind or OS label, never a secret.
+        out.push(format!(
+            "The controller is degraded ({}): new flashes are paused until it recovers; no node is charged for it",
+            status.reason.as_deref().unwrap_or("a fault of its own")
+        ));
+    }
     if !status.orphaned_drains.is_empty() {
         let n = status.orphaned_drains.len();
         let mut names = status
@@ -758,6 +766,19 @@ mod tests {
                 "The workload scheduler cannot be read: /usr/local/bin/wg-sched list exited with exit status: 2: \
                  curl https://<redacted>@sched.example/ failed; nothing is drained or resumed"
                     .to_owned(),
+            ]
+        );
+        let degraded = ControllerStatus {
+            degraded: true,
+            reason: Some("controller_resource".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            banner_lines(&degraded),
+            vec![
+                "The controller is degraded (controller_resource): new flashes are paused until it recovers; \
+                 no node is charged for it"
+                    .to_owned()
             ]
         );
         let many = ControllerStatus {
