@@ -10,7 +10,8 @@
 
 use chrono::{DateTime, Utc};
 use orchestrator_types::{DrainPhase, NodeId, RolloutId, StepId, WaveId};
-use sea_orm::{ActiveModelTrait, ColumnTrait, EntityTrait, QueryFilter, QueryOrder, Set, TransactionTrait};
+use sea_orm::sea_query::SimpleExpr;
+use sea_orm::{ActiveModelTrait, ColumnTrait, EntityTrait, Order, QueryFilter, QueryOrder, Set, TransactionTrait};
 use serde::Serialize;
 
 use crate::entity::{nodes, scheduler_drains};
@@ -256,32 +257,30 @@ impl Db {
 
     /// Every drain that is not closed (quarantined included), oldest first.
     pub async fn open_drains(&self) -> Result<Vec<DrainRow>, DbError> {
-        rows(
-            scheduler_drains::Entity::find()
-                .filter(scheduler_drains::Column::Phase.ne(DrainPhase::Closed.as_str()))
-                .order_by_asc(scheduler_drains::Column::Id)
-                .all(&self.conn)
-                .await?,
+        self.drains_where(
+            scheduler_drains::Column::Phase.ne(DrainPhase::Closed.as_str()),
+            Order::Asc,
         )
+        .await
     }
 
     /// Every drain a rollout made, oldest first.
     pub async fn rollout_drains(&self, rollout: RolloutId) -> Result<Vec<DrainRow>, DbError> {
-        rows(
-            scheduler_drains::Entity::find()
-                .filter(scheduler_drains::Column::RolloutId.eq(rollout.0))
-                .order_by_asc(scheduler_drains::Column::Id)
-                .all(&self.conn)
-                .await?,
-        )
+        self.drains_where(scheduler_drains::Column::RolloutId.eq(rollout.0), Order::Asc)
+            .await
     }
 
     /// A node's drains, newest first.
     pub async fn node_drains(&self, node: NodeId) -> Result<Vec<DrainRow>, DbError> {
+        self.drains_where(scheduler_drains::Column::NodeId.eq(node.0), Order::Desc)
+            .await
+    }
+
+    async fn drains_where(&self, condition: SimpleExpr, order: Order) -> Result<Vec<DrainRow>, DbError> {
         rows(
             scheduler_drains::Entity::find()
-                .filter(scheduler_drains::Column::NodeId.eq(node.0))
-                .order_by_desc(scheduler_drains::Column::Id)
+                .filter(condition)
+                .order_by(scheduler_drains::Column::Id, order)
                 .all(&self.conn)
                 .await?,
         )

@@ -28,19 +28,7 @@ pub async fn authed_app(state: AppState) -> Router {
 
 /// One request (a JSON body when given); the answer as JSON, or as a JSON string when it is not JSON.
 pub async fn call(app: &Router, method: Method, uri: &str, body: Option<&str>) -> (StatusCode, Value) {
-    let mut request = Request::builder().method(method).uri(uri);
-    if body.is_some() {
-        request = request.header(header::CONTENT_TYPE, "application/json");
-    }
-    let request = request
-        .body(body.map_or_else(Body::empty, |b| Body::from(b.to_owned())))
-        .unwrap();
-    let response = app.clone().oneshot(request).await.unwrap();
-    let status = response.status();
-    let bytes = response.into_body().collect().await.unwrap().to_bytes();
-    let value =
-        serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into()));
-    (status, value)
+    send(app, None, method, uri, body).await
 }
 
 /// A page as `token` sees it: status and body.
@@ -83,13 +71,16 @@ pub async fn post_form(
     (status, location, String::from_utf8_lossy(&bytes).into_owned())
 }
 
-/// One JSON request as `token` (a JSON body when given): status and the answer as JSON, or as a
-/// JSON string when it is not JSON.
+/// [`call`] as `token` (`Authorization: Bearer`).
 pub async fn call_as(app: &Router, token: &str, method: Method, uri: &str, body: Option<&str>) -> (StatusCode, Value) {
-    let mut request = Request::builder()
-        .method(method)
-        .uri(uri)
-        .header(header::AUTHORIZATION, format!("Bearer {token}"));
+    send(app, Some(token), method, uri, body).await
+}
+
+async fn send(app: &Router, token: Option<&str>, method: Method, uri: &str, body: Option<&str>) -> (StatusCode, Value) {
+    let mut request = Request::builder().method(method).uri(uri);
+    if let Some(token) = token {
+        request = request.header(header::AUTHORIZATION, format!("Bearer {token}"));
+    }
     if body.is_some() {
         request = request.header(header::CONTENT_TYPE, "application/json");
     }
