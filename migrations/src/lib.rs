@@ -19,6 +19,7 @@ mod m0009_hardening;
 mod m0010_credential_bindings;
 mod m0011_scheduler_drains;
 mod m0012_rma_cases;
+mod m0013_rma_parts;
 
 /// Every migration, oldest first.
 #[derive(Debug)]
@@ -40,6 +41,7 @@ impl MigratorTrait for Migrator {
             Box::new(m0010_credential_bindings::Migration),
             Box::new(m0011_scheduler_drains::Migration),
             Box::new(m0012_rma_cases::Migration),
+            Box::new(m0013_rma_parts::Migration),
         ]
     }
 }

@@ -17,9 +17,11 @@ pub mod health;
 pub mod model;
 mod nodes;
 pub mod overview;
+pub mod parts;
 pub mod policies;
 mod releases;
 pub mod rma;
+pub mod rma_evidence;
 pub mod rollouts;
 #[cfg(feature = "testing")]
 pub mod testing;

@@ -19,7 +19,7 @@ use sea_orm::{
 };
 use serde::Serialize;
 
-use crate::entity::rma_cases;
+use crate::entity::{rma_attachments, rma_cases, rma_cluster_scans, rma_criteria};
 use crate::{Db, DbError, audit};
 
 /// One stored case with the candidate that opened it.
@@ -297,5 +297,318 @@ impl Db {
             .map(|c| c.case)
             .collect();
         Ok(orchestrator_rma::quarantined_nodes(&open))
+    }
+}
+
+/// A criteria file in force, pinned to the commit it was read at.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CriteriaFile {
+    /// Path in the policy repository (`rma/nvidia-gpu.yaml`).
+    pub path: String,
+    /// Commit it was read at (`local` for files loaded from a directory).
+    pub commit_id: String,
+    /// Git blob id, or the sha256 of the text for local files.
+    pub blob_id: String,
+    pub source: String,
+}
+
+/// A file attached to a case.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Attachment {
+    pub name: String,
+    pub kind: AttachmentKind,
+    pub sha256: String,
+    pub size_bytes: u64,
+    pub added_by: String,
+    pub added_at: DateTime<Utc>,
+}
+
+/// Where an attachment came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttachmentKind {
+    /// Collected from the BMC by `LogService.CollectDiagnosticData`.
+    RedfishDiagnostic,
+    /// The vendor's field diagnostic log, uploaded by a person.
+    FieldDiagnostic,
+}
+
+impl AttachmentKind {
+    fn as_str(self) -> &'static str {
+        match self {
+            AttachmentKind::RedfishDiagnostic => "redfish_diagnostic",
+            AttachmentKind::FieldDiagnostic => "field_diagnostic",
+        }
+    }
+
+    fn parse(text: &str) -> Result<Self, DbError> {
+        match text {
+            "redfish_diagnostic" => Ok(AttachmentKind::RedfishDiagnostic),
+            "field_diagnostic" => Ok(AttachmentKind::FieldDiagnostic),
+            other => Err(DbError::corrupt("rma attachment kind", other)),
+        }
+    }
+}
+
+/// Largest attachment stored: diagnostic archives are a few MiB; vendor
+/// portals cap uploads well below this.
+pub const MAX_ATTACHMENT_BYTES: usize = 32 * 1024 * 1024;
+
+fn attachment_of(m: &rma_attachments::Model) -> Result<Attachment, DbError> {
+    Ok(Attachment {
+        name: m.name.clone(),
+        kind: AttachmentKind::parse(&m.kind)?,
+        sha256: m.sha256.clone(),
+        size_bytes: u64::try_from(m.size_bytes).unwrap_or(0),
+        added_by: m.added_by.clone(),
+        added_at: m.added_at,
+    })
+}
+
+/// A stored defect-cluster scan of one period.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ClusterScan {
+    pub period_start: DateTime<Utc>,
+    pub period_end: DateTime<Utc>,
+    pub scanned_at: DateTime<Utc>,
+    /// The `orchestrator_rma::ClusterReport`, as stored.
+    pub report: serde_json::Value,
+}
+
+impl Db {
+    /// Replaces the criteria in force with `files` (each already linted by
+    /// the caller). Audited as `rma.criteria` with the paths and commits.
+    pub async fn replace_rma_criteria(&self, files: &[CriteriaFile], actor: &str) -> Result<(), DbError> {
+        for f in files {
+            orchestrator_rma::parse_criteria(&f.source).map_err(|e| DbError::Invalid {
+                field: f.path.clone(),
+                reason: e.to_string(),
+            })?;
+        }
+        let now = self.clock.now();
+        let txn = self.conn.begin().await?;
+        rma_criteria::Entity::delete_many().exec(&txn).await?;
+        for f in files {
+            rma_criteria::ActiveModel {
+                path: Set(f.path.clone()),
+                commit_id: Set(f.commit_id.clone()),
+                blob_id: Set(f.blob_id.clone()),
+                source: Set(f.source.clone()),
+                loaded_by: Set(actor.to_owned()),
+                loaded_at: Set(now),
+            }
+            .insert(&txn)
+            .await?;
+        }
+        audit::append(
+            &txn,
+            now,
+            actor,
+            "rma.criteria",
+            "rma_criteria",
+            "in force",
+            serde_json::json!(
+                files
+                    .iter()
+                    .map(|f| serde_json::json!({"path": f.path, "commit": f.commit_id, "blob": f.blob_id}))
+                    .collect::<Vec<_>>()
+            ),
+        )
+        .await?;
+        txn.commit().await?;
+        Ok(())
+    }
+
+    /// The criteria files in force, by path.
+    pub async fn rma_criteria_files(&self) -> Result<Vec<CriteriaFile>, DbError> {
+        Ok(rma_criteria::Entity::find()
+            .order_by_asc(rma_criteria::Column::Path)
+            .all(&self.conn)
+            .await?
+            .into_iter()
+            .map(|m| CriteriaFile {
+                path: m.path,
+                commit_id: m.commit_id,
+                blob_id: m.blob_id,
+                source: m.source,
+            })
+            .collect())
+    }
+
+    /// The criteria in force, parsed.
+    pub async fn rma_criteria(&self) -> Result<Vec<orchestrator_rma::Criteria>, DbError> {
+        self.rma_criteria_files()
+            .await?
+            .iter()
+            .map(|f| orchestrator_rma::parse_criteria(&f.source).map_err(|e| DbError::corrupt("rma criteria", e)))
+            .collect()
+    }
+
+    /// The quota of `vendor` from the criteria in force (the first file of
+    /// that vendor that states one).
+    pub async fn rma_quota(&self, vendor: &str) -> Result<Quota, DbError> {
+        self.rma_criteria()
+            .await?
+            .into_iter()
+            .find(|c| c.vendor == vendor)
+            .map(|c| c.quota)
+            .ok_or_else(|| DbError::NotFound {
+                what: "rma criteria for vendor",
+                key: vendor.to_owned(),
+            })
+    }
+
+    /// Attaches a file to case `id`. The same name twice is refused (an
+    /// attachment is evidence: it is never overwritten). Audited as
+    /// `rma.attachment` with its hash, never its content.
+    pub async fn add_rma_attachment(
+        &self,
+        id: &str,
+        name: &str,
+        kind: AttachmentKind,
+        content: &[u8],
+        actor: &str,
+    ) -> Result<Attachment, DbError> {
+        let name = name.trim();
+        let bad = |reason: &str| DbError::Invalid {
+            field: "attachment name".into(),
+            reason: reason.to_owned(),
+        };
+        if name.is_empty() || name.len() > 100 {
+            return Err(bad("must be 1-100 bytes"));
+        }
+        if !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+            || name.starts_with('.')
+        {
+            return Err(bad(
+                "may hold only letters, digits, '.', '_' and '-', and not start with '.'",
+            ));
+        }
+        if content.len() > MAX_ATTACHMENT_BYTES {
+            return Err(DbError::Invalid {
+                field: "attachment".into(),
+                reason: format!("is larger than {MAX_ATTACHMENT_BYTES} bytes"),
+            });
+        }
+        if let Some(what) = orchestrator_rma::secret_sweep(content, &[]) {
+            return Err(DbError::Invalid {
+                field: "attachment".into(),
+                reason: format!("contains {what}; remove it before attaching"),
+            });
+        }
+        self.rma_case(id).await?;
+        let now = self.clock.now();
+        let sha256 = orchestrator_rma::evidence::sha256_hex(content);
+        let txn = self.conn.begin().await?;
+        let exists = rma_attachments::Entity::find()
+            .filter(rma_attachments::Column::CaseId.eq(id))
+            .filter(rma_attachments::Column::Name.eq(name))
+            .one(&txn)
+            .await?;
+        if exists.is_some() {
+            return Err(DbError::AlreadyExists {
+                what: "rma attachment",
+                key: format!("{id}/{name}"),
+            });
+        }
+        let model = rma_attachments::ActiveModel {
+            case_id: Set(id.to_owned()),
+            name: Set(name.to_owned()),
+            kind: Set(kind.as_str().to_owned()),
+            content: Set(content.to_vec()),
+            sha256: Set(sha256.clone()),
+            size_bytes: Set(i64::try_from(content.len()).unwrap_or(i64::MAX)),
+            added_by: Set(actor.to_owned()),
+            added_at: Set(now),
+            ..Default::default()
+        }
+        .insert(&txn)
+        .await?;
+        audit::append(
+            &txn,
+            now,
+            actor,
+            "rma.attachment",
+            "rma_case",
+            id,
+            serde_json::json!({ "name": name, "kind": kind.as_str(), "sha256": sha256, "size_bytes": content.len() }),
+        )
+        .await?;
+        txn.commit().await?;
+        attachment_of(&model)
+    }
+
+    /// The attachments of case `id`, by name.
+    pub async fn rma_attachments(&self, id: &str) -> Result<Vec<Attachment>, DbError> {
+        rma_attachments::Entity::find()
+            .filter(rma_attachments::Column::CaseId.eq(id))
+            .order_by_asc(rma_attachments::Column::Name)
+            .all(&self.conn)
+            .await?
+            .iter()
+            .map(attachment_of)
+            .collect()
+    }
+
+    /// One attachment's content.
+    pub async fn rma_attachment_content(&self, id: &str, name: &str) -> Result<(Attachment, Vec<u8>), DbError> {
+        let m = rma_attachments::Entity::find()
+            .filter(rma_attachments::Column::CaseId.eq(id))
+            .filter(rma_attachments::Column::Name.eq(name))
+            .one(&self.conn)
+            .await?
+            .ok_or_else(|| DbError::NotFound {
+                what: "rma attachment",
+                key: format!("{id}/{name}"),
+            })?;
+        Ok((attachment_of(&m)?, m.content))
+    }
+
+    /// Stores the scan of one period (a later scan of the same period
+    /// replaces it: the period's data may have grown until its end).
+    pub async fn store_cluster_scan(
+        &self,
+        period_start: DateTime<Utc>,
+        period_end: DateTime<Utc>,
+        report: &orchestrator_rma::ClusterReport,
+    ) -> Result<(), DbError> {
+        let now = self.clock.now();
+        let report = serde_json::to_value(report).map_err(|e| DbError::corrupt("cluster report", e))?;
+        let txn = self.conn.begin().await?;
+        rma_cluster_scans::Entity::delete_many()
+            .filter(rma_cluster_scans::Column::PeriodStart.eq(period_start))
+            .exec(&txn)
+            .await?;
+        rma_cluster_scans::ActiveModel {
+            period_start: Set(period_start),
+            period_end: Set(period_end),
+            scanned_at: Set(now),
+            report_json: Set(report),
+            ..Default::default()
+        }
+        .insert(&txn)
+        .await?;
+        txn.commit().await?;
+        Ok(())
+    }
+
+    /// The most recent scans, newest period first.
+    pub async fn cluster_scans(&self, limit: u64) -> Result<Vec<ClusterScan>, DbError> {
+        use sea_orm::QuerySelect;
+        Ok(rma_cluster_scans::Entity::find()
+            .order_by_desc(rma_cluster_scans::Column::PeriodStart)
+            .limit(limit)
+            .all(&self.conn)
+            .await?
+            .into_iter()
+            .map(|m| ClusterScan {
+                period_start: m.period_start,
+                period_end: m.period_end,
+                scanned_at: m.scanned_at,
+                report: m.report_json,
+            })
+            .collect())
     }
 }

@@ -107,7 +107,8 @@ pub enum EvidenceError {
     Manifest(#[source] serde_json::Error),
 }
 
-fn sha256_hex(bytes: &[u8]) -> String {
+/// Lowercase hex sha256, as manifests and attachments record it.
+pub fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
 
