@@ -63,7 +63,8 @@ pub use discovery::{
 pub use error::{BODY_SNIPPET_LIMIT, BmcError, ControllerFault};
 pub use redfish_bmc::RedfishBmc;
 pub use types::{
-    EventBatch, EventCursor, EventLogEntry, FirmwareComponent, GpuUnit, ResetTarget, SensorKind, SensorReading,
+    DiagnosticData, DiagnosticDataType, EventBatch, EventCursor, EventLogEntry, FirmwareComponent, GpuPart, GpuUnit,
+    ResetTarget, SensorKind, SensorReading,
     ServiceInfo, TaskHandle, TaskMessage, TaskState, TaskStatus, UpdateMethod, UpdateRequest,
 };
 pub use update::{
@@ -171,6 +172,25 @@ pub trait Bmc: Send + Sync + fmt::Debug {
         Err(BmcError::Unsupported {
             endpoint: self.endpoint().to_string(),
             feature: "listing GPU processors".to_string(),
+        })
+    }
+
+    /// Every GPU with its serial and part number and state, read fresh (not cached like
+    /// [`Bmc::gpus`]: a part is replaced, falls off the bus, changes health).
+    async fn gpu_parts(&self) -> Result<Vec<GpuPart>, BmcError> {
+        Err(BmcError::Unsupported {
+            endpoint: self.endpoint().to_string(),
+            feature: "reading GPU part inventory".to_string(),
+        })
+    }
+
+    /// Collects diagnostic data with `LogService.CollectDiagnosticData` on the log service that
+    /// advertises it (the GPU event log's first), waits for the task, and reads the new entry's
+    /// `AdditionalDataURI`. `Unsupported` when no log service offers the action or the type.
+    async fn collect_diagnostic_data(&self, kind: DiagnosticDataType) -> Result<DiagnosticData, BmcError> {
+        Err(BmcError::Unsupported {
+            endpoint: self.endpoint().to_string(),
+            feature: format!("LogService.CollectDiagnosticData ({kind:?})"),
         })
     }
 

@@ -437,6 +437,53 @@ pub struct ServiceInfo {
     pub uuid: Option<String>,
 }
 
+/// One GPU as a part: its identity (serial and part number, which Redfish keeps on the `Processor` and
+/// its `Assembly`) and state, read fresh for the RMA pipeline's part records.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuPart {
+    /// The Processor it was read from.
+    pub unit: GpuUnit,
+    /// `SerialNumber` (of the Processor, else of its first Assembly entry).
+    pub serial_number: Option<String>,
+    /// `PartNumber` (of the Processor, else of its first Assembly entry).
+    pub part_number: Option<String>,
+    /// `Manufacturer`.
+    pub manufacturer: Option<String>,
+    /// `Model`.
+    pub model: Option<String>,
+    /// `FirmwareVersion`, when the Processor reports one.
+    pub firmware_version: Option<String>,
+    /// `Status.Health`.
+    pub health: Option<String>,
+    /// `Status.State` (`UnavailableOffline` for a GPU that fell off the bus).
+    pub state: Option<String>,
+    /// `ProductionDate` of the Processor's `Assembly`, when it links one.
+    pub production_date: Option<DateTime<Utc>>,
+}
+
+/// What `LogService.CollectDiagnosticData` asks for (LogService v1_2_0 on).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum DiagnosticDataType {
+    /// The manager's (BMC's) own diagnostic data.
+    Manager,
+    /// Vendor-defined data (`OEMDiagnosticDataType` names which).
+    #[serde(rename = "OEM")]
+    Oem,
+}
+
+/// Diagnostic data collected from a BMC.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DiagnosticData {
+    /// The log entry created for it.
+    pub entry_uri: String,
+    /// Where its bytes were read (`AdditionalDataURI`).
+    pub data_uri: String,
+    /// The entry's `Created`, when parsable.
+    pub created: Option<DateTime<Utc>>,
+    /// The bytes.
+    pub bytes: Vec<u8>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -30,6 +30,23 @@ impl SystemScan {
     }
 }
 
+/// A GPU `Processor` document as a unit: its id, URI and chassis link.
+pub(super) fn gpu_unit(d: &Value) -> Option<GpuUnit> {
+    let uri = odata_id(d)?.trim_end_matches('/').to_string();
+    Some(GpuUnit {
+        id: d
+            .get("Id")
+            .and_then(Value::as_str)
+            .map_or_else(|| last_segment(&uri).to_string(), str::to_string),
+        chassis: d
+            .pointer("/Links/Chassis")
+            .and_then(|c| if c.is_array() { c.get(0) } else { Some(c) })
+            .and_then(odata_id)
+            .map(|c| c.trim_end_matches('/').to_string()),
+        uri,
+    })
+}
+
 impl RedfishBmc {
     /// Every member of `Systems` with its GPU processors and its LogServices link, read once per BMC:
     /// the hardware layout does not change while a controller runs.
@@ -77,21 +94,7 @@ impl RedfishBmc {
         Ok(docs
             .iter()
             .filter(|d| d.get("ProcessorType").and_then(Value::as_str) == Some("GPU"))
-            .filter_map(|d| {
-                let uri = odata_id(d)?.trim_end_matches('/').to_string();
-                Some(GpuUnit {
-                    id: d
-                        .get("Id")
-                        .and_then(Value::as_str)
-                        .map_or_else(|| last_segment(&uri).to_string(), str::to_string),
-                    chassis: d
-                        .pointer("/Links/Chassis")
-                        .and_then(|c| if c.is_array() { c.get(0) } else { Some(c) })
-                        .and_then(odata_id)
-                        .map(|c| c.trim_end_matches('/').to_string()),
-                    uri,
-                })
-            })
+            .filter_map(gpu_unit)
             .collect())
     }
 

@@ -5,6 +5,7 @@
 //! none), `health` finds the GPUs and the event log the health reader uses.
 
 mod health;
+mod parts;
 mod push;
 
 use std::time::Duration;
@@ -23,7 +24,7 @@ use crate::error::BmcError;
 use crate::limits::{MAX_COLLECTION_PAGES, PER_BMC_FETCH_CONCURRENCY, ReadBudget};
 use crate::transport::{Body, Call, Response, Transport};
 use crate::types::{
-    EventBatch, EventCursor, EventLogEntry, FirmwareComponent, GpuUnit, ResetTarget, SensorKind, SensorReading,
+    DiagnosticData, DiagnosticDataType, EventBatch, EventCursor, EventLogEntry, FirmwareComponent, GpuPart, GpuUnit, ResetTarget, SensorKind, SensorReading,
     ServiceInfo, TaskHandle, TaskStatus, UpdateMethod, UpdateRequest,
 };
 use crate::update::UpdateCapabilities;
@@ -524,6 +525,14 @@ impl Bmc for RedfishBmc {
             .iter()
             .flat_map(|s| s.gpus.iter().cloned())
             .collect())
+    }
+
+    async fn gpu_parts(&self) -> Result<Vec<GpuPart>, BmcError> {
+        self.read_gpu_parts().await
+    }
+
+    async fn collect_diagnostic_data(&self, kind: DiagnosticDataType) -> Result<DiagnosticData, BmcError> {
+        self.collect_diagnostics(kind).await
     }
 
     async fn read_events(&self, since: &EventCursor) -> Result<EventBatch, BmcError> {
