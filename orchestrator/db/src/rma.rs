@@ -77,6 +77,13 @@ impl Db {
     /// Opens a case for `candidate` (idempotent: an open case of the same
     /// serial and rule is returned unchanged). Audited as `rma.open`.
     pub async fn open_rma_case(&self, candidate: &Candidate, actor: &str) -> Result<Case, DbError> {
+        Ok(self.open_or_refresh_rma_case(candidate, actor).await?.0)
+    }
+
+    /// [`Db::open_rma_case`], saying whether the case is new. An open case
+    /// whose candidate changed status (a field diagnostic confirmed it) gets
+    /// the new candidate, audited as `rma.candidate`.
+    pub async fn open_or_refresh_rma_case(&self, candidate: &Candidate, actor: &str) -> Result<(Case, bool), DbError> {
         let now = self.clock.now();
         let serial = candidate.part.serial.trim();
         if serial.is_empty() {
@@ -92,7 +99,32 @@ impl Db {
             .all(&txn)
             .await?;
         if let Some(open) = same.iter().find(|m| m.open) {
-            return to_case(open.clone()).map(|c| c.case);
+            let stored = to_case(open.clone())?;
+            if stored.candidate.status != candidate.status {
+                rma_cases::Entity::update_many()
+                    .set(rma_cases::ActiveModel {
+                        candidate_json: Set(
+                            serde_json::to_value(candidate).map_err(|e| DbError::corrupt("rma candidate", e))?
+                        ),
+                        updated_at: Set(now),
+                        ..Default::default()
+                    })
+                    .filter(rma_cases::Column::Id.eq(open.id.as_str()))
+                    .exec(&txn)
+                    .await?;
+                audit::append(
+                    &txn,
+                    now,
+                    actor,
+                    "rma.candidate",
+                    "rma_case",
+                    &open.id,
+                    serde_json::json!({ "from": stored.candidate.status, "to": candidate.status, "samples": candidate.samples.len() }),
+                )
+                .await?;
+                txn.commit().await?;
+            }
+            return Ok((stored.case, false));
         }
         let id = case_id(serial, &candidate.rule, same.len() as u64 + 1);
         let case = Case::open(id.clone(), candidate, now);
@@ -131,7 +163,7 @@ impl Db {
         )
         .await?;
         txn.commit().await?;
-        Ok(case)
+        Ok((case, true))
     }
 
     /// One case.

@@ -67,6 +67,7 @@ mod health;
 mod inventory;
 pub mod metric_source;
 pub mod prometheus;
+pub mod rma;
 mod runner;
 mod start;
 mod step;

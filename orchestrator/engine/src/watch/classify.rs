@@ -37,6 +37,23 @@ pub fn classify_event(entry: &EventLogEntry) -> Option<RedfishMetric> {
     }
 }
 
+/// The XID code an event-log entry reports (`XID 79`, `Xid 79`, `XID: 79`), if it reports one.
+pub fn xid_code(entry: &EventLogEntry) -> Option<u32> {
+    let mut text = entry.message_args.join(" ");
+    for part in [&entry.message, &entry.message_id].into_iter().flatten() {
+        text.push(' ');
+        text.push_str(part);
+    }
+    let words: Vec<&str> = text
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .collect();
+    words
+        .windows(2)
+        .find(|w| w[0].eq_ignore_ascii_case("xid"))
+        .and_then(|w| w[1].parse().ok())
+}
+
 /// The GPU a Redfish resource link names: a GPU processor itself or something under it, the GPU's
 /// chassis (`Links.Chassis` of the processor), or a resource whose last path segment ends in the
 /// GPU's id (`.../Chassis/HGX_GPU_SXM_1` for `GPU_SXM_1`, when the processor does not link its chassis).
