@@ -64,8 +64,8 @@ pub use error::{BODY_SNIPPET_LIMIT, BmcError, ControllerFault};
 pub use redfish_bmc::RedfishBmc;
 pub use types::{
     DiagnosticData, DiagnosticDataType, EventBatch, EventCursor, EventLogEntry, FirmwareComponent, GpuPart, GpuUnit,
-    ResetTarget, SensorKind, SensorReading,
-    ServiceInfo, TaskHandle, TaskMessage, TaskState, TaskStatus, UpdateMethod, UpdateRequest,
+    ResetTarget, SensorKind, SensorReading, ServiceInfo, TaskHandle, TaskMessage, TaskState, TaskStatus, UpdateMethod,
+    UpdateRequest,
 };
 pub use update::{
     ApplyTime, PushCaps, SimpleUpdateCaps, UpdateCapabilities, UpdateIntent, UpdatePath, UpdatePlan, UpdateRefusal,

@@ -26,13 +26,12 @@ use std::sync::Arc;
 use chrono::{DateTime, TimeDelta, Utc};
 use futures::StreamExt;
 use orchestrator_bmc::{Bmc, DiagnosticDataType, EventCursor, GpuPart};
+use orchestrator_db::model::NodeFilter;
 use orchestrator_db::parts::{DiscoveredPart, Part, PartFilter};
 use orchestrator_db::rma::{AttachmentKind, RmaFilter};
-use orchestrator_db::model::NodeFilter;
 use orchestrator_db::{Db, DbError};
 use orchestrator_rma::{
-    CandidateStatus, ClusterConfig, FleetPart, HealthFlag, Observation, ObservationKind, PartFailure,
-    find_candidates,
+    CandidateStatus, ClusterConfig, FleetPart, HealthFlag, Observation, ObservationKind, PartFailure, find_candidates,
 };
 use serde::Serialize;
 use tokio::sync::Mutex;
@@ -128,7 +127,9 @@ pub struct RmaMonitor {
 
 impl std::fmt::Debug for RmaMonitor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RmaMonitor").field("config", &self.config).finish_non_exhaustive()
+        f.debug_struct("RmaMonitor")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
     }
 }
 
@@ -282,7 +283,10 @@ impl RmaMonitor {
             .into_iter()
             .collect();
         if let Some(prometheus) = &self.prometheus {
-            match self.dcgm_observations(prometheus, &nodes, &parts, &recently_observed, now).await {
+            match self
+                .dcgm_observations(prometheus, &nodes, &parts, &recently_observed, now)
+                .await
+            {
                 Ok(dcgm) => observed.extend(dcgm),
                 Err(e) => report.prometheus_error = Some(e),
             }
@@ -463,7 +467,9 @@ impl RmaMonitor {
         let by_serial: HashMap<&str, &Part> = parts.iter().map(|p| (p.serial.as_str(), p)).collect();
         let mut flashes: HashMap<String, Vec<orchestrator_rma::FirmwareChange>> = HashMap::new();
         for (serial, obs) in &observations {
-            let Some(part) = by_serial.get(serial.as_str()) else { continue };
+            let Some(part) = by_serial.get(serial.as_str()) else {
+                continue;
+            };
             if !flashes.contains_key(&part.node) {
                 let changes = match self.db.node_firmware_changes(&part.node).await {
                     Ok(c) => c,
@@ -522,7 +528,13 @@ impl RmaMonitor {
         let name = format!("bmc-diagnostic-{entry}.bin");
         match self
             .db
-            .add_rma_attachment(&case.id, &name, AttachmentKind::RedfishDiagnostic, &data.bytes, RMA_ACTOR)
+            .add_rma_attachment(
+                &case.id,
+                &name,
+                AttachmentKind::RedfishDiagnostic,
+                &data.bytes,
+                RMA_ACTOR,
+            )
             .await
         {
             Ok(_) => true,
@@ -534,7 +546,12 @@ impl RmaMonitor {
     }
 
     /// Scans every completed period since the oldest part was seen that has no stored scan.
-    async fn scan_periods(&self, parts: &[Part], now: DateTime<Utc>, report: &mut RmaPassReport) -> Result<(), DbError> {
+    async fn scan_periods(
+        &self,
+        parts: &[Part],
+        now: DateTime<Utc>,
+        report: &mut RmaPassReport,
+    ) -> Result<(), DbError> {
         let period = self.config.cluster_period;
         let Some(first_seen) = parts.iter().map(|p| p.first_seen).min() else {
             return Ok(());

@@ -15,4 +15,4 @@ mod sync;
 pub use source::{
     GitPolicySource, GitSourceError, MAX_POLICY_FILES, PolicyFile, RepoLocation, Snapshot, read_blob, redact_url,
 };
-pub use sync::{InForce, Rejection, SyncReport, plan_sync};
+pub use sync::{CriteriaCandidate, CriteriaPlan, InForce, Rejection, SyncReport, plan_criteria, plan_sync};

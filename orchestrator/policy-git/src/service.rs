@@ -16,7 +16,10 @@ use orchestrator_db::policies::{PolicySync, RecordedSync, RejectedPolicyFile, Sy
 use orchestrator_db::{Db, DbError};
 use orchestrator_policy::{DurationError, parse_duration};
 
-use crate::{GitPolicySource, GitSourceError, InForce, RepoLocation, SyncReport, plan_sync, redact_url};
+use crate::{
+    CriteriaCandidate, CriteriaPlan, GitPolicySource, GitSourceError, InForce, RepoLocation, SyncReport, plan_criteria,
+    plan_sync, redact_url,
+};
 
 /// Shortest period between two syncs in `serve`: each one reads (or, for a
 /// URL, clones) the whole repository.
@@ -113,6 +116,8 @@ pub struct SyncOutcome {
     pub record: PolicySync,
     /// Whether the database audited it (an idle sync is not).
     pub recorded: RecordedSync,
+    /// The RMA criteria in force after the sync, and the files refused.
+    pub criteria: CriteriaPlan,
 }
 
 /// Reads the policies at the configured ref, decides against what is in
@@ -156,10 +161,27 @@ pub async fn sync_once(db: &Db, settings: &SyncSettings, actor: &str) -> Result<
     let report = plan_sync(&previous, &snapshot);
     let record = to_record(&settings.label, &report);
     let recorded = db.record_policy_sync(&record, actor).await.map_err(store_err)?;
+    let offered: Vec<CriteriaCandidate> = snapshot
+        .rma_files
+        .iter()
+        .map(|f| CriteriaCandidate {
+            path: f.path.clone(),
+            commit_id: snapshot.commit_id.clone(),
+            blob_id: f.blob_id.clone(),
+            content: f.content.clone(),
+        })
+        .collect();
+    let criteria = plan_criteria(&db.rma_criteria_files().await.map_err(store_err)?, &offered);
+    if criteria.changed {
+        db.replace_rma_criteria(&criteria.in_force, actor)
+            .await
+            .map_err(store_err)?;
+    }
     Ok(SyncOutcome {
         report,
         record,
         recorded,
+        criteria,
     })
 }
 

@@ -117,6 +117,8 @@ pub struct Snapshot {
     pub commit_id: String,
     /// Policy files (`*.yaml`, `*.yml`), sorted by path.
     pub files: Vec<PolicyFile>,
+    /// RMA criteria files (`*.yaml` under an [`RMA_CRITERIA_DIR`] directory), sorted by path.
+    pub rma_files: Vec<PolicyFile>,
 }
 
 /// A configured policy repository.
@@ -227,8 +229,8 @@ fn object_err(id: impl ToString) -> impl FnOnce(gix::Error) -> GitSourceError {
 /// skipped by the policy sync.
 pub const RMA_CRITERIA_DIR: &str = "rma";
 
-/// Reads every `*.yaml` / `*.yml` file under `subdir` at `git_ref`, except RMA criteria under
-/// [`RMA_CRITERIA_DIR`].
+/// Reads every `*.yaml` / `*.yml` file under `subdir` at `git_ref`: RMA criteria under
+/// [`RMA_CRITERIA_DIR`] apart from the policies.
 pub fn read_snapshot(repo: &gix::Repository, git_ref: &str, subdir: Option<&str>) -> Result<Snapshot, GitSourceError> {
     let ref_err = |e: gix::Error| GitSourceError::Ref {
         git_ref: git_ref.to_owned(),
@@ -244,6 +246,7 @@ pub fn read_snapshot(repo: &gix::Repository, git_ref: &str, subdir: Option<&str>
         .filter(|d| !d.is_empty())
         .map(|d| format!("{d}/"));
     let mut files = Vec::new();
+    let mut rma_files = Vec::new();
     for entry in entries {
         if !entry.mode.is_blob() {
             continue;
@@ -254,23 +257,33 @@ pub fn read_snapshot(repo: &gix::Repository, git_ref: &str, subdir: Option<&str>
         // RMA criteria share the repository (an `rma/` directory, read by orchestrator-rma) but
         // are not rollout policies.
         let in_rma_dir = path.rsplit('/').skip(1).any(|dir| dir == RMA_CRITERIA_DIR);
-        if !in_dir || !is_yaml || in_rma_dir {
+        if !in_dir || !is_yaml {
             continue;
         }
-        if files.len() >= MAX_POLICY_FILES {
+        if files.len() + rma_files.len() >= MAX_POLICY_FILES {
             return Err(GitSourceError::TooManyFiles { commit: commit_id });
         }
         let mut content = repo.find_blob(entry.oid).map_err(object_err(entry.oid))?.take_data();
         // One byte over the limit is enough for validation to refuse it.
         content.truncate(MAX_POLICY_BYTES + 1);
-        files.push(PolicyFile {
+        let file = PolicyFile {
             path,
             blob_id: entry.oid.to_string(),
             content,
-        });
+        };
+        if in_rma_dir {
+            rma_files.push(file);
+        } else {
+            files.push(file);
+        }
     }
     files.sort_by(|a, b| a.path.cmp(&b.path));
-    Ok(Snapshot { commit_id, files })
+    rma_files.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(Snapshot {
+        commit_id,
+        files,
+        rma_files,
+    })
 }
 
 /// Reads a pinned policy back by its blob id.

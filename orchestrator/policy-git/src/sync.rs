@@ -11,6 +11,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use orchestrator_db::rma::CriteriaFile;
 use orchestrator_policy::lint_files;
 
 use crate::source::Snapshot;
@@ -127,6 +128,68 @@ pub fn plan_sync(previous: &BTreeMap<String, InForce>, snapshot: &Snapshot) -> S
     }
 }
 
+/// An RMA criteria file offered for the set in force.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CriteriaCandidate {
+    /// Path (in the repository, or as given on the command line).
+    pub path: String,
+    /// Commit it was read at (`local` for a directory).
+    pub commit_id: String,
+    /// Blob id (or a content hash).
+    pub blob_id: String,
+    /// The file's bytes.
+    pub content: Vec<u8>,
+}
+
+/// What to keep in force for RMA criteria, by the policies' rule: a valid file replaces the
+/// version of its path; an invalid one is reported and the previous version of the same path stays;
+/// a path gone from the set is dropped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CriteriaPlan {
+    /// The set in force after the sync, by path.
+    pub in_force: Vec<CriteriaFile>,
+    /// `path:line:col: message` lines of refused files.
+    pub rejected: Vec<String>,
+    /// Whether `in_force` differs from what was stored.
+    pub changed: bool,
+}
+
+/// Decides the criteria in force from `offered` against `previous`.
+pub fn plan_criteria(previous: &[CriteriaFile], offered: &[CriteriaCandidate]) -> CriteriaPlan {
+    let texts: Vec<(String, String)> = offered
+        .iter()
+        .map(|f| (f.path.clone(), String::from_utf8_lossy(&f.content).into_owned()))
+        .collect();
+    let reports = orchestrator_rma::lint_files(texts.clone());
+    let mut in_force = Vec::new();
+    let mut rejected = Vec::new();
+    for ((file, report), (_, text)) in offered.iter().zip(&reports).zip(texts) {
+        if report.checked.criteria.is_some() {
+            in_force.push(CriteriaFile {
+                path: file.path.clone(),
+                commit_id: file.commit_id.clone(),
+                blob_id: file.blob_id.clone(),
+                source: text,
+            });
+        } else {
+            rejected.extend(report.rendered());
+            if let Some(kept) = previous.iter().find(|p| p.path == file.path) {
+                in_force.push(kept.clone());
+            }
+        }
+    }
+    in_force.sort_by(|a, b| a.path.cmp(&b.path));
+    let mut before = previous.to_vec();
+    before.sort_by(|a, b| a.path.cmp(&b.path));
+    let same = |a: &CriteriaFile, b: &CriteriaFile| a.path == b.path && a.blob_id == b.blob_id;
+    let changed = before.len() != in_force.len() || before.iter().zip(&in_force).any(|(a, b)| !same(a, b));
+    CriteriaPlan {
+        in_force,
+        rejected,
+        changed,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -145,6 +208,7 @@ mod tests {
                     content: text.as_bytes().to_vec(),
                 })
                 .collect(),
+            rma_files: Vec::new(),
         }
     }
 

@@ -24,8 +24,8 @@ use crate::error::BmcError;
 use crate::limits::{MAX_COLLECTION_PAGES, PER_BMC_FETCH_CONCURRENCY, ReadBudget};
 use crate::transport::{Body, Call, Response, Transport};
 use crate::types::{
-    DiagnosticData, DiagnosticDataType, EventBatch, EventCursor, EventLogEntry, FirmwareComponent, GpuPart, GpuUnit, ResetTarget, SensorKind, SensorReading,
-    ServiceInfo, TaskHandle, TaskStatus, UpdateMethod, UpdateRequest,
+    DiagnosticData, DiagnosticDataType, EventBatch, EventCursor, EventLogEntry, FirmwareComponent, GpuPart, GpuUnit,
+    ResetTarget, SensorKind, SensorReading, ServiceInfo, TaskHandle, TaskStatus, UpdateMethod, UpdateRequest,
 };
 use crate::update::UpdateCapabilities;
 use crate::{Bmc, ResetKind};

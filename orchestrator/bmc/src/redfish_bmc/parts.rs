@@ -70,7 +70,9 @@ impl RedfishBmc {
                 .iter()
                 .filter(|d| d.get("ProcessorType").and_then(Value::as_str) == Some("GPU"))
             {
-                let Some(unit) = super::health::gpu_unit(doc) else { continue };
+                let Some(unit) = super::health::gpu_unit(doc) else {
+                    continue;
+                };
                 let assembly = match doc.pointer("/Assembly/@odata.id").and_then(Value::as_str) {
                     // An Assembly that cannot be read costs the production date only.
                     Some(a) => match self.get_json_in::<Value>(a, &budget).await {
@@ -134,7 +136,9 @@ impl RedfishBmc {
                     .get("target")
                     .and_then(Value::as_str)
                     .map(str::to_owned)
-                    .unwrap_or_else(|| format!("{}/Actions/LogService.CollectDiagnosticData", uri.trim_end_matches('/')));
+                    .unwrap_or_else(|| {
+                        format!("{}/Actions/LogService.CollectDiagnosticData", uri.trim_end_matches('/'))
+                    });
                 let allowed = action
                     .get("DiagnosticDataType@Redfish.AllowableValues")
                     .and_then(Value::as_array)
@@ -168,7 +172,9 @@ impl RedfishBmc {
             .post_action(&target, Body::json(&body), self.transport.timeouts.request)
             .await?;
         let entry_uri = if resp.status == StatusCode::ACCEPTED {
-            let task = self.task_handle_from(&resp)?.ok_or_else(|| self.protocol(&target, "202 without a task monitor"))?;
+            let task = self
+                .task_handle_from(&resp)?
+                .ok_or_else(|| self.protocol(&target, "202 without a task monitor"))?;
             crate::wait_for_task(self, &task, DIAGNOSTIC_POLL, DIAGNOSTIC_TIMEOUT).await?;
             self.created_entry(&task, &budget).await?
         } else {
@@ -207,7 +213,9 @@ impl RedfishBmc {
             .filter_map(Value::as_str)
             .find_map(|h| {
                 let (name, value) = h.split_once(':')?;
-                name.trim().eq_ignore_ascii_case("Location").then(|| value.trim().to_owned())
+                name.trim()
+                    .eq_ignore_ascii_case("Location")
+                    .then(|| value.trim().to_owned())
             });
         let from_messages = || {
             doc.get("Messages")
@@ -220,9 +228,12 @@ impl RedfishBmc {
                 .find(|a| a.contains("/LogServices/") && a.contains("/Entries/"))
                 .map(str::to_owned)
         };
-        from_headers
-            .or_else(from_messages)
-            .ok_or_else(|| self.protocol(task.poll_uri(), "the finished task does not say which log entry it created"))
+        from_headers.or_else(from_messages).ok_or_else(|| {
+            self.protocol(
+                task.poll_uri(),
+                "the finished task does not say which log entry it created",
+            )
+        })
     }
 
     fn protocol(&self, path: &str, reason: &str) -> BmcError {
