@@ -210,16 +210,7 @@ impl Db {
     /// `Invalid` (wrong state, missing field) or `NotPermitted` (role).
     pub async fn apply_rma_event(&self, id: &str, event: CaseEvent, actor: &Actor) -> Result<Case, DbError> {
         let current = self.rma_case(id).await?.case;
-        let next = current.apply(event, actor, self.clock.now()).map_err(|err| match err {
-            orchestrator_rma::CaseError::Forbidden { .. } => DbError::NotPermitted {
-                action: "this RMA transition",
-                reason: err.to_string(),
-            },
-            other => DbError::Invalid {
-                field: "event".into(),
-                reason: other.to_string(),
-            },
-        })?;
+        let next = current.apply(event, actor, self.clock.now()).map_err(case_refusal)?;
         self.store_rma_transition(&current, &next, &actor.name).await?;
         Ok(next)
     }
@@ -363,6 +354,9 @@ pub enum AttachmentKind {
     RedfishDiagnostic,
     /// The vendor's field diagnostic log, uploaded by a person.
     FieldDiagnostic,
+    /// A snapshot of the case's evidence package (archive or manifest) as it
+    /// was when evidence was recorded: what the case's manifest hash names.
+    EvidencePackage,
 }
 
 impl AttachmentKind {
@@ -370,6 +364,7 @@ impl AttachmentKind {
         match self {
             AttachmentKind::RedfishDiagnostic => "redfish_diagnostic",
             AttachmentKind::FieldDiagnostic => "field_diagnostic",
+            AttachmentKind::EvidencePackage => "evidence_package",
         }
     }
 
@@ -377,8 +372,23 @@ impl AttachmentKind {
         match text {
             "redfish_diagnostic" => Ok(AttachmentKind::RedfishDiagnostic),
             "field_diagnostic" => Ok(AttachmentKind::FieldDiagnostic),
+            "evidence_package" => Ok(AttachmentKind::EvidencePackage),
             other => Err(DbError::corrupt("rma attachment kind", other)),
         }
+    }
+}
+
+/// A transition the case machine refused: `NotPermitted` for a role, else `Invalid`.
+pub(crate) fn case_refusal(err: orchestrator_rma::CaseError) -> DbError {
+    match err {
+        orchestrator_rma::CaseError::Forbidden { .. } => DbError::NotPermitted {
+            action: "this RMA transition",
+            reason: err.to_string(),
+        },
+        other => DbError::Invalid {
+            field: "event".into(),
+            reason: other.to_string(),
+        },
     }
 }
 

@@ -12,12 +12,16 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::TimeDelta;
-use orchestrator_rma::{EvidenceFile, EvidencePackage, Observation, ObservationKind, build_package};
+use orchestrator_rma::{
+    Actor, Case, CaseEvent, CaseState, EvidenceFile, EvidencePackage, Manifest, Observation, ObservationKind,
+    build_package,
+};
 use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QueryOrder};
 use serde_json::{Value, json};
 
 use crate::entity::{nodes, update_steps};
 use crate::parts::PartFilter;
+use crate::rma::AttachmentKind;
 use crate::{Db, DbError};
 
 /// The window of samples around the failure's first qualifying sample.
@@ -72,9 +76,15 @@ impl Db {
             })
             .await?;
         let mut files = Vec::new();
+        // Only what was fixed when the case opened: its later transitions
+        // (evidence recorded, submitted) must not change the package they name.
         files.push(file(
             "case.json",
-            &serde_json::to_value(case).map_err(|e| DbError::corrupt("rma case", e))?,
+            &json!({
+                "id": case.id, "serial": case.serial, "node": case.node, "vendor": case.vendor,
+                "rule": case.rule, "failure_mode": case.failure_mode, "severity": case.severity,
+                "opened_at": case.opened_at,
+            }),
         )?);
         files.push(file(
             "candidate.json",
@@ -87,7 +97,15 @@ impl Db {
                     "name": n.name, "platform_sku": n.platform_sku, "region": n.region,
                     "cluster": n.cluster, "rack": n.rack, "nvlink_domain": n.nvlink_domain,
                 })),
-                "parts": node_parts,
+                // Discovery's bookkeeping (last seen, current health) moves on
+                // every pass; the samples carry health at the failure's time.
+                "parts": node_parts.iter().map(|p| json!({
+                    "serial": p.serial, "vendor": p.vendor, "part_kind": p.part_kind,
+                    "part_number": p.part_number, "model": p.model, "slot": p.slot,
+                    "production_date": p.production_date, "lot": p.lot, "date_code": p.date_code,
+                    "firmware_version": p.firmware_version, "first_seen": p.first_seen,
+                    "removed_at": p.removed_at,
+                })).collect::<Vec<_>>(),
             }),
         )?);
 
@@ -140,11 +158,12 @@ impl Db {
         )?);
 
         for attachment in self.rma_attachments(id).await? {
-            let (_, content) = self.rma_attachment_content(id, &attachment.name).await?;
             let dir = match attachment.kind {
-                crate::rma::AttachmentKind::RedfishDiagnostic => "diagnostics/redfish",
-                crate::rma::AttachmentKind::FieldDiagnostic => "diagnostics/field",
+                AttachmentKind::RedfishDiagnostic => "diagnostics/redfish",
+                AttachmentKind::FieldDiagnostic => "diagnostics/field",
+                AttachmentKind::EvidencePackage => continue,
             };
+            let (_, content) = self.rma_attachment_content(id, &attachment.name).await?;
             files.push(EvidenceFile {
                 path: format!("{dir}/{}", attachment.name),
                 bytes: content,
@@ -163,6 +182,72 @@ impl Db {
             field: "evidence package".into(),
             reason: e.to_string(),
         })
+    }
+
+    /// Records case `id`'s evidence as collected (from `candidate`, or anew
+    /// from `rejected`): builds the package, keeps it as the case's snapshot
+    /// and moves the case on with its manifest hash. The snapshot is what
+    /// later downloads serve, so the hash a vendor was given keeps naming
+    /// the bytes they received while samples and attachments grow.
+    pub async fn record_rma_evidence(&self, id: &str, actor: &Actor) -> Result<(Case, EvidencePackage), DbError> {
+        let state = self.rma_case(id).await?.case.state;
+        let package = self.rma_evidence_package(id).await?;
+        let event = match state {
+            CaseState::Rejected => CaseEvent::Resubmit {
+                manifest_sha256: package.manifest_sha256.clone(),
+            },
+            _ => CaseEvent::CollectEvidence {
+                manifest_sha256: package.manifest_sha256.clone(),
+            },
+        };
+        // Checked before the snapshot is stored, so a refused transition
+        // leaves no orphan snapshot behind.
+        self.rma_case(id)
+            .await?
+            .case
+            .apply(event.clone(), actor, self.clock.now())
+            .map_err(crate::rma::case_refusal)?;
+        let (archive_name, manifest_name) = snapshot_names(&package.manifest_sha256);
+        let manifest = serde_json::to_vec(&package.manifest).map_err(|e| DbError::corrupt("evidence manifest", e))?;
+        for (name, bytes) in [(&archive_name, &package.archive), (&manifest_name, &manifest)] {
+            match self
+                .add_rma_attachment(id, name, AttachmentKind::EvidencePackage, bytes, &actor.name)
+                .await
+            {
+                // The same package recorded again (a retried request): same bytes by construction.
+                Ok(_) | Err(DbError::AlreadyExists { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let case = self.apply_rma_event(id, event, actor).await?;
+        Ok((case, package))
+    }
+
+    /// The package a download of case `id` serves: the snapshot its
+    /// manifest hash names once evidence is recorded, else a fresh build.
+    pub async fn rma_evidence_download(&self, id: &str) -> Result<EvidencePackage, DbError> {
+        let stored = self.rma_case(id).await?;
+        let Some(sha) = stored.case.manifest_sha256.as_deref() else {
+            return self.rma_evidence_package(id).await;
+        };
+        let (archive_name, manifest_name) = snapshot_names(sha);
+        let snapshot = async {
+            let (_, archive) = self.rma_attachment_content(id, &archive_name).await?;
+            let (_, manifest) = self.rma_attachment_content(id, &manifest_name).await?;
+            let manifest: Manifest =
+                serde_json::from_slice(&manifest).map_err(|e| DbError::corrupt("evidence manifest", e))?;
+            Ok::<_, DbError>(EvidencePackage {
+                manifest,
+                manifest_sha256: sha.to_owned(),
+                archive,
+            })
+        };
+        match snapshot.await {
+            Ok(p) => Ok(p),
+            // A hash recorded by hand (the API's explicit event) has no snapshot.
+            Err(DbError::NotFound { .. }) => self.rma_evidence_package(id).await,
+            Err(e) => Err(e),
+        }
     }
 
     /// Node-, rack- and fleet-level causes, each with what was found and
@@ -254,4 +339,12 @@ impl Db {
             },
         }))
     }
+}
+
+fn snapshot_names(manifest_sha256: &str) -> (String, String) {
+    let short = manifest_sha256.get(..16).unwrap_or(manifest_sha256);
+    (
+        format!("evidence-{short}.tar"),
+        format!("evidence-{short}.manifest.json"),
+    )
 }

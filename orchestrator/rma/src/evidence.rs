@@ -7,7 +7,7 @@
 //! in the case. A package never holds a secret: every file is swept before it is written.
 
 use chrono::{DateTime, Utc};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 /// Format tag in every manifest; bump it when the layout changes.
@@ -27,7 +27,7 @@ pub struct EvidenceFile {
 }
 
 /// One manifest line.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ManifestEntry {
     /// Path inside the archive.
     pub path: String,
@@ -38,7 +38,7 @@ pub struct ManifestEntry {
 }
 
 /// What the package holds.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Manifest {
     /// [`MANIFEST_FORMAT`].
     pub format: String,

@@ -200,11 +200,22 @@ impl RedfishBmc {
         })
     }
 
-    /// The log entry a finished collection created: the task's `Payload.HttpHeaders` `Location`
-    /// (how DSP0266 carries the operation's final answer in a task), else a message argument naming
-    /// a log entry.
+    /// The log entry a finished collection created, from the most explicit statement a service
+    /// makes: the task's `Links.CreatedResources` (Task v1_8), its `Payload.HttpHeaders` `Location`,
+    /// the task monitor's own final answer (DSP0266: once done, the monitor answers as the
+    /// operation would have, with the new entry's `Location`), else a message argument naming a
+    /// log entry.
     async fn created_entry(&self, task: &TaskHandle, budget: &ReadBudget) -> Result<String, BmcError> {
         let doc: Value = self.get_json_in(task.poll_uri(), budget).await?;
+        if let Some(created) = doc
+            .pointer("/Links/CreatedResources")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .find_map(|r| odata_id(r))
+        {
+            return Ok(created.to_owned());
+        }
         let from_headers = doc
             .pointer("/Payload/HttpHeaders")
             .and_then(Value::as_array)
@@ -228,7 +239,21 @@ impl RedfishBmc {
                 .find(|a| a.contains("/LogServices/") && a.contains("/Entries/"))
                 .map(str::to_owned)
         };
-        from_headers.or_else(from_messages).ok_or_else(|| {
+        if let Some(location) = from_headers {
+            return Ok(location);
+        }
+        // A monitor that is gone once read is not an error: the messages may still name the entry.
+        let from_monitor = match self.get_ok_in(&task.monitor_uri, budget).await {
+            Ok(resp) => resp
+                .headers
+                .get(reqwest::header::LOCATION)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+                .filter(|l| l != &task.monitor_uri && l != task.poll_uri()),
+            Err(e) if e.is_controller_fault() => return Err(e),
+            Err(_) => None,
+        };
+        from_monitor.or_else(from_messages).ok_or_else(|| {
             self.protocol(
                 task.poll_uri(),
                 "the finished task does not say which log entry it created",
