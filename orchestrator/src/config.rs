@@ -49,6 +49,72 @@ pub struct FileConfig {
     /// (`[scheduler]`, see `orchestrator_scheduler::config`); without it
     /// nodes are flashed as they are.
     pub scheduler: Option<orchestrator_scheduler::config::SchedulerSettings>,
+    /// The RMA monitor (`[rma]`): parts discovery, candidates, defect clusters.
+    pub rma: Option<RmaSection>,
+}
+
+/// `[rma]`: the RMA monitor's settings. It runs unless `enabled = false`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RmaSection {
+    /// Run the monitor (default true).
+    #[serde(default)]
+    pub enabled: Option<bool>,
+    /// Real time between passes, e.g. `60s` (the default).
+    #[serde(default)]
+    pub interval: Option<String>,
+    /// Pull the BMC's diagnostic data into a new case (default true).
+    #[serde(default)]
+    pub collect_diagnostics: Option<bool>,
+    /// Length of the fixed periods the defect-cluster scan tests, e.g. `7d` (the default).
+    #[serde(default)]
+    pub cluster_period: Option<String>,
+    /// Samples older than this are deleted unless an open case holds them, e.g. `30d`.
+    #[serde(default)]
+    pub retention: Option<String>,
+}
+
+impl RmaSection {
+    /// The monitor's configuration, or `None` when disabled.
+    pub fn monitor_config(section: Option<&RmaSection>) -> anyhow::Result<Option<orchestrator_engine::rma::RmaConfig>> {
+        let mut config = orchestrator_engine::rma::RmaConfig::default();
+        let Some(section) = section else {
+            return Ok(Some(config));
+        };
+        if section.enabled == Some(false) {
+            return Ok(None);
+        }
+        let duration = |key: &str, text: &Option<String>| -> anyhow::Result<Option<chrono::TimeDelta>> {
+            text.as_deref()
+                .map(|t| orchestrator_policy::parse_duration(t).map_err(|e| anyhow::anyhow!("[rma] {key}: {e}")))
+                .transpose()
+        };
+        if let Some(d) = duration("interval", &section.interval)? {
+            config.pass_interval = d
+                .to_std()
+                .ok()
+                .filter(|d| !d.is_zero())
+                .context("[rma] interval: must be positive")?;
+        }
+        if let Some(d) = duration("cluster_period", &section.cluster_period)? {
+            anyhow::ensure!(
+                d >= chrono::TimeDelta::hours(1),
+                "[rma] cluster_period: must be at least 1h"
+            );
+            config.cluster_period = d;
+        }
+        if let Some(d) = duration("retention", &section.retention)? {
+            anyhow::ensure!(
+                d >= config.lookback,
+                "[rma] retention: must be at least the rules' lookback (16d)"
+            );
+            config.retention = d;
+        }
+        if let Some(collect) = section.collect_diagnostics {
+            config.collect_diagnostics = collect;
+        }
+        Ok(Some(config))
+    }
 }
 
 /// A git repository of policy files.
@@ -119,6 +185,7 @@ pub struct Config {
     pub policy: Option<PolicySourceConfig>,
     pub alertmanager: Option<AlertmanagerConfig>,
     pub scheduler: Option<orchestrator_scheduler::config::SchedulerSettings>,
+    pub rma: Option<RmaSection>,
 }
 
 /// Values given on the command line or in the environment (clap merges
@@ -153,6 +220,7 @@ impl Config {
             policy: file.policy,
             alertmanager: file.alertmanager,
             scheduler: file.scheduler,
+            rma: file.rma,
         })
     }
 }

@@ -231,26 +231,32 @@ impl RmaMonitor {
             .into_iter()
             .map(|p| ((p.node, p.slot), p.serial))
             .collect();
-        let reads: Vec<Result<NodeRead, (String, String)>> = futures::stream::iter(nodes.iter().map(|node| {
-            let due = memo
-                .discovered_at
-                .get(&node.name)
-                .is_none_or(|at| now - *at >= self.config.rediscover_after);
-            let cursor = memo.cursors.get(&node.name).cloned().unwrap_or_default();
-            let known = &known;
-            async move {
-                let bmc = self
-                    .bmcs
-                    .bmc(&node.bmc_url, &node.credential_ref)
-                    .map_err(|e| (node.name.clone(), e.to_string()))?;
-                self.read_node(&node.name, bmc.as_ref(), due, &cursor, known)
-                    .await
-                    .map_err(|e| (node.name.clone(), orchestrator_types::error_chain(&e)))
-            }
-        }))
-        .buffer_unordered(self.config.concurrency.max(1))
-        .collect()
-        .await;
+        // Collected first: a lazy `map` over borrowed nodes makes the spawned
+        // future's type higher-ranked, which `tokio::spawn` cannot prove Send.
+        let jobs: Vec<_> = nodes
+            .iter()
+            .map(|node| {
+                let due = memo
+                    .discovered_at
+                    .get(&node.name)
+                    .is_none_or(|at| now - *at >= self.config.rediscover_after);
+                let cursor = memo.cursors.get(&node.name).cloned().unwrap_or_default();
+                let known = &known;
+                async move {
+                    let bmc = self
+                        .bmcs
+                        .bmc(&node.bmc_url, &node.credential_ref)
+                        .map_err(|e| (node.name.clone(), e.to_string()))?;
+                    self.read_node(&node.name, bmc.as_ref(), due, &cursor, known)
+                        .await
+                        .map_err(|e| (node.name.clone(), orchestrator_types::error_chain(&e)))
+                }
+            })
+            .collect();
+        let reads: Vec<Result<NodeRead, (String, String)>> = futures::stream::iter(jobs)
+            .buffer_unordered(self.config.concurrency.max(1))
+            .collect()
+            .await;
         let mut observed: Vec<(String, Observation)> = Vec::new();
         for read in reads {
             match read {

@@ -266,6 +266,20 @@ impl SimWorld {
         self.redfish.clone()
     }
 
+    /// The RMA monitor over the simulated BMCs, as `waveguard serve` runs it, with passes every
+    /// half real second so that the accelerated clock's failures are found as they happen.
+    pub fn rma_monitor(&self) -> orchestrator_engine::rma::RmaMonitor {
+        orchestrator_engine::rma::RmaMonitor::new(
+            self.db.clone(),
+            self.redfish.clone(),
+            None,
+            orchestrator_engine::rma::RmaConfig {
+                pass_interval: StdDuration::from_millis(500),
+                ..Default::default()
+            },
+        )
+    }
+
     /// Engine settings for accelerated time. Durations the engine reads from
     /// the clock are simulated; those that must outlast a real-time event (a
     /// request timeout, a slow pass) are scaled so that they still do.

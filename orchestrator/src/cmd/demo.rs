@@ -96,6 +96,11 @@ pub async fn run(args: DemoArgs, _context: &Context) -> anyhow::Result<ExitCode>
     let mut config = world.engine_config("waveguard-demo");
     config.scheduler = Some(workload);
     let engine = orchestrator_engine::Engine::start(db.clone(), config, world.connector(), judge.judge);
+    // GPUs that fail in the simulated fleet become RMA candidates and cases, as under `serve`.
+    let (rma_stop, mut rma_stopped) = tokio::sync::watch::channel(false);
+    tokio::spawn(world.rma_monitor().run(async move {
+        let _ = rma_stopped.wait_for(|stop| *stop).await;
+    }));
     // Sessions run on real time: on the accelerated rollout clock a 12-hour
     // session would end within a minute, logging the visitor out mid-story.
     let web_db = db.clone().with_session_clock(WallClock::system());
@@ -180,6 +185,7 @@ pub async fn run(args: DemoArgs, _context: &Context) -> anyhow::Result<ExitCode>
     }
     println!("stopping ...");
     let _ = stop_tx.send(true);
+    let _ = rma_stop.send(true);
     engine.shutdown().await;
     match server.await {
         Ok(Ok(())) => {}

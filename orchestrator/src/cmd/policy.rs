@@ -416,7 +416,24 @@ fn lint(
             report.add_gate_findings(findings);
         }
     }
-    Ok(render(&reports))
+    let (code, mut out) = render(&reports);
+    // A policy repository's CI runs one lint: its RMA criteria are checked with it.
+    let rma_dirs: Vec<PathBuf> = paths.iter().map(|p| p.join("rma")).filter(|d| d.is_dir()).collect();
+    if rma_dirs.is_empty() {
+        return Ok((code, out));
+    }
+    let criteria = super::rma::criteria_files(&rma_dirs)?;
+    let count = criteria.len();
+    let (lines, failed) = super::rma::lint_criteria(criteria);
+    for line in lines {
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out.push_str(&format!(
+        "{count} RMA criteria file(s) checked: {}\n",
+        if failed { "errors found" } else { "ok" }
+    ));
+    Ok((if failed { ExitCode::FAILURE } else { code }, out))
 }
 
 /// A fleet file's nodes as the power analysis plans them.

@@ -179,7 +179,17 @@ pub async fn run(args: ServeArgs, context: Context) -> anyhow::Result<ExitCode> 
         }
         None => None,
     };
+    let rma = crate::config::RmaSection::monitor_config(context.config.rma.as_ref())
+        .map_err(|e| super::BadInput(e.to_string()))?;
     let (engine, bmcs) = start_engine(&db, &context, &args, prometheus.clone(), bindings, scheduler);
+    match rma {
+        Some(config) => {
+            let health: std::sync::Arc<dyn orchestrator_engine::watch::HealthBmcs> = bmcs.clone();
+            let monitor = orchestrator_engine::rma::RmaMonitor::new(db.clone(), health, prometheus.clone(), config);
+            tokio::spawn(monitor.run(shutdown_signal()));
+        }
+        None => tracing::info!("the RMA monitor is disabled ([rma] enabled = false)"),
+    }
     // API commands (approve, pause, ...) wake the engine at once.
     let state = AppState::new(db.clone())
         .with_engine_nudge(engine.nudge())
