@@ -176,6 +176,25 @@ pub fn secret_sweep(bytes: &[u8], known: &[&str]) -> Option<&'static str> {
         }
         rest = after;
     }
+    // The text forms logs and config dumps use: `password: x`, `passwd=x`. A masked value (`***`,
+    // `<redacted>`) or a quoted one (the JSON form, judged above) does not count.
+    for key in [&b"password"[..], b"passwd"] {
+        let mut rest = bytes;
+        while let Some(i) = find_ci(rest, key) {
+            let after = &rest[i + key.len()..];
+            let mut value = after.iter().copied().skip_while(|b| *b == b' ' || *b == b'\t');
+            if matches!(value.next(), Some(b':' | b'=')) {
+                let mut value = value.skip_while(|b| *b == b' ' || *b == b'\t');
+                if value
+                    .next()
+                    .is_some_and(|b| b.is_ascii_graphic() && !matches!(b, b'"' | b'*' | b'<' | b'{' | b'['))
+                {
+                    return Some("a password value");
+                }
+            }
+            rest = after;
+        }
+    }
     if known
         .iter()
         .filter(|s| !s.is_empty())

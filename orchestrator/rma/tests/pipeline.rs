@@ -734,3 +734,30 @@ fn state_event_table() {
         }
     }
 }
+
+/// Logs and config dumps write credentials as text, not JSON: those forms are found too, and a
+/// masked or absent value is not a finding.
+#[test]
+fn the_sweep_reads_text_credentials() {
+    for found in [
+        &b"ipmitool -U admin -P x; bmc Password: hunter2\n"[..],
+        b"[redfish]\npasswd=s3cret\n",
+        b"{\"UserName\": \"root\", \"Password\": \"calvin\"}",
+    ] {
+        assert_eq!(
+            secret_sweep(found, &[]),
+            Some("a password value"),
+            "{}",
+            String::from_utf8_lossy(found)
+        );
+    }
+    for clean in [
+        &b"Password: ********\n"[..],
+        b"password=<redacted>\n",
+        b"{\"Password\": null, \"PasswordChangeRequired\": false}",
+        b"Password:\n",
+        b"the password expired",
+    ] {
+        assert_eq!(secret_sweep(clean, &[]), None, "{}", String::from_utf8_lossy(clean));
+    }
+}
