@@ -17,8 +17,8 @@ use orchestrator_db::{Db, DbError};
 use orchestrator_policy::{DurationError, parse_duration};
 
 use crate::{
-    CriteriaCandidate, CriteriaPlan, GitPolicySource, GitSourceError, InForce, RepoLocation, SyncReport, plan_criteria,
-    plan_sync, redact_url,
+    CriteriaPlan, GitPolicySource, GitSourceError, InForce, RepoLocation, SyncReport, plan_criteria, plan_sync,
+    redact_url,
 };
 
 /// Shortest period between two syncs in `serve`: each one reads (or, for a
@@ -161,16 +161,7 @@ pub async fn sync_once(db: &Db, settings: &SyncSettings, actor: &str) -> Result<
     let report = plan_sync(&previous, &snapshot);
     let record = to_record(&settings.label, &report);
     let recorded = db.record_policy_sync(&record, actor).await.map_err(store_err)?;
-    let offered: Vec<CriteriaCandidate> = snapshot
-        .rma_files
-        .iter()
-        .map(|f| CriteriaCandidate {
-            path: f.path.clone(),
-            commit_id: snapshot.commit_id.clone(),
-            blob_id: f.blob_id.clone(),
-            content: f.content.clone(),
-        })
-        .collect();
+    let offered = snapshot.criteria_candidates();
     let criteria = plan_criteria(&db.rma_criteria_files().await.map_err(store_err)?, &offered);
     if criteria.changed {
         db.replace_rma_criteria(&criteria.in_force, actor)

@@ -154,6 +154,21 @@ pub struct CriteriaPlan {
     pub changed: bool,
 }
 
+impl crate::source::Snapshot {
+    /// The snapshot's RMA criteria files, each pinned to the snapshot's commit.
+    pub fn criteria_candidates(&self) -> Vec<CriteriaCandidate> {
+        self.rma_files
+            .iter()
+            .map(|f| CriteriaCandidate {
+                path: f.path.clone(),
+                commit_id: self.commit_id.clone(),
+                blob_id: f.blob_id.clone(),
+                content: f.content.clone(),
+            })
+            .collect()
+    }
+}
+
 /// Decides the criteria in force from `offered` against `previous`.
 pub fn plan_criteria(previous: &[CriteriaFile], offered: &[CriteriaCandidate]) -> CriteriaPlan {
     let texts: Vec<(String, String)> = offered

@@ -17,7 +17,7 @@ use std::path::Path;
 
 use git_repo::{git, git_available};
 use orchestrator_policy::{FailureBudget, parse_policy};
-use orchestrator_policy_git::{GitPolicySource, InForce, RepoLocation, plan_sync, read_blob};
+use orchestrator_policy_git::{GitPolicySource, InForce, RepoLocation, plan_criteria, plan_sync, read_blob};
 
 const POLICY: &str = include_str!("../../../policies/bmc-firmware.yaml");
 const RMA_CRITERIA: &str = include_str!("../../../policies/rma/nvidia-gpu.yaml");
@@ -145,4 +145,50 @@ fn clones_a_url_and_resolves_refs() {
     source.git_ref = "no-such-branch".into();
     let err = source.read().unwrap_err();
     assert!(err.to_string().contains("no-such-branch"), "{err}");
+}
+
+/// RMA criteria ride in the same repository: pinned to their commit, linted with `file:line:col`,
+/// and a broken edit keeps the last good version of that file in force.
+#[test]
+fn rma_criteria_sync_pinned_and_a_broken_edit_keeps_the_last_good() {
+    if !git_available("git sync test (rma criteria)") {
+        return;
+    }
+    let repo_dir = tempfile::tempdir().unwrap();
+    git(repo_dir.path(), &["init", "-q", "-b", "main"]);
+    commit_policy(repo_dir.path(), POLICY, "policies and criteria");
+    let source = GitPolicySource {
+        location: RepoLocation::Local(repo_dir.path().to_owned()),
+        git_ref: "main".into(),
+        subdir: Some("policies".into()),
+        cache_dir: repo_dir.path().join("unused-cache"),
+    };
+    let snapshot = source.read().unwrap();
+    let first = plan_criteria(&[], &snapshot.criteria_candidates());
+    assert!(first.changed && first.rejected.is_empty(), "{:?}", first.rejected);
+    assert_eq!(first.in_force.len(), 1);
+    assert_eq!(first.in_force[0].path, "policies/rma/nvidia-gpu.yaml");
+    assert_eq!(first.in_force[0].commit_id, snapshot.commit_id);
+    assert!(orchestrator_rma::parse_criteria(&first.in_force[0].source).is_ok());
+
+    // The same commit again changes nothing.
+    let again = plan_criteria(&first.in_force, &snapshot.criteria_candidates());
+    assert!(!again.changed);
+
+    std::fs::write(
+        repo_dir.path().join("policies/rma/nvidia-gpu.yaml"),
+        format!("{RMA_CRITERIA}\nsurprise_key: 1\n"),
+    )
+    .unwrap();
+    git(repo_dir.path(), &["commit", "-q", "-am", "typo in criteria"]);
+    let broken = plan_criteria(&first.in_force, &source.read().unwrap().criteria_candidates());
+    assert!(!broken.changed, "the last good version stays");
+    assert_eq!(broken.in_force, first.in_force);
+    assert_eq!(broken.rejected.len(), 1, "{:?}", broken.rejected);
+    let line = RMA_CRITERIA.lines().count() + 2;
+    assert!(
+        broken.rejected[0].starts_with(&format!("policies/rma/nvidia-gpu.yaml:{line}:1:")),
+        "{:?}",
+        broken.rejected
+    );
 }
