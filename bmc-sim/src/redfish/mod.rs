@@ -40,7 +40,7 @@ use self::managers::{manager, manager_reset, managers};
 use self::response::RfError;
 use self::root::{metadata, odata, redfish_versions, service_root};
 use self::sessions::{create_session, delete_session, session, session_service, sessions};
-use self::systems::{processor, processor_metrics, processors, system, system_reset, systems};
+use self::systems::{processor, processor_assembly, processor_metrics, processors, system, system_reset, systems};
 use self::tasks::{task, task_monitor, task_service, tasks};
 use self::update_service::{
     firmware_entry, firmware_inventory, http_push_update, multipart_update, patch_update_service, simple_update,
@@ -82,6 +82,10 @@ pub(crate) fn router(state: Arc<FleetState>) -> Router {
         .route(
             "/redfish/v1/Systems/{sys}/Processors/{id}/ProcessorMetrics",
             get(processor_metrics),
+        )
+        .route(
+            "/redfish/v1/Systems/{sys}/Processors/{id}/Assembly",
+            get(processor_assembly),
         )
         .route("/redfish/v1/Systems/{sys}/LogServices", get(log_services))
         .route("/redfish/v1/Systems/{sys}/LogServices/{svc}", get(log_service))
