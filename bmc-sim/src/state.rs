@@ -104,8 +104,11 @@ pub(crate) enum TaskPhase {
     /// `LogService.CollectDiagnosticData`: collecting until `end`, then diagnostic entry `entry` exists.
     Collecting {
         end: DateTime<Utc>,
-        entry: u64,
-        entry_uri: String,
+        /// The log entry it creates.
+        entry: String,
+        /// The action's URI and the request's parameters without credentials (the task's `Payload`).
+        target: String,
+        json_body: String,
     },
     /// Flashing from `start` to `end`; the outcome was drawn at start.
     Flashing {
@@ -153,7 +156,7 @@ impl TaskRec {
             .map(|c| c.id.as_str())
             .collect();
         match &self.phase {
-            TaskPhase::Collecting { end, entry_uri, .. } => {
+            TaskPhase::Collecting { end, entry, .. } => {
                 if now < *end {
                     TaskView {
                         state: "Running",
@@ -170,7 +173,7 @@ impl TaskRec {
                         end: Some(*end),
                         messages: vec![(
                             "Base.1.18.ResourceCreated",
-                            format!("The diagnostic data was collected into {entry_uri}."),
+                            format!("The resource {entry} has been created successfully."),
                             "OK",
                         )],
                     }

@@ -10,6 +10,7 @@
 
 mod accounts;
 mod chassis;
+mod diagnostics;
 mod layout;
 mod logs;
 mod managers;
@@ -93,6 +94,14 @@ pub(crate) fn router(state: Arc<FleetState>) -> Router {
         .route(
             "/redfish/v1/Systems/{sys}/LogServices/{svc}/Entries/{id}",
             get(log_entry),
+        )
+        .route(
+            "/redfish/v1/Systems/{sys}/LogServices/{svc}/Entries/{id}/attachment",
+            get(diagnostics::attachment),
+        )
+        .route(
+            "/redfish/v1/Systems/{sys}/LogServices/{svc}/Actions/LogService.CollectDiagnosticData",
+            post(diagnostics::collect),
         )
         .route("/redfish/v1/Chassis", get(chassis_collection))
         .route("/redfish/v1/Chassis/{ch}", get(chassis))
