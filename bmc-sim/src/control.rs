@@ -210,8 +210,10 @@ async fn flash_counts(State(s): State<Arc<FleetState>>) -> Json<BTreeMap<String,
 
 async fn parts_manifest(State(s): State<Arc<FleetState>>) -> Response {
     let mut resp = crate::hardware::manifest_csv(&s.all_parts()).into_response();
-    resp.headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/csv; charset=utf-8"));
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/csv; charset=utf-8"),
+    );
     resp
 }
 

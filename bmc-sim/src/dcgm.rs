@@ -251,7 +251,9 @@ fn render_node(s: &FleetState, node: &Node, out: &mut [Section]) -> Option<()> {
         let hardware_dbe = hardware
             .iter()
             .filter(|(at, kind)| {
-                *at > since && *at >= installed && matches!(kind, EventKind::Xid { gpu, code: 48 } if *gpu as usize == g)
+                *at > since
+                    && *at >= installed
+                    && matches!(kind, EventKind::Xid { gpu, code: 48 } if *gpu as usize == g)
             })
             .count() as u64;
         let base = format!(

@@ -304,8 +304,7 @@ impl Fleet {
         let mut listeners = Vec::with_capacity(nodes);
         let mut node_list = Vec::with_capacity(nodes);
         let mut ports = PortPicker::new(nodes);
-        for i in 0..nodes {
-            let name = names[i].clone();
+        for (i, name) in names.iter().cloned().enumerate() {
             let listener = ports.bind(options.bind, &name)?;
             let port = listener
                 .local_addr()

@@ -205,7 +205,12 @@ impl PartsPlan {
     }
 
     /// The parts node `node` starts with, one per GPU.
-    pub(crate) fn initial_parts(&self, scenario: &Scenario, node: usize, epoch: DateTime<Utc>) -> Vec<Vec<InstalledPart>> {
+    pub(crate) fn initial_parts(
+        &self,
+        scenario: &Scenario,
+        node: usize,
+        epoch: DateTime<Utc>,
+    ) -> Vec<Vec<InstalledPart>> {
         (0..self.gpus)
             .map(|g| {
                 let lot = self.initial_lots.get(node * self.gpus + g).copied().unwrap_or(0);
@@ -320,13 +325,7 @@ impl FleetState {
                 for &(minutes, code) in xid_schedule(f.mode) {
                     let at = f.onset + Duration::minutes(minutes);
                     if at >= from && at < to && p.installed_during(at) {
-                        out.push((
-                            at,
-                            EventKind::Xid {
-                                gpu: g as u8,
-                                code,
-                            },
-                        ));
+                        out.push((at, EventKind::Xid { gpu: g as u8, code }));
                     }
                 }
             }
@@ -398,7 +397,9 @@ impl FleetState {
 
     /// Puts a new part from the spare lot into (node, gpu) at `now`; the old part's failure ends with it.
     pub(crate) fn replace_gpu(&self, node: &str, gpu: usize) -> Result<GpuPart, ReplaceError> {
-        let n = self.node_by_name(node).ok_or_else(|| ReplaceError::NoNode(node.to_owned()))?;
+        let n = self
+            .node_by_name(node)
+            .ok_or_else(|| ReplaceError::NoNode(node.to_owned()))?;
         let now = self.now();
         let mut m = n.lock();
         let slot = m.gpu_parts.get_mut(gpu).ok_or_else(|| ReplaceError::NoGpu {
@@ -408,7 +409,14 @@ impl FleetState {
         let generation = slot.iter().map(|p| p.generation + 1).max().unwrap_or(0);
         let new = self
             .parts_plan
-            .install(&self.scenario, n.index, gpu, generation, self.parts_plan.spare_lot(), now)
+            .install(
+                &self.scenario,
+                n.index,
+                gpu,
+                generation,
+                self.parts_plan.spare_lot(),
+                now,
+            )
             .ok_or(ReplaceError::SerialsExhausted)?;
         for p in slot.iter_mut().filter(|p| p.removed_at.is_none()) {
             p.removed_at = Some(now);

@@ -21,9 +21,7 @@ mod hardware;
 
 pub use dcgm::DcgmSpec;
 use dcgm::RawDcgm;
-pub use hardware::{
-    DefectiveLot, ExplicitFailure, HardwareFailureMode, HardwareSpec, LotSpec, PartsSpec,
-};
+pub use hardware::{DefectiveLot, ExplicitFailure, HardwareFailureMode, HardwareSpec, LotSpec, PartsSpec};
 use hardware::{RawHardware, RawParts};
 
 /// Why a scenario was rejected. Every variant names the offending key path so a human can fix the file.

@@ -35,7 +35,10 @@ fn error_text(yaml: &str) -> String {
 fn scenario_keys_parse_with_defaults_and_refuse_with_a_place() {
     let s = Scenario::from_yaml_str(RMA).expect("rma scenario parses");
     assert_eq!(s.parts.lots.len(), 4);
-    assert!((s.parts.lots[3].share - 0.30).abs() < 1e-9, "the open lot takes the rest");
+    assert!(
+        (s.parts.lots[3].share - 0.30).abs() < 1e-9,
+        "the open lot takes the rest"
+    );
     assert_eq!(s.parts.lots[0].date_code, "2311");
     assert_eq!(s.hardware.lot_multiplier("LOT-2311"), 5.0);
     assert_eq!(s.hardware.failures.len(), 6);
@@ -67,7 +70,10 @@ fn scenario_keys_parse_with_defaults_and_refuse_with_a_place() {
             "parts:\n  lots: [{id: A, production_date: \"2024-13-01\"}]\n",
             "parts.lots[0].production_date",
         ),
-        ("hardware:\n  failures_per_gpu_hour: -1\n", "hardware.failures_per_gpu_hour"),
+        (
+            "hardware:\n  failures_per_gpu_hour: -1\n",
+            "hardware.failures_per_gpu_hour",
+        ),
     ] {
         let text = error_text(&format!("{SMALL}{extra}"));
         assert!(text.contains(needle), "{extra}: {text}");
@@ -125,7 +131,11 @@ async fn serials_are_unique_and_the_manifest_matches_the_controllers_columns() {
     assert_eq!(parts.len(), 64 * 8);
     let serials: BTreeSet<&str> = parts.iter().map(|p| p.serial.as_str()).collect();
     assert_eq!(serials.len(), parts.len(), "serials are unique");
-    assert!(parts.iter().all(|p| p.serial.len() == 13 && p.serial.starts_with("1654")));
+    assert!(
+        parts
+            .iter()
+            .all(|p| p.serial.len() == 13 && p.serial.starts_with("1654"))
+    );
     let mut per_lot: BTreeMap<&str, usize> = BTreeMap::new();
     for p in &parts {
         *per_lot.entry(p.lot.as_str()).or_default() += 1;
@@ -142,7 +152,10 @@ async fn serials_are_unique_and_the_manifest_matches_the_controllers_columns() {
     // The contract with `orchestrator_db::parts::MANIFEST_COLUMNS` (bmc-sim does not depend on the db
     // crate, so the header is pinned here).
     assert_eq!(lines.next(), Some("serial,part_number,lot,date_code,production_date"));
-    assert_eq!(PARTS_MANIFEST_COLUMNS.join(","), "serial,part_number,lot,date_code,production_date");
+    assert_eq!(
+        PARTS_MANIFEST_COLUMNS.join(","),
+        "serial,part_number,lot,date_code,production_date"
+    );
     let first: Vec<&str> = lines.next().unwrap().split(',').collect();
     assert_eq!(first[0], parts[0].serial);
     assert_eq!(first[2], parts[0].lot);
@@ -233,7 +246,9 @@ async fn each_failure_mode_shows_in_the_log_dcgm_and_the_processor() {
     let log_uri = "/redfish/v1/Systems/1/LogServices/EventLog/Entries";
     h.advance(Duration::minutes(59));
     assert!(
-        !xids(&h.get_json(0, log_uri).await).iter().any(|(m, _)| m.contains("XID")),
+        !xids(&h.get_json(0, log_uri).await)
+            .iter()
+            .any(|(m, _)| m.contains("XID")),
         "nothing before the onset"
     );
     assert!(h.fleet.hardware_failures().is_empty());
@@ -249,9 +264,7 @@ async fn each_failure_mode_shows_in_the_log_dcgm_and_the_processor() {
             .map(|&m| (format!("GPU_{gpu} reported XID {code}."), t(60 + m)))
             .collect()
     };
-    let of = |code: &str| -> Vec<(String, String)> {
-        log.iter().filter(|(m, _)| m.contains(code)).cloned().collect()
-    };
+    let of = |code: &str| -> Vec<(String, String)> { log.iter().filter(|(m, _)| m.contains(code)).cloned().collect() };
     assert_eq!(of("XID 79"), expect(0, 79, &[0, 10, 25]), "{log:?}");
     assert_eq!(of("XID 64"), expect(1, 64, &[0]));
     assert_eq!(of("XID 48"), expect(2, 48, &[0, 4, 9]));
@@ -268,7 +281,10 @@ async fn each_failure_mode_shows_in_the_log_dcgm_and_the_processor() {
 
     let gpu = |g: usize| format!("/redfish/v1/Systems/1/Processors/GPU_{g}");
     let lost = h.get_json(0, &gpu(0)).await;
-    assert_eq!(lost["Status"], json!({"State": "UnavailableOffline", "Health": "Critical"}));
+    assert_eq!(
+        lost["Status"],
+        json!({"State": "UnavailableOffline", "Health": "Critical"})
+    );
     assert_eq!(h.get_json(0, &gpu(3)).await["Status"]["State"], json!("Enabled"));
 
     let begun = failures(&h, false).await;
@@ -280,7 +296,11 @@ async fn each_failure_mode_shows_in_the_log_dcgm_and_the_processor() {
     // Replacement: a new serial from the spare lot, the failure ends, the log keeps what was written.
     let old = lost["SerialNumber"].as_str().unwrap().to_owned();
     let resp = h
-        .control(reqwest::Method::POST, &format!("/sim/nodes/{}/gpus/0/replace", h.name(0)), None)
+        .control(
+            reqwest::Method::POST,
+            &format!("/sim/nodes/{}/gpus/0/replace", h.name(0)),
+            None,
+        )
         .await;
     assert_eq!(resp.status(), 200);
     let part: Value = resp.json().await.unwrap();
@@ -289,7 +309,11 @@ async fn each_failure_mode_shows_in_the_log_dcgm_and_the_processor() {
     let fixed = h.get_json(0, &gpu(0)).await;
     assert_eq!(fixed["SerialNumber"], part["serial"]);
     assert_eq!(fixed["Status"]["State"], json!("Enabled"));
-    assert_eq!(series(&dcgm(&h).await, "DCGM_FI_DEV_GPU_TEMP", 0).len(), 1, "telemetry is back");
+    assert_eq!(
+        series(&dcgm(&h).await, "DCGM_FI_DEV_GPU_TEMP", 0).len(),
+        1,
+        "telemetry is back"
+    );
     h.advance(Duration::hours(1));
     assert_eq!(
         xids(&h.get_json(0, log_uri).await)

@@ -134,7 +134,10 @@ pub(super) async fn attachment(
     let mut resp = d.archive.as_ref().clone().into_response();
     resp.headers_mut()
         .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/x-tar"));
-    if let Ok(v) = HeaderValue::from_str(&format!("attachment; filename=\"diagnostics-{}-{}.tar\"", node.name, d.id)) {
+    if let Ok(v) = HeaderValue::from_str(&format!(
+        "attachment; filename=\"diagnostics-{}-{}.tar\"",
+        node.name, d.id
+    )) {
         resp.headers_mut().insert(header::CONTENT_DISPOSITION, v);
     }
     Ok(resp)
@@ -168,14 +171,18 @@ fn parse_request(body: &[u8]) -> Result<(&'static str, Option<String>), RfError>
     if obj.contains_key("TargetURI") || obj.contains_key("TransferProtocol") {
         return Err(param_error(
             "Base.1.18.ActionParameterNotSupported",
-            format!("The parameter TargetURI for the action {ACTION} is not supported on the target resource: the data stays on the service, behind the entry's AdditionalDataURI."),
+            format!(
+                "The parameter TargetURI for the action {ACTION} is not supported on the target resource: the data stays on the service, behind the entry's AdditionalDataURI."
+            ),
         ));
     }
     for secret in ["UserName", "Password"] {
         if obj.get(secret).is_some_and(|v| !v.is_string()) {
             return Err(param_error(
                 "Base.1.18.ActionParameterValueTypeError",
-                format!("The value for the parameter {secret} in the action {ACTION} is of a different type than the parameter can accept."),
+                format!(
+                    "The value for the parameter {secret} in the action {ACTION} is of a different type than the parameter can accept."
+                ),
             ));
         }
     }
@@ -210,7 +217,9 @@ fn parse_request(body: &[u8]) -> Result<(&'static str, Option<String>), RfError>
         Some(_) => {
             return Err(param_error(
                 "Base.1.18.ActionParameterValueError",
-                format!("The parameter OEMDiagnosticDataType of the action {ACTION} needs DiagnosticDataType OEM and a string."),
+                format!(
+                    "The parameter OEMDiagnosticDataType of the action {ACTION} needs DiagnosticDataType OEM and a string."
+                ),
             ));
         }
     };
@@ -340,10 +349,18 @@ fn build_archive(
     let files: [(&str, &str); 3] = [
         ("inventory.txt", &inventory),
         ("eventlog.txt", &log),
-        ("dcgm-metrics.txt", dcgm.unwrap_or("# exporter down at collection time\n")),
+        (
+            "dcgm-metrics.txt",
+            dcgm.unwrap_or("# exporter down at collection time\n"),
+        ),
     ];
     for (name, body) in files {
-        tar_file(&mut tar, &format!("diagnostics-{}/{name}", node.name), body.as_bytes(), mtime);
+        tar_file(
+            &mut tar,
+            &format!("diagnostics-{}/{name}", node.name),
+            body.as_bytes(),
+            mtime,
+        );
     }
     // Two zero blocks end a tar archive.
     tar.extend_from_slice(&[0u8; 1024]);
@@ -401,7 +418,11 @@ mod tests {
             b"hunter2",
         ] {
             let e = parse_request(bad).expect_err("refused");
-            assert!(!e.message.contains("hunter2") && !e.message.contains("12345"), "{}", e.message);
+            assert!(
+                !e.message.contains("hunter2") && !e.message.contains("12345"),
+                "{}",
+                e.message
+            );
         }
     }
 

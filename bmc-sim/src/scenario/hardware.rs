@@ -250,7 +250,10 @@ impl PartsSpec {
         }
         let lot_at = |path: &str, i: usize, l: &RawLot| -> Result<LotSpec, ScenarioError> {
             if l.id.trim().is_empty() || l.id.contains([',', '"', '\n']) {
-                return Err(invalid(format!("{path}.id"), "must be non-empty, without , \" or newline"));
+                return Err(invalid(
+                    format!("{path}.id"),
+                    "must be non-empty, without , \" or newline",
+                ));
             }
             let production_date = match &l.production_date {
                 Some(d) => date_at(&format!("{path}.production_date"), d)?,
@@ -268,7 +271,10 @@ impl PartsSpec {
             };
             let share = match l.share {
                 Some(s) if !s.is_finite() || !(0.0..=1.0).contains(&s) => {
-                    return Err(invalid(format!("{path}.share"), format!("must be between 0 and 1, got {s}")));
+                    return Err(invalid(
+                        format!("{path}.share"),
+                        format!("must be between 0 and 1, got {s}"),
+                    ));
                 }
                 Some(s) => s,
                 None => f64::NAN,
@@ -292,7 +298,10 @@ impl PartsSpec {
         };
         for (i, l) in lots.iter().enumerate() {
             if lots[..i].iter().any(|o| o.id == l.id) {
-                return Err(invalid(format!("parts.lots[{i}].id"), format!("duplicate lot `{}`", l.id)));
+                return Err(invalid(
+                    format!("parts.lots[{i}].id"),
+                    format!("duplicate lot `{}`", l.id),
+                ));
             }
         }
         let given: f64 = lots.iter().filter(|l| !l.share.is_nan()).map(|l| l.share).sum();
@@ -306,7 +315,11 @@ impl PartsSpec {
                 format!("shares sum to {given}; give 1 in total or leave a lot without `share` to take the rest"),
             ));
         }
-        let rest = if open == 0 { 0.0 } else { (1.0 - given).max(0.0) / open as f64 };
+        let rest = if open == 0 {
+            0.0
+        } else {
+            (1.0 - given).max(0.0) / open as f64
+        };
         for l in lots.iter_mut().filter(|l| l.share.is_nan()) {
             l.share = rest;
         }
@@ -315,11 +328,17 @@ impl PartsSpec {
                 let mut spare = lot_at("parts.spare_lot", 0, l)?;
                 if l.production_date.is_none() {
                     spare.production_date = latest(&lots) + chrono::Duration::weeks(4);
-                    spare.date_code = l.date_code.clone().unwrap_or_else(|| date_code_of(spare.production_date));
+                    spare.date_code = l
+                        .date_code
+                        .clone()
+                        .unwrap_or_else(|| date_code_of(spare.production_date));
                 }
                 spare.share = 0.0;
                 if lots.iter().any(|o| o.id == spare.id) {
-                    return Err(invalid("parts.spare_lot.id", format!("`{}` is also in parts.lots", spare.id)));
+                    return Err(invalid(
+                        "parts.spare_lot.id",
+                        format!("`{}` is also in parts.lots", spare.id),
+                    ));
                 }
                 spare
             }
@@ -408,7 +427,10 @@ impl HardwareSpec {
         for (i, d) in raw.defective_lots.iter().enumerate() {
             let path = format!("hardware.defective_lots[{i}]");
             if !parts.lots.iter().chain([&parts.spare_lot]).any(|l| l.id == d.lot) {
-                return Err(invalid(format!("{path}.lot"), format!("no lot `{}` in parts.lots", d.lot)));
+                return Err(invalid(
+                    format!("{path}.lot"),
+                    format!("no lot `{}` in parts.lots", d.lot),
+                ));
             }
             if !d.multiply.is_finite() || d.multiply < 0.0 {
                 return Err(invalid(
@@ -440,10 +462,12 @@ impl HardwareSpec {
                     ),
                 ));
             }
-            let gpu = usize::try_from(f.gpu)
-                .ok()
-                .filter(|g| *g < gpus)
-                .ok_or_else(|| invalid(format!("{path}.gpu"), format!("must be 0..{gpus} (0-based), got {}", f.gpu)))?;
+            let gpu = usize::try_from(f.gpu).ok().filter(|g| *g < gpus).ok_or_else(|| {
+                invalid(
+                    format!("{path}.gpu"),
+                    format!("must be 0..{gpus} (0-based), got {}", f.gpu),
+                )
+            })?;
             if failures.iter().any(|o| o.node == f.node && o.gpu == gpu) {
                 // A part fails once; a second failure of the same GPU is a typo, not a plan.
                 return Err(invalid(
