@@ -12,6 +12,9 @@
 //! | `GET /sim/clock`                        | `{"now": RFC 3339 simulated time}`                              |
 //! | `GET /metrics`                          | Prometheus text format, labelled by node (and gpu)              |
 //! | `GET /sim/dcgm/metrics`, `/sim/dcgm/{name}/metrics`, `POST /sim/nodes/{name}/dcgm` | simulated dcgm-exporters ([`crate::dcgm`]) |
+//! | `GET /sim/parts-manifest`               | every GPU part ever installed as a parts manifest (CSV)          |
+//! | `GET /sim/hardware-failures[?all=true]` | hardware failures begun by now (`all`: also those to come), JSON |
+//! | `POST /sim/nodes/{name}/gpus/{gpu}/replace` | a new part (spare lot) in GPU `gpu` (0-based); answers the part |
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -20,7 +23,7 @@ use std::sync::atomic::Ordering;
 
 use axum::Json;
 use axum::Router;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -46,6 +49,9 @@ pub(crate) fn router(state: Arc<FleetState>) -> Router {
         .route("/sim/dcgm/metrics", get(crate::dcgm::all_metrics))
         .route("/sim/dcgm/{name}/metrics", get(crate::dcgm::node_metrics))
         .route("/sim/nodes/{name}/dcgm", post(crate::dcgm::control))
+        .route("/sim/parts-manifest", get(parts_manifest))
+        .route("/sim/hardware-failures", get(hardware_failures))
+        .route("/sim/nodes/{name}/gpus/{gpu}/replace", post(replace_gpu))
         .with_state(state)
 }
 
@@ -200,6 +206,38 @@ async fn flash_counts(State(s): State<Arc<FleetState>>) -> Json<BTreeMap<String,
             })
             .collect(),
     )
+}
+
+async fn parts_manifest(State(s): State<Arc<FleetState>>) -> Response {
+    let mut resp = crate::hardware::manifest_csv(&s.all_parts()).into_response();
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/csv; charset=utf-8"),
+    );
+    resp
+}
+
+#[derive(Debug, Deserialize)]
+struct FailuresQuery {
+    #[serde(default)]
+    all: bool,
+}
+
+async fn hardware_failures(
+    State(s): State<Arc<FleetState>>,
+    Query(q): Query<FailuresQuery>,
+) -> Json<Vec<crate::hardware::HardwareFailure>> {
+    Json(s.failures(if q.all { None } else { Some(s.now()) }))
+}
+
+async fn replace_gpu(State(s): State<Arc<FleetState>>, Path((name, gpu)): Path<(String, usize)>) -> Response {
+    match s.replace_gpu(&name, gpu) {
+        Ok(part) => Json(part).into_response(),
+        Err(e @ crate::hardware::ReplaceError::SerialsExhausted) => {
+            (StatusCode::CONFLICT, Json(json!({"error": e.to_string()}))).into_response()
+        }
+        Err(e) => (StatusCode::NOT_FOUND, Json(json!({"error": e.to_string()}))).into_response(),
+    }
 }
 
 async fn clock(State(s): State<Arc<FleetState>>) -> Json<Value> {

@@ -28,7 +28,12 @@
 //! Counter semantics: volatile counters (PCIe replay, volatile ECC, NVLink CRC) and the exporter's own XID
 //! state count from the later of the fleet's start, the node's last firmware activation (a host reboot
 //! reloads the driver) and the exporter's last restart (modelled together with a driver reload, as when the
-//! GPU operator restarts both pods), so Prometheus sees a reset. Remapped rows are persistent, as on the GPU.
+//! GPU operator restarts both pods), so Prometheus sees a reset. Remapped rows are persistent, as on the GPU
+//! (a replacement GPU starts from zero).
+//!
+//! Hardware failures (`hardware:` in the scenario, [`crate::hardware`]): a GPU fallen off the bus has no
+//! series at all until it is replaced; a row-remap failure sets `DCGM_FI_DEV_ROW_REMAP_FAILURE` 1 (and
+//! remapped rows to the spares); an uncorrectable-ECC failure's XID 48s add to the volatile DBE counter.
 //! While the exporter is stopped, or the host reboots, its series are absent: a scrape of the node fails
 //! and the fleet-wide exposition leaves the node out, so the series go stale in Prometheus.
 
@@ -45,7 +50,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::rng::{self, Purpose};
-use crate::scenario::Metric;
+use crate::scenario::{HardwareFailureMode, Metric};
 use crate::state::{EventKind, Exporter, FleetState, Node, NodeMut, poisson_by_inversion};
 
 /// HGX H100 baseboard bus ids, in GPU order (as `nvidia-smi` lists them on a DGX H100).
@@ -233,7 +238,24 @@ fn render_node(s: &FleetState, node: &Node, out: &mut [Section]) -> Option<()> {
     let hostname = label(&node.name);
     let model = label(&spec.model_name);
     let window_ms = window.num_milliseconds();
+    // Uncorrectable ECC failures count into the volatile DBE counter like the XID 48s they log.
+    let hardware = s.hardware_events(&m, since, now + Duration::milliseconds(1));
     for g in 0..gpus {
+        let failure = s.failure_at(&m, g, now);
+        // dcgm-exporter cannot read a GPU the driver lost, so its series vanish until the GPU is replaced.
+        if failure.is_some_and(|f| f.mode == HardwareFailureMode::FallenOffBus) {
+            continue;
+        }
+        // A replacement GPU's persistent counters are its own, from the day it went in.
+        let installed = s.part_at(&m, g, now).map_or(s.epoch, |p| p.installed_at.max(s.epoch));
+        let hardware_dbe = hardware
+            .iter()
+            .filter(|(at, kind)| {
+                *at > since
+                    && *at >= installed
+                    && matches!(kind, EventKind::Xid { gpu, code: 48 } if *gpu as usize == g)
+            })
+            .count() as u64;
         let base = format!(
             "gpu=\"{g}\",UUID=\"{}\",pci_bus_id=\"{}\",device=\"nvidia{g}\",modelName=\"{model}\",Hostname=\"{hostname}\"",
             uuid(s.scenario.seed, node.index, g),
@@ -273,15 +295,21 @@ fn render_node(s: &FleetState, node: &Node, out: &mut [Section]) -> Option<()> {
                 spec.remapped_rows_per_gpu_hour,
             ),
             g,
-            s.epoch,
+            installed,
             now,
         );
+        let rows = if failure.is_some_and(|f| f.mode == HardwareFailureMode::RowRemapFailure) {
+            // Remapping failed: the spare rows are used up.
+            rows.max(spec.row_remap_spares)
+        } else {
+            rows
+        };
         let values: [String; 8] = [
             format!("{temp}"),
             format!("{power}"),
             replays[g].to_string(),
             last_xid[g].to_string(),
-            ecc.to_string(),
+            (ecc + hardware_dbe).to_string(),
             crc.to_string(),
             rows.to_string(),
             u8::from(rows >= spec.row_remap_spares).to_string(),

@@ -21,6 +21,7 @@ use tokio::task::JoinHandle;
 
 use crate::conn::{BmcConn, FleetListener, accept_loop};
 use crate::control::ComponentVersions;
+use crate::hardware::{GpuPart, HardwareFailure, ReplaceError};
 use crate::scenario::{Metric, Scenario};
 use crate::state::{ComponentState, EventCache, FleetState, Node, NodeLabels, NodeMut};
 
@@ -54,6 +55,14 @@ pub enum FleetError {
     /// The HTTP client used to fetch `ImageURI` could not be built.
     #[error("building the HTTP client for image downloads")]
     HttpClient(#[source] reqwest::Error),
+    /// `parts.serial_digits` is too small for the fleet's GPUs to have distinct serials.
+    #[error("{gpus} GPUs need more serials than parts.serial_digits = {digits} allows")]
+    Serials {
+        /// GPUs in the fleet.
+        gpus: usize,
+        /// The scenario's `parts.serial_digits`.
+        digits: u32,
+    },
 }
 
 /// How to run a fleet.
@@ -267,12 +276,35 @@ impl Fleet {
         };
         let scheme = if tls.is_some() { "https" } else { "http" };
 
+        let gpu_components: Vec<usize> = scenario
+            .fleet
+            .components
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.kind == ComponentKind::Gpu)
+            .map(|(i, _)| i)
+            .collect();
+        // Processors GPU_0..7 exist even if the scenario lists no GPU firmware.
+        let gpus = if gpu_components.is_empty() {
+            8
+        } else {
+            gpu_components.len()
+        };
+        let epoch = options.clock.now();
+        let names: Vec<String> = (0..nodes)
+            .map(|i| format!("{}-{i:05}", scenario.fleet.name_prefix))
+            .collect();
+        let parts_plan = crate::hardware::PartsPlan::new(&scenario, &names, gpus, epoch);
+        if !parts_plan.serials_suffice() {
+            return Err(FleetError::Serials {
+                gpus: nodes * gpus,
+                digits: scenario.parts.serial_digits,
+            });
+        }
         let mut listeners = Vec::with_capacity(nodes);
         let mut node_list = Vec::with_capacity(nodes);
-        let epoch = options.clock.now();
         let mut ports = PortPicker::new(nodes);
-        for i in 0..nodes {
-            let name = format!("{}-{i:05}", scenario.fleet.name_prefix);
+        for (i, name) in names.iter().cloned().enumerate() {
             let listener = ports.bind(options.bind, &name)?;
             let port = listener
                 .local_addr()
@@ -308,25 +340,13 @@ impl Fleet {
                     reboot_until: None,
                     events: EventCache::default(),
                     http_push: Default::default(),
+                    gpu_parts: parts_plan.initial_parts(&scenario, i, epoch),
+                    diagnostics: Vec::new(),
                 }),
             });
             listeners.push(listener);
         }
 
-        let gpu_components: Vec<usize> = scenario
-            .fleet
-            .components
-            .iter()
-            .enumerate()
-            .filter(|(_, c)| c.kind == ComponentKind::Gpu)
-            .map(|(i, _)| i)
-            .collect();
-        // Processors GPU_0..7 exist even if the scenario lists no GPU firmware.
-        let gpus = if gpu_components.is_empty() {
-            8
-        } else {
-            gpu_components.len()
-        };
         let mut effects_by_metric: HashMap<Metric, Vec<(usize, usize)>> = HashMap::new();
         for (fi, fw) in scenario.firmware.iter().enumerate() {
             for (ei, e) in fw.effects.iter().enumerate() {
@@ -352,6 +372,7 @@ impl Fleet {
             gpus,
             effects_by_metric,
             dcgm: Default::default(),
+            parts_plan,
         });
 
         let (tx, rx) = mpsc::channel(4096);
@@ -490,6 +511,36 @@ impl RunningFleet {
     /// Flashes started per version on node `name` (None: no such node).
     pub fn flash_counts(&self, name: &str) -> Option<std::collections::BTreeMap<String, u32>> {
         self.state.node_by_name(name).map(|n| n.lock().flash_counts.clone())
+    }
+
+    /// Every GPU part ever installed, as a factory's parts manifest: CSV with the header
+    /// [`crate::PARTS_MANIFEST_COLUMNS`] (what `waveguard`'s manifest import reads), one row per serial,
+    /// replaced parts and their replacements included.
+    pub fn parts_manifest_csv(&self) -> String {
+        crate::hardware::manifest_csv(&self.state.all_parts())
+    }
+
+    /// Every GPU part ever installed, node by node, GPU by GPU, oldest first.
+    pub fn gpu_parts(&self) -> Vec<GpuPart> {
+        self.state.all_parts()
+    }
+
+    /// Hardware failures begun by now (replaced parts included, with `replaced_at`), oldest first.
+    pub fn hardware_failures(&self) -> Vec<HardwareFailure> {
+        self.state.failures(Some(self.state.now()))
+    }
+
+    /// Every hardware failure the run will see as things stand, begun or not: scripted ones and random
+    /// ones within `hardware.horizon`; a replacement drops the old part's future failure and adds the
+    /// new part's, if it draws one.
+    pub fn scheduled_hardware_failures(&self) -> Vec<HardwareFailure> {
+        self.state.failures(None)
+    }
+
+    /// Replaces GPU `gpu` (0-based) of node `node` now with a part from the spare lot: a new serial,
+    /// the old part's failure ends (its log entries stay), telemetry counts from zero.
+    pub fn replace_gpu(&self, node: &str, gpu: usize) -> Result<GpuPart, ReplaceError> {
+        self.state.replace_gpu(node, gpu)
     }
 
     /// Stops accepting, ends hung requests and waits for the servers to finish.

@@ -30,6 +30,7 @@ mod conn;
 mod control;
 mod dcgm;
 mod fleet;
+mod hardware;
 pub mod image;
 pub mod image_server;
 pub mod platform;
@@ -43,12 +44,13 @@ mod update;
 pub use conn::{BmcConn, FleetListener, SimIo};
 pub use control::{ComponentVersions, InjectedFaults};
 pub use fleet::{Endpoint, Fleet, FleetError, FleetOptions, RunningFleet};
+pub use hardware::{GpuPart, HardwareFailure, PARTS_MANIFEST_COLUMNS, ReplaceError};
 pub use image_server::ImageServer;
 /// The controller's accelerated rollout clock under the name the harnesses
 /// know: one implementation, so a fleet and a controller sharing it agree on
 /// now (and on how long a simulated span takes in real time).
 pub use orchestrator_types::AcceleratedClock as SimClock;
-pub use scenario::{DcgmSpec, Metric, Scenario, ScenarioError};
+pub use scenario::{DcgmSpec, HardwareFailureMode, Metric, Scenario, ScenarioError};
 pub use state::NodeLabels;
 pub use update::MAX_IMAGE_BYTES;
 
@@ -77,7 +79,7 @@ pub fn endpoints_csv(endpoints: &[Endpoint], credential_ref: &str) -> String {
     out
 }
 
-fn csv_field(f: &str) -> String {
+pub(crate) fn csv_field(f: &str) -> String {
     if f.contains([',', '"', '\n']) {
         format!("\"{}\"", f.replace('"', "\"\""))
     } else {

@@ -25,6 +25,11 @@ pub(crate) enum Purpose {
     DcgmNvlink = 13,
     DcgmRows = 14,
     LoopingNextLink = 15,
+    PartSerial = 16,
+    PartLot = 17,
+    HwFailure = 18,
+    HwMode = 19,
+    Diagnostics = 20,
 }
 
 fn splitmix(mut x: u64) -> u64 {

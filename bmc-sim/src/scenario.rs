@@ -17,9 +17,12 @@ use serde::Deserialize;
 use crate::platform::{RawComponent, UpdateServiceProfile};
 
 mod dcgm;
+mod hardware;
 
 pub use dcgm::DcgmSpec;
 use dcgm::RawDcgm;
+pub use hardware::{DefectiveLot, ExplicitFailure, HardwareFailureMode, HardwareSpec, LotSpec, PartsSpec};
+use hardware::{RawHardware, RawParts};
 
 /// Why a scenario was rejected. Every variant names the offending key path so a human can fix the file.
 #[derive(Debug, thiserror::Error)]
@@ -229,6 +232,12 @@ struct RawScenario {
     bmc_faults: RawFaults,
     #[serde(default)]
     dcgm: RawDcgm,
+    /// Every GPU as a part: serial scheme, part numbers, lots.
+    #[serde(default)]
+    parts: RawParts,
+    /// GPU hardware failures: a base rate, defective lots, scripted failures.
+    #[serde(default)]
+    hardware: RawHardware,
     /// A built-in platform profile (`bmc-sim/profiles/`): inventory layout and UpdateService.
     #[serde(default)]
     platform: Option<String>,
@@ -369,6 +378,10 @@ pub struct Scenario {
     pub bmc_faults: BmcFaults,
     /// The simulated dcgm-exporter's baselines and settings (`dcgm:`, every key optional).
     pub dcgm: DcgmSpec,
+    /// Each GPU as a part (`parts:`, every key optional).
+    pub parts: PartsSpec,
+    /// GPU hardware failures (`hardware:`, every key optional; none without it).
+    pub hardware: HardwareSpec,
     /// The platform profile the scenario named, if any.
     pub platform: Option<String>,
     /// How the UpdateService behaves (the platform's, the scenario's override, or the default).
@@ -856,6 +869,13 @@ fn validate(raw: RawScenario) -> Result<Scenario, ScenarioError> {
         ));
     }
 
+    let gpus = match components.iter().filter(|c| c.kind == ComponentKind::Gpu).count() {
+        // Processors GPU_0..7 exist even if the scenario lists no GPU firmware (see `Fleet::start`).
+        0 => 8,
+        n => n,
+    };
+    let parts = PartsSpec::from_raw(&raw.parts)?;
+    let hardware = HardwareSpec::from_raw(&raw.hardware, &parts, &f.name_prefix, nodes, gpus)?;
     let redfish_layout = profile
         .as_ref()
         .and_then(|p| p.redfish_layout.clone())
@@ -880,6 +900,8 @@ fn validate(raw: RawScenario) -> Result<Scenario, ScenarioError> {
         events,
         bmc_faults,
         dcgm: DcgmSpec::from_raw(&raw.dcgm)?,
+        parts,
+        hardware,
     })
 }
 

@@ -101,6 +101,15 @@ pub(crate) enum TaskPhase {
         message_id: &'static str,
         message: String,
     },
+    /// `LogService.CollectDiagnosticData`: collecting until `end`, then diagnostic entry `entry` exists.
+    Collecting {
+        end: DateTime<Utc>,
+        /// The log entry it creates.
+        entry: String,
+        /// The action's URI and the request's parameters without credentials (the task's `Payload`).
+        target: String,
+        json_body: String,
+    },
     /// Flashing from `start` to `end`; the outcome was drawn at start.
     Flashing {
         start: DateTime<Utc>,
@@ -134,6 +143,11 @@ pub(crate) struct TaskView {
 }
 
 impl TaskRec {
+    /// Whether the task updates firmware (a diagnostic collection holds no component).
+    pub fn is_update(&self) -> bool {
+        !matches!(self.phase, TaskPhase::Collecting { .. })
+    }
+
     pub fn view(&self, now: DateTime<Utc>, components: &[ComponentState]) -> TaskView {
         let targets: Vec<&str> = self
             .targets
@@ -142,6 +156,29 @@ impl TaskRec {
             .map(|c| c.id.as_str())
             .collect();
         match &self.phase {
+            TaskPhase::Collecting { end, entry, .. } => {
+                if now < *end {
+                    TaskView {
+                        state: "Running",
+                        percent: (((now - self.created).num_milliseconds().max(0) * 100)
+                            / (*end - self.created).num_milliseconds().max(1))
+                        .clamp(0, 99) as u32,
+                        end: None,
+                        messages: vec![],
+                    }
+                } else {
+                    TaskView {
+                        state: "Completed",
+                        percent: 100,
+                        end: Some(*end),
+                        messages: vec![(
+                            "Base.1.18.ResourceCreated",
+                            format!("The resource {entry} has been created successfully."),
+                            "OK",
+                        )],
+                    }
+                }
+            }
             TaskPhase::Fetching => TaskView {
                 state: "Running",
                 percent: 0,
@@ -305,6 +342,22 @@ pub(crate) struct NodeMut {
     pub events: EventCache,
     /// The UpdateService's global `HttpPushUri` settings.
     pub http_push: HttpPushSettings,
+    /// Per GPU, the parts installed in it, oldest first (see [`crate::hardware`]).
+    pub gpu_parts: Vec<Vec<crate::hardware::InstalledPart>>,
+    /// Diagnostic data collected through `LogService.CollectDiagnosticData`, oldest first.
+    pub diagnostics: Vec<DiagRecord>,
+}
+
+/// One `CollectDiagnosticData` result: a log entry once `done`, with its archive.
+#[derive(Debug, Clone)]
+pub(crate) struct DiagRecord {
+    pub id: u64,
+    /// `Manager` or `OEM`.
+    pub kind: &'static str,
+    pub oem_kind: Option<String>,
+    pub done: DateTime<Utc>,
+    /// Built when the request came in (what was collected), served unchanged on every download.
+    pub archive: Arc<Vec<u8>>,
 }
 
 impl NodeMut {
@@ -368,6 +421,8 @@ pub(crate) struct FleetState {
     pub effects_by_metric: HashMap<Metric, Vec<(usize, usize)>>,
     /// The simulated dcgm-exporters' restarts and stops.
     pub dcgm: DcgmState,
+    /// Lots, serial scheme and scripted failures, fixed at start.
+    pub parts_plan: crate::hardware::PartsPlan,
 }
 
 /// Real time a BMC keeps answering after deciding to go silent (see [`Node::grace_until`]).
@@ -597,6 +652,13 @@ impl FleetState {
                 }
             };
         for g in 0..self.gpus {
+            // A GPU off the bus reports nothing through the driver until it is replaced.
+            if self
+                .failure_at(m, g, start)
+                .is_some_and(|f| f.mode == crate::scenario::HardwareFailureMode::FallenOffBus)
+            {
+                continue;
+            }
             let (mul, add) = self.adjust(node, m, Metric::XidErrorsPerGpuHour, Some(g), start);
             let rate = (base.xid_errors_per_gpu_hour * mul + add).max(0.0);
             emit(Purpose::Xid, g as u64, rate * hours, &|r| {
@@ -617,6 +679,7 @@ impl FleetState {
         emit(Purpose::Link, 0, rate * hours / 24.0, &|r| EventKind::LinkDegraded {
             width: if r.random::<bool>() { 8 } else { 4 },
         });
+        out.extend(self.hardware_events(m, start, start + bucket));
         out.sort_by_key(|(t, _)| *t);
         out.truncate(MAX_EVENTS_PER_BUCKET);
         out.into_iter()

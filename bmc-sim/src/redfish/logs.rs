@@ -21,7 +21,7 @@ const LOG_PAGE: usize = 500;
 /// it has its own `SEL` and `EventLog` with host entries only.
 fn log_service_ids(s: &FleetState, sys: &str) -> &'static [&'static str] {
     if sys == layout(s).gpu_system {
-        &["EventLog"]
+        &["EventLog", super::diagnostics::DUMP]
     } else {
         &["SEL", "EventLog"]
     }
@@ -55,6 +55,9 @@ pub(super) async fn log_service(
     Path((sys, svc)): Path<(String, String)>,
 ) -> RfResult {
     known_log(&s, &sys, &svc)?;
+    if svc == super::diagnostics::DUMP {
+        return ok(super::diagnostics::service(&s, &sys));
+    }
     let uri = format!("{}/LogServices/{svc}", system_uri(&sys));
     let gpu_log = sys == layout(&s).gpu_system;
     let mut v = json!({
@@ -76,7 +79,7 @@ pub(super) async fn log_service(
     ok(v)
 }
 
-fn entry_json(s: &FleetState, e: &LogEvent) -> Value {
+pub(super) fn entry_json(s: &FleetState, e: &LogEvent) -> Value {
     let l = layout(s);
     let gpu_system = system_uri(&l.gpu_system);
     let (severity, args, message, origin) = match e.kind {
@@ -195,6 +198,16 @@ pub(super) async fn log_entries(
     known_log(&s, &sys, &svc)?;
     let node = node_of(&s, &c)?;
     let base = format!("{}/LogServices/{svc}/Entries", system_uri(&sys));
+    if svc == super::diagnostics::DUMP {
+        let entries = super::diagnostics::entries(&s, node);
+        return ok(json!({
+            "@odata.id": base,
+            "@odata.type": "#LogEntryCollection.LogEntryCollection",
+            "Name": "Diagnostic Data Entries",
+            "Members@odata.count": entries.len(),
+            "Members": entries,
+        }));
+    }
     if sys != layout(&s).gpu_system {
         let entries = host_entries(&s, &sys, &svc);
         return ok(json!({
@@ -238,6 +251,9 @@ pub(super) async fn log_entry(
 ) -> RfResult {
     known_log(&s, &sys, &svc)?;
     let node = node_of(&s, &c)?;
+    if svc == super::diagnostics::DUMP {
+        return super::diagnostics::entry(&s, node, &id);
+    }
     if sys != layout(&s).gpu_system {
         return host_entries(&s, &sys, &svc)
             .into_iter()

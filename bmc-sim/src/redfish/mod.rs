@@ -10,6 +10,7 @@
 
 mod accounts;
 mod chassis;
+mod diagnostics;
 mod layout;
 mod logs;
 mod managers;
@@ -40,7 +41,7 @@ use self::managers::{manager, manager_reset, managers};
 use self::response::RfError;
 use self::root::{metadata, odata, redfish_versions, service_root};
 use self::sessions::{create_session, delete_session, session, session_service, sessions};
-use self::systems::{processor, processor_metrics, processors, system, system_reset, systems};
+use self::systems::{processor, processor_assembly, processor_metrics, processors, system, system_reset, systems};
 use self::tasks::{task, task_monitor, task_service, tasks};
 use self::update_service::{
     firmware_entry, firmware_inventory, http_push_update, multipart_update, patch_update_service, simple_update,
@@ -83,12 +84,24 @@ pub(crate) fn router(state: Arc<FleetState>) -> Router {
             "/redfish/v1/Systems/{sys}/Processors/{id}/ProcessorMetrics",
             get(processor_metrics),
         )
+        .route(
+            "/redfish/v1/Systems/{sys}/Processors/{id}/Assembly",
+            get(processor_assembly),
+        )
         .route("/redfish/v1/Systems/{sys}/LogServices", get(log_services))
         .route("/redfish/v1/Systems/{sys}/LogServices/{svc}", get(log_service))
         .route("/redfish/v1/Systems/{sys}/LogServices/{svc}/Entries", get(log_entries))
         .route(
             "/redfish/v1/Systems/{sys}/LogServices/{svc}/Entries/{id}",
             get(log_entry),
+        )
+        .route(
+            "/redfish/v1/Systems/{sys}/LogServices/{svc}/Entries/{id}/attachment",
+            get(diagnostics::attachment),
+        )
+        .route(
+            "/redfish/v1/Systems/{sys}/LogServices/{svc}/Actions/LogService.CollectDiagnosticData",
+            post(diagnostics::collect),
         )
         .route("/redfish/v1/Chassis", get(chassis_collection))
         .route("/redfish/v1/Chassis/{ch}", get(chassis))

@@ -28,6 +28,7 @@ pub(crate) mod types {
     pub const TASK: &str = "#Task.v1_7_4.Task";
     pub const LOG_SERVICE: &str = "#LogService.v1_9_0.LogService";
     pub const LOG_ENTRY: &str = "#LogEntry.v1_21_0.LogEntry";
+    pub const ASSEMBLY: &str = "#Assembly.v1_5_1.Assembly";
 }
 
 /// A Redfish error response (`{"error": {...}}`); never carries credentials.

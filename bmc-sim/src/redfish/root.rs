@@ -22,6 +22,7 @@ const METADATA_REFS: &[(&str, &[&str])] = &[
     ("ComputerSystemCollection", &["ComputerSystemCollection"]),
     ("Processor", &["Processor", "Processor.v1_23_0"]),
     ("ProcessorCollection", &["ProcessorCollection"]),
+    ("Assembly", &["Assembly", "Assembly.v1_5_1"]),
     ("ProcessorMetrics", &["ProcessorMetrics", "ProcessorMetrics.v1_7_0"]),
     ("Chassis", &["Chassis", "Chassis.v1_28_0"]),
     ("ChassisCollection", &["ChassisCollection"]),

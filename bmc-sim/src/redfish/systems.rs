@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 use super::layout::{gpu_index, gpu_uri, known_system, layout, system_uri, uuid_for, wants_expand};
 use super::response::{RfError, RfResult, collection, collection_of, link, node_of, ok, status_ok, types};
 use crate::conn::BmcConn;
+use crate::scenario::HardwareFailureMode;
 use crate::state::{EventKind, FleetState, Node};
 use crate::update;
 
@@ -203,18 +204,30 @@ fn processor_doc(s: &FleetState, node: &Node, sys: &str, id: &str) -> Result<Val
         .get(g)
         .and_then(|&ci| m.components.get(ci))
         .map(|c| c.active().to_owned());
+    let part = s.current_part(&node.name, &m, g, now);
+    let failure = s.failure_at(&m, g, now);
+    let status = match failure.map(|f| f.mode) {
+        // The BMC lost the device: present in the inventory, not reachable (DMTF `UnavailableOffline`).
+        Some(HardwareFailureMode::FallenOffBus) => json!({"State": "UnavailableOffline", "Health": "Critical"}),
+        _ if rebooting => json!({"State": "Starting", "Health": "OK"}),
+        _ => status_ok(),
+    };
     let mut v = json!({
         "@odata.id": uri,
         "@odata.type": types::PROCESSOR,
         "Id": id,
         "Name": format!("GPU {}", g + l.gpu_index_base),
         "ProcessorType": "GPU",
-        "Manufacturer": "NVIDIA",
+        "Manufacturer": s.scenario.parts.manufacturer,
         "Model": "Simulated GPU",
-        "SerialNumber": format!("SIMGPU{:08}{g}", node.index),
-        "Status": if rebooting { json!({"State": "Starting", "Health": "OK"}) } else { status_ok() },
+        "Status": status,
         "Metrics": link(format!("{uri}/ProcessorMetrics")),
+        "Assembly": link(format!("{uri}/Assembly")),
     });
+    if let Some(p) = &part {
+        v["SerialNumber"] = json!(p.serial);
+        v["PartNumber"] = json!(p.part_number);
+    }
     if let Some(t) = &l.gpu_chassis {
         v["Links"] = json!({ "Chassis": link(format!("/redfish/v1/Chassis/{}", l.name(t, g))) });
     }
@@ -264,5 +277,44 @@ pub(super) async fn processor_metrics(
         "Name": format!("GPU {} Metrics", g + layout(&s).gpu_index_base),
         "UncorrectableOtherErrorCount": xid,
         "PCIeErrors": { "CorrectableErrorCount": aer_c, "NonFatalErrorCount": aer_f },
+    }))
+}
+
+/// The GPU's `Assembly` (Processor v1_10 on): the one property a Processor lacks, `ProductionDate`,
+/// beside the serial and part number of the part in the slot now.
+pub(super) async fn processor_assembly(
+    State(s): State<Arc<FleetState>>,
+    ConnectInfo(c): ConnectInfo<BmcConn>,
+    Path((sys, id)): Path<(String, String)>,
+) -> RfResult {
+    let node = node_of(&s, &c)?;
+    let g = gpu_index(&s, &sys, &id)?;
+    let uri = format!("{}/Processors/{id}/Assembly", system_uri(&sys));
+    let now = s.now();
+    let part = {
+        let m = node.lock();
+        s.current_part(&node.name, &m, g, now)
+    }
+    .ok_or_else(|| RfError::not_found("Assembly"))?;
+    let name = format!("GPU {}", g + layout(&s).gpu_index_base);
+    let maker = &s.scenario.parts.manufacturer;
+    ok(json!({
+        "@odata.id": uri,
+        "@odata.type": types::ASSEMBLY,
+        "Id": "Assembly",
+        "Name": format!("{name} Assembly"),
+        "Assemblies": [{
+            "@odata.id": format!("{uri}#/Assemblies/0"),
+            "MemberId": "0",
+            "Name": name,
+            "Model": s.scenario.dcgm.model_name,
+            "PartNumber": part.part_number,
+            "SerialNumber": part.serial,
+            "Vendor": maker,
+            "Producer": maker,
+            "ProductionDate": format!("{}T00:00:00Z", part.production_date.format("%Y-%m-%d")),
+            "PhysicalContext": "GPU",
+        }],
+        "Assemblies@odata.count": 1,
     }))
 }

@@ -12,7 +12,7 @@ use super::layout::system_reset_uri;
 use super::response::{RfError, RfResult, collection, link, node_of, ok, status_ok, ts, types};
 use crate::conn::BmcConn;
 use crate::platform::AcceptedAs;
-use crate::state::{FleetState, Node};
+use crate::state::{FleetState, Node, TaskPhase};
 
 /// The answer to an accepted update, as the platform gives it: a DMTF task monitor, the task itself,
 /// or 204 with nothing to poll.
@@ -121,6 +121,28 @@ pub(super) fn task_json(s: &FleetState, node: &Node, m: &mut crate::state::NodeM
     if let Some(end) = view.end {
         v["EndTime"] = json!(ts(end));
     }
+    if let TaskPhase::Collecting {
+        entry,
+        target,
+        json_body,
+        ..
+    } = &t.phase
+    {
+        v["Name"] = json!(format!("Diagnostic data collection task {id}"));
+        // DSP0266 carries a finished operation's answer in the task: the new entry's `Location`.
+        let headers: Vec<String> = if view.state == "Completed" {
+            v["Links"] = json!({ "CreatedResources": [link(entry.clone())] });
+            vec![format!("Location: {entry}")]
+        } else {
+            Vec::new()
+        };
+        v["Payload"] = json!({
+            "TargetUri": target,
+            "HttpOperation": "POST",
+            "JsonBody": json_body,
+            "HttpHeaders": headers,
+        });
+    }
     Some(v)
 }
 
@@ -152,7 +174,16 @@ pub(super) async fn task_monitor(
         Some("New" | "Running" | "Starting" | "Pending")
     );
     let status = if running { StatusCode::ACCEPTED } else { StatusCode::OK };
+    let created = m
+        .tasks
+        .iter()
+        .find(|t| t.id == id)
+        .and_then(|t| super::diagnostics::created_entry(t, s.now()))
+        .map(str::to_owned);
     let mut resp = (status, Json(v)).into_response();
+    if let Some(entry) = created.and_then(|e| HeaderValue::from_str(&e).ok()) {
+        resp.headers_mut().insert(header::LOCATION, entry);
+    }
     resp.headers_mut()
         .insert("OData-Version", HeaderValue::from_static("4.0"));
     if running {

@@ -207,7 +207,8 @@ fn refuse_concurrent(
     node.settle(m, now);
     let busy = m.tasks.iter().any(|t| {
         let view = t.view(now, &m.components);
-        matches!(view.state, "New" | "Running")
+        t.is_update()
+            && matches!(view.state, "New" | "Running")
             && (t.targets.is_empty() || targets.is_empty() || t.targets.iter().any(|i| targets.contains(i)))
     });
     if busy {
