@@ -582,6 +582,44 @@ impl Db {
         attachment_of(&model)
     }
 
+    /// Records the result of the vendor's field diagnostic for case `id`'s part, as the sample the
+    /// criteria's `confirmed_by` reads (the monitor's next pass moves the candidate to met, or to
+    /// diagnostic passed). `evidence` names the uploaded log it comes from. Recording the same
+    /// log's result twice is one sample. Audited as `rma.field_diagnostic`.
+    pub async fn record_field_diagnostic(
+        &self,
+        id: &str,
+        passed: bool,
+        evidence: &str,
+        actor: &str,
+    ) -> Result<(), DbError> {
+        let case = self.rma_case(id).await?.case;
+        if !case.state.is_open() {
+            return Err(DbError::Invalid {
+                field: "case".into(),
+                reason: format!("case {id} is closed; a diagnostic result no longer changes it"),
+            });
+        }
+        let now = self.clock.now();
+        let observation = orchestrator_rma::Observation {
+            at: now,
+            source_id: format!("field-diagnostic:{id}:{evidence}"),
+            kind: orchestrator_rma::ObservationKind::FieldDiagnostic { passed },
+        };
+        self.record_part_observations(&[(case.serial.clone(), observation)])
+            .await?;
+        audit::append(
+            &self.conn,
+            now,
+            actor,
+            "rma.field_diagnostic",
+            "rma_case",
+            id,
+            serde_json::json!({ "serial": case.serial, "passed": passed, "evidence": evidence }),
+        )
+        .await
+    }
+
     /// The attachments of case `id`, by name.
     pub async fn rma_attachments(&self, id: &str) -> Result<Vec<Attachment>, DbError> {
         rma_attachments::Entity::find()

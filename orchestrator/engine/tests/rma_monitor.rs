@@ -186,6 +186,23 @@ async fn failed_gpus_become_cases_with_evidence_and_the_defective_lot_is_reporte
         h.db.rma_evidence_package(&sample.case.id).await.unwrap().archive
     );
 
+    // NVIDIA support's field diagnostic fails the part: the next pass finds the rule met.
+    h.db.add_rma_attachment(
+        &sample.case.id,
+        "fieldiag.log",
+        AttachmentKind::FieldDiagnostic,
+        b"fieldiag: GPU FAIL: PCIe link lost\n",
+        "rita",
+    )
+    .await
+    .unwrap();
+    h.db.record_field_diagnostic(&sample.case.id, false, "fieldiag.log", "rita")
+        .await
+        .unwrap();
+    monitor.pass().await.unwrap();
+    let confirmed = h.db.rma_case(&sample.case.id).await.unwrap();
+    assert_eq!(confirmed.candidate.status, CandidateStatus::Met);
+
     // The week's scan: the lot alone (the fleet has one part number, which has no rest to be
     // compared with), with its ratio and interval.
     assert!(scanned.contains(&start), "the first week was scanned: {scanned:?}");

@@ -97,6 +97,10 @@ pub enum RmaCommand {
         /// What it is.
         #[arg(long, value_enum, default_value = "field-diagnostic")]
         kind: AttachKind,
+        /// The field diagnostic's verdict on the part: `failed` confirms the claim (the criteria's
+        /// `confirmed_by`), `passed` tells the vendor would refuse it.
+        #[arg(long, value_enum)]
+        result: Option<DiagnosticResult>,
     },
     /// Submit a case to its vendor under the vendor's quota; refused with its queue position when
     /// the quota is spent.
@@ -132,6 +136,15 @@ pub enum CriteriaCommand {
         /// Directory (or files) of criteria.
         paths: Vec<PathBuf>,
     },
+}
+
+/// A field diagnostic's verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DiagnosticResult {
+    /// The part passed.
+    Passed,
+    /// The part failed.
+    Failed,
 }
 
 /// Kinds of attachment a person uploads.
@@ -432,7 +445,16 @@ pub async fn run(command: RmaCommand, context: &Context) -> anyhow::Result<ExitC
                 package.manifest_sha256
             );
         }
-        RmaCommand::Attach { case, file, name, kind } => {
+        RmaCommand::Attach {
+            case,
+            file,
+            name,
+            kind,
+            result,
+        } => {
+            if result.is_some() && !matches!(kind, AttachKind::FieldDiagnostic) {
+                return Err(super::BadInput("--result is the verdict of a field diagnostic".into()).into());
+            }
             let bytes = std::fs::read(&file).with_context(|| format!("cannot read {}", file.display()))?;
             let kind = match kind {
                 AttachKind::FieldDiagnostic => AttachmentKind::FieldDiagnostic,
@@ -446,6 +468,15 @@ pub async fn run(command: RmaCommand, context: &Context) -> anyhow::Result<ExitC
                 "attached {} to {case} ({} bytes, sha256 {})",
                 added.name, added.size_bytes, added.sha256
             );
+            if let Some(result) = result {
+                let passed = result == DiagnosticResult::Passed;
+                db.record_field_diagnostic(&case, passed, &added.name, &context.local_admin()?)
+                    .await?;
+                println!(
+                    "  recorded: field diagnostic {}",
+                    if passed { "passed" } else { "failed" }
+                );
+            }
         }
         RmaCommand::Submit { case, vendor_reference } => {
             let vendor = db.rma_case(&case).await?.case.vendor;
