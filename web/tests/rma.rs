@@ -934,7 +934,8 @@ async fn the_case_page_upload_form_carries_its_csrf_token() {
     let page = String::from_utf8_lossy(&page);
     let form = &page[page.find("id=\"upload-form\"").expect("an upload form")..];
     assert!(
-        form.contains("enctype=\"multipart/form-data\"") && form.contains(&format!("name=\"csrf\" value=\"{csrf}\"")),
+        page.contains("enctype=\"multipart/form-data\" id=\"upload-form\"")
+            && form.contains(&format!("name=\"csrf\" value=\"{csrf}\"")),
         "{form}"
     );
     assert!(page.contains("diag.log"), "{page}");
