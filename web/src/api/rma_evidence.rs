@@ -49,8 +49,8 @@ pub struct EvidenceManifest {
     manifest_sha256: String,
     /// Size of the archive in bytes.
     archive_bytes: u64,
-    /// The manifest hash recorded on the case, if any; differs from `manifest_sha256` when
-    /// records changed since (an upload after the evidence was collected).
+    /// The manifest hash recorded on the case, if any. Differs from `manifest_sha256` once the
+    /// case moved on: the package's `case.json` holds the case's current state and history.
     recorded_sha256: Option<String>,
 }
 
