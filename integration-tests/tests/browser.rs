@@ -16,7 +16,12 @@
 //!   the next wave's nodes flashing and finishing over server-sent events
 //!   without a reload, the rollout completes, and bmc-sim counted exactly one
 //!   flash per node. Screenshots of the main pages are saved under
-//!   `target/ui-screenshots/` for a reviewer.
+//!   `target/ui-screenshots/` for a reviewer;
+//! - then, with RMA cases open on the same fleet (criteria in force, parts
+//!   discovered, a defect-cluster scan stored), the dashboard's replacement
+//!   pipeline, the `/rma` list (quota, cluster report) and a case page are
+//!   read in the browser, the evidence package is built from the case page
+//!   and downloaded twice with the same bytes (`rma-*.png` screenshots).
 //!
 //! Skips loudly when `chromium` or `chromedriver` is missing (install them
 //! with `web/ci-setup.sh`); fails instead when `WAVEGUARD_REQUIRE_ALL=1`.
@@ -324,7 +329,10 @@ async fn run(chromium: &Path, driver_bin: &Path) -> anyhow::Result<()> {
             .connect(&format!("http://127.0.0.1:{port}"))
             .await
             .context("cannot open a WebDriver session")?;
-        let driven = drive(&client, &base, &sim, release).await;
+        let mut driven = drive(&client, &base, &sim, release).await;
+        if driven.is_ok() {
+            driven = drive_rma(&client, &base, &sim).await;
+        }
         let _ = client.close().await;
         driven
     }
@@ -682,5 +690,172 @@ async fn drive(client: &Client, base: &str, sim: &Harness, release: ReleaseId) -
         );
     }
     eprintln!("browser test done after {:?}", started.elapsed());
+    Ok(())
+}
+
+/// The RMA pages in the browser, as Sam (a release manager) after the rollout.
+async fn drive_rma(client: &Client, base: &str, sim: &Harness) -> anyhow::Result<()> {
+    use orchestrator_db::testing::fixtures::{
+        put_example_rma_criteria, record_example_parts, rma_candidate, store_example_cluster_scan,
+    };
+    let db = &sim.db;
+    let nodes = db.list_nodes(&Default::default()).await?;
+    let (first, second) = match nodes.as_slice() {
+        [a, b, ..] => (a.name.clone(), b.name.clone()),
+        other => bail!("two nodes expected: {other:?}"),
+    };
+    put_example_rma_criteria(db).await?;
+    let serials = record_example_parts(db, &first, 8).await?;
+    record_example_parts(db, &second, 8).await?;
+    let now = db.clock().now();
+    let mut candidate = rma_candidate(
+        &serials[2],
+        &first,
+        "row_remap_failure",
+        orchestrator_rma::Severity::High,
+    );
+    candidate.began_at = now;
+    candidate.samples = vec![orchestrator_rma::Observation {
+        at: now,
+        source_id: format!("dcgm/{}/row_remap_failure", serials[2]),
+        kind: orchestrator_rma::ObservationKind::Flag {
+            flag: orchestrator_rma::HealthFlag::RowRemapFailure,
+            set: true,
+        },
+    }];
+    let case = db.open_rma_case(&candidate, "detector").await?;
+    let other = db
+        .open_rma_case(
+            &rma_candidate(
+                &format!("{second}-GPU5"),
+                &second,
+                "fallen_off_bus",
+                orchestrator_rma::Severity::Medium,
+            ),
+            "detector",
+        )
+        .await?;
+    db.apply_rma_event(
+        &other.id,
+        orchestrator_rma::CaseEvent::CollectEvidence {
+            manifest_sha256: "ab".repeat(32),
+        },
+        &orchestrator_rma::Actor {
+            name: "ada".into(),
+            role: Role::Admin,
+        },
+    )
+    .await?;
+    store_example_cluster_scan(db, now - chrono::TimeDelta::days(30)).await?;
+
+    // The dashboard's pipeline panel: open cases per state, quota, days per state, the trend.
+    client.goto(&format!("{base}/")).await?;
+    wait_until(
+        client,
+        "the pipeline panel",
+        "return !!document.getElementById('rma-pipeline');",
+        UI_WAIT,
+    )
+    .await?;
+    let panel = client.find(Locator::Id("rma-pipeline")).await?.text().await?;
+    for want in [
+        "2 open RMA case(s)",
+        "nvidia: 0 of 5 used per week, 5 left, 1 waiting",
+        "Days in each state",
+        "Weekly trend",
+        &case.id,
+    ] {
+        ensure!(panel.contains(want), "the pipeline panel shows {want:?}: {panel}");
+    }
+    client
+        .execute("document.getElementById('rma-pipeline').scrollIntoView();", vec![])
+        .await?;
+    shot(client, "rma-dashboard-pipeline").await?;
+
+    // The list: both cases, the quota per vendor, the latest cluster report.
+    client.goto(&format!("{base}/rma")).await?;
+    wait_until(
+        client,
+        "the RMA list",
+        "return !!document.getElementById('cases');",
+        UI_WAIT,
+    )
+    .await?;
+    let rows = client.find_all(Locator::Css("#cases tr.rma-case")).await?;
+    ensure!(rows.len() == 2, "two open cases listed, got {}", rows.len());
+    let quota = client.find(Locator::Id("quotas")).await?.text().await?;
+    ensure!(
+        quota.contains("nvidia") && quota.contains(&other.id),
+        "quota and queue: {quota}"
+    );
+    let clusters = client.find(Locator::Id("clusters")).await?.text().await?;
+    ensure!(clusters.contains("699-2G520-0200-000/L7"), "the defect lot: {clusters}");
+    shot(client, "rma-list").await?;
+
+    // A case page: build the evidence package from it, then download it twice.
+    client.find(Locator::LinkText(&case.id)).await?.click().await?;
+    wait_until(
+        client,
+        "the case page",
+        "return !!document.getElementById('evidence-files');",
+        UI_WAIT,
+    )
+    .await?;
+    let files = client.find_all(Locator::Css("#evidence-files tbody tr")).await?;
+    ensure!(files.len() >= 7, "the package's files are listed: {}", files.len());
+    client.find(Locator::Id("build-evidence")).await?.click().await?;
+    client.accept_alert().await?;
+    wait_until(
+        client,
+        "the case in evidence collected",
+        "const s = document.getElementById('case-state'); \
+         return !!s && s.textContent.trim() === 'evidence collected';",
+        UI_WAIT,
+    )
+    .await?;
+    let submit = client.find(Locator::Id("submit-quota")).await?.text().await?;
+    ensure!(
+        submit.contains("0 used, 5 left") && submit.contains("number 1 of 2 in the queue"),
+        "the submit box: {submit}"
+    );
+    let downloads = client
+        .execute(
+            "const link = document.getElementById('evidence-download').getAttribute('href');
+             const out = [];
+             for (const _ of [1, 2]) {
+               const r = await fetch(link);
+               const bytes = await r.arrayBuffer();
+               const digest = await crypto.subtle.digest('SHA-256', bytes);
+               out.push([r.status, r.headers.get('content-type'), r.headers.get('content-disposition'),
+                 Array.from(new Uint8Array(digest)).map(b => b.toString(16).padStart(2, '0')).join('')]);
+             }
+             return out;",
+            vec![],
+        )
+        .await?;
+    ensure!(
+        downloads[0][0] == json!(200) && downloads[0][1] == json!("application/x-tar"),
+        "the archive downloads: {downloads}"
+    );
+    ensure!(
+        downloads[0][2]
+            .as_str()
+            .is_some_and(|d| d.contains(&format!("{}-evidence.tar", case.id))),
+        "named after the case: {downloads}"
+    );
+    ensure!(
+        downloads[0] == downloads[1],
+        "two downloads are the same bytes: {downloads}"
+    );
+    let stored = db.rma_case(&case.id).await?;
+    ensure!(
+        stored.case.history.last().is_some_and(|t| t.actor == "sam"),
+        "recorded as sam: {:?}",
+        stored.case.history
+    );
+    client
+        .execute("document.getElementById('evidence').scrollIntoView();", vec![])
+        .await?;
+    shot(client, "rma-case").await?;
     Ok(())
 }

@@ -14,6 +14,7 @@ mod error;
 mod headers;
 mod html;
 mod metrics;
+mod multipart;
 mod ui;
 mod url;
 

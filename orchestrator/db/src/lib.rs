@@ -22,6 +22,7 @@ pub mod policies;
 mod releases;
 pub mod rma;
 pub mod rma_evidence;
+pub mod rma_views;
 pub mod rollouts;
 #[cfg(feature = "testing")]
 pub mod testing;

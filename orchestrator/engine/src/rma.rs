@@ -387,7 +387,7 @@ impl RmaMonitor {
         let index = &index;
         let query = |q: &'static str| async move {
             prometheus
-                .node_samples(q, now, &index)
+                .node_samples(q, now, index)
                 .await
                 .map_err(|e| format!("{q}: {}", orchestrator_types::error_chain(&e)))
         };

@@ -5,8 +5,11 @@ pub mod alerts;
 mod audit;
 mod evidence;
 mod nodes;
+pub(crate) mod parts;
 mod releases;
 pub(crate) mod rma;
+pub(crate) mod rma_evidence;
+pub(crate) mod rma_pipeline;
 pub(crate) mod rollouts;
 mod throttles;
 
@@ -113,6 +116,18 @@ impl<S: Send + Sync> FromRequestParts<S> for Actor {
         rma::list_cases,
         rma::get_case,
         rma::record_event,
+        rma_evidence::download,
+        rma_evidence::manifest,
+        rma_evidence::record_collected,
+        rma_evidence::upload,
+        rma_evidence::list,
+        rma_evidence::download_attachment,
+        rma_pipeline::submit_case,
+        rma_pipeline::quota,
+        rma_pipeline::clusters,
+        rma_pipeline::report,
+        parts::list,
+        parts::get,
     ),
     components(schemas(ErrorBody, ErrorDetail)),
     tags(
@@ -123,7 +138,9 @@ impl<S: Send + Sync> FromRequestParts<S> for Actor {
         (name = "rollouts", description = "Staged rollouts: plans, waves, approvals and commands"),
         (name = "users", description = "Users and login throttling (admin only)"),
         (name = "rma", description = "RMA cases: GPUs that met a vendor's failure rule, and the human steps of their \
-         return to the vendor"),
+         return to the vendor: evidence packages, attachments, submission within the vendor's quota, defect \
+         clusters"),
+        (name = "parts", description = "GPUs and other parts by serial number: discovery, lot, health and cases"),
     )
 )]
 pub struct ApiDoc;
@@ -164,6 +181,26 @@ pub(crate) fn router() -> Router<AppState> {
         .route("/rma/cases", get(rma::list_cases))
         .route("/rma/cases/{id}", get(rma::get_case))
         .route("/rma/cases/{id}/events", post(rma::record_event))
+        .route(
+            "/rma/cases/{id}/evidence",
+            get(rma_evidence::download).post(rma_evidence::record_collected),
+        )
+        .route("/rma/cases/{id}/evidence/manifest", get(rma_evidence::manifest))
+        .route(
+            "/rma/cases/{id}/attachments",
+            get(rma_evidence::list)
+                .post(rma_evidence::upload.layer(DefaultBodyLimit::max(crate::multipart::UPLOAD_BODY_BYTES))),
+        )
+        .route(
+            "/rma/cases/{id}/attachments/{name}",
+            get(rma_evidence::download_attachment),
+        )
+        .route("/rma/cases/{id}/submit", post(rma_pipeline::submit_case))
+        .route("/rma/quota", get(rma_pipeline::quota))
+        .route("/rma/clusters", get(rma_pipeline::clusters))
+        .route("/rma/clusters/report", get(rma_pipeline::report))
+        .route("/parts", get(parts::list))
+        .route("/parts/{serial}", get(parts::get))
 }
 
 async fn openapi() -> Json<utoipa::openapi::OpenApi> {

@@ -6,8 +6,8 @@
 //! step; this module asks it first so that a refusal answers with the right
 //! status (a role or four-eyes refusal 403, a step the state does not allow
 //! 409, a missing field 422) and words the UI shares. Submission to the
-//! vendor is not offered: it needs an admission from the vendor's quota,
-//! which comes from criteria files the server does not load yet.
+//! vendor is its own route (`rma_pipeline`): it needs an admission from the
+//! vendor's quota, not only the machine's consent.
 
 use axum::Extension;
 use axum::extract::State;
@@ -85,7 +85,8 @@ pub(crate) fn days_in_state(case: &Case, now: DateTime<Utc>) -> f64 {
 }
 
 /// The human steps of a case, as the API's `event` tags and the UI's
-/// action paths name them. Submission is not one of them (see the module).
+/// action paths name them. Submission is not one of them: it has its own
+/// route, because it needs the vendor's quota.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Step {
     CollectEvidence,
@@ -180,7 +181,7 @@ pub(crate) enum Offer {
 }
 
 /// The steps the case's state allows now, each with whether `actor` may
-/// take it. Submission is left out (not offered, see the module).
+/// take it. Submission is left out (its own route, see [`Step`]).
 pub(crate) fn next_steps(case: &Case, actor: &Actor, now: DateTime<Utc>) -> Vec<(Step, Offer)> {
     // The machine checks the role first, so the state's answer is asked as
     // an admin whose name no user can have (a name that is never "the same
@@ -213,8 +214,7 @@ fn invalid(field: &str, message: impl Into<String>) -> ApiError {
 }
 
 /// A human step of a case's pipeline, tagged by `event`. Submission to the
-/// vendor is not offered: it needs the vendor's quota, which the server
-/// does not load yet.
+/// vendor is `POST /api/v1/rma/cases/{id}/submit`: it needs the vendor's quota.
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case", tag = "event", deny_unknown_fields)]
 pub enum CaseEventRequest {
@@ -357,7 +357,7 @@ pub(crate) fn check_step(case: &Case, step: Step, actor: &Actor, now: DateTime<U
             let now_allowed = if !allowed.is_empty() {
                 allowed.join(", ")
             } else if case.state == CaseState::EvidenceCollected {
-                "only submission to the vendor, which is not offered here yet".to_owned()
+                "only submission to the vendor (POST .../submit with the vendor's reference)".to_owned()
             } else if !case.state.is_open() {
                 "nothing: the case is over".to_owned()
             } else {
@@ -538,7 +538,7 @@ pub struct RmaSample {
 }
 
 impl RmaSample {
-    fn of(sample: &Observation) -> Self {
+    pub(crate) fn of(sample: &Observation) -> Self {
         RmaSample {
             at: sample.at,
             source_id: sample.source_id.clone(),
@@ -692,7 +692,7 @@ pub(crate) async fn get_case(
 
 /// Records a human step of the case's pipeline as the caller (audited as `rma.transition`).
 /// Every step needs release_manager; closing needs admin; whoever recorded the replacement may
-/// not verify it. Submission to the vendor is not offered yet (it needs the vendor's quota).
+/// not verify it. Submission to the vendor is `POST .../submit` (it needs the vendor's quota).
 #[utoipa::path(post, path = "/api/v1/rma/cases/{id}/events", tag = "rma", request_body = CaseEventRequest,
     params(("id" = String, Path, description = "Case id")),
     responses((status = 200, body = RmaCaseDetail, description = "The case after the step"),

@@ -298,10 +298,31 @@ async fn check_csrf(request: Request, expected: &str) -> Result<Request, Respons
             Err(refuse(&path))
         };
     }
-    let is_form = request
+    let content_type = request
         .headers()
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    if crate::multipart::is_multipart(content_type.as_deref()) {
+        // An upload form carries the token as its `csrf` field; buffered
+        // here (within the upload limit) so the check stays in this layer.
+        let (parts, body) = request.into_parts();
+        let Ok(bytes) = to_bytes(body, crate::multipart::UPLOAD_BODY_BYTES).await else {
+            return Err(ApiError::PayloadTooLarge(format!(
+                "an upload may be at most {} bytes",
+                crate::multipart::UPLOAD_BODY_BYTES
+            ))
+            .into_response());
+        };
+        let sent = crate::multipart::csrf_field(content_type.as_deref().unwrap_or_default(), bytes.clone()).await;
+        return if sent.is_some_and(|sent| constant_time_eq(sent.as_bytes(), expected.as_bytes())) {
+            Ok(Request::from_parts(parts, Body::from(bytes)))
+        } else {
+            Err(refuse(&path))
+        };
+    }
+    let is_form = content_type
+        .as_deref()
         .is_some_and(|v| v.starts_with("application/x-www-form-urlencoded"));
     if !is_form {
         return Err(refuse(&path));

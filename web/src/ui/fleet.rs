@@ -359,6 +359,7 @@ pub(crate) async fn node(
     let history = node_history(db, node.id).await?;
     let drains = scheduler::node_rows(db, node.id).await?;
     let (rma_cases, rma_holds) = rma::node_cases(db, &node.name).await?;
+    let parts = rma::node_parts(db, &node.name).await?;
     let audit = db
         .audit_entries(&AuditFilter {
             subject_type: Some("node".into()),
@@ -377,7 +378,7 @@ pub(crate) async fn node(
         "node.html",
         context! {
             node => v(&node), components => v(&components), unhealthy_components, history, audit, drains,
-            rma_cases, rma_holds,
+            rma_cases, rma_holds, parts,
             alerts => scheduler::banners(&state),
             ..base(&me, "nodes", &title)
         },

@@ -13,12 +13,14 @@ mod pages;
 mod policy_summary;
 mod reasons;
 mod rma;
+mod rma_pipeline;
 mod rollout;
 mod rollouts_list;
 mod scheduler;
 mod tokens;
 
 use axum::Router;
+use axum::handler::Handler;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Json, Redirect, Response};
 use axum::routing::{get, post};
@@ -185,6 +187,14 @@ pub(crate) fn router() -> Router<AppState> {
         .route("/rollouts/{id}/{action}", post(rollout::action))
         .route("/rma", get(rma::list))
         .route("/rma/{id}", get(rma::case))
+        .route("/rma/{id}/evidence", post(rma_pipeline::build_evidence))
+        .route(
+            "/rma/{id}/attachments",
+            post(rma_pipeline::upload.layer(axum::extract::DefaultBodyLimit::max(
+                crate::multipart::UPLOAD_BODY_BYTES,
+            ))),
+        )
+        .route("/rma/{id}/submit", post(rma_pipeline::submit))
         .route("/rma/{id}/{step}", post(rma::action))
         .route("/audit", get(pages::audit))
         .route("/policies", get(pages::policies))

@@ -193,10 +193,11 @@ pub(crate) async fn list(
         .take(CASE_ROWS_SHOWN)
         .map(|c| case_row(c, now))
         .collect();
+    let vendors = super::rma_pipeline::list_boxes(&state.db).await?;
     Ok(render(
         "rma.html",
         context! {
-            cases, total, truncated => total > CASE_ROWS_SHOWN, shown => CASE_ROWS_SHOWN.min(total),
+            vendors, cases, total, truncated => total > CASE_ROWS_SHOWN, shown => CASE_ROWS_SHOWN.min(total),
             states => state_options(),
             filter => context! {
                 open => open_only, node => filter.node, vendor => filter.vendor, state => wanted.map(state_name),
@@ -301,6 +302,7 @@ pub(crate) async fn case(
             }
         });
     let title = format!("RMA case {}", case.id);
+    let boxes = super::rma_pipeline::case_boxes(&state.db, &found, &me).await?;
     Ok(render(
         "rma_case.html",
         context! {
@@ -328,7 +330,7 @@ pub(crate) async fn case(
             suspicion => suspicion_value(candidate.firmware_suspected.as_ref()),
             samples, samples_total => candidate.samples.len(),
             samples_hidden => candidate.samples.len().saturating_sub(SAMPLE_ROWS_SHOWN),
-            history, steps => step_values(&found, &me, now),
+            history, steps => step_values(&found, &me, now), boxes,
             flash => query.msg,
             ..base(&me, "rma", &title)
         },
@@ -406,9 +408,49 @@ pub(crate) async fn node_cases(db: &Db, node: &str) -> Result<(Vec<Value>, Vec<V
     Ok((cases.iter().map(|c| case_row(c, now)).collect(), holds))
 }
 
+/// A node's parts as its page lists them (replaced ones too, marked), with
+/// the number of cases each part has.
+pub(crate) async fn node_parts(db: &Db, node: &str) -> Result<Vec<Value>, UiError> {
+    let parts = db
+        .parts(&orchestrator_db::parts::PartFilter {
+            node: Some(node.to_owned()),
+            include_removed: true,
+            ..Default::default()
+        })
+        .await?;
+    let cases = db
+        .rma_cases(&RmaFilter {
+            node: Some(node.to_owned()),
+            ..Default::default()
+        })
+        .await?;
+    Ok(parts
+        .iter()
+        .map(|p| {
+            let mine: Vec<Value> = cases
+                .iter()
+                .filter(|c| c.case.serial == p.serial)
+                .map(|c| {
+                    context! {
+                        id => c.case.id.clone(), link => format!("/rma/{}", urlencode(&c.case.id)),
+                        state => state_name(c.case.state), state_words => state_words(c.case.state),
+                    }
+                })
+                .collect();
+            context! {
+                serial => p.serial.clone(), part_number => p.part_number.clone(), kind => p.part_kind.clone(),
+                slot => p.slot.clone(), lot => p.lot.clone(), date_code => p.date_code.clone(),
+                firmware => p.firmware_version.clone(), health => p.health.clone(),
+                health_ok => p.health.as_deref().is_none_or(|h| h == "OK"),
+                removed => p.removed_at.map(|t| t.to_rfc3339()), cases => mine,
+            }
+        })
+        .collect())
+}
+
 /// The dashboard's replacement pipeline: open cases per state, the oldest
-/// open case and the vendors' acceptance rate. Quota figures need the
-/// vendors' criteria, which the server does not load yet, so none are shown.
+/// open case, the vendors' acceptance rate, quota used and left, days per
+/// state and the weekly trend.
 pub(crate) async fn pipeline(db: &Db) -> Result<Value, UiError> {
     let now = db.clock().now();
     let cases: Vec<orchestrator_rma::Case> = db
@@ -417,7 +459,9 @@ pub(crate) async fn pipeline(db: &Db) -> Result<Value, UiError> {
         .into_iter()
         .map(|c| c.case)
         .collect();
-    let figures = velocity(&cases, &[], now);
+    let criteria = db.rma_criteria().await?;
+    let figures = velocity(&cases, &criteria, now);
+    let velocity = super::rma_pipeline::velocity_boxes(db, &cases, &figures).await?;
     let states: Vec<Value> = CaseState::ALL
         .into_iter()
         .filter(|s| s.is_open())
@@ -451,7 +495,7 @@ pub(crate) async fn pipeline(db: &Db) -> Result<Value, UiError> {
         })
         .collect();
     Ok(context! {
-        states, open_total, oldest, acceptance,
+        states, open_total, oldest, acceptance, velocity,
         answers => accepted + rejected, accepted, rejected, percent => percent(accepted, rejected),
     })
 }

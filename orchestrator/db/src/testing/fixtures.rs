@@ -643,3 +643,79 @@ pub fn rma_candidate(
         document_edition: "NVIDIA GPU memory error management, r575".into(),
     }
 }
+
+/// The example NVIDIA GPU criteria (`policies/rma/nvidia-gpu.yaml`: a quota of 5 per week) put in
+/// force as a policy sync would, so submissions have a quota to count against.
+pub async fn put_example_rma_criteria(db: &Db) -> Result<(), DbError> {
+    let source = include_str!("../../../../policies/rma/nvidia-gpu.yaml");
+    db.replace_rma_criteria(
+        &[crate::rma::CriteriaFile {
+            path: "rma/nvidia-gpu.yaml".into(),
+            commit_id: "local".into(),
+            blob_id: orchestrator_rma::evidence::sha256_hex(source.as_bytes()),
+            source: source.into(),
+        }],
+        "test",
+    )
+    .await
+}
+
+/// `count` NVIDIA GPUs (`<node>-GPU<i>`, slots `GPU_SXM_<i+1>`, part 699-2G520-0200-000) recorded
+/// on `node` as discovery would, with firmware `96.00.5E.00.01` and health OK.
+pub async fn record_example_parts(db: &Db, node: &str, count: usize) -> Result<Vec<String>, DbError> {
+    let found: Vec<crate::parts::DiscoveredPart> = (0..count)
+        .map(|i| crate::parts::DiscoveredPart {
+            serial: format!("{node}-GPU{i}"),
+            vendor: "nvidia".into(),
+            part_kind: "gpu".into(),
+            part_number: "699-2G520-0200-000".into(),
+            model: Some("NVIDIA H100 80GB HBM3".into()),
+            slot: format!("GPU_SXM_{}", i + 1),
+            production_date: None,
+            firmware_version: Some("96.00.5E.00.01".into()),
+            health: Some("OK".into()),
+        })
+        .collect();
+    db.record_node_parts(node, &found).await?;
+    Ok(found.into_iter().map(|p| p.serial).collect())
+}
+
+/// Scans a made-up fleet of 600 GPUs over the 30 days from `period_start`, where lot `L7` of part
+/// 699-2G520-0200-000 (60 GPUs) failed 18 times and the other 540 GPUs 9 times, and stores the
+/// report: a scan that finds that lot, as the RMA monitor would store it.
+pub async fn store_example_cluster_scan(
+    db: &Db,
+    period_start: chrono::DateTime<chrono::Utc>,
+) -> Result<orchestrator_rma::ClusterReport, DbError> {
+    use orchestrator_rma::{ClusterConfig, FleetPart, PartFailure};
+    let parts: Vec<FleetPart> = (0..600)
+        .map(|i| FleetPart {
+            serial: format!("SN{i:05}"),
+            node: format!("node-{}", i / 8),
+            part_number: "699-2G520-0200-000".into(),
+            lot: Some(if i < 60 { "L7".into() } else { format!("L{}", 1 + i % 5) }),
+            platform: "hgx-h100".into(),
+            age_days: 200.0,
+            exposure_days: 30.0,
+        })
+        .collect();
+    // Different nodes, hours apart: each failure is its own incident.
+    let failures: Vec<PartFailure> = (0..18)
+        .map(|k| k * 3)
+        .chain((0..9).map(|k| 60 + k * 57))
+        .enumerate()
+        .map(|(n, i)| PartFailure {
+            serial: format!("SN{i:05}"),
+            at: period_start + chrono::TimeDelta::hours(5 + 13 * n as i64),
+            firmware_suspected: false,
+        })
+        .collect();
+    let report =
+        orchestrator_rma::scan(&parts, &failures, &ClusterConfig::default()).map_err(|e| DbError::Invalid {
+            field: "cluster scan".into(),
+            reason: e.to_string(),
+        })?;
+    db.store_cluster_scan(period_start, period_start + chrono::TimeDelta::days(30), &report)
+        .await?;
+    Ok(report)
+}
