@@ -92,15 +92,16 @@ async fn steps(h: &Harness, port: u16) -> anyhow::Result<()> {
     ensure!(first.node_errors.is_empty(), "{:?}", first.node_errors);
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let data = client
-            .query("count(DCGM_FI_DEV_ROW_REMAP_FAILURE > 0)", h.now())
-            .await;
+        let data = client.query("count(DCGM_FI_DEV_ROW_REMAP_FAILURE > 0)", h.now()).await;
         if let Ok(orchestrator_engine::prometheus::QueryData::Vector(v)) = &data
             && v.first().is_some_and(|s| s.value >= 1.0)
         {
             break;
         }
-        ensure!(Instant::now() < deadline, "Prometheus never saw the row-remap failure: {data:?}");
+        ensure!(
+            Instant::now() < deadline,
+            "Prometheus never saw the row-remap failure: {data:?}"
+        );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     let report = monitor.pass().await?;
@@ -134,18 +135,19 @@ async fn steps(h: &Harness, port: u16) -> anyhow::Result<()> {
         case.candidate.samples
     );
     ensure!(
-        cases.iter().all(|c| c.case.serial == remapped || c.case.serial == vanished),
+        cases
+            .iter()
+            .all(|c| c.case.serial == remapped || c.case.serial == vanished),
         "no other GPU is a candidate: {cases:?}"
     );
 
-    let observed = h
-        .db
-        .part_observations(std::slice::from_ref(&vanished), h.now() - TimeDelta::hours(1))
-        .await?;
+    let observed =
+        h.db.part_observations(std::slice::from_ref(&vanished), h.now() - TimeDelta::hours(1))
+            .await?;
     ensure!(
-        observed
-            .get(&vanished)
-            .is_some_and(|o| o.iter().any(|s| s.kind == ObservationKind::SeriesScrape { present: false })),
+        observed.get(&vanished).is_some_and(|o| o
+            .iter()
+            .any(|s| s.kind == ObservationKind::SeriesScrape { present: false })),
         "the vanished GPU's absent series is a sample: {observed:?}"
     );
     Ok(())

@@ -19,7 +19,7 @@ use crate::error::ApiError;
 /// form's other fields and part headers.
 pub const UPLOAD_BODY_BYTES: usize = MAX_ATTACHMENT_BYTES + 64 * 1024;
 
-/// Longest value of a text field of an upload form (`kind`, `name`, `csrf`).
+/// Longest value of a text field of an upload form (`kind`, `name`, `result`, `csrf`).
 const MAX_TEXT_FIELD_BYTES: usize = 1024;
 
 /// Whether a `Content-Type` is a multipart form.
@@ -46,6 +46,8 @@ pub(crate) async fn csrf_field(content_type: &str, body: Bytes) -> Option<String
 #[derive(Debug)]
 pub(crate) struct Upload {
     pub kind: AttachmentKind,
+    /// A field diagnostic's verdict on the part (`result`: `failed` or `passed`), when given.
+    pub diagnostic_passed: Option<bool>,
     /// The name to store it under: the `name` field, else the file's own name.
     pub name: String,
     pub content: Vec<u8>,
@@ -74,12 +76,14 @@ fn invalid(field: &str, message: impl Into<String>) -> ApiError {
 }
 
 /// Reads an upload form: `file` (required), `kind` (`field_diagnostic`,
-/// the default, or `redfish_diagnostic`), `name` (optional) and `csrf`
+/// the default, or `redfish_diagnostic`), `name` (optional), `result`
+/// (optional, a field diagnostic's `failed` or `passed`) and `csrf`
 /// (already checked by the authorization layer). A file over
 /// [`MAX_ATTACHMENT_BYTES`] is refused as it streams in, never buffered whole.
 pub(crate) async fn read_upload(mut form: Multipart) -> Result<Upload, ApiError> {
     let mut kind = None;
     let mut name = None;
+    let mut result = None;
     let mut file: Option<(Option<String>, Vec<u8>)> = None;
     while let Some(mut field) = form.next_field().await.map_err(multipart_error)? {
         let field_name = field.name().unwrap_or_default().to_owned();
@@ -98,7 +102,7 @@ pub(crate) async fn read_upload(mut form: Multipart) -> Result<Upload, ApiError>
                 }
                 file = Some((file_name, content));
             }
-            "kind" | "name" | "csrf" => {
+            "kind" | "name" | "result" | "csrf" => {
                 let mut value = Vec::new();
                 while let Some(chunk) = field.chunk().await.map_err(multipart_error)? {
                     value.extend_from_slice(&chunk);
@@ -113,13 +117,14 @@ pub(crate) async fn read_upload(mut form: Multipart) -> Result<Upload, ApiError>
                 match field_name.as_str() {
                     "kind" => kind = Some(text),
                     "name" => name = Some(text),
+                    "result" => result = Some(text),
                     _ => {}
                 }
             }
             other => {
                 return Err(invalid(
                     other,
-                    "unknown field; an upload has file, kind, name (and csrf from a page)",
+                    "unknown field; an upload has file, kind, name, result (and csrf from a page)",
                 ));
             }
         }
@@ -135,6 +140,18 @@ pub(crate) async fn read_upload(mut form: Multipart) -> Result<Upload, ApiError>
             ));
         }
     };
+    let diagnostic_passed = match result.as_deref().map(str::trim) {
+        None | Some("") => None,
+        Some("failed") => Some(false),
+        Some("passed") => Some(true),
+        Some(other) => return Err(invalid("result", format!("unknown result {other:?}; failed or passed"))),
+    };
+    if diagnostic_passed.is_some() && kind != AttachmentKind::FieldDiagnostic {
+        return Err(invalid(
+            "result",
+            "is the verdict of a field diagnostic; kind must be field_diagnostic",
+        ));
+    }
     let name = name
         .map(|n| n.trim().to_owned())
         .filter(|n| !n.is_empty())
@@ -145,5 +162,10 @@ pub(crate) async fn read_upload(mut form: Multipart) -> Result<Upload, ApiError>
     if content.is_empty() {
         return Err(invalid("file", "is empty"));
     }
-    Ok(Upload { kind, name, content })
+    Ok(Upload {
+        kind,
+        diagnostic_passed,
+        name,
+        content,
+    })
 }

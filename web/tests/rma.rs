@@ -715,6 +715,19 @@ async fn evidence_downloads_are_stable_secret_free_and_recorded_by_role() {
         assert_eq!(body["case"]["state"], "evidence_collected");
         assert_eq!(body["case"]["manifest_sha256"], sha.as_str());
         assert_eq!(body["manifest"]["recorded_sha256"], sha.as_str());
+        // From now on a download is the recorded package, whatever the records do next.
+        upload(
+            &f.app,
+            &f.rita,
+            &case.id,
+            &[("kind", "field_diagnostic")],
+            Some(("late.log", b"fieldiag: FAIL\n")),
+        )
+        .await;
+        let (_, _, recorded) = get_bytes(&f.app, &f.viewer, &uri).await;
+        assert!(recorded == first, "{backend}: the recorded package is served");
+        let (_, manifest) = call_as(&f.app, &f.viewer, Method::GET, &format!("{uri}/manifest"), None).await;
+        assert_eq!(manifest["manifest_sha256"], sha.as_str(), "{backend}");
         let (status, body) = call_as(&f.app, &f.rita, Method::POST, &uri, None).await;
         assert_eq!(status, StatusCode::CONFLICT, "{backend}: {body}");
         assert!(message(&body).contains("evidence collected"), "{body}");
@@ -754,12 +767,23 @@ async fn vendor_diagnostics_upload_list_download_and_refuse_bad_input() {
             &f.app,
             &f.rita,
             &case.id,
-            &[("kind", "field_diagnostic")],
+            &[("kind", "field_diagnostic"), ("result", "failed")],
             Some(("dcgm-diag.log", &log)),
         )
         .await;
         assert_eq!(status, StatusCode::CREATED, "{backend}: {added}");
         assert_eq!(added["name"], "dcgm-diag.log");
+        // Its verdict is the sample the criteria's `confirmed_by` reads.
+        let samples =
+            f.db.part_observations(&["SN-U".to_owned()], chrono::Utc::now() - chrono::TimeDelta::hours(1))
+                .await
+                .unwrap();
+        assert!(
+            samples["SN-U"]
+                .iter()
+                .any(|o| o.kind == orchestrator_rma::ObservationKind::FieldDiagnostic { passed: false }),
+            "{backend}: {samples:?}"
+        );
         assert_eq!(added["kind"], "field_diagnostic");
         assert_eq!(added["size_bytes"], log.len());
 
@@ -813,6 +837,8 @@ async fn vendor_diagnostics_upload_list_download_and_refuse_bad_input() {
         );
         for (fields, file) in [
             (vec![("kind", "photo")], one),
+            (vec![("result", "maybe")], one),
+            (vec![("kind", "redfish_diagnostic"), ("result", "failed")], one),
             (vec![], None),
             (vec![("name", "../etc/passwd")], one),
             (vec![("colour", "red")], one),

@@ -3,9 +3,10 @@
 //! `Db::rma_evidence_package`), recording it as collected, and the files
 //! attached to the case (a vendor's field diagnostic uploaded by a person).
 //!
-//! The package is rebuilt on every read rather than stored: it is a function
-//! of the records, so two downloads of an unchanged case are the same bytes,
-//! and what the vendor gets always matches what the case page lists.
+//! Until evidence is recorded the package is built on every read (a function
+//! of the records, so two downloads of an unchanged case are the same bytes);
+//! recording keeps a snapshot, and from then on downloads serve the bytes the
+//! case's manifest hash names, however the records grow.
 
 use axum::Extension;
 use axum::extract::{Multipart, State};
@@ -17,7 +18,7 @@ use orchestrator_rma::{CaseState, EvidencePackage};
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use super::rma::{CaseEventRequest, RmaCaseDetail, Step, actor_of, check_step};
+use super::rma::{RmaCaseDetail, Step, actor_of, check_step};
 use super::{ApiJson, ApiPath};
 use crate::AppState;
 use crate::auth::Principal;
@@ -49,8 +50,8 @@ pub struct EvidenceManifest {
     manifest_sha256: String,
     /// Size of the archive in bytes.
     archive_bytes: u64,
-    /// The manifest hash recorded on the case, if any. Differs from `manifest_sha256` once the
-    /// case moved on: the package's `case.json` holds the case's current state and history.
+    /// The manifest hash recorded on the case, if any; equal to `manifest_sha256` once recorded
+    /// (downloads then serve the recorded snapshot).
     recorded_sha256: Option<String>,
 }
 
@@ -87,8 +88,8 @@ pub(crate) fn archive_name(case_id: &str) -> String {
 /// A case's evidence package as a tar archive: `manifest.json` (sha256 of every file), `case.json`,
 /// `candidate.json`, `inventory.json`, `event_log.json`, `telemetry_window.json`,
 /// `system_causes.json`, `rollout_history.json` and `diagnostics/` (attachments). Deterministic:
-/// two downloads of an unchanged case are byte-for-byte equal. Never contains a secret: a file with
-/// one refuses the package (422).
+/// two downloads of an unchanged case are byte-for-byte equal, and once evidence is recorded the
+/// recorded package is served. Never contains a secret: a file with one refuses the package (422).
 #[utoipa::path(get, path = "/api/v1/rma/cases/{id}/evidence", tag = "rma",
     params(("id" = String, Path, description = "Case id")),
     responses((status = 200, description = "The tar archive", content_type = "application/x-tar"),
@@ -99,7 +100,7 @@ pub(crate) async fn download(
     State(state): State<AppState>,
     ApiPath(id): ApiPath<String>,
 ) -> Result<Response, ApiError> {
-    let package = state.db.rma_evidence_package(&id).await?;
+    let package = state.db.rma_evidence_download(&id).await?;
     Ok((
         StatusCode::OK,
         [
@@ -125,7 +126,7 @@ pub(crate) async fn manifest(
     ApiPath(id): ApiPath<String>,
 ) -> Result<ApiJson<EvidenceManifest>, ApiError> {
     let case = state.db.rma_case(&id).await?;
-    let package = state.db.rma_evidence_package(&id).await?;
+    let package = state.db.rma_evidence_download(&id).await?;
     Ok(ApiJson(EvidenceManifest::of(
         &package,
         case.case.manifest_sha256.as_deref(),
@@ -155,11 +156,10 @@ pub(crate) async fn collect(
     };
     // Refused before building: a viewer or a case past this step gets its
     // answer without the work.
-    check_step(&current.case, step, &actor_of(principal), state.db.clock().now())?;
-    let package = state.db.rma_evidence_package(id).await?;
-    let request = CaseEventRequest::for_step(step, |_| package.manifest_sha256.clone());
-    let after = super::rma::record(state, id, request, principal).await?;
-    Ok((after, package))
+    let actor = actor_of(principal);
+    check_step(&current.case, step, &actor, state.db.clock().now())?;
+    let (_, package) = state.db.record_rma_evidence(id, &actor).await?;
+    Ok((state.db.rma_case(id).await?, package))
 }
 
 /// Builds the case's evidence package and records it as collected (from `candidate`; from
@@ -191,7 +191,8 @@ pub(crate) async fn record_collected(
 pub struct RmaAttachment {
     /// Its name in the case (and under `diagnostics/` in the evidence package).
     name: String,
-    /// `field_diagnostic` (uploaded by a person) or `redfish_diagnostic` (collected from the BMC).
+    /// `field_diagnostic` (uploaded by a person), `redfish_diagnostic` (collected from the BMC) or
+    /// `evidence_package` (the package as recorded: archive and manifest).
     kind: String,
     sha256: String,
     size_bytes: u64,
@@ -205,6 +206,7 @@ pub(crate) fn kind_name(kind: AttachmentKind) -> &'static str {
     match kind {
         AttachmentKind::FieldDiagnostic => "field_diagnostic",
         AttachmentKind::RedfishDiagnostic => "redfish_diagnostic",
+        AttachmentKind::EvidencePackage => "evidence_package",
     }
 }
 
@@ -238,6 +240,9 @@ pub struct AttachmentUpload {
     /// Name to store it under (letters, digits, `.`, `_`, `-`; 1-100 bytes); the file's own
     /// name when absent.
     name: Option<String>,
+    /// The field diagnostic's verdict on the part: `failed` confirms the claim (the criteria's
+    /// `confirmed_by`), `passed` says the vendor would refuse it. Only with `field_diagnostic`.
+    result: Option<String>,
 }
 
 /// Attaches a vendor diagnostic log (the field diagnostic's result, an `nvidia-bug-report`) to a
@@ -277,10 +282,17 @@ pub(crate) async fn attach(
     // A missing case answers 404 before the body is read.
     state.db.rma_case(id).await?;
     let upload = crate::multipart::read_upload(form).await?;
-    Ok(state
+    let added = state
         .db
         .add_rma_attachment(id, &upload.name, upload.kind, &upload.content, &principal.user.username)
-        .await?)
+        .await?;
+    if let Some(passed) = upload.diagnostic_passed {
+        state
+            .db
+            .record_field_diagnostic(id, passed, &added.name, &principal.user.username)
+            .await?;
+    }
+    Ok(added)
 }
 
 /// A case's attachments, by name.

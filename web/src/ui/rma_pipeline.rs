@@ -66,7 +66,7 @@ pub(crate) async fn case_boxes(db: &Db, found: &RmaCase, me: &Principal) -> Resu
     let base_url = format!("/api/v1/rma/cases/{}", urlencode(id));
     // A package that cannot be built (a secret in an uploaded file) is
     // shown as the reason, not as a broken page.
-    let package = match db.rma_evidence_package(id).await {
+    let package = match db.rma_evidence_download(id).await {
         Ok(p) => {
             let m = EvidenceManifest::of(&p, case.manifest_sha256.as_deref());
             let json = serde_json::to_value(&m).unwrap_or_default();
