@@ -76,7 +76,7 @@ impl Part {
     }
 }
 
-fn to_part(m: parts::Model) -> Part {
+pub(crate) fn to_part(m: parts::Model) -> Part {
     Part {
         serial: m.serial,
         vendor: m.vendor,

@@ -13,7 +13,7 @@ use sea_orm::{ColumnTrait, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder,
 use serde::Serialize;
 
 use crate::entity::{part_observations, parts};
-use crate::parts::Part;
+use crate::parts::{Part, to_part};
 use crate::rma::{RmaCase, RmaFilter};
 use crate::{Db, DbError};
 
@@ -70,27 +70,6 @@ pub struct VendorQuota {
     pub status: QuotaStatus,
     /// Cases with their evidence collected, in submission order.
     pub queue: Vec<QueuedCase>,
-}
-
-fn to_part(m: parts::Model) -> Part {
-    // `parts` keeps its own row mapping private; the fields are the same.
-    Part {
-        serial: m.serial,
-        vendor: m.vendor,
-        part_kind: m.part_kind,
-        part_number: m.part_number,
-        model: m.model,
-        node: m.node_name,
-        slot: m.slot,
-        production_date: m.production_date,
-        lot: m.lot,
-        date_code: m.date_code,
-        firmware_version: m.firmware_version,
-        health: m.health,
-        first_seen: m.first_seen,
-        last_seen: m.last_seen,
-        removed_at: m.removed_at,
-    }
 }
 
 /// The vendor's queue at `now` from every case of `vendor`.
