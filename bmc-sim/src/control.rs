@@ -209,7 +209,7 @@ async fn flash_counts(State(s): State<Arc<FleetState>>) -> Json<BTreeMap<String,
 }
 
 async fn parts_manifest(State(s): State<Arc<FleetState>>) -> Response {
-    let mut resp = crate::hardware::manifest_csv(&s.all_parts()).into_response();
+    let mut resp = crate::state::hardware::manifest_csv(&s.all_parts()).into_response();
     resp.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/csv; charset=utf-8"),
@@ -226,14 +226,14 @@ struct FailuresQuery {
 async fn hardware_failures(
     State(s): State<Arc<FleetState>>,
     Query(q): Query<FailuresQuery>,
-) -> Json<Vec<crate::hardware::HardwareFailure>> {
+) -> Json<Vec<crate::state::hardware::HardwareFailure>> {
     Json(s.failures(if q.all { None } else { Some(s.now()) }))
 }
 
 async fn replace_gpu(State(s): State<Arc<FleetState>>, Path((name, gpu)): Path<(String, usize)>) -> Response {
     match s.replace_gpu(&name, gpu) {
         Ok(part) => Json(part).into_response(),
-        Err(e @ crate::hardware::ReplaceError::SerialsExhausted) => {
+        Err(e @ crate::state::hardware::ReplaceError::SerialsExhausted) => {
             (StatusCode::CONFLICT, Json(json!({"error": e.to_string()}))).into_response()
         }
         Err(e) => (StatusCode::NOT_FOUND, Json(json!({"error": e.to_string()}))).into_response(),

@@ -31,7 +31,7 @@
 //! GPU operator restarts both pods), so Prometheus sees a reset. Remapped rows are persistent, as on the GPU
 //! (a replacement GPU starts from zero).
 //!
-//! Hardware failures (`hardware:` in the scenario, [`crate::hardware`]): a GPU fallen off the bus has no
+//! Hardware failures (`hardware:` in the scenario, [`crate::state::hardware`]): a GPU fallen off the bus has no
 //! series at all until it is replaced; a row-remap failure sets `DCGM_FI_DEV_ROW_REMAP_FAILURE` 1 (and
 //! remapped rows to the spares); an uncorrectable-ECC failure's XID 48s add to the volatile DBE counter.
 //! While the exporter is stopped, or the host reboots, its series are absent: a scrape of the node fails

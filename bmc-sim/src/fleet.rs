@@ -21,8 +21,8 @@ use tokio::task::JoinHandle;
 
 use crate::conn::{BmcConn, FleetListener, accept_loop};
 use crate::control::ComponentVersions;
-use crate::hardware::{GpuPart, HardwareFailure, ReplaceError};
 use crate::scenario::{Metric, Scenario};
+use crate::state::hardware::{GpuPart, HardwareFailure, ReplaceError};
 use crate::state::{ComponentState, EventCache, FleetState, Node, NodeLabels, NodeMut};
 
 /// Why a fleet could not start.
@@ -294,7 +294,7 @@ impl Fleet {
         let names: Vec<String> = (0..nodes)
             .map(|i| format!("{}-{i:05}", scenario.fleet.name_prefix))
             .collect();
-        let parts_plan = crate::hardware::PartsPlan::new(&scenario, &names, gpus, epoch);
+        let parts_plan = crate::state::hardware::PartsPlan::new(&scenario, &names, gpus, epoch);
         if !parts_plan.serials_suffice() {
             return Err(FleetError::Serials {
                 gpus: nodes * gpus,
@@ -517,7 +517,7 @@ impl RunningFleet {
     /// [`crate::PARTS_MANIFEST_COLUMNS`] (what `waveguard`'s manifest import reads), one row per serial,
     /// replaced parts and their replacements included.
     pub fn parts_manifest_csv(&self) -> String {
-        crate::hardware::manifest_csv(&self.state.all_parts())
+        crate::state::hardware::manifest_csv(&self.state.all_parts())
     }
 
     /// Every GPU part ever installed, node by node, GPU by GPU, oldest first.

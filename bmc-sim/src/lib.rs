@@ -30,7 +30,6 @@ mod conn;
 mod control;
 mod dcgm;
 mod fleet;
-mod hardware;
 pub mod image;
 pub mod image_server;
 pub mod platform;
@@ -44,7 +43,6 @@ mod update;
 pub use conn::{BmcConn, FleetListener, SimIo};
 pub use control::{ComponentVersions, InjectedFaults};
 pub use fleet::{Endpoint, Fleet, FleetError, FleetOptions, RunningFleet};
-pub use hardware::{GpuPart, HardwareFailure, PARTS_MANIFEST_COLUMNS, ReplaceError};
 pub use image_server::ImageServer;
 /// The controller's accelerated rollout clock under the name the harnesses
 /// know: one implementation, so a fleet and a controller sharing it agree on
@@ -52,6 +50,7 @@ pub use image_server::ImageServer;
 pub use orchestrator_types::AcceleratedClock as SimClock;
 pub use scenario::{DcgmSpec, HardwareFailureMode, Metric, Scenario, ScenarioError};
 pub use state::NodeLabels;
+pub use state::hardware::{GpuPart, HardwareFailure, PARTS_MANIFEST_COLUMNS, ReplaceError};
 pub use update::MAX_IMAGE_BYTES;
 
 /// CSV header of the endpoint list (`waveguard fleet import` reads this format).

@@ -16,6 +16,8 @@ use serde::Serialize;
 use crate::rng::{self, Purpose};
 use crate::scenario::{DurationRange, Metric, Scenario};
 
+pub(crate) mod hardware;
+
 /// Health gauges keep their noise draw for this long, like a sensor's polling interval.
 pub(crate) const GAUGE_BUCKET_SECS: i64 = 60;
 /// Cap on entries per bucket so entry ids (`bucket * 10_000 + i`) stay unique.
@@ -143,6 +145,14 @@ pub(crate) struct TaskView {
 }
 
 impl TaskRec {
+    /// `Location` of the log entry a finished diagnostic collection created.
+    pub fn created_entry(&self, now: DateTime<Utc>) -> Option<&str> {
+        match &self.phase {
+            TaskPhase::Collecting { end, entry, .. } if *end <= now => Some(entry),
+            _ => None,
+        }
+    }
+
     /// Whether the task updates firmware (a diagnostic collection holds no component).
     pub fn is_update(&self) -> bool {
         !matches!(self.phase, TaskPhase::Collecting { .. })
@@ -342,8 +352,8 @@ pub(crate) struct NodeMut {
     pub events: EventCache,
     /// The UpdateService's global `HttpPushUri` settings.
     pub http_push: HttpPushSettings,
-    /// Per GPU, the parts installed in it, oldest first (see [`crate::hardware`]).
-    pub gpu_parts: Vec<Vec<crate::hardware::InstalledPart>>,
+    /// Per GPU, the parts installed in it, oldest first (see [`hardware`]).
+    pub gpu_parts: Vec<Vec<hardware::InstalledPart>>,
     /// Diagnostic data collected through `LogService.CollectDiagnosticData`, oldest first.
     pub diagnostics: Vec<DiagRecord>,
 }
@@ -422,7 +432,7 @@ pub(crate) struct FleetState {
     /// The simulated dcgm-exporters' restarts and stops.
     pub dcgm: DcgmState,
     /// Lots, serial scheme and scripted failures, fixed at start.
-    pub parts_plan: crate::hardware::PartsPlan,
+    pub parts_plan: hardware::PartsPlan,
 }
 
 /// Real time a BMC keeps answering after deciding to go silent (see [`Node::grace_until`]).

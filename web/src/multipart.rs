@@ -2,7 +2,7 @@
 //! shared by the API route and the case page's form, and the CSRF field the
 //! authorization layer reads from a multipart form.
 //!
-//! The CSRF check stays in [`crate::auth::authorize`], before any handler:
+//! The CSRF check stays in the authorization layer (`auth::authorize`), before any handler:
 //! a cookie-authenticated multipart post is buffered there (bounded by
 //! [`UPLOAD_BODY_BYTES`]) and its `csrf` field compared like a urlencoded
 //! form's, so no handler can forget it.
@@ -27,15 +27,16 @@ pub(crate) fn is_multipart(content_type: Option<&str>) -> bool {
     content_type.is_some_and(|v| v.trim_start().to_ascii_lowercase().starts_with("multipart/form-data"))
 }
 
-/// The `csrf` field of a buffered multipart form, if it has one.
-pub(crate) async fn csrf_field(content_type: &str, body: Bytes) -> Option<String> {
+/// Field `name` (the CSRF token's, which the authorization layer names) of a buffered multipart
+/// form, if it has one.
+pub(crate) async fn text_field(content_type: &str, body: Bytes, name: &str) -> Option<String> {
     let request = Request::builder()
         .header(header::CONTENT_TYPE, content_type)
         .body(Body::from(body))
         .ok()?;
     let mut form = Multipart::from_request(request, &()).await.ok()?;
     while let Ok(Some(field)) = form.next_field().await {
-        if field.name() == Some(crate::auth::CSRF_FIELD) {
+        if field.name() == Some(name) {
             return field.text().await.ok();
         }
     }

@@ -14,6 +14,8 @@ use crate::platform::XidOrigin;
 use crate::rng::{self, Purpose};
 use crate::state::{EventKind, FleetState, LogEvent, Node, fault};
 
+pub(super) mod diagnostics;
+
 /// Most log entries returned per page.
 const LOG_PAGE: usize = 500;
 
@@ -21,7 +23,7 @@ const LOG_PAGE: usize = 500;
 /// it has its own `SEL` and `EventLog` with host entries only.
 fn log_service_ids(s: &FleetState, sys: &str) -> &'static [&'static str] {
     if sys == layout(s).gpu_system {
-        &["EventLog", super::diagnostics::DUMP]
+        &["EventLog", diagnostics::DUMP]
     } else {
         &["SEL", "EventLog"]
     }
@@ -55,8 +57,8 @@ pub(super) async fn log_service(
     Path((sys, svc)): Path<(String, String)>,
 ) -> RfResult {
     known_log(&s, &sys, &svc)?;
-    if svc == super::diagnostics::DUMP {
-        return ok(super::diagnostics::service(&s, &sys));
+    if svc == diagnostics::DUMP {
+        return ok(diagnostics::service(&s, &sys));
     }
     let uri = format!("{}/LogServices/{svc}", system_uri(&sys));
     let gpu_log = sys == layout(&s).gpu_system;
@@ -198,8 +200,8 @@ pub(super) async fn log_entries(
     known_log(&s, &sys, &svc)?;
     let node = node_of(&s, &c)?;
     let base = format!("{}/LogServices/{svc}/Entries", system_uri(&sys));
-    if svc == super::diagnostics::DUMP {
-        let entries = super::diagnostics::entries(&s, node);
+    if svc == diagnostics::DUMP {
+        let entries = diagnostics::entries(&s, node);
         return ok(json!({
             "@odata.id": base,
             "@odata.type": "#LogEntryCollection.LogEntryCollection",
@@ -251,8 +253,8 @@ pub(super) async fn log_entry(
 ) -> RfResult {
     known_log(&s, &sys, &svc)?;
     let node = node_of(&s, &c)?;
-    if svc == super::diagnostics::DUMP {
-        return super::diagnostics::entry(&s, node, &id);
+    if svc == diagnostics::DUMP {
+        return diagnostics::entry(&s, node, &id);
     }
     if sys != layout(&s).gpu_system {
         return host_entries(&s, &sys, &svc)

@@ -10,7 +10,6 @@
 
 mod accounts;
 mod chassis;
-mod diagnostics;
 mod layout;
 mod logs;
 mod managers;
@@ -97,11 +96,11 @@ pub(crate) fn router(state: Arc<FleetState>) -> Router {
         )
         .route(
             "/redfish/v1/Systems/{sys}/LogServices/{svc}/Entries/{id}/attachment",
-            get(diagnostics::attachment),
+            get(logs::diagnostics::attachment),
         )
         .route(
             "/redfish/v1/Systems/{sys}/LogServices/{svc}/Actions/LogService.CollectDiagnosticData",
-            post(diagnostics::collect),
+            post(logs::diagnostics::collect),
         )
         .route("/redfish/v1/Chassis", get(chassis_collection))
         .route("/redfish/v1/Chassis/{ch}", get(chassis))

@@ -178,7 +178,7 @@ pub(super) async fn task_monitor(
         .tasks
         .iter()
         .find(|t| t.id == id)
-        .and_then(|t| super::diagnostics::created_entry(t, s.now()))
+        .and_then(|t| t.created_entry(s.now()))
         .map(str::to_owned);
     let mut resp = (status, Json(v)).into_response();
     if let Some(entry) = created.and_then(|e| HeaderValue::from_str(&e).ok()) {

@@ -314,7 +314,8 @@ async fn check_csrf(request: Request, expected: &str) -> Result<Request, Respons
             ))
             .into_response());
         };
-        let sent = crate::multipart::csrf_field(content_type.as_deref().unwrap_or_default(), bytes.clone()).await;
+        let sent =
+            crate::multipart::text_field(content_type.as_deref().unwrap_or_default(), bytes.clone(), CSRF_FIELD).await;
         return if sent.is_some_and(|sent| constant_time_eq(sent.as_bytes(), expected.as_bytes())) {
             Ok(Request::from_parts(parts, Body::from(bytes)))
         } else {

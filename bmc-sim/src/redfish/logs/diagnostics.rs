@@ -19,14 +19,14 @@ use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Duration, Utc};
 use serde_json::{Value, json};
 
-use super::layout::{layout, system_uri};
-use super::response::{RfError, RfResult, link, node_of, ok, status_ok, ts, types};
 use crate::conn::BmcConn;
+use crate::redfish::layout::{layout, system_uri};
+use crate::redfish::response::{RfError, RfResult, link, node_of, ok, status_ok, ts, types};
 use crate::rng::{self, Purpose};
 use crate::state::{DiagRecord, FleetState, Node, TaskPhase, TaskRec};
 
 /// The log service that holds collected diagnostic data.
-pub(super) const DUMP: &str = "Dump";
+pub(in crate::redfish) const DUMP: &str = "Dump";
 const ACTION: &str = "LogService.CollectDiagnosticData";
 /// The `DiagnosticDataType`s this service collects (the schema also has `PreOS` and `OS`, which need a
 /// host agent the simulator does not have).
@@ -52,7 +52,7 @@ fn entry_uri(s: &FleetState, id: u64) -> String {
 }
 
 /// The `Dump` service document.
-pub(super) fn service(s: &FleetState, sys: &str) -> Value {
+pub(in crate::redfish) fn service(s: &FleetState, sys: &str) -> Value {
     let uri = dump_uri(sys);
     json!({
         "@odata.id": uri,
@@ -97,7 +97,7 @@ fn entry_json(s: &FleetState, d: &DiagRecord) -> Value {
 }
 
 /// The finished collections of `node` at `now`, as log entries.
-pub(super) fn entries(s: &FleetState, node: &Node) -> Vec<Value> {
+pub(in crate::redfish) fn entries(s: &FleetState, node: &Node) -> Vec<Value> {
     let now = s.now();
     let m = node.lock();
     m.diagnostics
@@ -117,11 +117,11 @@ fn finished(s: &FleetState, node: &Node, id: &str) -> Result<DiagRecord, RfError
         .ok_or_else(|| RfError::not_found("LogEntry"))
 }
 
-pub(super) fn entry(s: &FleetState, node: &Node, id: &str) -> RfResult {
+pub(in crate::redfish) fn entry(s: &FleetState, node: &Node, id: &str) -> RfResult {
     ok(entry_json(s, &finished(s, node, id)?))
 }
 
-pub(super) async fn attachment(
+pub(in crate::redfish) async fn attachment(
     State(s): State<Arc<FleetState>>,
     ConnectInfo(c): ConnectInfo<BmcConn>,
     Path((sys, svc, id)): Path<(String, String, String)>,
@@ -228,7 +228,7 @@ fn parse_request(body: &[u8]) -> Result<(&'static str, Option<String>), RfError>
     Ok((kind, oem))
 }
 
-pub(super) async fn collect(
+pub(in crate::redfish) async fn collect(
     State(s): State<Arc<FleetState>>,
     ConnectInfo(c): ConnectInfo<BmcConn>,
     Path((sys, svc)): Path<(String, String)>,
@@ -276,7 +276,7 @@ pub(super) async fn collect(
         applied: true,
         activate_delay: Duration::zero(),
     });
-    let body = super::tasks::task_json(&s, node, &mut m, task).unwrap_or_else(|| json!({}));
+    let body = crate::redfish::tasks::task_json(&s, node, &mut m, task).unwrap_or_else(|| json!({}));
     let monitor = format!("/redfish/v1/TaskService/TaskMonitors/{task}");
     let mut resp = (StatusCode::ACCEPTED, Json(body)).into_response();
     if let Ok(v) = HeaderValue::from_str(&monitor) {
@@ -334,7 +334,7 @@ fn build_archive(
     let mut log = String::new();
     let skip = events.len().saturating_sub(ARCHIVE_LOG_ENTRIES);
     for e in &events[skip..] {
-        let v = super::logs::entry_json(s, e);
+        let v = super::entry_json(s, e);
         let _ = writeln!(
             log,
             "{} {} {} {}",
@@ -390,14 +390,6 @@ fn tar_file(out: &mut Vec<u8>, name: &str, data: &[u8], mtime: u64) {
     out.extend_from_slice(&h);
     out.extend_from_slice(data);
     out.resize(out.len().div_ceil(512) * 512, 0);
-}
-
-/// `Location` of the entry a finished collection task created.
-pub(super) fn created_entry(t: &TaskRec, now: DateTime<Utc>) -> Option<&str> {
-    match &t.phase {
-        TaskPhase::Collecting { end, entry, .. } if *end <= now => Some(entry),
-        _ => None,
-    }
 }
 
 #[cfg(test)]

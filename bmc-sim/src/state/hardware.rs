@@ -14,9 +14,9 @@ use std::collections::HashMap;
 use chrono::{DateTime, Duration, NaiveDate, Utc};
 use serde::Serialize;
 
+use super::{EventKind, FleetState, NodeMut};
 use crate::rng::{self, Purpose};
 use crate::scenario::{HardwareFailureMode, LotSpec, Scenario};
-use crate::state::{EventKind, FleetState, NodeMut};
 
 /// A failure drawn for one part.
 #[derive(Debug, Clone, Copy, PartialEq)]
