@@ -672,7 +672,9 @@ impl FleetState {
             let (mul, add) = self.adjust(node, m, Metric::XidErrorsPerGpuHour, Some(g), start);
             let rate = (base.xid_errors_per_gpu_hour * mul + add).max(0.0);
             emit(Purpose::Xid, g as u64, rate * hours, &|r| {
-                const CODES: [u16; 10] = [13, 31, 43, 45, 48, 63, 74, 79, 92, 94];
+                // Application and driver noise. XID 79 (fallen off the bus) is a hardware failure, which
+                // the `hardware:` key schedules per part; as noise it would make healthy GPUs RMA candidates.
+                const CODES: [u16; 10] = [13, 31, 43, 45, 48, 63, 74, 109, 92, 94];
                 EventKind::Xid {
                     gpu: g as u8,
                     code: CODES[r.random_range(0..CODES.len())],

@@ -230,6 +230,28 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_rma_section_sets_the_monitor_or_turns_it_off() {
+        let section = |text: &str| toml::from_str::<FileConfig>(text).unwrap().rma;
+        let default = RmaSection::monitor_config(None).unwrap().expect("on by default");
+        assert!(default.collect_diagnostics);
+        let set = section("[rma]\ninterval = \"5m\"\ncluster_period = \"1d\"\ncollect_diagnostics = false\n");
+        let config = RmaSection::monitor_config(set.as_ref()).unwrap().unwrap();
+        assert_eq!(config.pass_interval, std::time::Duration::from_secs(300));
+        assert_eq!(config.cluster_period, chrono::TimeDelta::days(1));
+        assert!(!config.collect_diagnostics);
+        let off = section("[rma]\nenabled = false\n");
+        assert!(RmaSection::monitor_config(off.as_ref()).unwrap().is_none());
+        for bad in ["interval = \"soon\"", "cluster_period = \"5m\"", "retention = \"1d\""] {
+            let err = RmaSection::monitor_config(section(&format!("[rma]\n{bad}\n")).as_ref()).unwrap_err();
+            assert!(err.to_string().starts_with("[rma] "), "{err}");
+        }
+        assert!(
+            toml::from_str::<FileConfig>("[rma]\nintervall = \"5m\"\n").is_err(),
+            "a typo is refused"
+        );
+    }
+
+    #[test]
     fn flags_and_environment_override_the_file_which_overrides_defaults() {
         let file: FileConfig = toml::from_str(
             r#"

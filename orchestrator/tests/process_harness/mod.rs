@@ -97,7 +97,9 @@ impl World {
         std::fs::write(
             &config_path,
             format!(
-                "database_url = {url:?}\nlog_level = \"info\"\n\n[credentials.sim]\nusername = \"admin\"\npassword_env = \"{PASSWORD_ENV}\"\n",
+                // The RMA monitor has its own tests (engine/tests/rma_monitor.rs); here it would only
+                // add BMC traffic and sessions to what these tests count.
+                "database_url = {url:?}\nlog_level = \"info\"\n\n[rma]\nenabled = false\n\n[credentials.sim]\nusername = \"admin\"\npassword_env = \"{PASSWORD_ENV}\"\n",
                 url = kit.test_db.url
             ),
         )
