@@ -101,6 +101,30 @@ pub fn read(path: &Path) -> Result<Vec<NewNode>, FleetFileError> {
     parsed.map_err(|errors| FleetFileError { file, errors })
 }
 
+/// The position of each column a CSV header names, every problem at once: a column not in `known`,
+/// one named twice, one of `required` missing. Shared by the fleet file and the parts manifest.
+pub(crate) fn csv_header_index(
+    header: &csv::StringRecord,
+    known: &[&str],
+    required: &[&str],
+) -> Result<HashMap<String, usize>, Vec<String>> {
+    let mut index = HashMap::new();
+    let mut errors = Vec::new();
+    for (position, column) in header.iter().enumerate() {
+        if !known.contains(&column) {
+            errors.push(format!("unknown column {column:?}; expected: {}", known.join(",")));
+        } else if index.insert(column.to_owned(), position).is_some() {
+            errors.push(format!("column {column:?} appears twice"));
+        }
+    }
+    for column in required {
+        if !index.contains_key(*column) {
+            errors.push(format!("missing column {column:?}"));
+        }
+    }
+    if errors.is_empty() { Ok(index) } else { Err(errors) }
+}
+
 /// Parses CSV text with a header row naming [`CSV_COLUMNS`] in any order.
 pub fn parse_csv(text: &str) -> Result<Vec<NewNode>, Vec<RowError>> {
     let mut reader = csv::ReaderBuilder::new()
@@ -117,35 +141,17 @@ pub fn parse_csv(text: &str) -> Result<Vec<NewNode>, Vec<RowError>> {
             }]
         })?
         .clone();
-    let mut index = HashMap::new();
+    let index = csv_header_index(&header, &CSV_COLUMNS, &CSV_COLUMNS).map_err(|messages| {
+        messages
+            .into_iter()
+            .map(|message| RowError {
+                line: 1,
+                column: 0,
+                message,
+            })
+            .collect::<Vec<_>>()
+    })?;
     let mut errors = Vec::new();
-    for (position, column) in header.iter().enumerate() {
-        if !CSV_COLUMNS.contains(&column) {
-            errors.push(RowError {
-                line: 1,
-                column: 0,
-                message: format!("unknown column {column:?}; expected: {}", CSV_COLUMNS.join(",")),
-            });
-        } else if index.insert(column, position).is_some() {
-            errors.push(RowError {
-                line: 1,
-                column: 0,
-                message: format!("column {column:?} appears twice"),
-            });
-        }
-    }
-    for column in CSV_COLUMNS {
-        if !index.contains_key(column) {
-            errors.push(RowError {
-                line: 1,
-                column: 0,
-                message: format!("missing column {column:?}"),
-            });
-        }
-    }
-    if !errors.is_empty() {
-        return Err(errors);
-    }
     let mut nodes = Vec::new();
     for record in reader.records() {
         let record = match record {

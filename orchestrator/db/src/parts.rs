@@ -160,33 +160,13 @@ pub fn parse_parts_manifest(text: &str) -> Result<Vec<ManifestRow>, Vec<Manifest
             }]
         })?
         .clone();
+    let index = crate::fleet_file::csv_header_index(&header, &MANIFEST_COLUMNS, &["serial"]).map_err(|messages| {
+        messages
+            .into_iter()
+            .map(|message| ManifestError { line: 1, message })
+            .collect::<Vec<_>>()
+    })?;
     let mut errors = Vec::new();
-    let mut index = HashMap::new();
-    for (position, column) in header.iter().enumerate() {
-        if !MANIFEST_COLUMNS.contains(&column) {
-            errors.push(ManifestError {
-                line: 1,
-                message: format!(
-                    "unknown column {column:?}; expected some of: {}",
-                    MANIFEST_COLUMNS.join(",")
-                ),
-            });
-        } else if index.insert(column.to_owned(), position).is_some() {
-            errors.push(ManifestError {
-                line: 1,
-                message: format!("column {column:?} appears twice"),
-            });
-        }
-    }
-    if !index.contains_key("serial") {
-        errors.push(ManifestError {
-            line: 1,
-            message: "missing column \"serial\"".into(),
-        });
-    }
-    if !errors.is_empty() {
-        return Err(errors);
-    }
     let mut rows = Vec::new();
     let mut seen: HashMap<String, u64> = HashMap::new();
     for record in reader.records() {
