@@ -49,8 +49,8 @@ pub use image_server::ImageServer;
 /// now (and on how long a simulated span takes in real time).
 pub use orchestrator_types::AcceleratedClock as SimClock;
 pub use scenario::{DcgmSpec, HardwareFailureMode, Metric, Scenario, ScenarioError};
-pub use state::NodeLabels;
 pub use state::hardware::{GpuPart, HardwareFailure, PARTS_MANIFEST_COLUMNS, ReplaceError};
+pub use state::{BASELINE_XID_CODES, NodeLabels};
 pub use update::MAX_IMAGE_BYTES;
 
 /// CSV header of the endpoint list (`waveguard fleet import` reads this format).

@@ -18,6 +18,11 @@ use crate::scenario::{DurationRange, Metric, Scenario};
 
 pub(crate) mod hardware;
 
+/// The XIDs of `baseline.xid_errors_per_gpu_hour`: application and driver noise. XID 79 (fallen off
+/// the bus) is a hardware failure, which the `hardware:` key schedules per part; as noise it would
+/// make healthy GPUs RMA candidates.
+pub const BASELINE_XID_CODES: [u16; 10] = [13, 31, 43, 45, 48, 63, 74, 109, 92, 94];
+
 /// Health gauges keep their noise draw for this long, like a sensor's polling interval.
 pub(crate) const GAUGE_BUCKET_SECS: i64 = 60;
 /// Cap on entries per bucket so entry ids (`bucket * 10_000 + i`) stay unique.
@@ -671,14 +676,9 @@ impl FleetState {
             }
             let (mul, add) = self.adjust(node, m, Metric::XidErrorsPerGpuHour, Some(g), start);
             let rate = (base.xid_errors_per_gpu_hour * mul + add).max(0.0);
-            emit(Purpose::Xid, g as u64, rate * hours, &|r| {
-                // Application and driver noise. XID 79 (fallen off the bus) is a hardware failure, which
-                // the `hardware:` key schedules per part; as noise it would make healthy GPUs RMA candidates.
-                const CODES: [u16; 10] = [13, 31, 43, 45, 48, 63, 74, 109, 92, 94];
-                EventKind::Xid {
-                    gpu: g as u8,
-                    code: CODES[r.random_range(0..CODES.len())],
-                }
+            emit(Purpose::Xid, g as u64, rate * hours, &|r| EventKind::Xid {
+                gpu: g as u8,
+                code: BASELINE_XID_CODES[r.random_range(0..BASELINE_XID_CODES.len())],
             });
         }
         let (mul, add) = self.adjust(node, m, Metric::PcieAerPerNodeHour, None, start);

@@ -72,6 +72,7 @@ pub async fn run(args: BenchArgs, _context: &Context) -> anyhow::Result<ExitCode
     }
     if wants(Which::Rma) {
         super::bench_rma::run(args.rma_gpus);
+        super::bench_rma::run_monitor(args.rma_gpus).await?;
     }
     if wants(Which::Throughput) {
         let (nodes, note) = fitting_nodes(args.nodes);
