@@ -269,6 +269,26 @@ impl Db {
         Ok(summary)
     }
 
+    /// Every node, by name: [`Db::list_nodes`] page after page (one page is capped, so a fleet-wide
+    /// reader that took one page would silently miss the rest of a large fleet).
+    pub async fn all_nodes(&self) -> Result<Vec<Node>, DbError> {
+        let mut nodes = Vec::new();
+        loop {
+            let page = self
+                .list_nodes(&NodeFilter {
+                    offset: Some(nodes.len() as u64),
+                    limit: Some(MAX_NODE_PAGE),
+                    ..Default::default()
+                })
+                .await?;
+            let full = page.len() as u64 == MAX_NODE_PAGE;
+            nodes.extend(page);
+            if !full {
+                return Ok(nodes);
+            }
+        }
+    }
+
     /// Nodes matching the filter, by name.
     pub async fn list_nodes(&self, filter: &NodeFilter) -> Result<Vec<Node>, DbError> {
         let mut query = nodes::Entity::find();

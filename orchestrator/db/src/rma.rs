@@ -126,6 +126,21 @@ impl Db {
             }
             return Ok((stored.case, false));
         }
+        // A human ended a case of this part and rule: only evidence newer than that decision opens
+        // another, or every pass would undo the decision and quarantine the node again.
+        let latest_sample = candidate
+            .samples
+            .iter()
+            .map(|o| o.at)
+            .max()
+            .unwrap_or(candidate.began_at);
+        if let Some(decided) = same
+            .iter()
+            .filter(|m| m.updated_at >= latest_sample)
+            .max_by_key(|m| m.updated_at)
+        {
+            return Ok((to_case(decided.clone())?.case, false));
+        }
         let id = case_id(serial, &candidate.rule, same.len() as u64 + 1);
         let case = Case::open(id.clone(), candidate, now);
         let as_json =

@@ -138,3 +138,41 @@ async fn cases_move_by_the_pipeline_within_the_quota_and_hold_their_nodes() {
         assert_eq!(audit.len(), 13);
     }
 }
+
+/// A human's decision holds: a case closed without a replacement is not reopened by the monitor's
+/// next pass on the same evidence, only by a sample newer than the decision.
+#[tokio::test]
+async fn a_closed_case_is_reopened_only_by_newer_evidence() {
+    for t in TestDb::all_backends().await {
+        let db = &t.db;
+        let first = candidate("SN-C", "gpu-09", Severity::High);
+        let (case, new) = db.open_or_refresh_rma_case(&first, "detector").await.unwrap();
+        assert!(new);
+        db.apply_rma_event(
+            &case.id,
+            CaseEvent::Close {
+                reason: "riser reseated; not the GPU".into(),
+            },
+            &actor("ada", Role::Admin),
+        )
+        .await
+        .unwrap();
+        let (same, new) = db.open_or_refresh_rma_case(&first, "detector").await.unwrap();
+        assert!(!new, "the same evidence does not undo the decision");
+        assert_eq!(same.id, case.id);
+        assert!(
+            !db.rma_holds().await.unwrap().contains_key("gpu-09"),
+            "the node is back"
+        );
+
+        let mut later = first.clone();
+        later.samples.push(orchestrator_rma::Observation {
+            at: chrono::Utc::now() + TimeDelta::seconds(5),
+            source_id: "redfish:gpu-09:77".into(),
+            kind: orchestrator_rma::ObservationKind::Xid { code: 79 },
+        });
+        let (reopened, new) = db.open_or_refresh_rma_case(&later, "detector").await.unwrap();
+        assert!(new, "a failure after the decision is a new case");
+        assert_ne!(reopened.id, case.id);
+    }
+}

@@ -26,7 +26,6 @@ use std::sync::Arc;
 use chrono::{DateTime, TimeDelta, Utc};
 use futures::StreamExt;
 use orchestrator_bmc::{Bmc, DiagnosticDataType, EventCursor, GpuPart};
-use orchestrator_db::model::NodeFilter;
 use orchestrator_db::parts::{DiscoveredPart, Part, PartFilter};
 use orchestrator_db::rma::{AttachmentKind, RmaFilter};
 use orchestrator_db::{Db, DbError};
@@ -220,7 +219,7 @@ impl RmaMonitor {
     pub async fn pass(&self) -> Result<RmaPassReport, DbError> {
         let now = self.db.clock().now();
         let mut report = RmaPassReport::default();
-        let nodes = self.db.list_nodes(&NodeFilter::default()).await?;
+        let nodes = self.db.all_nodes().await?;
         let mut memo = self.memo.lock().await;
 
         // 1 and 2 (Redfish): read every node's BMC, a bounded number at once.
@@ -302,7 +301,7 @@ impl RmaMonitor {
         // 3: candidates and cases.
         let criteria = self.db.rma_criteria().await?;
         if !criteria.is_empty() {
-            self.judge(&criteria, &parts, now, &mut report).await?;
+            self.judge(&criteria, &parts, &nodes, now, &mut report).await?;
         }
 
         // 4: defect clusters, once per completed period.
@@ -464,6 +463,7 @@ impl RmaMonitor {
         &self,
         criteria: &[orchestrator_rma::Criteria],
         parts: &[Part],
+        nodes: &[orchestrator_db::model::Node],
         now: DateTime<Utc>,
         report: &mut RmaPassReport,
     ) -> Result<(), DbError> {
@@ -471,20 +471,23 @@ impl RmaMonitor {
         let serials = self.db.observed_serials(since).await?;
         let observations = self.db.part_observations(&serials, since).await?;
         let by_serial: HashMap<&str, &Part> = parts.iter().map(|p| (p.serial.as_str(), p)).collect();
-        let mut flashes: HashMap<String, Vec<orchestrator_rma::FirmwareChange>> = HashMap::new();
+        // The firmware history of every node with samples, read at once.
+        let watched_nodes: BTreeSet<&str> = observations
+            .keys()
+            .filter_map(|serial| by_serial.get(serial.as_str()).map(|p| p.node.as_str()))
+            .collect();
+        let ids: Vec<(i64, String)> = nodes
+            .iter()
+            .filter(|n| watched_nodes.contains(n.name.as_str()))
+            .map(|n| (n.id.0, n.name.clone()))
+            .collect();
+        let flashes = self.db.firmware_changes_by_node(&ids).await?;
+        let none = Vec::new();
         for (serial, obs) in &observations {
             let Some(part) = by_serial.get(serial.as_str()) else {
                 continue;
             };
-            if !flashes.contains_key(&part.node) {
-                let changes = match self.db.node_firmware_changes(&part.node).await {
-                    Ok(c) => c,
-                    Err(DbError::NotFound { .. }) => Vec::new(),
-                    Err(e) => return Err(e),
-                };
-                flashes.insert(part.node.clone(), changes);
-            }
-            let firmware = &flashes[&part.node];
+            let firmware = flashes.get(&part.node).unwrap_or(&none);
             for candidate in find_candidates(criteria, &part.record(), obs, firmware, now) {
                 if candidate.status == CandidateStatus::DiagnosticPassed {
                     continue;
@@ -574,7 +577,7 @@ impl RmaMonitor {
         let cases = self.db.rma_cases(&RmaFilter::default()).await?;
         let nodes: HashMap<String, String> = self
             .db
-            .list_nodes(&NodeFilter::default())
+            .all_nodes()
             .await?
             .into_iter()
             .map(|n| (n.name, n.platform_sku))

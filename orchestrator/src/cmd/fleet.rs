@@ -7,7 +7,6 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use orchestrator_bmc::{Bmc, DEFAULT_DISCOVERY_CONCURRENCY, HttpClients, RedfishBmc};
-use orchestrator_db::model::NodeFilter;
 use orchestrator_types::NodeId;
 
 use crate::Context;
@@ -142,21 +141,8 @@ async fn discover(
     deadline: Duration,
 ) -> anyhow::Result<ExitCode> {
     let db = context.db().await?;
-    let mut nodes = Vec::new();
-    let mut offset = 0;
-    loop {
-        let page = db
-            .list_nodes(&NodeFilter {
-                offset: Some(offset),
-                ..Default::default()
-            })
-            .await?;
-        if page.is_empty() {
-            break;
-        }
-        offset += page.len() as u64;
-        nodes.extend(page.into_iter().filter(|n| only.is_empty() || only.contains(&n.name)));
-    }
+    let mut nodes = db.all_nodes().await?;
+    nodes.retain(|n| only.is_empty() || only.contains(&n.name));
     for name in only {
         if !nodes.iter().any(|n| &n.name == name) {
             return Err(super::BadInput(format!("no node named {name:?}")).into());
