@@ -13,12 +13,11 @@ use anyhow::{Context, ensure};
 use chrono::TimeDelta;
 use integration_tests::process::start_prometheus;
 use integration_tests::{Harness, REQUIRE_ALL_ENV, ScenarioYaml, find_program};
-use orchestrator_db::rma::{CriteriaFile, RmaFilter};
+use orchestrator_db::rma::RmaFilter;
+use orchestrator_db::testing::fixtures::put_example_rma_criteria;
 use orchestrator_engine::prometheus::{PrometheusClient, PrometheusConfig};
 use orchestrator_engine::rma::{RmaConfig, RmaMonitor};
 use orchestrator_rma::{CandidateStatus, HealthFlag, ObservationKind};
-
-const NVIDIA_CRITERIA: &str = include_str!("../../policies/rma/nvidia-gpu.yaml");
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dcgm_row_remap_failure_and_a_vanished_gpu_through_prometheus() {
@@ -65,16 +64,7 @@ async fn run(prometheus_bin: &Path) -> anyhow::Result<()> {
 }
 
 async fn steps(h: &Harness, port: u16) -> anyhow::Result<()> {
-    h.db.replace_rma_criteria(
-        &[CriteriaFile {
-            path: "rma/nvidia-gpu.yaml".into(),
-            commit_id: "local".into(),
-            blob_id: orchestrator_rma::evidence::sha256_hex(NVIDIA_CRITERIA.as_bytes()),
-            source: NVIDIA_CRITERIA.into(),
-        }],
-        "test",
-    )
-    .await?;
+    put_example_rma_criteria(&h.db).await?;
     let mut config = PrometheusConfig::new(url::Url::parse(&format!("http://127.0.0.1:{port}"))?);
     config.node_label = "Hostname".into();
     let client = PrometheusClient::new(config)?;

@@ -20,26 +20,17 @@ use integration_tests::{GPU_FROM, GPU_TO, Harness, ScenarioYaml, policy};
 use orchestrator_db::Db;
 use orchestrator_db::execution::RolloutState;
 use orchestrator_db::parts::parse_parts_manifest;
-use orchestrator_db::rma::{AttachmentKind, CriteriaFile, RmaFilter};
+use orchestrator_db::rma::{AttachmentKind, RmaFilter};
+use orchestrator_db::testing::fixtures::put_example_rma_criteria;
 use orchestrator_engine::rma::{RmaConfig, RmaMonitor, period_start};
 use orchestrator_rma::{CandidateStatus, ObservationKind};
 use orchestrator_types::{QualificationState, TransitionRequest};
 
-const NVIDIA_CRITERIA: &str = include_str!("../../../policies/rma/nvidia-gpu.yaml");
 const BAD_LOT: &str = "LOT-2311";
 
 async fn load_criteria(db: &Db) {
-    db.replace_rma_criteria(
-        &[CriteriaFile {
-            path: "rma/nvidia-gpu.yaml".into(),
-            commit_id: "local".into(),
-            blob_id: orchestrator_rma::evidence::sha256_hex(NVIDIA_CRITERIA.as_bytes()),
-            source: NVIDIA_CRITERIA.into(),
-        }],
-        "test",
-    )
-    .await
-    .unwrap();
+    // The repository's NVIDIA criteria, as a policy sync puts them in force.
+    put_example_rma_criteria(db).await.unwrap();
 }
 
 fn monitor(h: &Harness) -> RmaMonitor {

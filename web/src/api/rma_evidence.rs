@@ -140,6 +140,16 @@ pub struct EvidenceCollected {
     manifest: EvidenceManifest,
 }
 
+/// The step recording evidence takes from the case's state: new evidence after a rejection, else
+/// the first collection.
+pub(crate) fn evidence_step(case: &orchestrator_rma::Case) -> Step {
+    if case.state == CaseState::Rejected {
+        Step::Resubmit
+    } else {
+        Step::CollectEvidence
+    }
+}
+
 /// Builds the package and records it on the case: `collect_evidence` from `candidate`, or
 /// `resubmit` (new evidence) from `rejected`, with the manifest's hash. Shared by the API and
 /// the case page.
@@ -149,11 +159,7 @@ pub(crate) async fn collect(
     principal: &Principal,
 ) -> Result<(orchestrator_db::rma::RmaCase, EvidencePackage), ApiError> {
     let current = state.db.rma_case(id).await?;
-    let step = if current.case.state == CaseState::Rejected {
-        Step::Resubmit
-    } else {
-        Step::CollectEvidence
-    };
+    let step = evidence_step(&current.case);
     // Refused before building: a viewer or a case past this step gets its
     // answer without the work.
     let actor = actor_of(principal);

@@ -170,11 +170,7 @@ pub(crate) async fn build_evidence(
     if form.get("confirmed").map(String::as_str) != Some("yes") {
         // Refused before asking to confirm, as the step forms are.
         let found = state.db.rma_case(&id).await.map_err(|e| UiError::from(e).json(json))?;
-        let step = if found.case.state == CaseState::Rejected {
-            Step::Resubmit
-        } else {
-            Step::CollectEvidence
-        };
+        let step = crate::api::rma_evidence::evidence_step(&found.case);
         crate::api::rma::check_step(&found.case, step, &actor_of(&me), state.db.clock().now())
             .map_err(|e| UiError::from(e).json(json))?;
         return Ok(confirm_page(
