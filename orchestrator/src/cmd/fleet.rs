@@ -113,7 +113,8 @@ pub async fn run(command: FleetCommand, context: &Context) -> anyhow::Result<Exi
         }
         FleetCommand::List { json } => {
             let db = context.db().await?;
-            let nodes = db.list_nodes(&Default::default()).await?;
+            // Every node: one page of `list_nodes` stops at its cap.
+            let nodes = db.all_nodes().await?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&nodes)?);
             } else {
