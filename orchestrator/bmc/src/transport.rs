@@ -20,6 +20,7 @@ use crate::config::{AuthMode, BmcEndpoint, Credentials, RetryPolicy, Timeouts};
 use crate::error::{BmcError, ControllerFault, redacted_snippet};
 
 use crate::clients::HttpClients;
+use crate::connections::BmcLane;
 use crate::limits::MAX_RESPONSE_BYTES;
 
 /// A request body, kept as cheap-to-clone bytes so every retry can rebuild it.
@@ -94,7 +95,8 @@ struct Session {
 /// The authenticated HTTP channel to one BMC.
 #[derive(Debug)]
 pub(crate) struct Transport {
-    http: reqwest::Client,
+    /// This BMC's share of the controller's connection bound, and its client while it holds one.
+    lane: Arc<BmcLane>,
     base: Url,
     label: String,
     credentials: Credentials,
@@ -136,7 +138,7 @@ impl Transport {
         base.set_query(None);
         base.set_fragment(None);
         Ok(Self {
-            http: clients.get(endpoint, &label)?,
+            lane: clients.lane(endpoint, &label)?,
             base,
             label,
             credentials: endpoint.credentials.clone(),
@@ -359,6 +361,9 @@ impl Transport {
     ) -> Result<Response, BmcError> {
         let url = self.resolve(&call.uri)?;
         let path = url.path().to_string();
+        // Queueing for the controller's own connection bound comes first: no timeout or retry
+        // deadline runs while we wait, so a queue here is never the BMC's slowness.
+        let slot = self.lane.acquire().await?;
         let started = Instant::now();
         let deadline = started + call.retry.deadline;
         let mut attempt: u32 = 0;
@@ -366,7 +371,7 @@ impl Transport {
             attempt += 1;
             let remaining = deadline.saturating_duration_since(Instant::now());
             let per_try = call.timeout.min(remaining).max(Duration::from_millis(1));
-            let outcome = match self.attempt(call, &url, auth, per_try).await {
+            let outcome = match self.attempt(slot.client(), call, &url, auth, per_try).await {
                 Ok(resp) => Ok(resp),
                 Err(AttemptError::Http(err)) => Err(err),
                 Err(AttemptError::TooLarge { status, detail }) => {
@@ -459,13 +464,13 @@ impl Transport {
 
     async fn attempt(
         &self,
+        http: &reqwest::Client,
         call: &Call,
         url: &Url,
         auth: Option<&(reqwest::header::HeaderName, HeaderValue)>,
         timeout: Duration,
     ) -> Result<Response, AttemptError> {
-        let mut req = self
-            .http
+        let mut req = http
             .request(call.method.clone(), url.clone())
             .timeout(timeout)
             .header(reqwest::header::ACCEPT, "application/json");
@@ -542,9 +547,12 @@ impl Transport {
         if !url.username().is_empty() || url.password().is_some() {
             return Err(unavailable("the image URI carries credentials".to_string()));
         }
-        let mut resp = self
-            .http
+        let slot = self.lane.acquire().await?;
+        let mut resp = slot
+            .client()
             .get(url)
+            // Another host than the BMC: not kept in the BMC's pool, whose size its lease covers.
+            .header(reqwest::header::CONNECTION, "close")
             .timeout(self.timeouts.upload)
             .send()
             .await
