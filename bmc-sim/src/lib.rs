@@ -33,6 +33,7 @@ mod fleet;
 pub mod image;
 pub mod image_server;
 pub mod platform;
+pub mod processes;
 mod redfish;
 mod rng;
 pub mod scenario;
@@ -44,6 +45,7 @@ pub use conn::{BmcConn, FleetListener, SimIo};
 pub use control::{ComponentVersions, InjectedFaults};
 pub use fleet::{Endpoint, Fleet, FleetError, FleetOptions, RunningFleet};
 pub use image_server::ImageServer;
+pub use processes::{FleetProcesses, ProcessError, ProcessOptions};
 /// The controller's accelerated rollout clock under the name the harnesses
 /// know: one implementation, so a fleet and a controller sharing it agree on
 /// now (and on how long a simulated span takes in real time).

@@ -1,11 +1,14 @@
-//! `bmc-sim`: runs a simulated BMC fleet until Ctrl-C.
+//! `bmc-sim`: runs a simulated BMC fleet until Ctrl-C, in this process or (`--processes N`) in N
+//! processes of its own, each serving a slice of the fleet on its own loopback address.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{Context, bail};
-use bmc_sim::{Fleet, FleetOptions, Scenario, SimClock, endpoints_csv};
+use bmc_sim::{Endpoint, Fleet, FleetOptions, FleetProcesses, ProcessOptions, Scenario, SimClock, endpoints_csv};
+use chrono::{DateTime, Utc};
 use clap::Parser;
 
 /// Simulated Redfish BMC fleet with fault injection.
@@ -39,6 +42,39 @@ struct Args {
     /// Environment variable holding the Redfish password (the password itself never goes on the command line).
     #[arg(long)]
     password_env: Option<String>,
+    /// Serve only nodes START..END of the fleet (names, labels and random draws stay the whole
+    /// fleet's), e.g. `20000..40000`.
+    #[arg(long, value_name = "START..END", value_parser = parse_slice, conflicts_with = "processes")]
+    slice: Option<std::ops::Range<usize>>,
+    /// Run the fleet in N processes of this program, each serving a slice on its own address
+    /// (--first-address, then the next ones); --endpoints-out gets the whole fleet.
+    #[arg(long, value_name = "N", conflicts_with = "tls")]
+    processes: Option<usize>,
+    /// The first process's address with --processes.
+    #[arg(long, default_value = "127.0.0.2", value_name = "ADDR")]
+    first_address: Ipv4Addr,
+    /// Count simulated time from this wall-clock instant (RFC 3339), at which it equals real time,
+    /// so several processes (and a controller) agree on now; allows skips over the control API.
+    #[arg(long, value_name = "RFC3339")]
+    clock_epoch: Option<DateTime<Utc>>,
+    /// Answer every request with `Connection: close` (no HTTP keep-alive).
+    #[arg(long)]
+    no_keep_alive: bool,
+    /// How long a "timeout" fault hangs a request, in milliseconds.
+    #[arg(long, default_value_t = 60_000, value_name = "MS")]
+    hang_for_ms: u64,
+}
+
+fn parse_slice(text: &str) -> Result<std::ops::Range<usize>, String> {
+    let (start, end) = text
+        .split_once("..")
+        .ok_or_else(|| format!("{text:?}: expected START..END"))?;
+    let number = |t: &str| t.trim().parse::<usize>().map_err(|e| format!("{text:?}: {t:?}: {e}"));
+    let (start, end) = (number(start)?, number(end)?);
+    if start >= end {
+        return Err(format!("{text:?}: START must be below END"));
+    }
+    Ok(start..end)
 }
 
 #[tokio::main]
@@ -57,13 +93,25 @@ async fn main() -> anyhow::Result<()> {
         Some(var) => std::env::var(var).with_context(|| format!("environment variable {var} (from --password-env)"))?,
         None => "admin".to_owned(),
     };
-    let clock = Arc::new(SimClock::starting_now(args.speedup));
-    let mut options = FleetOptions::new(clock);
+    if let Some(processes) = args.processes {
+        return run_processes(&args, yaml, &scenario, processes, password).await;
+    }
+    let clock = Arc::new(match args.clock_epoch {
+        Some(epoch) => SimClock::from_wall_epoch(epoch, args.speedup),
+        None => SimClock::starting_now(args.speedup),
+    });
+    let mut options = FleetOptions::new(clock.clone());
     options.bind = args.bind;
     options.username = args.username.clone();
     options.password = password;
     options.tls = args.tls;
     options.nodes = args.nodes;
+    options.slice = args.slice.clone();
+    options.keep_alive = !args.no_keep_alive;
+    options.hang_for = Duration::from_millis(args.hang_for_ms);
+    if args.clock_epoch.is_some() {
+        options.skips = Some(clock);
+    }
     let started = std::time::Instant::now();
     let fleet = Fleet::start(scenario, options).await.context("starting the fleet")?;
     tracing::info!(
@@ -77,13 +125,7 @@ async fn main() -> anyhow::Result<()> {
         println!("CA certificate: {}", args.ca_out.display());
     }
     if let Some(path) = &args.endpoints_out {
-        let body = if path.extension().is_some_and(|e| e == "json") {
-            serde_json::to_string_pretty(fleet.endpoints())?
-        } else {
-            endpoints_csv(fleet.endpoints(), "sim")
-        };
-        std::fs::write(path, body).with_context(|| format!("writing {}", path.display()))?;
-        println!("endpoints: {}", path.display());
+        write_endpoints(path, fleet.endpoints())?;
     } else if let Some(first) = fleet.endpoints().first() {
         println!(
             "first BMC: {}/redfish/v1 ({} BMCs)",
@@ -91,11 +133,65 @@ async fn main() -> anyhow::Result<()> {
             fleet.endpoints().len()
         );
     }
-    println!("control: {}", fleet.control_url());
     println!("metrics: {}/metrics", fleet.control_url());
+    // Last: a parent starting this process reads up to this line to know every port is bound.
+    println!("control: {}", fleet.control_url());
 
     tokio::signal::ctrl_c().await.context("waiting for Ctrl-C")?;
     tracing::info!("shutting down");
+    fleet.shutdown().await;
+    Ok(())
+}
+
+/// Writes the endpoint list: `.json`, or the CSV `waveguard fleet import` reads.
+fn write_endpoints(path: &std::path::Path, endpoints: &[Endpoint]) -> anyhow::Result<()> {
+    let body = if path.extension().is_some_and(|e| e == "json") {
+        serde_json::to_string_pretty(endpoints)?
+    } else {
+        endpoints_csv(endpoints, "sim")
+    };
+    std::fs::write(path, body).with_context(|| format!("writing {}", path.display()))?;
+    println!("endpoints: {}", path.display());
+    Ok(())
+}
+
+/// `--processes N`: this program N times, each on a slice and an address of its own, until Ctrl-C.
+async fn run_processes(
+    args: &Args,
+    yaml: String,
+    scenario: &Scenario,
+    processes: usize,
+    password: String,
+) -> anyhow::Result<()> {
+    let options = ProcessOptions {
+        binary: std::env::current_exe().context("finding this program to start it again")?,
+        scenario_yaml: yaml,
+        nodes: args.nodes.unwrap_or(scenario.fleet.nodes),
+        processes,
+        first_address: args.first_address,
+        clock_epoch: args.clock_epoch.unwrap_or_else(Utc::now),
+        speedup: args.speedup,
+        keep_alive: !args.no_keep_alive,
+        hang_for: Duration::from_millis(args.hang_for_ms),
+        username: args.username.clone(),
+        password,
+    };
+    let started = std::time::Instant::now();
+    let fleet = FleetProcesses::start(&options).await.context("starting the processes")?;
+    tracing::info!(
+        nodes = fleet.endpoints().len(),
+        processes,
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "fleet started"
+    );
+    if let Some(path) = &args.endpoints_out {
+        write_endpoints(path, fleet.endpoints())?;
+    }
+    println!("clock epoch: {}", options.clock_epoch.to_rfc3339());
+    for url in fleet.control_urls() {
+        println!("control: {url}");
+    }
+    tokio::signal::ctrl_c().await.context("waiting for Ctrl-C")?;
     fleet.shutdown().await;
     Ok(())
 }
