@@ -26,6 +26,7 @@
 //! reproducible for a seed. Firmware images use the format in [`image`]. The control server is described in
 //! [`control`](crate::control) (module docs) and in `bmc-sim/README.md`.
 
+pub mod cli;
 mod conn;
 mod control;
 mod dcgm;

@@ -35,8 +35,11 @@ const PASSWORD_ENV: &str = "BMC_SIM_PASSWORD";
 /// How to start the processes.
 #[derive(Clone)]
 pub struct ProcessOptions {
-    /// The `bmc-sim` executable.
-    pub binary: PathBuf,
+    /// The executable that runs bmc-sim: the `bmc-sim` binary, or `waveguard` with
+    /// `leading_args` `["bmc-sim"]`.
+    pub program: PathBuf,
+    /// Arguments that come first (the subcommand, for `waveguard`).
+    pub leading_args: Vec<String>,
     /// The scenario, as YAML (written to a file the processes read).
     pub scenario_yaml: String,
     /// The fleet's size (overrides the scenario's).
@@ -62,7 +65,7 @@ pub struct ProcessOptions {
 impl std::fmt::Debug for ProcessOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ProcessOptions")
-            .field("binary", &self.binary)
+            .field("program", &self.program)
             .field("nodes", &self.nodes)
             .field("processes", &self.processes)
             .field("first_address", &self.first_address)
@@ -93,10 +96,10 @@ pub enum ProcessError {
     #[error("cannot write the scenario for the bmc-sim processes")]
     Scenario(#[source] std::io::Error),
     /// A process could not be started.
-    #[error("cannot start {binary} (process {index})")]
+    #[error("cannot start {} (process {index})", program.display())]
     Spawn {
         /// The executable.
-        binary: PathBuf,
+        program: PathBuf,
         /// Which process.
         index: usize,
         /// The OS error.
@@ -336,8 +339,9 @@ fn spawn(
     address: Ipv4Addr,
     endpoints_out: &Path,
 ) -> Result<Child, ProcessError> {
-    let mut command = Command::new(&options.binary);
+    let mut command = Command::new(&options.program);
     command
+        .args(&options.leading_args)
         .arg("--scenario")
         .arg(scenario)
         .arg("--nodes")
@@ -369,7 +373,7 @@ fn spawn(
         command.arg("--no-keep-alive");
     }
     command.spawn().map_err(|source| ProcessError::Spawn {
-        binary: options.binary.clone(),
+        program: options.program.clone(),
         index,
         source,
     })
