@@ -320,6 +320,43 @@ impl FleetProcesses {
             .map_err(control)
     }
 
+    /// CPU seconds (user + system) the processes used so far, from `/proc/PID/stat` (0 off Linux).
+    pub fn cpu_seconds(&self) -> f64 {
+        self.members
+            .iter()
+            .filter_map(|m| m.child.id())
+            .filter_map(|pid| std::fs::read_to_string(format!("/proc/{pid}/stat")).ok())
+            .map(|stat| {
+                // `pid (comm) state ...`: split after the last ')'; utime and stime are fields 14, 15.
+                let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+                let fields: Vec<&str> = rest.split_whitespace().collect();
+                let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+                // USER_HZ is 100 on Linux.
+                (ticks(11) + ticks(12)) / 100.0
+            })
+            .sum()
+    }
+
+    /// Peak resident memory of each process (`VmHWM`, MiB), in process order.
+    pub fn peak_rss_mib(&self) -> Vec<f64> {
+        self.members
+            .iter()
+            .filter_map(|m| m.child.id())
+            .map(|pid| {
+                std::fs::read_to_string(format!("/proc/{pid}/status"))
+                    .ok()
+                    .and_then(|t| {
+                        t.lines()
+                            .find(|l| l.starts_with("VmHWM:"))
+                            .and_then(|l| l.split_whitespace().nth(1))
+                            .and_then(|v| v.parse::<f64>().ok())
+                    })
+                    .unwrap_or(0.0)
+                    / 1024.0
+            })
+            .collect()
+    }
+
     /// Stops every process (SIGKILL: they hold nothing worth a graceful end) and reaps it.
     pub async fn shutdown(mut self) {
         for m in &mut self.members {

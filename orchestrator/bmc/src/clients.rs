@@ -7,9 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::config::{BmcEndpoint, TlsTrust};
-use crate::connections::{
-    BmcLane, CONNECTIONS_PER_BMC, ConnectionBudget, ConnectionLimit, ConnectionUsage, DEFAULT_FILE_RESERVE,
-};
+use crate::connections::{BmcLane, CONNECTIONS_PER_BMC, ConnectionBudget, ConnectionLimit, ConnectionUsage};
 use crate::error::BmcError;
 
 /// How long an idle pooled connection is kept. BMC web servers drop idle connections after ~60 s;
@@ -95,9 +93,10 @@ impl Default for HttpClients {
 
 impl HttpClients {
     /// Clients under a bound sized from this process's open-file limit (less
-    /// [`DEFAULT_FILE_RESERVE`]); the smallest bound when that limit cannot be read or is tiny.
+    /// [`crate::connections::default_reserve`]); the smallest bound when that limit cannot be read or
+    /// is tiny.
     pub fn new() -> Self {
-        let limit = ConnectionLimit::from_open_files(DEFAULT_FILE_RESERVE).unwrap_or_else(|err| {
+        let limit = ConnectionLimit::from_open_files(None).unwrap_or_else(|err| {
             tracing::warn!(error = %err, "BMC connections limited to one BMC at a time");
             ConnectionLimit::MIN
         });

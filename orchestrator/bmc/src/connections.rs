@@ -32,6 +32,19 @@ pub const CONNECTIONS_PER_BMC: usize = PER_BMC_FETCH_CONCURRENCY;
 /// descriptors for its own database is far worse off than one that queues BMC requests.
 pub const DEFAULT_FILE_RESERVE: u64 = 256;
 
+/// This process's soft `RLIMIT_NOFILE`: the bound the kernel enforces (`EMFILE`).
+pub fn soft_open_file_limit() -> Result<u64, LimitError> {
+    let (soft, _hard) = rlimit::getrlimit(rlimit::Resource::NOFILE).map_err(LimitError::Unreadable)?;
+    Ok(soft)
+}
+
+/// Descriptors kept for everything but BMC connections under a soft limit of `soft`:
+/// [`DEFAULT_FILE_RESERVE`], or a quarter of a smaller limit (a controller under `ulimit -n 256`
+/// still gets 192 BMC connections and keeps 64 for itself).
+pub fn default_reserve(soft: u64) -> u64 {
+    DEFAULT_FILE_RESERVE.min(soft / 4)
+}
+
 /// The fleet-wide bound on open BMC connections.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConnectionLimit {
@@ -84,12 +97,11 @@ impl ConnectionLimit {
         Ok(Self { connections })
     }
 
-    /// The soft open-file limit of this process minus `reserve` descriptors for everything that is
-    /// not a BMC connection.
-    pub fn from_open_files(reserve: u64) -> Result<Self, LimitError> {
-        let (soft, _hard) = rlimit::getrlimit(rlimit::Resource::NOFILE)
-            .map_err(LimitError::Unreadable)?;
-        Self::from_file_limit(soft, reserve)
+    /// The soft open-file limit of this process minus `reserve` descriptors (default
+    /// [`default_reserve`]) for everything that is not a BMC connection.
+    pub fn from_open_files(reserve: Option<u64>) -> Result<Self, LimitError> {
+        let soft = soft_open_file_limit()?;
+        Self::from_file_limit(soft, reserve.unwrap_or_else(|| default_reserve(soft)))
     }
 
     /// As [`ConnectionLimit::from_open_files`] for a given soft limit.
@@ -362,6 +374,8 @@ mod tests {
             Err(LimitError::FileLimit { soft: 200, .. })
         ));
         assert!(matches!(ConnectionLimit::new(1), Err(LimitError::TooSmall { .. })));
+        assert_eq!(default_reserve(256), 64);
+        assert_eq!(default_reserve(20_000), DEFAULT_FILE_RESERVE);
     }
 
     #[tokio::test]

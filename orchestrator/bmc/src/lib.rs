@@ -58,7 +58,8 @@ use serde::{Deserialize, Serialize};
 
 pub use clients::{ConnectFaults, HttpClients};
 pub use connections::{
-    CONNECTIONS_PER_BMC, ConnectionLimit, ConnectionUsage, DEFAULT_FILE_RESERVE, LimitError,
+    CONNECTIONS_PER_BMC, ConnectionLimit, ConnectionUsage, DEFAULT_FILE_RESERVE, LimitError, default_reserve,
+    soft_open_file_limit,
 };
 pub use config::{AuthMode, BmcEndpoint, Credentials, RetryPolicy, Timeouts, TlsTrust};
 pub use discovery::{
