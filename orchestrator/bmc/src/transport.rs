@@ -20,7 +20,7 @@ use crate::config::{AuthMode, BmcEndpoint, Credentials, RetryPolicy, Timeouts};
 use crate::error::{BmcError, ControllerFault, redacted_snippet};
 
 use crate::clients::HttpClients;
-use crate::connections::BmcLane;
+use crate::connections::{BmcLane, Slot};
 use crate::limits::MAX_RESPONSE_BYTES;
 
 /// A request body, kept as cheap-to-clone bytes so every retry can rebuild it.
@@ -177,10 +177,12 @@ impl Transport {
     /// Sends an authenticated request, logging in (again) as needed. Returns any final status,
     /// including 4xx/5xx other than auth failures, for the caller to judge.
     pub(crate) async fn send(&self, call: Call) -> Result<Response, BmcError> {
+        // One slot for the login and the request: a queue between them could outlast the session.
+        let slot = self.lane.acquire().await?;
         let mut reauthenticated = false;
         loop {
-            let (header, generation) = self.auth_header().await?;
-            let resp = self.execute(&call, Some(&header)).await?;
+            let (header, generation) = self.auth_header(&slot).await?;
+            let resp = self.execute_in(&slot, &call, Some(&header)).await?;
             if resp.status == StatusCode::UNAUTHORIZED && !reauthenticated {
                 // Sessions expire (timeouts, BMC reboots). One fresh login, then give up: a second
                 // 401 means the credentials themselves are wrong and retrying would lock the account.
@@ -235,7 +237,7 @@ impl Transport {
         }
     }
 
-    async fn auth_header(&self) -> Result<((reqwest::header::HeaderName, HeaderValue), u64), BmcError> {
+    async fn auth_header(&self, slot: &Slot<'_>) -> Result<((reqwest::header::HeaderName, HeaderValue), u64), BmcError> {
         match self.auth {
             AuthMode::Basic => {
                 let header = basic_header(&self.credentials);
@@ -245,7 +247,7 @@ impl Transport {
                 let session = self.current_session();
                 let session = match session {
                     Some(s) => s,
-                    None => self.login().await?,
+                    None => self.login(slot).await?,
                 };
                 let name = reqwest::header::HeaderName::from_static("x-auth-token");
                 Ok(((name, token_header(&session.token)), session.generation))
@@ -265,7 +267,7 @@ impl Transport {
         }
     }
 
-    async fn login(&self) -> Result<Arc<Session>, BmcError> {
+    async fn login(&self, slot: &Slot<'_>) -> Result<Arc<Session>, BmcError> {
         let mut generation = self.login_lock.lock().await;
         if let Some(session) = self.current_session() {
             // Someone else logged in while we waited for the lock.
@@ -285,7 +287,7 @@ impl Transport {
             retry: self.retry,
             if_match: None,
         };
-        let resp = self.execute(&call, None).await?;
+        let resp = self.execute_in(slot, &call, None).await?;
         if matches!(resp.status, StatusCode::NOT_FOUND | StatusCode::METHOD_NOT_ALLOWED) {
             // Not a credentials problem: this service has no session login at all.
             return Err(BmcError::Unsupported {
@@ -353,17 +355,27 @@ impl Transport {
         Ok(url)
     }
 
-    /// The retry loop: one call, possibly several attempts.
+    /// The retry loop in a slot of its own.
     async fn execute(
         &self,
         call: &Call,
         auth: Option<&(reqwest::header::HeaderName, HeaderValue)>,
     ) -> Result<Response, BmcError> {
-        let url = self.resolve(&call.uri)?;
-        let path = url.path().to_string();
         // Queueing for the controller's own connection bound comes first: no timeout or retry
         // deadline runs while we wait, so a queue here is never the BMC's slowness.
         let slot = self.lane.acquire().await?;
+        self.execute_in(&slot, call, auth).await
+    }
+
+    /// The retry loop: one call, possibly several attempts, in `slot`.
+    async fn execute_in(
+        &self,
+        slot: &Slot<'_>,
+        call: &Call,
+        auth: Option<&(reqwest::header::HeaderName, HeaderValue)>,
+    ) -> Result<Response, BmcError> {
+        let url = self.resolve(&call.uri)?;
+        let path = url.path().to_string();
         let started = Instant::now();
         let deadline = started + call.retry.deadline;
         let mut attempt: u32 = 0;
