@@ -405,6 +405,7 @@ impl Fleet {
             effects_by_metric,
             dcgm: Default::default(),
             parts_plan,
+            connections: Default::default(),
         });
 
         let (tx, rx) = mpsc::channel(4096);
@@ -525,6 +526,11 @@ impl RunningFleet {
         self.state
             .node_by_name(name)
             .map(|n| crate::control::versions_of(&self.state, n))
+    }
+
+    /// Client connections open at the fleet's BMCs now, and the most open at once so far.
+    pub fn connections(&self) -> (usize, usize) {
+        self.state.connections.read()
     }
 
     /// GETs of node `name`'s GPU event-log entries collection so far, every page counted.

@@ -444,6 +444,34 @@ pub(crate) struct FleetState {
     pub dcgm: DcgmState,
     /// Lots, serial scheme and scripted failures, fixed at start.
     pub parts_plan: hardware::PartsPlan,
+    /// Client connections open now and at most so far, over every BMC.
+    pub connections: ConnectionCount,
+}
+
+/// Connections open at the fleet's BMCs, now and at the peak: what a client's connection bound is
+/// checked against.
+#[derive(Debug, Default)]
+pub(crate) struct ConnectionCount {
+    open: std::sync::atomic::AtomicUsize,
+    peak: std::sync::atomic::AtomicUsize,
+}
+
+impl ConnectionCount {
+    pub(crate) fn opened(&self) {
+        use std::sync::atomic::Ordering;
+        let now = self.open.fetch_add(1, Ordering::SeqCst) + 1;
+        self.peak.fetch_max(now, Ordering::SeqCst);
+    }
+
+    pub(crate) fn closed(&self) {
+        self.open.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// (open now, peak so far).
+    pub(crate) fn read(&self) -> (usize, usize) {
+        use std::sync::atomic::Ordering;
+        (self.open.load(Ordering::SeqCst), self.peak.load(Ordering::SeqCst))
+    }
 }
 
 /// Real time a BMC keeps answering after deciding to go silent (see [`Node::grace_until`]).

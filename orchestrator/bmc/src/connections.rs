@@ -239,12 +239,31 @@ struct LaneState {
 struct Lease {
     client: reqwest::Client,
     budget: Arc<ConnectionBudget>,
-    _permits: OwnedSemaphorePermit,
+    permits: Option<OwnedSemaphorePermit>,
 }
+
+/// How long a given-back lease's permits stay taken: dropping the client closes its pooled
+/// connections on their own tasks, a moment later, and the next BMC must not open its own before
+/// they are gone.
+const CLOSE_GRACE: std::time::Duration = std::time::Duration::from_millis(50);
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        self.budget.reserved.fetch_sub(CONNECTIONS_PER_BMC, Ordering::Relaxed);
+        let budget = self.budget.clone();
+        let permits = self.permits.take();
+        let give_back = move || {
+            budget.reserved.fetch_sub(CONNECTIONS_PER_BMC, Ordering::Relaxed);
+            drop(permits);
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move {
+                    tokio::time::sleep(CLOSE_GRACE).await;
+                    give_back();
+                });
+            }
+            Err(_) => give_back(),
+        }
     }
 }
 
@@ -308,7 +327,7 @@ impl BmcLane {
                 state.lease = Some(Lease {
                     client,
                     budget: self.budget.clone(),
-                    _permits: permits,
+                    permits: Some(permits),
                 });
             }
         }
