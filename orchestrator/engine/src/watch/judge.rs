@@ -19,6 +19,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use super::collector::Collector;
+
+mod fleet;
+pub use fleet::max_bake_seconds;
 use crate::connector::HealthBmcs;
 use crate::health::HealthJudge;
 use crate::prometheus::PrometheusClient;
@@ -525,6 +528,9 @@ impl DetectorJudge {
                 summary: "the wave has no health gates".into(),
                 evidence: json!({ "gates": [] }),
             });
+        }
+        if policy.detection.enabled {
+            return self.fleet_round(rollout, wave, policy, last).await;
         }
         let error = |summary: String| {
             last.then(|| WaveVerdict {
