@@ -21,10 +21,10 @@ use serde_json::json;
 use super::collector::Collector;
 
 mod fleet;
-pub use fleet::max_bake_seconds;
 use crate::connector::HealthBmcs;
 use crate::health::HealthJudge;
 use crate::prometheus::PrometheusClient;
+pub use fleet::max_bake_seconds;
 
 /// The actor the audit log records for the detector's looks.
 pub const DETECTOR_ACTOR: &str = "detector";

@@ -25,8 +25,8 @@ use orchestrator_db::execution::{ExecRollout, ExecWave, StepFilter, StepPurpose,
 use orchestrator_db::health::{Cohort, HealthLook, HealthSample, LevelAgg, NewHealthLook, SampleScope};
 use orchestrator_db::{Db, DbError};
 use orchestrator_detect::fleet::{
-    ErrorBudget, FleetError, GateLook as DetectGateLook, LevelEConfig, LevelEProcess, NodeCount, RateCell,
-    RateEConfig, RateEProcess, WaveDecision, WaveTiming, decide_wave, quasi_poisson_dispersion,
+    ErrorBudget, FleetError, GateLook as DetectGateLook, LevelEConfig, LevelEProcess, NodeCount, RateCell, RateEConfig,
+    RateEProcess, WaveDecision, WaveTiming, decide_wave, quasi_poisson_dispersion,
 };
 use orchestrator_policy::{Direction, GateKind, GateSource, HealthGate, Policy, RedfishMetric};
 use orchestrator_types::{
@@ -200,7 +200,9 @@ pub(crate) async fn fleet_watch(
             continue;
         }
         watch.control.insert(node_id);
-        watch.members.push(Member::of(node.clone(), Cohort::Control, bake_start));
+        watch
+            .members
+            .push(Member::of(node.clone(), Cohort::Control, bake_start));
     }
     watch.strata_watched = watch
         .members
@@ -387,14 +389,20 @@ impl DetectorJudge {
         let step = interval.num_seconds().max(1);
         let max_looks = u32::try_from((max_bake.num_seconds() + step - 1) / step).unwrap_or(u32::MAX);
         let max_looks = max_looks.max(1);
-        let mut look_number =
-            u32::try_from(elapsed.num_seconds() / interval.num_seconds()).unwrap_or(u32::MAX).min(max_looks);
+        let mut look_number = u32::try_from(elapsed.num_seconds() / interval.num_seconds())
+            .unwrap_or(u32::MAX)
+            .min(max_looks);
         if last {
             look_number = look_number.max(1);
         }
         let stored = match self.db.health_looks(SampleScope::Wave(wave.id)).await {
             Ok(looks) => looks,
-            Err(err) => return error(format!("cannot read recorded looks: {}", orchestrator_types::error_chain(&err))),
+            Err(err) => {
+                return error(format!(
+                    "cannot read recorded looks: {}",
+                    orchestrator_types::error_chain(&err)
+                ));
+            }
         };
         let latest = |gate: &str| -> Option<&HealthLook> {
             stored
@@ -402,7 +410,11 @@ impl DetectorJudge {
                 .filter(|l| l.look.gate == gate)
                 .max_by_key(|l| l.look.look_number)
         };
-        let failed = |gate: &str| stored.iter().find(|l| l.look.gate == gate && l.look.outcome == Outcome::Fail);
+        let failed = |gate: &str| {
+            stored
+                .iter()
+                .find(|l| l.look.gate == gate && l.look.outcome == Outcome::Fail)
+        };
         let look_due = look_number >= 1
             && gates
                 .iter()
@@ -410,11 +422,22 @@ impl DetectorJudge {
                 .any(|g| failed(&g.name).is_none() && latest(&g.name).is_none_or(|l| l.look.look_number < look_number));
         let watch = match fleet_watch(&self.db, rollout, wave, bake_start, detection.reset_exclusion).await {
             Ok(w) => w,
-            Err(err) => return error(format!("cannot list the watched nodes: {}", orchestrator_types::error_chain(&err))),
+            Err(err) => {
+                return error(format!(
+                    "cannot list the watched nodes: {}",
+                    orchestrator_types::error_chain(&err)
+                ));
+            }
         };
-        if let Err(err) = self.poll_fleet_if_due(rollout, wave, &gates, &watch, now, last || look_due).await {
+        if let Err(err) = self
+            .poll_fleet_if_due(rollout, wave, &gates, &watch, now, last || look_due)
+            .await
+        {
             tracing::warn!(error = %orchestrator_types::error_chain(&err), wave = %wave.name, "health collection failed");
-            return error(format!("health collection failed: {}", orchestrator_types::error_chain(&err)));
+            return error(format!(
+                "health collection failed: {}",
+                orchestrator_types::error_chain(&err)
+            ));
         }
         let mut samples: Option<Vec<HealthSample>> = None;
         let mut looks: Vec<FleetGateLook> = Vec::new();
@@ -450,7 +473,12 @@ impl DetectorJudge {
             if samples.is_none() {
                 match self.db.health_samples(SampleScope::Rollout(rollout.id)).await {
                     Ok(s) => samples = Some(s),
-                    Err(err) => return error(format!("cannot read samples: {}", orchestrator_types::error_chain(&err))),
+                    Err(err) => {
+                        return error(format!(
+                            "cannot read samples: {}",
+                            orchestrator_types::error_chain(&err)
+                        ));
+                    }
                 }
             }
             let ctx = LookContext {
@@ -463,7 +491,14 @@ impl DetectorJudge {
                 bake_over: elapsed >= Duration::seconds(wave.bake_seconds),
             };
             let look = self
-                .fleet_gate_look(wave, gate, health_gate, &watch, samples.as_deref().unwrap_or_default(), &ctx)
+                .fleet_gate_look(
+                    wave,
+                    gate,
+                    health_gate,
+                    &watch,
+                    samples.as_deref().unwrap_or_default(),
+                    &ctx,
+                )
                 .await;
             // A look that could not be evaluated (no Prometheus answer) is not recorded: a later pass
             // asks again.
@@ -473,12 +508,22 @@ impl DetectorJudge {
             }
             match self.record_fleet_look(rollout, wave, &look).await {
                 Ok(recorded) => looks.push(recorded),
-                Err(err) => return error(format!("cannot record a look: {}", orchestrator_types::error_chain(&err))),
+                Err(err) => {
+                    return error(format!(
+                        "cannot record a look: {}",
+                        orchestrator_types::error_chain(&err)
+                    ));
+                }
             }
         }
         let poll_errors = match self.poll_errors(wave).await {
             Ok(errors) => errors,
-            Err(err) => return error(format!("cannot read poll errors: {}", orchestrator_types::error_chain(&err))),
+            Err(err) => {
+                return error(format!(
+                    "cannot read poll errors: {}",
+                    orchestrator_types::error_chain(&err)
+                ));
+            }
         };
         let timing = WaveTiming {
             elapsed_hours: elapsed.num_seconds() as f64 / 3600.0,
@@ -499,7 +544,10 @@ impl DetectorJudge {
             })
             .collect();
         // Gates not yet looked at (the first look is not due) keep the wave in its bake.
-        let unlooked = gates.iter().filter_map(Gate::health_gate).any(|g| !looks.iter().any(|l| l.gate == g.name));
+        let unlooked = gates
+            .iter()
+            .filter_map(Gate::health_gate)
+            .any(|g| !looks.iter().any(|l| l.gate == g.name));
         let errors: Vec<&FleetGateLook> = looks.iter().filter(|l| l.outcome == Outcome::Error).collect();
         let decision = decide_wave(timing, &decision_input);
         let (outcome, summary) = match decision {
@@ -633,7 +681,9 @@ impl DetectorJudge {
         let queries: Vec<(String, String)> = gates
             .iter()
             .filter_map(|g| match g {
-                Gate::PromLevel { query, gate } if gate.kind == GateKind::Level => Some((g.sample_key(), query.clone())),
+                Gate::PromLevel { query, gate } if gate.kind == GateKind::Level => {
+                    Some((g.sample_key(), query.clone()))
+                }
                 _ => None,
             })
             .collect();
@@ -660,7 +710,14 @@ impl DetectorJudge {
         ctx: &LookContext,
     ) -> FleetGateLook {
         let fail = |reason: String| {
-            error_look(&health_gate.name, ctx.look_number, ctx.max_looks, ctx.alpha, ctx.beta, reason)
+            error_look(
+                &health_gate.name,
+                ctx.look_number,
+                ctx.max_looks,
+                ctx.alpha,
+                ctx.beta,
+                reason,
+            )
         };
         let closed = |window: DateTime<Utc>| window + BIN <= ctx.now;
         let stratum = |node: &NodeId| watch.strata.get(node).copied().unwrap_or(u32::MAX);
@@ -691,7 +748,9 @@ impl DetectorJudge {
                         Err(err) => return fail(orchestrator_types::error_chain(&err)),
                     };
                     for (node, node_bins) in &look.bins {
-                        let Some(cohort) = cohorts.get(node).copied() else { continue };
+                        let Some(cohort) = cohorts.get(node).copied() else {
+                            continue;
+                        };
                         for (start, bin) in node_bins.iter().filter(|(s, _)| closed(bin_start(**s))) {
                             if cohort == Cohort::Canary {
                                 updated_nodes.insert(*node);
@@ -952,7 +1011,11 @@ pub(crate) fn level_batches(
     type Units = BTreeMap<String, LevelAgg>;
     let mut by_wave: BTreeMap<orchestrator_types::WaveId, BTreeMap<(Cohort, NodeId), Units>> = BTreeMap::new();
     for s in samples.iter().filter(|s| s.metric == key) {
-        let units = by_wave.entry(s.wave_id).or_default().entry((s.cohort, s.node_id)).or_default();
+        let units = by_wave
+            .entry(s.wave_id)
+            .or_default()
+            .entry((s.cohort, s.node_id))
+            .or_default();
         for (unit, agg) in &s.units {
             units.entry(unit.clone()).and_modify(|a| a.merge(agg)).or_insert(*agg);
         }
@@ -1028,8 +1091,8 @@ mod tests {
         let mut bins = Bins::new();
         let mut controls = BTreeMap::new();
         for h in 0..hours {
-            for (stratum, rate, updated_share) in [(0u32, 0.5, 0.8), (1u32, 0.125, 0.2)] {
-                let (ue, ce) = (100.0 * updated_share, 100.0 * (1.0 - updated_share));
+            // (stratum, control rate, updated exposure, control exposure): whole expected counts.
+            for (stratum, rate, ue, ce) in [(0u32, 0.5_f64, 96.0_f64, 24.0_f64), (1u32, 0.125, 24.0, 96.0)] {
                 for node in 0..4 {
                     add_to_cells(
                         &mut bins,
