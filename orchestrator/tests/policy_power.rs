@@ -97,6 +97,7 @@ fn power_json_has_every_key_and_sane_numbers() {
         "ignored_selector_labels",
         "waves",
         "fleet_timing",
+        "fleet_detection",
     ] {
         assert!(doc.get(key).is_some(), "missing {key}: {doc:#}");
     }

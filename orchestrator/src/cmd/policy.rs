@@ -71,7 +71,9 @@ pub enum PolicyCommand {
     /// --json prints one document: `policy`, `fleet`, `fleet_nodes`,
     /// `release` (or null), `alpha`, `correction` ("bonferroni"), `spending`,
     /// `target_power`, `gpus_per_node`, `ignored_selector_labels` (selector
-    /// labels a fleet file cannot carry, set aside), and `waves`: a list of `wave`,
+    /// labels a fleet file cannot carry, set aside), `fleet_timing` (the fleet-scale
+    /// method's time to decide), `fleet_detection` (whether the policy's `detection`
+    /// block puts that method in force in the engine), and `waves`: a list of `wave`,
     /// `canary_nodes`, `control_nodes`, `bake_seconds`, `bake`, `gates`. Each
     /// gate has `gate`, `kind` (rate|level), `metric`, `status`
     /// (ok|not_judged|no_baseline|no_control), `note`, `unit` (gpu|node),
@@ -515,6 +517,7 @@ fn power(args: &PowerArgs) -> anyhow::Result<String> {
             "ignored_selector_labels": ignored,
             "waves": waves,
             "fleet_timing": timing,
+            "fleet_detection": policy.detection.enabled,
         });
         return Ok(format!("{}\n", serde_json::to_string_pretty(&doc)?));
     }
@@ -608,9 +611,14 @@ fn fleet_timing_text(policy: &orchestrator_policy::Policy, timing: &[power::Flee
             "never".to_owned()
         }
     };
+    let in_force = if policy.detection.enabled {
+        "in force: the policy's detection block has the engine judge its rollouts with it"
+    } else {
+        "NOT in force: the policy has no detection block, so the engine judges each wave with the per-wave method"
+    };
     let mut out = format!(
-        "\nfleet-scale method (anytime-valid, evidence pooled across waves; false rollback {}, false pass {} per \
-         rollout): hours into each wave's bake, median / p95\n",
+        "\nfleet-scale method ({in_force}; anytime-valid, evidence pooled across waves; false rollback {}, false \
+         pass {} per rollout): hours into each wave's bake, median / p95\n",
         policy.detection.false_rollback, policy.detection.false_pass
     );
     for t in timing {
