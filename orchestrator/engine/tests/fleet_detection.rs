@@ -156,8 +156,17 @@ async fn wait_wave(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_tripled_xid_rate_fails_the_canary_and_a_fresh_judge_reads_the_look_back() {
-    let Some(mut h) = Harness::start(40, &scenario_extra(), false).await else {
+async fn a_tripled_xid_rate_fails_the_canary_and_a_fresh_judge_reads_the_look_back_sqlite() {
+    tripled_xid_rate_fails(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tripled_xid_rate_fails_the_canary_and_a_fresh_judge_reads_the_look_back_postgres() {
+    tripled_xid_rate_fails(true).await;
+}
+
+async fn tripled_xid_rate_fails(postgres: bool) {
+    let Some(mut h) = Harness::start(40, &scenario_extra(), postgres).await else {
         return;
     };
     let id = start(&mut h, GPU_BAD).await;
