@@ -213,36 +213,45 @@ pub(crate) async fn fleet_watch(
     Ok(watch)
 }
 
-/// A gate's stratified hourly cells: closed bin start -> stratum -> cell.
-type Bins = BTreeMap<DateTime<Utc>, BTreeMap<u32, RateCell>>;
+/// A gate's stratified hourly cells (closed bin start -> stratum -> cell) and each control node's
+/// own count (for the dispersion).
+#[derive(Debug, Default)]
+pub(crate) struct Cells {
+    bins: BTreeMap<DateTime<Utc>, BTreeMap<u32, RateCell>>,
+    controls: BTreeMap<NodeId, NodeCount>,
+}
 
-/// Adds one node-hour to the cells and, for a control node, to its own count.
-fn add_to_cells(
-    bins: &mut Bins,
-    controls: &mut BTreeMap<NodeId, NodeCount>,
-    stratum: u32,
-    node: NodeId,
-    cohort: Cohort,
-    bin: DateTime<Utc>,
-    events: u64,
-    exposure: f64,
-) {
-    let cell = bins.entry(bin).or_default().entry(stratum).or_default();
-    match cohort {
-        Cohort::Canary => {
-            cell.updated_events = cell.updated_events.saturating_add(events);
-            cell.updated_exposure += exposure;
-        }
-        Cohort::Control => {
-            cell.control_events = cell.control_events.saturating_add(events);
-            cell.control_exposure += exposure;
-            let count = controls.entry(node).or_insert(NodeCount {
-                stratum,
-                events: 0,
-                exposure: 0.0,
-            });
-            count.events = count.events.saturating_add(events);
-            count.exposure += exposure;
+/// One node-hour of a rate gate.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct NodeHour {
+    pub(crate) node: NodeId,
+    pub(crate) stratum: u32,
+    pub(crate) cohort: Cohort,
+    pub(crate) bin: DateTime<Utc>,
+    pub(crate) events: u64,
+    pub(crate) exposure: f64,
+}
+
+impl Cells {
+    /// Adds one node-hour to its cell and, for a control node, to its own count.
+    pub(crate) fn add(&mut self, h: NodeHour) {
+        let cell = self.bins.entry(h.bin).or_default().entry(h.stratum).or_default();
+        match h.cohort {
+            Cohort::Canary => {
+                cell.updated_events = cell.updated_events.saturating_add(h.events);
+                cell.updated_exposure += h.exposure;
+            }
+            Cohort::Control => {
+                cell.control_events = cell.control_events.saturating_add(h.events);
+                cell.control_exposure += h.exposure;
+                let count = self.controls.entry(h.node).or_insert(NodeCount {
+                    stratum: h.stratum,
+                    events: 0,
+                    exposure: 0.0,
+                });
+                count.events = count.events.saturating_add(h.events);
+                count.exposure += h.exposure;
+            }
         }
     }
 }
@@ -265,13 +274,13 @@ pub(crate) struct RateFacts {
 /// so the delayed-onset restarts keep their cadence in hours), with the dispersion of the control's
 /// node counts.
 pub(crate) fn rate_facts(
-    bins: &Bins,
-    controls: &BTreeMap<NodeId, NodeCount>,
+    cells: &Cells,
     null: f64,
     must_detect: f64,
     alpha: f64,
     beta: f64,
 ) -> Result<RateFacts, FleetError> {
+    let (bins, controls) = (&cells.bins, &cells.controls);
     let mut process = RateEProcess::new(RateEConfig::default());
     if let (Some(first), Some(last)) = (bins.keys().next(), bins.keys().next_back()) {
         let mut at = *first;
@@ -723,8 +732,7 @@ impl DetectorJudge {
         let stratum = |node: &NodeId| watch.strata.get(node).copied().unwrap_or(u32::MAX);
         match (health_gate.kind, gate) {
             (GateKind::Rate, _) => {
-                let mut bins = Bins::new();
-                let mut controls = BTreeMap::new();
+                let mut cells = Cells::default();
                 let mut updated_nodes = BTreeSet::new();
                 if let (Gate::PromLevel { .. }, Some(client)) = (gate, &self.prometheus) {
                     // One query covers every watched node; bins come from Prometheus' own history.
@@ -755,16 +763,14 @@ impl DetectorJudge {
                             if cohort == Cohort::Canary {
                                 updated_nodes.insert(*node);
                             }
-                            add_to_cells(
-                                &mut bins,
-                                &mut controls,
-                                stratum(node),
-                                *node,
+                            cells.add(NodeHour {
+                                node: *node,
+                                stratum: stratum(node),
                                 cohort,
-                                bin_start(*start),
-                                bin.events,
-                                bin.exposure_hours,
-                            );
+                                bin: bin_start(*start),
+                                events: bin.events,
+                                exposure: bin.exposure_hours,
+                            });
                         }
                     }
                 } else if let Some((_, metric)) = gate.watched() {
@@ -775,23 +781,20 @@ impl DetectorJudge {
                         if s.cohort == Cohort::Canary {
                             updated_nodes.insert(s.node_id);
                         }
-                        add_to_cells(
-                            &mut bins,
-                            &mut controls,
-                            stratum(&s.node_id),
-                            s.node_id,
-                            s.cohort,
-                            s.window_start,
-                            s.events,
-                            s.exposure,
-                        );
+                        cells.add(NodeHour {
+                            node: s.node_id,
+                            stratum: stratum(&s.node_id),
+                            cohort: s.cohort,
+                            bin: s.window_start,
+                            events: s.events,
+                            exposure: s.exposure,
+                        });
                     }
                 } else {
                     return fail("no Prometheus server is configured for this judge".into());
                 }
                 let facts = match rate_facts(
-                    &bins,
-                    &controls,
+                    &cells,
                     health_gate.min_effect,
                     health_gate.must_detect,
                     ctx.alpha,
@@ -1082,50 +1085,45 @@ mod tests {
     }
 
     fn hour(h: i64) -> DateTime<Utc> {
-        DateTime::from_timestamp(1_800_000_000 - 1_800_000_000 % 3600 + h * 3600, 0).unwrap()
+        // 1,800,000,000 s is a whole hour.
+        DateTime::from_timestamp(1_800_000_000 + h * 3600, 0).unwrap()
     }
 
     /// Hours of cells in two strata whose control rates differ fourfold, updated nodes at `ratio` times
     /// their stratum's rate. Expected counts, so the result is deterministic.
-    fn strata_bins(hours: i64, ratio: f64) -> (Bins, BTreeMap<NodeId, NodeCount>) {
-        let mut bins = Bins::new();
-        let mut controls = BTreeMap::new();
+    fn strata_cells(hours: i64, ratio: f64) -> Cells {
+        let mut cells = Cells::default();
         for h in 0..hours {
             // (stratum, control rate, updated exposure, control exposure): whole expected counts.
             for (stratum, rate, ue, ce) in [(0u32, 0.5_f64, 96.0_f64, 24.0_f64), (1u32, 0.125, 24.0, 96.0)] {
                 for node in 0..4 {
-                    add_to_cells(
-                        &mut bins,
-                        &mut controls,
+                    cells.add(NodeHour {
+                        node: NodeId(i64::from(stratum) * 10 + node),
                         stratum,
-                        NodeId(i64::from(stratum) * 10 + node),
-                        Cohort::Control,
-                        hour(h),
-                        (rate * ce / 4.0).round() as u64,
-                        ce / 4.0,
-                    );
+                        cohort: Cohort::Control,
+                        bin: hour(h),
+                        events: (rate * ce / 4.0).round() as u64,
+                        exposure: ce / 4.0,
+                    });
                 }
-                add_to_cells(
-                    &mut bins,
-                    &mut controls,
+                cells.add(NodeHour {
+                    node: NodeId(100 + i64::from(stratum)),
                     stratum,
-                    NodeId(100 + i64::from(stratum)),
-                    Cohort::Canary,
-                    hour(h),
-                    (ratio * rate * ue).round() as u64,
-                    ue,
-                );
+                    cohort: Cohort::Canary,
+                    bin: hour(h),
+                    events: (ratio * rate * ue).round() as u64,
+                    exposure: ue,
+                });
             }
         }
-        (bins, controls)
+        cells
     }
 
     #[test]
     fn stratified_cells_do_not_blame_the_firmware_for_the_composition() {
         // Most updated exposure sits in the high-rate stratum: pooled without strata, the updated
-        // side looks ~2.6x worse. Within strata the ratio is 1 and the gate passes.
-        let (bins, controls) = strata_bins(24, 1.0);
-        let facts = rate_facts(&bins, &controls, 1.25, 2.0, 0.01, 0.025).unwrap();
+        // side looks about 2x worse. Within strata the ratio is 1 and the gate passes.
+        let facts = rate_facts(&strata_cells(24, 1.0), 1.25, 2.0, 0.01, 0.025).unwrap();
         assert!(!facts.fail, "{facts:?}");
         assert!(facts.pass_ready, "{facts:?}");
         let est = facts.estimate.unwrap();
@@ -1134,32 +1132,28 @@ mod tests {
         let pooled = (x1 as f64 / e1) / (x0 as f64 / e0);
         assert!(pooled > 2.0, "the unstratified ratio is confounded: {pooled}");
         // A real 3x effect fails.
-        let (bins, controls) = strata_bins(24, 3.0);
-        let facts = rate_facts(&bins, &controls, 1.25, 2.0, 0.01, 0.025).unwrap();
+        let facts = rate_facts(&strata_cells(24, 3.0), 1.25, 2.0, 0.01, 0.025).unwrap();
         assert!(facts.fail, "{facts:?}");
         assert!(facts.lower > 1.25, "{facts:?}");
     }
 
     #[test]
     fn bursty_control_counts_raise_the_dispersion() {
-        let mut bins = Bins::new();
-        let mut controls = BTreeMap::new();
+        let mut cells = Cells::default();
+        let hour0 = |node: i64, cohort: Cohort, events: u64| NodeHour {
+            node: NodeId(node),
+            stratum: 0,
+            cohort,
+            bin: hour(0),
+            events,
+            exposure: 8.0,
+        };
         for node in 0..40 {
             // Every fifth node has a burst of 12, the rest none: far from Poisson.
-            let events = if node % 5 == 0 { 12 } else { 0 };
-            add_to_cells(
-                &mut bins,
-                &mut controls,
-                0,
-                NodeId(node),
-                Cohort::Control,
-                hour(0),
-                events,
-                8.0,
-            );
+            cells.add(hour0(node, Cohort::Control, if node % 5 == 0 { 12 } else { 0 }));
         }
-        add_to_cells(&mut bins, &mut controls, 0, NodeId(99), Cohort::Canary, hour(0), 4, 8.0);
-        let facts = rate_facts(&bins, &controls, 1.25, 2.0, 0.01, 0.025).unwrap();
+        cells.add(hour0(99, Cohort::Canary, 4));
+        let facts = rate_facts(&cells, 1.25, 2.0, 0.01, 0.025).unwrap();
         assert!(facts.dispersion > 5.0, "{facts:?}");
     }
 
