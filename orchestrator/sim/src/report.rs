@@ -146,8 +146,8 @@ fn gate_metric(policy: &Policy, gate: &str) -> String {
 /// `FleetEvidence`, which has bounds rather than a p-value); a judge without
 /// gates gives none.
 fn gate_verdicts(policy: &Policy, verdict: Option<&orchestrator_types::WaveVerdict>) -> Vec<GateVerdict> {
-    if let Some(fleet) = verdict
-        .and_then(|v| serde_json::from_value::<orchestrator_types::FleetEvidence>(v.evidence.clone()).ok())
+    if let Some(fleet) =
+        verdict.and_then(|v| serde_json::from_value::<orchestrator_types::FleetEvidence>(v.evidence.clone()).ok())
     {
         return fleet
             .gates

@@ -642,6 +642,19 @@ fn fleet_timing_text(policy: &orchestrator_policy::Policy, timing: &[power::Flee
     out
 }
 
+/// Which method judges the policy's rollouts: the `detection` block is the switch (issue 22).
+fn detection_method(policy: &orchestrator_policy::Policy) -> String {
+    if policy.detection.enabled {
+        format!(
+            "detection: fleet-scale (controls: every eligible node not yet updated; evidence pooled across waves; \
+             false rollback {}, false pass {} per rollout; a wave extends up to its max_bake, then holds)",
+            policy.detection.false_rollback, policy.detection.false_pass
+        )
+    } else {
+        "detection: per-wave (no detection block; add one for fleet-scale detection)".to_owned()
+    }
+}
+
 fn render(reports: &[FileReport]) -> (ExitCode, String) {
     let mut out = String::new();
     let (mut errors, mut warnings) = (0usize, 0usize);
@@ -655,6 +668,9 @@ fn render(reports: &[FileReport]) -> (ExitCode, String) {
         for line in report.rendered().into_iter().chain(report.exporter_fields()) {
             out.push_str(&line);
             out.push('\n');
+        }
+        if let Some(policy) = report.checked.policy.as_ref().filter(|p| !p.health.gates.is_empty()) {
+            out.push_str(&format!("{}: {}\n", report.file, detection_method(policy)));
         }
     }
     out.push_str(&format!(
