@@ -429,6 +429,19 @@ impl DetectorJudge {
                 .iter()
                 .filter_map(Gate::health_gate)
                 .any(|g| failed(&g.name).is_none() && latest(&g.name).is_none_or(|l| l.look.look_number < look_number));
+        // Between polls and looks, inside the planned bake, there is nothing to read: listing the
+        // fleet's nodes and rollouts is left for when a poll or a look needs it. A recorded failed
+        // look is still answered (a crash may have come between recording it and acting on it).
+        let poll_due = self
+            .last_poll
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&wave.id)
+            .is_none_or(|at| now - *at >= interval);
+        let any_failed = stored.iter().any(|l| l.look.outcome == Outcome::Fail);
+        if !last && !look_due && !poll_due && !any_failed {
+            return None;
+        }
         let watch = match fleet_watch(&self.db, rollout, wave, bake_start, detection.reset_exclusion).await {
             Ok(w) => w,
             Err(err) => {
