@@ -181,7 +181,9 @@ async fn run_processes(
         password,
     };
     let started = std::time::Instant::now();
-    let fleet = FleetProcesses::start(&options).await.context("starting the processes")?;
+    let fleet = FleetProcesses::start(&options)
+        .await
+        .context("starting the processes")?;
     tracing::info!(
         nodes = fleet.endpoints().len(),
         processes,

@@ -46,11 +46,11 @@ pub use conn::{BmcConn, FleetListener, SimIo};
 pub use control::{ComponentVersions, InjectedFaults};
 pub use fleet::{Endpoint, Fleet, FleetError, FleetOptions, RunningFleet};
 pub use image_server::ImageServer;
-pub use processes::{FleetProcesses, ProcessError, ProcessOptions};
 /// The controller's accelerated rollout clock under the name the harnesses
 /// know: one implementation, so a fleet and a controller sharing it agree on
 /// now (and on how long a simulated span takes in real time).
 pub use orchestrator_types::AcceleratedClock as SimClock;
+pub use processes::{FleetProcesses, ProcessError, ProcessOptions};
 pub use scenario::{DcgmSpec, HardwareFailureMode, Metric, Scenario, ScenarioError};
 pub use state::hardware::{GpuPart, HardwareFailure, PARTS_MANIFEST_COLUMNS, ReplaceError};
 pub use state::{BASELINE_XID_CODES, NodeLabels};

@@ -254,9 +254,7 @@ impl FleetProcesses {
     }
 
     /// Current versions of every node's components, from every process (`GET /sim/versions`).
-    pub async fn versions(
-        &self,
-    ) -> Result<std::collections::HashMap<String, Vec<ComponentVersions>>, ProcessError> {
+    pub async fn versions(&self) -> Result<std::collections::HashMap<String, Vec<ComponentVersions>>, ProcessError> {
         let mut all = std::collections::HashMap::with_capacity(self.endpoints.len());
         for m in &self.members {
             let part: std::collections::HashMap<String, Vec<ComponentVersions>> =
@@ -400,7 +398,10 @@ fn spawn(
         .arg("--password-env")
         .arg(PASSWORD_ENV)
         .env(PASSWORD_ENV, &options.password)
-        .env("RUST_LOG", std::env::var("BMC_SIM_LOG").unwrap_or_else(|_| "warn".into()))
+        .env(
+            "RUST_LOG",
+            std::env::var("BMC_SIM_LOG").unwrap_or_else(|_| "warn".into()),
+        )
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())

@@ -206,13 +206,15 @@ fn tls_config(trust: &TlsTrust, label: &str) -> Result<rustls::ClientConfig, Bmc
         TlsTrust::CaBundle { path } => {
             use rustls::pki_types::CertificateDer;
             use rustls::pki_types::pem::PemObject as _;
-            let pem = std::fs::read(path).map_err(|e| {
-                config_error(format!("cannot read CA bundle {}", path.display()), Some(Box::new(e)))
-            })?;
+            let pem = std::fs::read(path)
+                .map_err(|e| config_error(format!("cannot read CA bundle {}", path.display()), Some(Box::new(e))))?;
             let certs = CertificateDer::pem_slice_iter(&pem)
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(|e| {
-                    config_error(format!("CA bundle {} is not valid PEM", path.display()), Some(Box::new(e)))
+                    config_error(
+                        format!("CA bundle {} is not valid PEM", path.display()),
+                        Some(Box::new(e)),
+                    )
                 })?;
             if certs.is_empty() {
                 return Err(config_error(
@@ -224,7 +226,10 @@ fn tls_config(trust: &TlsTrust, label: &str) -> Result<rustls::ClientConfig, Bmc
             for cert in certs {
                 roots.add(cert).map_err(|e| {
                     config_error(
-                        format!("CA bundle {} holds a certificate that is not a usable CA", path.display()),
+                        format!(
+                            "CA bundle {} holds a certificate that is not a usable CA",
+                            path.display()
+                        ),
                         Some(Box::new(e)),
                     )
                 })?;

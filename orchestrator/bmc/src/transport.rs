@@ -237,7 +237,10 @@ impl Transport {
         }
     }
 
-    async fn auth_header(&self, slot: &Slot<'_>) -> Result<((reqwest::header::HeaderName, HeaderValue), u64), BmcError> {
+    async fn auth_header(
+        &self,
+        slot: &Slot<'_>,
+    ) -> Result<((reqwest::header::HeaderName, HeaderValue), u64), BmcError> {
         match self.auth {
             AuthMode::Basic => {
                 let header = basic_header(&self.credentials);

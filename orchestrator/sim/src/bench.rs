@@ -13,8 +13,8 @@ use orchestrator_engine::{EngineError, GatelessJudge, StartRollout};
 use orchestrator_types::{ComponentKind, FirmwareVersion, VersionError};
 
 use crate::error::SimError;
-use crate::watch::{WatchOptions, watch};
 use crate::fleet::FleetPlacement;
+use crate::watch::{WatchOptions, watch};
 use crate::world::{SIM_AUTHOR, SimWorld, WorldError, WorldOptions};
 
 /// With the fleet in this process every simulated BMC holds a listening

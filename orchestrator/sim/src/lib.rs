@@ -34,8 +34,8 @@ pub mod watch;
 pub mod world;
 
 pub use error::SimError;
+pub use fleet::{FleetPlacement, SimFleet};
 pub use report::{Detection, Exposure, GateVerdict, Report, Updates, WaveReport};
 pub use run::{Simulation, simulate};
 pub use watch::{SIM_APPROVERS, WatchOptions, Watched, idle_until, watch};
-pub use fleet::{FleetPlacement, SimFleet};
 pub use world::{JudgeChoice, SIM_AUTHOR, SimWorld, WorldError, WorldOptions, all_nodes, judge_for};

@@ -345,12 +345,10 @@ pub async fn build_report(
 /// BMCs bmc-sim has bricked, from its control API.
 async fn bricked_count(world: &SimWorld) -> u64 {
     match world.fleet.nodes_json().await {
-        Ok(nodes) => {
-            nodes
-                .iter()
-                .filter(|n| n.get("bricked").and_then(serde_json::Value::as_bool) == Some(true))
-                .count() as u64
-        }
+        Ok(nodes) => nodes
+            .iter()
+            .filter(|n| n.get("bricked").and_then(serde_json::Value::as_bool) == Some(true))
+            .count() as u64,
         Err(err) => {
             tracing::warn!(error = %err, "cannot read bmc-sim's node list; bricked count is 0");
             0

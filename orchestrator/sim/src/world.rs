@@ -138,7 +138,9 @@ impl SimWorld {
             .map_err(WorldError::Db)?;
         let nodes = scenario.fleet.nodes;
         let fleet = match &options.placement {
-            FleetPlacement::InProcess => SimFleet::InProcess(start_in_process(scenario, &options, clock.clone()).await?),
+            FleetPlacement::InProcess => {
+                SimFleet::InProcess(start_in_process(scenario, &options, clock.clone()).await?)
+            }
             FleetPlacement::Processes {
                 program,
                 leading_args,
