@@ -111,6 +111,46 @@ pub struct StepFilter {
 /// Step counts by state.
 pub type StepCounts = BTreeMap<StepState, u64>;
 
+/// Rows a rollout's node table shows at most per page.
+pub const MAX_STEP_PAGE_ROWS: u64 = 500;
+
+/// Which of a rollout's steps a node table lists. Every filter is applied
+/// by the query, so a page of a 5,000-node rollout reads one page of rows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepPageQuery {
+    pub rollout_id: RolloutId,
+    pub wave_id: Option<WaveId>,
+    pub state: Option<StepState>,
+    /// Substring of the node name.
+    pub node_contains: Option<String>,
+    pub offset: u64,
+    /// Rows wanted, at most [`MAX_STEP_PAGE_ROWS`].
+    pub limit: u64,
+}
+
+/// A step with its node's name, as a node table shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepRow {
+    pub step: ExecStep,
+    pub node_name: String,
+}
+
+/// One page of steps and how many matched in all.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepRowPage {
+    pub rows: Vec<StepRow>,
+    pub total: u64,
+}
+
+/// What changes whenever any step of a rollout changes: its counts by
+/// state and its latest update. A live view compares two of these to know
+/// whether its node table is stale without reading the steps.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct StepRevision {
+    pub counts: StepCounts,
+    pub last_update: Option<DateTime<Utc>>,
+}
+
 pub(super) fn to_exec_step(row: update_steps::Model) -> Result<ExecStep, DbError> {
     Ok(ExecStep {
         id: StepId(row.id),
@@ -233,6 +273,57 @@ impl Db {
             counts.insert(parse("step state", &state)?, u64::try_from(n).unwrap_or(0));
         }
         Ok(counts)
+    }
+
+    /// One page of a rollout's steps by id with their nodes' names, filtered
+    /// and paged in the database (one query for the page, one for the total).
+    pub async fn step_page(&self, query: &StepPageQuery) -> Result<StepRowPage, DbError> {
+        let mut select = update_steps::Entity::find()
+            .filter(update_steps::Column::RolloutId.eq(query.rollout_id.0))
+            .join(JoinType::InnerJoin, step_node_relation());
+        if let Some(wave) = query.wave_id {
+            select = select.filter(update_steps::Column::WaveId.eq(wave.0));
+        }
+        if let Some(state) = query.state {
+            select = select.filter(update_steps::Column::State.eq(state.as_str()));
+        }
+        if let Some(fragment) = &query.node_contains {
+            select = select.filter(nodes::Column::Name.contains(fragment.as_str()));
+        }
+        let total = sea_orm::PaginatorTrait::count(select.clone(), &self.conn).await?;
+        let rows = select
+            .select_also(nodes::Entity)
+            .order_by_asc(update_steps::Column::Id)
+            .offset(query.offset)
+            .limit(query.limit.clamp(1, MAX_STEP_PAGE_ROWS))
+            .all(&self.conn)
+            .await?;
+        let rows = rows
+            .into_iter()
+            .map(|(step, node)| {
+                let node = node.ok_or_else(|| DbError::corrupt("step", format!("step {} has no node", step.id)))?;
+                Ok(StepRow {
+                    step: to_exec_step(step)?,
+                    node_name: node.name,
+                })
+            })
+            .collect::<Result<Vec<_>, DbError>>()?;
+        Ok(StepRowPage { rows, total })
+    }
+
+    /// The rollout's [`StepRevision`]: two small queries, no step read.
+    pub async fn step_revision(&self, rollout: RolloutId) -> Result<StepRevision, DbError> {
+        let counts = self.step_counts(rollout, None).await?;
+        let last_update: Option<DateTime<Utc>> = update_steps::Entity::find()
+            .select_only()
+            .column(update_steps::Column::UpdatedAt)
+            .filter(update_steps::Column::RolloutId.eq(rollout.0))
+            .order_by_desc(update_steps::Column::UpdatedAt)
+            .limit(1)
+            .into_tuple()
+            .one(&self.conn)
+            .await?;
+        Ok(StepRevision { counts, last_update })
     }
 
     /// GPUs per node (from the last inventory read; a node with none known
