@@ -108,6 +108,13 @@ impl LiveStreams {
     }
 }
 
+impl std::fmt::Debug for LiveStreams {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Stream ids name a browser's stream: not shown.
+        f.debug_struct("LiveStreams").field("open", &self.open_count()).finish()
+    }
+}
+
 type Receiver = tokio::sync::watch::Receiver<BTreeSet<RolloutId>>;
 
 /// Forgets its stream when the response ends (the browser went away).

@@ -284,12 +284,10 @@ pub(crate) async fn detail(
     let nodes_url = nodes_url(id, &query, node_filter.page);
     let filter = context! { state => query.state, wave => query.wave, node => query.node };
     let alerts = scheduler::banners(&state);
-    let page = context! {
-        step_states, filter, nodes_url, flash => query.msg, alerts, ..table, ..live
-    };
+    let page = context! { step_states, filter, nodes_url, flash => query.msg, alerts, ..live };
     Ok(render(
         "rollout.html",
-        minijinja::value::merge_maps([page, base(&me, "rollouts", &title)]),
+        minijinja::value::merge_maps([page, table, base(&me, "rollouts", &title)]),
     ))
 }
 
