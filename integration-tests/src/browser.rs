@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail, ensure};
 use fantoccini::{Client, ClientBuilder, Locator};
 use orchestrator_db::Db;
-use orchestrator_types::Role;
+use orchestrator_types::{Role, WaveId};
 use serde_json::json;
 
 use crate::{REQUIRE_ALL_ENV, find_program, free_port, require_all};
@@ -58,6 +58,7 @@ pub async fn add_users(db: &Db, more: &[&str]) -> anyhow::Result<()> {
 }
 
 /// The web app serving `state` on a loopback port until [`WebServer::stop`].
+#[derive(Debug)]
 pub struct WebServer {
     /// `http://127.0.0.1:PORT`.
     pub base: String,
@@ -87,6 +88,7 @@ impl WebServer {
 }
 
 /// A headless Chromium driven through its own chromedriver, with a throw-away profile.
+#[derive(Debug)]
 pub struct Browser {
     pub client: Client,
     driver: tokio::process::Child,
@@ -237,4 +239,12 @@ pub async fn logout(client: &Client, base: &str) -> anyhow::Result<()> {
         UI_WAIT,
     )
     .await
+}
+
+/// A script for [`wait_until`]: the rollout page shows `wave` in `state`.
+pub fn wave_state_is(wave: WaveId, state: &str) -> String {
+    format!(
+        "const w = document.querySelector('#wave-{wave} .wave-state'); \
+         return !!w && w.textContent.trim() === '{state}';"
+    )
 }

@@ -36,6 +36,7 @@ use bmc_sim::Scenario;
 use fantoccini::{Client, Locator};
 use integration_tests::browser::{
     Browser, UI_WAIT, WebServer, add_users, clear_screenshots, login, logout, programs_or_skip, shot, wait_until,
+    wave_state_is,
 };
 use integration_tests::fixtures::{GPU_TO, PolicyYaml, SKU, WaveSize, WaveYaml};
 use integration_tests::{Harness, ScenarioYaml};
@@ -146,14 +147,6 @@ async fn post_approval(client: &Client, rollout: RolloutId, wave: WaveId) -> any
         .await?;
     let status = answer[0].as_u64().context("a status")?;
     Ok((status, answer[1].clone()))
-}
-
-/// A wave's state as the page shows it now.
-fn wave_state_is(wave: WaveId, state: &str) -> String {
-    format!(
-        "const w = document.querySelector('#wave-{wave} .wave-state'); \
-         return !!w && w.textContent.trim() === '{state}';"
-    )
 }
 
 async fn run(chromium: &Path, driver_bin: &Path) -> anyhow::Result<()> {
