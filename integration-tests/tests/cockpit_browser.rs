@@ -29,7 +29,7 @@ use integration_tests::browser::{
     Browser, UI_WAIT, WebServer, add_users, clear_screenshots, login, programs_or_skip, shot, wait_until,
     wave_state_is,
 };
-use integration_tests::fixtures::{GPU_TO, PolicyYaml, SKU, WaveSize, WaveYaml};
+use integration_tests::fixtures::{GPU_TO, PolicyYaml, SKU, WaveSize, WaveYaml, health_section, redfish_gate};
 use integration_tests::{Harness, ScenarioYaml};
 use orchestrator_db::execution::WaveState;
 use orchestrator_engine::{Engine, GatelessJudge};
@@ -55,7 +55,7 @@ fn scenario() -> Scenario {
 }
 
 /// A two-node canary, then the rest once four release managers approve.
-fn policy() -> String {
+fn approvals_policy() -> String {
     PolicyYaml::two_waves("cockpit")
         .required_gates(&["burn_in"])
         .waves(vec![
@@ -73,6 +73,28 @@ fn policy() -> String {
         .render()
 }
 
+/// A two-node canary watched by an XID gate over a ten-minute bake (ten
+/// real seconds), then the rest once one release manager approves.
+fn gated_policy() -> String {
+    PolicyYaml::two_waves("cockpit-gated")
+        .required_gates(&["burn_in"])
+        .waves(vec![
+            WaveYaml::new("canary", WaveSize::Count(2))
+                .stratify_by(&["rack"])
+                .bake("10m")
+                .max_in_flight(2)
+                .line("gates: [xid]"),
+            WaveYaml::new("rest", WaveSize::Rest).manual(1).bake("1m").max_in_flight(2),
+        ])
+        .concurrency(2, &["per_rack: 2"])
+        .automatic_rollback(false)
+        .health(&health_section(
+            0.05,
+            &[redfish_gate("xid", "xid_errors_per_gpu_hour", "rate", "1.5", "1h")],
+        ))
+        .render()
+}
+
 /// The world one flow walks: fleet, engine, web app, browser and a started rollout.
 struct Cockpit {
     sim: Harness,
@@ -85,7 +107,7 @@ struct Cockpit {
 }
 
 impl Cockpit {
-    async fn start(chromium: &Path, driver: &Path) -> anyhow::Result<Self> {
+    async fn start(chromium: &Path, driver: &Path, policy: String) -> anyhow::Result<Self> {
         let sim = Harness::builder(scenario())
             .speedup(SPEEDUP)
             .sku(SKU)
@@ -100,7 +122,7 @@ impl Cockpit {
         let server = WebServer::start(AppState::new(sim.db.clone()).with_engine_nudge(engine.nudge())).await?;
         let browser = Browser::start(chromium, driver).await?;
         // Started by `alice`, so Sam and the colleagues may all approve.
-        let rollout = sim.start_rollout(release, policy(), 5).await.id;
+        let rollout = sim.start_rollout(release, policy, 5).await.id;
         let waves = sim.db.rollout_waves(rollout).await?;
         let (canary, rest) = match waves.as_slice() {
             [canary, rest] => (canary.id, rest.id),
@@ -152,7 +174,7 @@ impl Cockpit {
 }
 
 /// Runs `flow` in a fresh cockpit, or skips loudly without Chromium.
-async fn walk<F>(test: &str, flow: F)
+async fn walk<F>(test: &str, policy: String, flow: F)
 where
     F: for<'a> AsyncFnOnce(&'a Cockpit) -> anyhow::Result<()>,
 {
@@ -160,7 +182,7 @@ where
         return;
     };
     let started = Instant::now();
-    let cockpit = match Cockpit::start(&chromium, &driver).await {
+    let cockpit = match Cockpit::start(&chromium, &driver, policy).await {
         Ok(cockpit) => cockpit,
         Err(err) => panic!("{err:?}"),
     };
@@ -186,7 +208,7 @@ async fn updates(client: &Client) -> anyhow::Result<u64> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_typed_comment_survives_live_updates() {
     clear_screenshots(|name| name.starts_with("cockpit-a-")).unwrap();
-    walk("cockpit_browser::a_typed_comment_survives_live_updates", async |c| {
+    walk("cockpit_browser::a_typed_comment_survives_live_updates", approvals_policy(), async |c| {
         let client = c.client();
         login(client, &c.server.base, "sam").await?;
         client.goto(&c.rollout_url()).await?;
@@ -272,7 +294,7 @@ async fn a_typed_comment_survives_live_updates() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eight_live_tabs_and_a_ninth_page_load() {
     clear_screenshots(|name| name.starts_with("cockpit-b-")).unwrap();
-    walk("cockpit_browser::eight_live_tabs_and_a_ninth_page_load", async |c| {
+    walk("cockpit_browser::eight_live_tabs_and_a_ninth_page_load", approvals_policy(), async |c| {
         let client = c.client();
         login(client, &c.server.base, "vera").await?;
         // Eight live pages of the rollout, each with its own node filter.
@@ -342,6 +364,214 @@ async fn eight_live_tabs_and_a_ninth_page_load() {
         let rows = client.find_all(Locator::Css("#nodes tbody tr")).await?;
         ensure!(rows.len() == 1, "the first window keeps its own filter: {} rows", rows.len());
         shot(client, "cockpit-b-first-tab-live").await?;
+        Ok(())
+    })
+    .await;
+}
+
+/// One look of the XID gate as the detector records it during the bake:
+/// `events` canary events over 32 GPU-hours against 10 over 160.
+async fn record_xid_look(c: &Cockpit, number: u32, events: u64) -> anyhow::Result<()> {
+    use orchestrator_detect::{CohortSummary, Effect, EffectMeasure, Evidence, InconclusiveReason, Look, TestKind};
+    let ratio = (events as f64 / 32.0) / (10.0 / 160.0);
+    let evidence = Evidence {
+        gate: "xid".into(),
+        test: TestKind::ConditionalBinomial,
+        statistic: events as f64,
+        p_value: 0.3,
+        effect: Effect {
+            measure: EffectMeasure::RateRatio,
+            estimate: Some(ratio),
+            ci95_lower: Some(ratio / 3.0),
+            ci95_upper: Some(ratio * 3.0),
+            decision_lower_bound: Some(ratio / 4.0),
+            min_effect: 1.5,
+        },
+        canary: CohortSummary {
+            events: Some(events),
+            exposure: Some(32.0),
+            rate: Some(events as f64 / 32.0),
+            samples: None,
+            median: None,
+        },
+        control: CohortSummary {
+            events: Some(10),
+            exposure: Some(160.0),
+            rate: Some(10.0 / 160.0),
+            samples: None,
+            median: None,
+        },
+        look: Look {
+            number,
+            planned: 4,
+            information_fraction: f64::from(number) / 4.0,
+            cumulative_alpha: 0.001,
+            z_boundary: Some(3.5),
+            nominal_alpha: 0.0002,
+            is_final: false,
+        },
+    };
+    let verdict = orchestrator_detect::Verdict::Inconclusive {
+        gate: "xid".into(),
+        reason: InconclusiveReason::BakeInProgress,
+        evidence: Some(Box::new(evidence)),
+    };
+    c.sim
+        .db
+        .record_health_look(
+            &orchestrator_db::health::NewHealthLook {
+                rollout_id: c.rollout,
+                wave_id: c.canary,
+                gate: "xid".into(),
+                look_number: number,
+                planned_looks: 4,
+                outcome: verdict.outcome(),
+                verdict: serde_json::to_value(&verdict)?,
+            },
+            "detector",
+        )
+        .await?;
+    Ok(())
+}
+
+/// An approval through the API from the page's session: its status and body.
+async fn api_approval(client: &Client, rollout: RolloutId, wave: WaveId) -> anyhow::Result<(u64, serde_json::Value)> {
+    let answer = client
+        .execute(
+            "const csrf = document.querySelector('meta[name=csrf-token]').content;
+             const r = await fetch(arguments[0], {method: 'POST', headers: {'X-CSRF-Token': csrf,
+               'Content-Type': 'application/json', 'Accept': 'application/json'}, body: '{}'});
+             let body = null;
+             try { body = await r.json(); } catch (e) {}
+             return [r.status, body];",
+            vec![json!(format!("/api/v1/rollouts/{rollout}/waves/{wave}/approve"))],
+        )
+        .await?;
+    Ok((answer[0].as_u64().context("a status")?, answer[1].clone()))
+}
+
+/// The decision box's question and text now.
+async fn decision(client: &Client) -> anyhow::Result<(String, String)> {
+    let found = client.find(Locator::Id("decision")).await?;
+    let asks = found.attr("data-asks").await?.unwrap_or_default();
+    Ok((asks, found.text().await?))
+}
+
+/// Nothing is offered to approve, and the API refuses an approval with 409.
+async fn nothing_to_approve(c: &Cockpit, state: &str) -> anyhow::Result<()> {
+    let client = c.client();
+    wait_until(
+        client,
+        &format!("the decision box of a {state} rollout (live)"),
+        "const d = document.getElementById('decision'); return !!d && d.getAttribute('data-asks') === 'none';",
+        UI_WAIT,
+    )
+    .await?;
+    ensure!(
+        client.find_all(Locator::Css("button.approve")).await?.is_empty(),
+        "no approve button on a {state} rollout"
+    );
+    for wave in [c.canary, c.rest] {
+        let (status, body) = api_approval(client, c.rollout, wave).await?;
+        ensure!(
+            status == 409 && body["error"]["code"] == "conflict",
+            "approving wave {wave} of a {state} rollout: {status} {body}"
+        );
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn decisions_with_their_context_and_a_live_verdict_table() {
+    clear_screenshots(|name| name.starts_with("cockpit-c-")).unwrap();
+    walk("cockpit_browser::decisions_with_their_context_and_a_live_verdict_table", gated_policy(), async |c| {
+        let client = c.client();
+        login(client, &c.server.base, "sam").await?;
+        client.goto(&c.rollout_url()).await?;
+        client.execute("window.__noReload = 'still here'; return true;", vec![]).await?;
+
+        // During the bake the gate's verdict table follows each look live.
+        wait_until(client, "the canary baking (live)", &wave_state_is(c.canary, "baking"), WAVE_WAIT).await?;
+        let table = format!("#wave-{} table.verdict-table", c.canary);
+        let table_text = format!("const t = document.querySelector('{table}'); return t ? t.textContent : null;");
+        wait_until(
+            client,
+            "the verdict table of the baking canary",
+            &format!("return !!document.querySelector('{table}');"),
+            UI_WAIT,
+        )
+        .await?;
+        let mut seen = vec![client.execute(&table_text, vec![]).await?];
+        for (number, events) in [(1, 2), (2, 4)] {
+            record_xid_look(c, number, events).await?;
+            let before = seen.last().cloned().unwrap_or_default();
+            wait_until(
+                client,
+                &format!("look {number} in the verdict table (live)"),
+                &format!("const t = document.querySelector('{table}'); return !!t && t.textContent !== {before};"),
+                UI_WAIT,
+            )
+            .await?;
+            seen.push(client.execute(&table_text, vec![]).await?);
+        }
+        ensure!(
+            seen[2].as_str().is_some_and(|t| t.contains("2×")),
+            "the second look's rate ratio (4/32 against 10/160 is 2×) is shown: {seen:?}"
+        );
+        shot(client, "cockpit-c-verdict-table-baking").await?;
+
+        // After the verdict the box asks for an approval and says what it starts.
+        wait_until(
+            client,
+            "the decision box asking for an approval (live)",
+            "const d = document.getElementById('decision'); return !!d && d.getAttribute('data-asks') === 'approve';",
+            WAVE_WAIT,
+        )
+        .await?;
+        let (_, text) = decision(client).await?;
+        let rest_nodes = NODES - 2;
+        ensure!(
+            text.contains(&format!("{rest_nodes} nodes")) && text.to_lowercase().contains("gate"),
+            "the box names the next wave's node count and gates: {text}"
+        );
+        shot(client, "cockpit-c-decision-approve").await?;
+        client
+            .find(Locator::Id(&format!("approve-{}", c.canary)))
+            .await?
+            .click()
+            .await?;
+        let question = client.get_alert_text().await?;
+        ensure!(question.contains("canary"), "the confirmation names the wave: {question}");
+        client.accept_alert().await?;
+        wait_until(client, "the canary promoted (live)", &wave_state_is(c.canary, "promoted"), UI_WAIT).await?;
+
+        // A finished rollout offers nothing to approve, and the API says 409.
+        wait_until(
+            client,
+            "the rollout completed (live)",
+            "const s = document.getElementById('rollout-state'); return !!s && s.textContent.trim() === 'completed';",
+            WAVE_WAIT,
+        )
+        .await?;
+        nothing_to_approve(c, "completed").await?;
+        shot(client, "cockpit-c-completed").await?;
+
+        // Rolled back from the page: still nothing to approve.
+        let form = client.find(Locator::Css("form[action$='/rollback']")).await?;
+        form.find(Locator::Css("input[name=reason]")).await?.send_keys("cockpit test: undo").await?;
+        client.find(Locator::Id("action-rollback")).await?.click().await?;
+        client.accept_alert().await?;
+        wait_until(
+            client,
+            "the rollout rolled back (live)",
+            "const s = document.getElementById('rollout-state'); return !!s && s.textContent.trim() === 'rolled_back';",
+            WAVE_WAIT,
+        )
+        .await?;
+        nothing_to_approve(c, "rolled-back").await?;
+        let marker = client.execute("return window.__noReload || null;", vec![]).await?;
+        ensure!(marker == json!("still here"), "every change arrived live: {marker}");
+        shot(client, "cockpit-c-rolled-back").await?;
         Ok(())
     })
     .await;
