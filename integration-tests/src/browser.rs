@@ -52,7 +52,8 @@ pub async fn add_users(db: &Db, more: &[&str]) -> anyhow::Result<()> {
         db.add_user(name, display, role, Some(&hash), "test").await?;
     }
     for name in more {
-        db.add_user(name, name, Role::ReleaseManager, Some(&hash), "test").await?;
+        db.add_user(name, name, Role::ReleaseManager, Some(&hash), "test")
+            .await?;
     }
     Ok(())
 }

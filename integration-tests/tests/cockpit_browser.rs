@@ -26,13 +26,15 @@ use anyhow::{Context as _, bail, ensure};
 use bmc_sim::Scenario;
 use fantoccini::{Client, Locator};
 use integration_tests::browser::{
-    Browser, UI_WAIT, WebServer, add_users, clear_screenshots, login, programs_or_skip, shot, wait_until,
-    wave_state_is,
+    Browser, UI_WAIT, WebServer, add_users, clear_screenshots, login, programs_or_skip, shot, wait_until, wave_state_is,
 };
-use integration_tests::fixtures::{GPU_TO, PolicyYaml, SKU, WaveSize, WaveYaml, health_section, redfish_gate};
+use integration_tests::fixtures::{
+    GPU_FROM, GPU_TO, PolicyYaml, SKU, WaveSize, WaveYaml, health_section, redfish_gate,
+};
 use integration_tests::{Harness, ScenarioYaml};
 use orchestrator_db::execution::WaveState;
-use orchestrator_engine::{Engine, GatelessJudge};
+use orchestrator_engine::{Engine, GatelessJudge, HealthJudge};
+use orchestrator_types::{Outcome, WaveVerdict};
 use orchestrator_types::{RolloutId, WaveId};
 use serde_json::json;
 use web::AppState;
@@ -84,15 +86,39 @@ fn gated_policy() -> String {
                 .bake("10m")
                 .max_in_flight(2)
                 .line("gates: [xid]"),
-            WaveYaml::new("rest", WaveSize::Rest).manual(1).bake("1m").max_in_flight(2),
+            WaveYaml::new("rest", WaveSize::Rest)
+                .manual(1)
+                .bake("1m")
+                .max_in_flight(2),
         ])
         .concurrency(2, &["per_rack: 2"])
         .automatic_rollback(false)
         .health(&health_section(
             0.05,
-            &[redfish_gate("xid", "xid_errors_per_gpu_hour", "rate", "1.5", "1h")],
+            &[redfish_gate("xid", "xid_errors_per_gpu_hour", "rate", "1.5", "1m")],
         ))
         .render()
+}
+
+/// Stands in for the detector in the verdict-table flow: the test records
+/// the looks itself, and at the bake's end the wave passes.
+#[derive(Debug)]
+struct PassingJudge;
+
+#[async_trait::async_trait]
+impl HealthJudge for PassingJudge {
+    async fn judge(
+        &self,
+        _rollout: &orchestrator_db::execution::ExecRollout,
+        _wave: &orchestrator_db::execution::ExecWave,
+        _policy: &orchestrator_policy::Policy,
+    ) -> WaveVerdict {
+        WaveVerdict {
+            outcome: Outcome::Pass,
+            summary: "no regression at the final look".into(),
+            evidence: json!({}),
+        }
+    }
 }
 
 /// The world one flow walks: fleet, engine, web app, browser and a started rollout.
@@ -103,11 +129,15 @@ struct Cockpit {
     browser: Browser,
     rollout: RolloutId,
     canary: WaveId,
-    rest: WaveId,
 }
 
 impl Cockpit {
-    async fn start(chromium: &Path, driver: &Path, policy: String) -> anyhow::Result<Self> {
+    async fn start(
+        chromium: &Path,
+        driver: &Path,
+        policy: String,
+        judge: Arc<dyn HealthJudge>,
+    ) -> anyhow::Result<Self> {
         let sim = Harness::builder(scenario())
             .speedup(SPEEDUP)
             .sku(SKU)
@@ -115,17 +145,19 @@ impl Cockpit {
             .await
             .context("harness")?;
         add_users(&sim.db, &COLLEAGUES).await?;
+        // The version the fleet runs, registered so a rollback has its image.
+        sim.add_release(GPU_FROM, true).await;
         let release = sim
             .add_qualified_release(GPU_TO, "rita", &[("burn_in", "48 h, 0 XID")])
             .await?;
-        let engine = sim.spawn_engine(Arc::new(GatelessJudge));
+        let engine = sim.spawn_engine(judge);
         let server = WebServer::start(AppState::new(sim.db.clone()).with_engine_nudge(engine.nudge())).await?;
         let browser = Browser::start(chromium, driver).await?;
         // Started by `alice`, so Sam and the colleagues may all approve.
         let rollout = sim.start_rollout(release, policy, 5).await.id;
         let waves = sim.db.rollout_waves(rollout).await?;
-        let (canary, rest) = match waves.as_slice() {
-            [canary, rest] => (canary.id, rest.id),
+        let canary = match waves.as_slice() {
+            [canary, _rest] => canary.id,
             other => bail!("two waves expected: {other:?}"),
         };
         Ok(Self {
@@ -135,7 +167,6 @@ impl Cockpit {
             browser,
             rollout,
             canary,
-            rest,
         })
     }
 
@@ -174,7 +205,7 @@ impl Cockpit {
 }
 
 /// Runs `flow` in a fresh cockpit, or skips loudly without Chromium.
-async fn walk<F>(test: &str, policy: String, flow: F)
+async fn walk<F>(test: &str, policy: String, judge: Arc<dyn HealthJudge>, flow: F)
 where
     F: for<'a> AsyncFnOnce(&'a Cockpit) -> anyhow::Result<()>,
 {
@@ -182,7 +213,7 @@ where
         return;
     };
     let started = Instant::now();
-    let cockpit = match Cockpit::start(&chromium, &driver, policy).await {
+    let cockpit = match Cockpit::start(&chromium, &driver, policy, judge).await {
         Ok(cockpit) => cockpit,
         Err(err) => panic!("{err:?}"),
     };
@@ -208,93 +239,98 @@ async fn updates(client: &Client) -> anyhow::Result<u64> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_typed_comment_survives_live_updates() {
     clear_screenshots(|name| name.starts_with("cockpit-a-")).unwrap();
-    walk("cockpit_browser::a_typed_comment_survives_live_updates", approvals_policy(), async |c| {
-        let client = c.client();
-        login(client, &c.server.base, "sam").await?;
-        client.goto(&c.rollout_url()).await?;
-        wait_until(
-            client,
-            "the canary awaiting approval (live)",
-            &wave_state_is(c.canary, "awaiting_approval"),
-            WAVE_WAIT,
-        )
-        .await?;
-        let comment_id = format!("comment-{}", c.canary);
-        wait_until(
-            client,
-            "the approval box",
-            &format!("return !!document.getElementById('{comment_id}');"),
-            UI_WAIT,
-        )
-        .await?;
-        let typed = "XID rate flat on both canaries; ok to go";
-        client.find(Locator::Id(&comment_id)).await?.send_keys(typed).await?;
-        let before = updates(client).await?;
-
-        // Three colleagues approve from elsewhere while Sam's comment sits
-        // unsent in the box: each approval reaches this page live.
-        for (n, colleague) in COLLEAGUES.iter().enumerate() {
-            c.sim.db.approve_wave(c.canary, colleague, None).await?;
+    walk(
+        "cockpit_browser::a_typed_comment_survives_live_updates",
+        approvals_policy(),
+        Arc::new(GatelessJudge),
+        async |c| {
+            let client = c.client();
+            login(client, &c.server.base, "sam").await?;
+            client.goto(&c.rollout_url()).await?;
             wait_until(
                 client,
-                &format!("{colleague}'s approval shown live"),
-                &format!(
-                    "const w = document.getElementById('wave-{}'); \
-                     return !!w && w.textContent.includes('Approvals {}/{APPROVALS}') \
-                       && w.textContent.includes('{colleague}');",
-                    c.canary,
-                    n + 1
-                ),
+                "the canary awaiting approval (live)",
+                &wave_state_is(c.canary, "awaiting_approval"),
+                WAVE_WAIT,
+            )
+            .await?;
+            let comment_id = format!("comment-{}", c.canary);
+            wait_until(
+                client,
+                "the approval box",
+                &format!("return !!document.getElementById('{comment_id}');"),
                 UI_WAIT,
             )
             .await?;
-        }
-        let applied = updates(client).await? - before;
-        ensure!(applied >= 3, "at least three live updates applied, got {applied}");
-        let kept = client
-            .execute(
-                "const box = document.getElementById(arguments[0]); \
+            let typed = "XID rate flat on both canaries; ok to go";
+            client.find(Locator::Id(&comment_id)).await?.send_keys(typed).await?;
+            let before = updates(client).await?;
+
+            // Three colleagues approve from elsewhere while Sam's comment sits
+            // unsent in the box: each approval reaches this page live.
+            for (n, colleague) in COLLEAGUES.iter().enumerate() {
+                c.sim.db.approve_wave(c.canary, colleague, None).await?;
+                wait_until(
+                    client,
+                    &format!("{colleague}'s approval shown live"),
+                    &format!(
+                        "const w = document.getElementById('wave-{}'); \
+                     return !!w && w.textContent.includes('Approvals {}/{APPROVALS}') \
+                       && w.textContent.includes('{colleague}');",
+                        c.canary,
+                        n + 1
+                    ),
+                    UI_WAIT,
+                )
+                .await?;
+            }
+            let applied = updates(client).await? - before;
+            ensure!(applied >= 3, "at least three live updates applied, got {applied}");
+            let kept = client
+                .execute(
+                    "const box = document.getElementById(arguments[0]); \
                  return [box.value, document.activeElement === box, box.selectionStart];",
-                vec![json!(comment_id)],
+                    vec![json!(comment_id)],
+                )
+                .await?;
+            ensure!(
+                kept == json!([typed, true, typed.len()]),
+                "the comment, its focus and its caret survive {applied} live updates: {kept}"
+            );
+            shot(client, "cockpit-a-comment-survived").await?;
+
+            // Typing goes on where it was, and the approval carries the comment.
+            client.find(Locator::Id(&comment_id)).await?.send_keys(" (sam)").await?;
+            client
+                .find(Locator::Id(&format!("approve-{}", c.canary)))
+                .await?
+                .click()
+                .await?;
+            client.accept_alert().await?;
+            wait_until(
+                client,
+                "the canary promoted (live)",
+                &wave_state_is(c.canary, "promoted"),
+                UI_WAIT,
             )
             .await?;
-        ensure!(
-            kept == json!([typed, true, typed.len()]),
-            "the comment, its focus and its caret survive {applied} live updates: {kept}"
-        );
-        shot(client, "cockpit-a-comment-survived").await?;
-
-        // Typing goes on where it was, and the approval carries the comment.
-        client.find(Locator::Id(&comment_id)).await?.send_keys(" (sam)").await?;
-        client
-            .find(Locator::Id(&format!("approve-{}", c.canary)))
-            .await?
-            .click()
-            .await?;
-        client.accept_alert().await?;
-        wait_until(
-            client,
-            "the canary promoted (live)",
-            &wave_state_is(c.canary, "promoted"),
-            UI_WAIT,
-        )
-        .await?;
-        let approvals = c.sim.db.wave_approvals(c.canary).await?;
-        let sam = approvals.iter().find(|a| a.approver == "sam").context("sam approved")?;
-        ensure!(
-            sam.comment.as_deref() == Some(&format!("{typed} (sam)")[..]),
-            "the stored comment: {approvals:?}"
-        );
-        shot(client, "cockpit-a-approved").await?;
-        Ok(())
-    })
+            let approvals = c.sim.db.wave_approvals(c.canary).await?;
+            let sam = approvals.iter().find(|a| a.approver == "sam").context("sam approved")?;
+            ensure!(
+                sam.comment.as_deref() == Some(&format!("{typed} (sam)")[..]),
+                "the stored comment: {approvals:?}"
+            );
+            shot(client, "cockpit-a-approved").await?;
+            Ok(())
+        },
+    )
     .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eight_live_tabs_and_a_ninth_page_load() {
     clear_screenshots(|name| name.starts_with("cockpit-b-")).unwrap();
-    walk("cockpit_browser::eight_live_tabs_and_a_ninth_page_load", approvals_policy(), async |c| {
+    walk("cockpit_browser::eight_live_tabs_and_a_ninth_page_load", approvals_policy(), Arc::new(GatelessJudge), async |c| {
         let client = c.client();
         login(client, &c.server.base, "vera").await?;
         // Eight live pages of the rollout, each with its own node filter.
@@ -434,8 +470,9 @@ async fn record_xid_look(c: &Cockpit, number: u32, events: u64) -> anyhow::Resul
     Ok(())
 }
 
-/// An approval through the API from the page's session: its status and body.
-async fn api_approval(client: &Client, rollout: RolloutId, wave: WaveId) -> anyhow::Result<(u64, serde_json::Value)> {
+/// An approval of the wave named `wave` through the API from the page's
+/// session: its status and body.
+async fn api_approval(client: &Client, rollout: RolloutId, wave: &str) -> anyhow::Result<(u64, serde_json::Value)> {
     let answer = client
         .execute(
             "const csrf = document.querySelector('meta[name=csrf-token]').content;
@@ -471,11 +508,11 @@ async fn nothing_to_approve(c: &Cockpit, state: &str) -> anyhow::Result<()> {
         client.find_all(Locator::Css("button.approve")).await?.is_empty(),
         "no approve button on a {state} rollout"
     );
-    for wave in [c.canary, c.rest] {
+    for wave in ["canary", "rest"] {
         let (status, body) = api_approval(client, c.rollout, wave).await?;
         ensure!(
             status == 409 && body["error"]["code"] == "conflict",
-            "approving wave {wave} of a {state} rollout: {status} {body}"
+            "approving wave {wave} of a {state} rollout through the API: {status} {body}"
         );
     }
     Ok(())
@@ -484,95 +521,132 @@ async fn nothing_to_approve(c: &Cockpit, state: &str) -> anyhow::Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn decisions_with_their_context_and_a_live_verdict_table() {
     clear_screenshots(|name| name.starts_with("cockpit-c-")).unwrap();
-    walk("cockpit_browser::decisions_with_their_context_and_a_live_verdict_table", gated_policy(), async |c| {
-        let client = c.client();
-        login(client, &c.server.base, "sam").await?;
-        client.goto(&c.rollout_url()).await?;
-        client.execute("window.__noReload = 'still here'; return true;", vec![]).await?;
+    walk(
+        "cockpit_browser::decisions_with_their_context_and_a_live_verdict_table",
+        gated_policy(),
+        Arc::new(PassingJudge),
+        async |c| {
+            let client = c.client();
+            login(client, &c.server.base, "sam").await?;
+            client.goto(&c.rollout_url()).await?;
+            client
+                .execute("window.__noReload = 'still here'; return true;", vec![])
+                .await?;
 
-        // During the bake the gate's verdict table follows each look live.
-        wait_until(client, "the canary baking (live)", &wave_state_is(c.canary, "baking"), WAVE_WAIT).await?;
-        let table = format!("#wave-{} table.verdict-table", c.canary);
-        let table_text = format!("const t = document.querySelector('{table}'); return t ? t.textContent : null;");
-        wait_until(
-            client,
-            "the verdict table of the baking canary",
-            &format!("return !!document.querySelector('{table}');"),
-            UI_WAIT,
-        )
-        .await?;
-        let mut seen = vec![client.execute(&table_text, vec![]).await?];
-        for (number, events) in [(1, 2), (2, 4)] {
-            record_xid_look(c, number, events).await?;
-            let before = seen.last().cloned().unwrap_or_default();
+            // During the bake the gate's verdict table follows each look live.
             wait_until(
                 client,
-                &format!("look {number} in the verdict table (live)"),
-                &format!("const t = document.querySelector('{table}'); return !!t && t.textContent !== {before};"),
+                "the canary baking (live)",
+                &wave_state_is(c.canary, "baking"),
+                WAVE_WAIT,
+            )
+            .await?;
+            let table = format!("#wave-{} table.verdict-table", c.canary);
+            let table_text = format!("const t = document.querySelector('{table}'); return t ? t.textContent : null;");
+            wait_until(
+                client,
+                "the verdict table of the baking canary",
+                &format!("return !!document.querySelector('{table}');"),
                 UI_WAIT,
             )
             .await?;
-            seen.push(client.execute(&table_text, vec![]).await?);
-        }
-        ensure!(
-            seen[2].as_str().is_some_and(|t| t.contains("2×")),
-            "the second look's rate ratio (4/32 against 10/160 is 2×) is shown: {seen:?}"
-        );
-        shot(client, "cockpit-c-verdict-table-baking").await?;
+            let mut seen = vec![client.execute(&table_text, vec![]).await?];
+            for (number, events) in [(1, 2), (2, 4)] {
+                record_xid_look(c, number, events).await?;
+                let before = seen.last().cloned().unwrap_or_default();
+                wait_until(
+                    client,
+                    &format!("look {number} in the verdict table (live)"),
+                    &format!("const t = document.querySelector('{table}'); return !!t && t.textContent !== {before};"),
+                    UI_WAIT,
+                )
+                .await?;
+                seen.push(client.execute(&table_text, vec![]).await?);
+            }
+            ensure!(
+                seen[2].as_str().is_some_and(|t| t.contains("2×")),
+                "the second look's rate ratio (4/32 against 10/160 is 2×) is shown: {seen:?}"
+            );
+            shot(client, "cockpit-c-verdict-table-baking").await?;
 
-        // After the verdict the box asks for an approval and says what it starts.
-        wait_until(
+            // After the verdict the box asks for an approval and says what it starts.
+            wait_until(
             client,
             "the decision box asking for an approval (live)",
             "const d = document.getElementById('decision'); return !!d && d.getAttribute('data-asks') === 'approve';",
             WAVE_WAIT,
         )
         .await?;
-        let (_, text) = decision(client).await?;
-        let rest_nodes = NODES - 2;
-        ensure!(
-            text.contains(&format!("{rest_nodes} nodes")) && text.to_lowercase().contains("gate"),
-            "the box names the next wave's node count and gates: {text}"
-        );
-        shot(client, "cockpit-c-decision-approve").await?;
-        client
-            .find(Locator::Id(&format!("approve-{}", c.canary)))
-            .await?
-            .click()
+            let (_, text) = decision(client).await?;
+            let rest_nodes = NODES - 2;
+            ensure!(
+                text.contains(&format!("{rest_nodes} nodes")) && text.to_lowercase().contains("gate"),
+                "the box names the next wave's node count and gates: {text}"
+            );
+            shot(client, "cockpit-c-decision-approve").await?;
+            client
+                .find(Locator::Id(&format!("approve-{}", c.canary)))
+                .await?
+                .click()
+                .await?;
+            let question = client.get_alert_text().await?;
+            ensure!(
+                question.contains("canary"),
+                "the confirmation names the wave: {question}"
+            );
+            client.accept_alert().await?;
+            wait_until(
+                client,
+                "the canary promoted (live)",
+                &wave_state_is(c.canary, "promoted"),
+                UI_WAIT,
+            )
             .await?;
-        let question = client.get_alert_text().await?;
-        ensure!(question.contains("canary"), "the confirmation names the wave: {question}");
-        client.accept_alert().await?;
-        wait_until(client, "the canary promoted (live)", &wave_state_is(c.canary, "promoted"), UI_WAIT).await?;
 
-        // A finished rollout offers nothing to approve, and the API says 409.
-        wait_until(
+            // A finished rollout offers nothing to approve, and the API says 409.
+            wait_until(
             client,
             "the rollout completed (live)",
             "const s = document.getElementById('rollout-state'); return !!s && s.textContent.trim() === 'completed';",
             WAVE_WAIT,
         )
         .await?;
-        nothing_to_approve(c, "completed").await?;
-        shot(client, "cockpit-c-completed").await?;
+            nothing_to_approve(c, "completed").await?;
+            shot(client, "cockpit-c-completed").await?;
 
-        // Rolled back from the page: still nothing to approve.
-        let form = client.find(Locator::Css("form[action$='/rollback']")).await?;
-        form.find(Locator::Css("input[name=reason]")).await?.send_keys("cockpit test: undo").await?;
-        client.find(Locator::Id("action-rollback")).await?.click().await?;
-        client.accept_alert().await?;
-        wait_until(
+            // Rolled back from the page (every node flashed back to the version
+            // it ran): still nothing to approve.
+            let form = client.find(Locator::Css("form[action$='/rollback']")).await?;
+            form.find(Locator::Css("input[name=reason]"))
+                .await?
+                .send_keys("cockpit test: undo")
+                .await?;
+            client.find(Locator::Id("action-rollback")).await?.click().await?;
+            client.accept_alert().await?;
+            wait_until(
             client,
             "the rollout rolled back (live)",
             "const s = document.getElementById('rollout-state'); return !!s && s.textContent.trim() === 'rolled_back';",
             WAVE_WAIT,
         )
         .await?;
-        nothing_to_approve(c, "rolled-back").await?;
-        let marker = client.execute("return window.__noReload || null;", vec![]).await?;
-        ensure!(marker == json!("still here"), "every change arrived live: {marker}");
-        shot(client, "cockpit-c-rolled-back").await?;
-        Ok(())
-    })
+            nothing_to_approve(c, "rolled-back").await?;
+            for endpoint in c.sim.fleet.endpoints() {
+                let versions = c.sim.fleet.versions(&endpoint.name).context("sim node")?;
+                ensure!(
+                    versions
+                        .iter()
+                        .filter(|v| v.id.starts_with("HGX_FW_GPU_"))
+                        .all(|v| v.active == GPU_FROM),
+                    "{} is back on {GPU_FROM}: {versions:?}",
+                    endpoint.name
+                );
+            }
+            let marker = client.execute("return window.__noReload || null;", vec![]).await?;
+            ensure!(marker == json!("still here"), "every change arrived live: {marker}");
+            shot(client, "cockpit-c-rolled-back").await?;
+            Ok(())
+        },
+    )
     .await;
 }

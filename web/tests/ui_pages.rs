@@ -101,7 +101,13 @@ async fn every_page_renders_its_data() {
         ("/rollouts".into(), vec![&"#1", "0/3"]),
         (
             format!("/rollouts/{}", f.rollout),
-            vec!["canary", "Approvals 0/1", "node-0", "c0ffee123456", "data-nodes=\"&#x2f;rollouts&#x2f;1&#x2f;nodes?page=1\""],
+            vec![
+                "canary",
+                "Approvals 0/1",
+                "node-0",
+                "c0ffee123456",
+                "data-nodes=\"&#x2f;rollouts&#x2f;1&#x2f;nodes?page=1\"",
+            ],
         ),
         (
             format!("/rollouts/{}?state=pending&node=node-1", f.rollout),
@@ -322,7 +328,10 @@ async fn the_live_stream_sends_only_the_parts_that_changed() {
     assert_eq!(first["rollout"], f.rollout);
     assert_eq!(first["nodes"], true);
     let full = first["full"].as_str().expect("the whole live part first");
-    assert!(full.contains("id=\"waves\"") && full.contains("0/3 nodes done"), "{full}");
+    assert!(
+        full.contains("id=\"waves\"") && full.contains("0/3 nodes done"),
+        "{full}"
+    );
     assert!(!full.contains("approve-"), "a viewer's stream offers no approve button");
 
     // A step changes: the state card and its wave are sent, nothing else,
@@ -411,7 +420,10 @@ async fn the_node_table_is_paged_and_filtered_on_the_server() {
     // As the browser reads the attributes.
     let page = page.replace("&#x2f;", "/").replace("&amp;", "&");
     assert!(
-        page.contains(&format!("data-nodes=\"/rollouts/{}/nodes?node=node-1&page=1\"", f.rollout)),
+        page.contains(&format!(
+            "data-nodes=\"/rollouts/{}/nodes?node=node-1&page=1\"",
+            f.rollout
+        )),
         "{page}"
     );
     // node-1, node-10..19, node-100..199: 111 of them, so two pages.
@@ -424,7 +436,12 @@ async fn the_node_table_is_paged_and_filtered_on_the_server() {
     assert_eq!(table.matches("<tr><td class=\"mono\">").count(), 5, "{table}");
     assert!(table.contains("id=\"nodes-prev\"") && !table.contains("id=\"nodes-next\""));
 
-    let (status, table) = get(&f.app, &viewer, &format!("/rollouts/{}/nodes?node=node-20&state=pending", f.rollout)).await;
+    let (status, table) = get(
+        &f.app,
+        &viewer,
+        &format!("/rollouts/{}/nodes?node=node-20&state=pending", f.rollout),
+    )
+    .await;
     assert_eq!(status, StatusCode::OK);
     assert!(table.contains("Nodes 1–6 of 6"), "node-20, node-200..204: {table}");
 

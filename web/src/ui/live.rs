@@ -268,7 +268,9 @@ async fn rollout_change(
     if changed.is_empty() && full.is_none() && !nodes {
         return Ok(None);
     }
-    Ok(Some(json!({ "rollout": id.0, "fragments": changed, "full": full, "nodes": nodes })))
+    Ok(Some(
+        json!({ "rollout": id.0, "fragments": changed, "full": full, "nodes": nodes }),
+    ))
 }
 
 fn fingerprint(html: &str) -> u64 {
@@ -381,7 +383,10 @@ mod tests {
             r#"<li class="wave" id="wave-1" data-fragment><ol><li>nested</li></ol><p>a</p></li>"#
         );
         assert!(cut[0].1.ends_with("</section>"), "{}", cut[0].1);
-        assert_eq!(cut[2].1, r#"<li class="wave" id="wave-2" data-state="baking" data-fragment><p>b</p></li>"#);
+        assert_eq!(
+            cut[2].1,
+            r#"<li class="wave" id="wave-2" data-state="baking" data-fragment><p>b</p></li>"#
+        );
     }
 
     #[test]
@@ -401,7 +406,10 @@ mod tests {
         let html = r#"<li id="w" data-fragment><link rel="x"><lix></lix></li><li>after</li>"#;
         assert_eq!(
             fragments(html),
-            [("w".to_owned(), r#"<li id="w" data-fragment><link rel="x"><lix></lix></li>"#.to_owned())]
+            [(
+                "w".to_owned(),
+                r#"<li id="w" data-fragment><link rel="x"><lix></lix></li>"#.to_owned()
+            )]
         );
     }
 }

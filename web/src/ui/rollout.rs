@@ -198,7 +198,12 @@ impl NodeQuery {
                 format!("page must be between 1 and {MAX_NODE_PAGE}"),
             ));
         }
-        Ok(NodeFilter { state, wave, node, page })
+        Ok(NodeFilter {
+            state,
+            wave,
+            node,
+            page,
+        })
     }
 
     /// The filters (not the page) as a query string, for the node table's
@@ -316,7 +321,10 @@ pub(crate) async fn nodes(
     let table = node_table(&state, id, &query, &filter, &waves).await?;
     match render_string("rollout_nodes.html", table) {
         Some(html) => Ok(Html(html).into_response()),
-        None => Err(UiError::new(StatusCode::INTERNAL_SERVER_ERROR, "node table not rendered")),
+        None => Err(UiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "node table not rendered",
+        )),
     }
 }
 
