@@ -427,12 +427,12 @@ async fn the_node_table_is_paged_and_filtered_on_the_server() {
         "{page}"
     );
     // node-1, node-10..19, node-100..199: 111 of them, so two pages.
-    assert!(page.contains("Nodes 1–100 of 111"), "{page}");
+    assert!(page.contains("Nodes 1–100"), "{page}");
     assert!(page.contains(&format!("href=\"/rollouts/{}?node=node-1&page=2\"", f.rollout)));
 
     let (status, table) = get(&f.app, &viewer, &format!("/rollouts/{}/nodes?page=3", f.rollout)).await;
     assert_eq!(status, StatusCode::OK);
-    assert!(table.contains("Nodes 201–205 of 205"), "{table}");
+    assert!(table.contains("Nodes 201–205"), "{table}");
     assert_eq!(table.matches("<tr><td class=\"mono\">").count(), 5, "{table}");
     assert!(table.contains("id=\"nodes-prev\"") && !table.contains("id=\"nodes-next\""));
 
@@ -443,7 +443,11 @@ async fn the_node_table_is_paged_and_filtered_on_the_server() {
     )
     .await;
     assert_eq!(status, StatusCode::OK);
-    assert!(table.contains("Nodes 1–6 of 6"), "node-20, node-200..204: {table}");
+    assert!(
+        table.contains("Nodes 1–6") && !table.contains("nodes-next"),
+        "node-20, node-200..204: {table}"
+    );
+    assert_eq!(table.matches("<tr><td class=\"mono\">").count(), 6, "{table}");
 
     for bad in ["page=0", "page=x", "state=bogus", "wave=w"] {
         let (status, _) = get(&f.app, &viewer, &format!("/rollouts/{}/nodes?{bad}", f.rollout)).await;

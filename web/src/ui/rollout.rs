@@ -13,7 +13,8 @@ use axum::response::{Html, IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use minijinja::{Value, context};
 use orchestrator_db::execution::{
-    Blocker, ExecRollout, ExecWave, RolloutState, StepCounts, StepPageQuery, StepState, WaveKind, WaveState,
+    Blocker, ExecRollout, ExecWave, NamedStep, RolloutState, StepCounts, StepFilter, StepPageQuery, StepState,
+    WaveKind, WaveState,
 };
 use orchestrator_db::health::SampleScope;
 use orchestrator_types::{RolloutId, WaveId};
@@ -234,42 +235,45 @@ async fn node_table(
     filter: &NodeFilter,
     waves: &[ExecWave],
 ) -> Result<Value, UiError> {
-    let page = state
+    let offset = (filter.page - 1) * NODE_ROWS_PER_PAGE;
+    let mut rows = state
         .db
         .step_page(&StepPageQuery {
-            rollout_id: id,
-            wave_id: filter.wave,
-            state: filter.state,
-            node_contains: filter.node.clone(),
-            offset: (filter.page - 1) * NODE_ROWS_PER_PAGE,
-            limit: NODE_ROWS_PER_PAGE,
+            filter: StepFilter {
+                rollout_id: Some(id),
+                wave_id: filter.wave,
+                state: filter.state,
+                ..Default::default()
+            },
+            node_name_contains: filter.node.clone(),
+            offset,
+            // One more than shown says whether a next page exists, without
+            // counting every match.
+            limit: NODE_ROWS_PER_PAGE + 1,
         })
         .await?;
+    let more = rows.len() as u64 > NODE_ROWS_PER_PAGE;
+    rows.truncate(NODE_ROWS_PER_PAGE as usize);
     let wave_names: HashMap<WaveId, &str> = waves.iter().map(|w| (w.id, w.name.as_str())).collect();
-    let steps: Vec<Value> = page
-        .rows
+    let steps: Vec<Value> = rows
         .into_iter()
-        .map(|row| {
-            let step = row.step;
+        .map(|NamedStep { step, node_name }| {
             context! {
-                node => row.node_name, wave => wave_names.get(&step.wave_id).copied().unwrap_or(""),
+                node => node_name, wave => wave_names.get(&step.wave_id).copied().unwrap_or(""),
                 purpose => step.purpose.as_str(), from => step.expected_from_version, to => step.target_version,
                 state => step.state.as_str(), attempts => step.attempts, error => step.error,
             }
         })
         .collect();
-    let pages = page.total.div_ceil(NODE_ROWS_PER_PAGE).max(1);
     let filters = query.to_query_string();
     let link = |n: u64| {
         let sep = if filters.is_empty() { "" } else { "&" };
         format!("/rollouts/{id}?{filters}{sep}page={n}")
     };
-    let first = (filter.page - 1) * NODE_ROWS_PER_PAGE + 1;
     let pager = context! {
-        page => filter.page, pages, total => page.total,
-        first => first.min(page.total), last => (first + steps.len() as u64).saturating_sub(1),
+        page => filter.page, first => offset + 1, last => offset + steps.len() as u64,
         prev => (filter.page > 1).then(|| link(filter.page - 1)),
-        next => (filter.page < pages).then(|| link(filter.page + 1)),
+        next => more.then(|| link(filter.page + 1)),
     };
     Ok(context! { steps, pager })
 }

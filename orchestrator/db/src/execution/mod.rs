@@ -34,8 +34,8 @@ pub use rollout::ExecRollout;
 use sea_orm::{ActiveValue, Set};
 use serde::Serialize;
 pub use step::{
-    ExecStep, MAX_STEP_PAGE_ROWS, PlacedStep, StepChange, StepCounts, StepFilter, StepPageQuery, StepRevision, StepRow,
-    StepRowPage, StepTarget,
+    ExecStep, MAX_STEP_PAGE_ROWS, NamedStep, PlacedStep, StepChange, StepCounts, StepFilter, StepPageQuery,
+    StepRevision, StepTarget,
 };
 pub use wave::{ExecWave, WaveChange};
 

@@ -111,35 +111,28 @@ pub struct StepFilter {
 /// Step counts by state.
 pub type StepCounts = BTreeMap<StepState, u64>;
 
-/// Rows a rollout's node table shows at most per page.
-pub const MAX_STEP_PAGE_ROWS: u64 = 500;
+/// Most steps one page returns.
+pub const MAX_STEP_PAGE_ROWS: u64 = 1000;
 
-/// Which of a rollout's steps a node table lists. Every filter is applied
-/// by the query, so a page of a 5,000-node rollout reads one page of rows.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Which steps one page lists: the filters of [`StepFilter`], a substring
+/// of the node's name, and the page. Every filter is applied by the query,
+/// so a page of a 5,000-node rollout reads one page of rows.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StepPageQuery {
-    pub rollout_id: RolloutId,
-    pub wave_id: Option<WaveId>,
-    pub state: Option<StepState>,
-    /// Substring of the node name.
-    pub node_contains: Option<String>,
+    pub filter: StepFilter,
+    /// Substring of the node's name.
+    pub node_name_contains: Option<String>,
     pub offset: u64,
-    /// Rows wanted, at most [`MAX_STEP_PAGE_ROWS`].
+    /// Rows wanted, 1 to [`MAX_STEP_PAGE_ROWS`].
     pub limit: u64,
 }
 
-/// A step with its node's name, as a node table shows it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct StepRow {
+/// A step with its node's name, for tables that show names.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NamedStep {
+    #[serde(flatten)]
     pub step: ExecStep,
     pub node_name: String,
-}
-
-/// One page of steps and how many matched in all.
-#[derive(Debug, Clone, PartialEq)]
-pub struct StepRowPage {
-    pub rows: Vec<StepRow>,
-    pub total: u64,
 }
 
 /// What changes whenever any step of a rollout changes: its counts by
@@ -275,40 +268,46 @@ impl Db {
         Ok(counts)
     }
 
-    /// One page of a rollout's steps by id with their nodes' names, filtered
-    /// and paged in the database (one query for the page, one for the total).
-    pub async fn step_page(&self, query: &StepPageQuery) -> Result<StepRowPage, DbError> {
-        let mut select = update_steps::Entity::find()
-            .filter(update_steps::Column::RolloutId.eq(query.rollout_id.0))
-            .join(JoinType::InnerJoin, step_node_relation());
-        if let Some(wave) = query.wave_id {
-            select = select.filter(update_steps::Column::WaveId.eq(wave.0));
+    /// One page of steps by id, each with its node's name (one query).
+    pub async fn step_page(&self, query: &StepPageQuery) -> Result<Vec<NamedStep>, DbError> {
+        let filter = &query.filter;
+        let mut select = update_steps::Entity::find();
+        if let Some(id) = filter.rollout_id {
+            select = select.filter(update_steps::Column::RolloutId.eq(id.0));
         }
-        if let Some(state) = query.state {
+        if let Some(id) = filter.wave_id {
+            select = select.filter(update_steps::Column::WaveId.eq(id.0));
+        }
+        if let Some(id) = filter.node_id {
+            select = select.filter(update_steps::Column::NodeId.eq(id.0));
+        }
+        if let Some(state) = filter.state {
             select = select.filter(update_steps::Column::State.eq(state.as_str()));
         }
-        if let Some(fragment) = &query.node_contains {
+        if let Some(purpose) = filter.purpose {
+            select = select.filter(update_steps::Column::Purpose.eq(purpose.as_str()));
+        }
+        let mut select = select
+            .join(JoinType::InnerJoin, step_node_relation())
+            .select_also(nodes::Entity);
+        if let Some(fragment) = &query.node_name_contains {
             select = select.filter(nodes::Column::Name.contains(fragment.as_str()));
         }
-        let total = sea_orm::PaginatorTrait::count(select.clone(), &self.conn).await?;
-        let rows = select
-            .select_also(nodes::Entity)
+        select
             .order_by_asc(update_steps::Column::Id)
             .offset(query.offset)
             .limit(query.limit.clamp(1, MAX_STEP_PAGE_ROWS))
             .all(&self.conn)
-            .await?;
-        let rows = rows
+            .await?
             .into_iter()
             .map(|(step, node)| {
                 let node = node.ok_or_else(|| DbError::corrupt("step", format!("step {} has no node", step.id)))?;
-                Ok(StepRow {
+                Ok(NamedStep {
                     step: to_exec_step(step)?,
                     node_name: node.name,
                 })
             })
-            .collect::<Result<Vec<_>, DbError>>()?;
-        Ok(StepRowPage { rows, total })
+            .collect()
     }
 
     /// The rollout's [`StepRevision`]: two small queries, no step read.
