@@ -365,7 +365,7 @@ async fn eight_live_tabs_and_a_ninth_page_load() {
         wait_until(client, "the ninth page", "return document.readyState === 'complete';", UI_WAIT).await?;
         eprintln!("ninth page loaded in {:?} with 8 live tabs open", loading.elapsed());
         ensure!(
-            client.find_all(Locator::Css("table")).await?.len() >= 1,
+            !client.find_all(Locator::Css("table")).await?.is_empty(),
             "the rollouts list rendered"
         );
         shot(client, "cockpit-b-ninth-page").await?;

@@ -456,3 +456,31 @@ async fn the_node_table_is_paged_and_filtered_on_the_server() {
     let (status, _) = get(&f.app, &viewer, "/rollouts/999/nodes").await;
     assert_eq!(status, StatusCode::NOT_FOUND);
 }
+
+/// `/releases` is filtered by qualification state and paged on the server.
+#[tokio::test(flavor = "current_thread")]
+async fn the_release_list_is_filtered_and_paged() {
+    let f = fixture().await;
+    let viewer = provision_api_token(&f.db, "vera", Role::Viewer, "t", "test")
+        .await
+        .unwrap();
+    let release = f.db.list_releases().await.unwrap().remove(0);
+    let state = release.qualification_state.as_str();
+    let (status, page) = get(&f.app, &viewer, &format!("/releases?state={state}")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(page.contains(&format!("/releases/{}", release.id)), "{page}");
+    let other = if state == "blocked" { "qualified" } else { "blocked" };
+    let (status, page) = get(&f.app, &viewer, &format!("/releases?state={other}")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(page.contains("No releases registered.") && !page.contains(&format!("/releases/{}\"", release.id)));
+    let (status, page) = get(&f.app, &viewer, "/releases?page=2").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        !page.contains(&format!("/releases/{}\"", release.id)),
+        "page 2 is past the only release"
+    );
+    for bad in ["state=bogus", "page=0", "page=x"] {
+        let (status, _) = get(&f.app, &viewer, &format!("/releases?{bad}")).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}");
+    }
+}
