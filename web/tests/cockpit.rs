@@ -14,7 +14,7 @@ use chrono::{Duration, TimeZone, Utc};
 use common::{get_page, post_form};
 use orchestrator_db::Db;
 use orchestrator_db::execution::{
-    ExecStep, NewPlan, NewStep, NewWave, StepChange, StepFilter, StepState, WaveChange, WaveState,
+    ExecStep, NewPlan, NewStep, NewWave, RolloutState, StepChange, StepFilter, StepState, WaveChange, WaveState,
 };
 use orchestrator_db::model::{ComponentReading, NewNode, NewRelease, NewRollout, NodeLabels};
 use orchestrator_db::testing::TestDb;
@@ -685,4 +685,399 @@ async fn starting_a_rollout_from_a_release_answers_with_a_message_and_a_link() {
     )
     .await;
     assert!(status.is_client_error(), "{status}: {body}");
+}
+
+// ---------------------------------------------------------------------------
+// The decision box and the verdict tables.
+
+/// A rollout under a real pinned policy: a 2-node canary watched by an XID
+/// rate gate and a temperature level gate against 10 control nodes, then a
+/// 40-node wave after one approval, watched by the XID gate against 20.
+struct Gated {
+    rollout: RolloutId,
+    canary: orchestrator_types::WaveId,
+}
+
+fn gated_policy() -> String {
+    use orchestrator_db::testing::fixtures::{PolicyYaml, WaveSize, WaveYaml, health_section, redfish_gate};
+    PolicyYaml::two_waves("gated")
+        .platforms(&["hgx"])
+        .waves(vec![
+            WaveYaml::new("canary", WaveSize::Count(2))
+                .bake("2h")
+                .line("gates: [xid, temp]"),
+            WaveYaml::new("rest", WaveSize::Percent(20))
+                .bake("4h")
+                .manual(1)
+                .line("gates: [xid]"),
+        ])
+        .max_failed(2)
+        .health(&health_section(
+            0.05,
+            &[
+                redfish_gate("xid", "xid_errors_per_gpu_hour", "rate", "1.5", "1h"),
+                redfish_gate("temp", "gpu_temp_c", "level", "3", "30m"),
+            ],
+        ))
+        .render()
+}
+
+async fn gated(f: &Fixture, first: usize) -> Gated {
+    let nodes = f.db.list_nodes(&Default::default()).await.unwrap();
+    let id = |i: usize| {
+        let name = format!("gpu-{i:03}");
+        nodes.iter().find(|n| n.name == name).unwrap().id
+    };
+    let steps = |range: std::ops::Range<usize>| -> Vec<NewStep> {
+        range
+            .map(|i| NewStep {
+                node_id: id(i),
+                inventory_id: "HGX_FW_GPU_*".into(),
+                expected_from_version: BASELINE.into(),
+            })
+            .collect()
+    };
+    let rollout = f
+        .db
+        .start_rollout(
+            &NewRollout {
+                release_id: f.candidate,
+                policy_name: "gated".into(),
+                policy_commit: "feedface00000000".into(),
+                policy_blob: "b".into(),
+                seed: 1,
+            },
+            &gated_policy(),
+            &NewPlan {
+                waves: vec![
+                    NewWave {
+                        name: "canary".into(),
+                        bake_seconds: 7200,
+                        approvals_required: 1,
+                        max_in_flight: 2,
+                        gates: vec!["xid".into(), "temp".into()],
+                        control_nodes: (first + 2..first + 12).map(id).collect(),
+                        steps: steps(first..first + 2),
+                    },
+                    NewWave {
+                        name: "rest".into(),
+                        bake_seconds: 14400,
+                        approvals_required: 0,
+                        max_in_flight: 8,
+                        gates: vec!["xid".into()],
+                        control_nodes: (first + 52..first + 72).map(id).collect(),
+                        steps: steps(first + 12..first + 52),
+                    },
+                ],
+                rollback_assessment: json!({ "possible": true }),
+            },
+            "rita",
+        )
+        .await
+        .unwrap();
+    let canary = f.db.rollout_waves(rollout.id).await.unwrap()[0].id;
+    Gated {
+        rollout: rollout.id,
+        canary,
+    }
+}
+
+/// The canary's two nodes updated and the wave baking, with a stale
+/// "bake ends" blocker as the engine leaves it.
+async fn bake(f: &Fixture, g: &Gated) {
+    let fence = f
+        .db
+        .acquire_lease("executor", "test", Duration::hours(1))
+        .await
+        .unwrap()
+        .unwrap();
+    let now = f.db.clock().now();
+    for step in steps(&f.db, g.rollout).await.iter().filter(|s| s.wave_id == g.canary) {
+        f.db.transition_step(
+            &fence,
+            step.id,
+            StepState::Pending,
+            &StepChange {
+                state: Some(StepState::Succeeded),
+                started_at: Some(now),
+                finished_at: Some(now),
+                previous_version: Some(BASELINE.into()),
+                ..Default::default()
+            },
+            json!({}),
+        )
+        .await
+        .unwrap();
+    }
+    for (from, to) in [
+        (WaveState::Planned, WaveState::Running),
+        (WaveState::Running, WaveState::Baking),
+    ] {
+        f.db.transition_wave(
+            &fence,
+            g.canary,
+            from,
+            &WaveChange {
+                state: Some(to),
+                bake_started_at: (to == WaveState::Baking).then_some(now),
+                ..Default::default()
+            },
+            json!({}),
+        )
+        .await
+        .unwrap();
+    }
+    f.db.set_wave_blockers(
+        &fence,
+        g.canary,
+        &[orchestrator_types::Blocker::BakeEndsAt {
+            at: now + Duration::hours(2),
+        }],
+    )
+    .await
+    .unwrap();
+    f.db.release_lease(&fence).await.unwrap();
+}
+
+fn verdict(outcome: orchestrator_types::Outcome, summary: &str) -> orchestrator_types::WaveVerdict {
+    orchestrator_types::WaveVerdict {
+        outcome,
+        summary: summary.into(),
+        evidence: json!({}),
+    }
+}
+
+/// The `<section id="decision">` of a page.
+fn decision_box(body: &str) -> &str {
+    let start = body.find("id=\"decision\"").expect("a decision box");
+    let rest = &body[start..];
+    &rest[..rest.find("</section>").unwrap()]
+}
+
+async fn api_approve(app: &Router, token: &str, rollout: RolloutId) -> (StatusCode, String) {
+    let (status, body) = common::call_as(
+        app,
+        token,
+        axum::http::Method::POST,
+        &format!("/api/v1/rollouts/{}/waves/canary/approve", rollout.0),
+        None,
+    )
+    .await;
+    (status, body.to_string())
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn the_decision_box_asks_for_approval_only_once_the_verdict_is_in() {
+    use orchestrator_types::Outcome;
+    let f = fixture().await;
+    let g = gated(&f, 10).await;
+    let sam = provision_api_token(&f.db, "sam", Role::ReleaseManager, "t", "test")
+        .await
+        .unwrap();
+    let rita = provision_api_token(&f.db, "rita", Role::ReleaseManager, "t", "test")
+        .await
+        .unwrap();
+    let page = format!("/rollouts/{}", g.rollout.0);
+
+    // Baking: nothing is asked, no approval offered, and the API refuses one.
+    bake(&f, &g).await;
+    let (status, body) = get(&f.app, &sam, &page).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let baking = decision_box(&body);
+    assert!(baking.contains("data-asks=\"none\""), "{baking}");
+    assert!(baking.contains("Wave canary is baking"), "{baking}");
+    assert!(!body.contains(&format!("approve-{}", g.canary.0)), "no approval during the bake");
+    let (status, early) = api_approve(&f.app, &sam, g.rollout).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{early}");
+    assert!(early.contains("the wave is baking"), "{early}");
+
+    // The verdict passed: approval is asked, with what it starts.
+    orchestrator_db::testing::await_approval(
+        &f.db,
+        g.canary,
+        verdict(Outcome::Pass, "every gate passed against 10 control nodes"),
+    )
+    .await
+    .unwrap();
+    let (_, body) = get(&f.app, &sam, &page).await;
+    let asked = decision_box(&body);
+    assert!(asked.contains("data-asks=\"approve\""), "{asked}");
+    for want in [
+        "Wave canary passed its health verdict (every gate passed against 10 control nodes); it waits for 1 more \
+         approval before wave rest starts.",
+        // 40 of the fleet's 241 nodes.
+        "Starts wave rest: 40 nodes (17% of the fleet&#x27;s 241 nodes), at most 8 at a time, bake 4h.",
+        "Gate xid: fails when proven worse than 1.5× the control&#x27;s rate; must catch 3× the control&#x27;s rate; \
+         the smallest regression it detects with 80% power is ",
+        "(default baselines, 20 control nodes)",
+        "Failure budget: up to 2 failed updates per wave; one more halts the rollout.",
+        "Rollback possible, automatic on a failed gate (every node the rollout updated).",
+        "Any release manager except rita, who started this rollout (two-person rule)",
+        &format!("id=\"approve-{}\"", g.canary.0),
+        &format!("name=\"comment\" id=\"comment-{}\"", g.canary.0),
+        &format!("href=\"/api/v1/rollouts/{}/evidence\"", g.rollout.0),
+    ] {
+        assert!(asked.contains(want), "the box should say {want:?}:\n{asked}");
+    }
+    // The author sees why she cannot approve, and no button.
+    let (_, authored) = get(&f.app, &rita, &page).await;
+    let authored = decision_box(&authored);
+    assert!(authored.contains("two-person") && !authored.contains("approve-"), "{authored}");
+    // The no-JS confirmation page says what approval starts.
+    let (status, confirm) = post(
+        &f.app,
+        &sam,
+        &format!("/rollouts/{}/approve", g.rollout.0),
+        &format!("wave={}&comment=ok", g.canary.0),
+        false,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{confirm}");
+    assert!(confirm.contains("id=\"what-approval-starts\""), "{confirm}");
+    assert!(confirm.contains("Starts wave rest: 40 nodes"), "{confirm}");
+    assert!(confirm.contains("smallest regression it detects with 80% power"), "{confirm}");
+    let (status, given) = api_approve(&f.app, &sam, g.rollout).await;
+    assert_eq!(status, StatusCode::OK, "{given}");
+    let (_, body) = get(&f.app, &sam, &page).await;
+    assert!(decision_box(&body).contains("You approved this wave."), "{body}");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_hold_asks_to_promote_anyway_as_its_own_decision() {
+    use orchestrator_types::Outcome;
+    let f = fixture().await;
+    let g = gated(&f, 10).await;
+    bake(&f, &g).await;
+    orchestrator_db::testing::await_approval(&f.db, g.canary, verdict(Outcome::Inconclusive, "xid inconclusive"))
+        .await
+        .unwrap();
+    let sam = provision_api_token(&f.db, "sam", Role::ReleaseManager, "t", "test")
+        .await
+        .unwrap();
+    let (_, body) = get(&f.app, &sam, &format!("/rollouts/{}", g.rollout.0)).await;
+    let hold = decision_box(&body);
+    assert!(hold.contains("data-asks=\"hold\""), "{hold}");
+    assert!(
+        hold.contains("Wave canary is on hold: its verdict is inconclusive — xid inconclusive."),
+        "{hold}"
+    );
+    assert!(
+        hold.contains("Records “promote anyway”: wave canary is promoted over its inconclusive verdict"),
+        "{hold}"
+    );
+    assert!(hold.contains("Promote canary anyway"), "{hold}");
+    assert!(hold.contains("id=\"choice-rollback\"") && hold.contains("id=\"choice-abort\""), "{hold}");
+    let (status, body) = api_approve(&f.app, &sam, g.rollout).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    // The approval is kept with the verdict it overrode, so the engine
+    // records the promotion as "promote anyway".
+    let approvals = f.db.wave_approvals(g.canary).await.unwrap();
+    assert_eq!(approvals[0].verdict_outcome, Some(Outcome::Inconclusive));
+    let wave = f.db.wave(g.canary).await.unwrap();
+    let facts = orchestrator_engine::wave::WaveFacts {
+        state: wave.state,
+        position: 0,
+        node_count: 2,
+        now: f.db.clock().now(),
+        release: orchestrator_engine::wave::ReleaseStanding::Usable,
+        failed_steps: 0,
+        unfinished_steps: 0,
+        failure_budget: orchestrator_policy::FailureBudget::Count(2),
+        bake_ends_at: f.db.clock().now(),
+        verdict: wave.verdict.clone(),
+        approvals_required: wave.approvals_required,
+        approvals,
+        step_deadlines: Vec::new(),
+        rollback_automatic: true,
+    };
+    assert!(matches!(
+        orchestrator_engine::wave::decide(&facts),
+        orchestrator_engine::wave::WaveAction::Promote {
+            decision: orchestrator_engine::wave::Decision::PromoteAnyway,
+            ..
+        }
+    ));
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn finished_rollouts_offer_no_approval_and_the_api_refuses_with_the_reason() {
+    use orchestrator_types::Outcome;
+    let f = fixture().await;
+    let sam = provision_api_token(&f.db, "sam", Role::ReleaseManager, "t", "test")
+        .await
+        .unwrap();
+    // Three rollouts whose canary awaits approval, then ended three ways.
+    let rolled_back = gated(&f, 10).await;
+    let aborted = gated(&f, 85).await;
+    let completed = gated(&f, 160).await;
+    for g in [&rolled_back, &aborted, &completed] {
+        bake(&f, g).await;
+        orchestrator_db::testing::await_approval(&f.db, g.canary, verdict(Outcome::Pass, "every gate passed"))
+            .await
+            .unwrap();
+    }
+    f.db.begin_rollback(None, rolled_back.rollout, json!({ "scope": "rollout" }), "temperatures up", "sam")
+        .await
+        .unwrap();
+    f.db.user_set_rollout_state(
+        aborted.rollout,
+        &[RolloutState::Running],
+        RolloutState::Aborted,
+        Some("wrong release"),
+        "sam",
+    )
+    .await
+    .unwrap();
+    let fence = f
+        .db
+        .acquire_lease("executor", "test", Duration::hours(1))
+        .await
+        .unwrap()
+        .unwrap();
+    f.db.engine_set_rollout_state(
+        &fence,
+        completed.rollout,
+        &[RolloutState::Running],
+        RolloutState::Completed,
+        None,
+        json!({}),
+    )
+    .await
+    .unwrap();
+    f.db.release_lease(&fence).await.unwrap();
+
+    for (g, state, says) in [
+        (&rolled_back, "rolling_back", "Rolling back (temperatures up)"),
+        (&aborted, "aborted", "Aborted: wrong release."),
+        (&completed, "completed", "Completed: every wave was promoted."),
+    ] {
+        let (status, body) = get(&f.app, &sam, &format!("/rollouts/{}", g.rollout.0)).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        let d = decision_box(&body);
+        assert!(d.contains(says), "{state}: {d}");
+        assert!(!d.contains("data-asks=\"approve\"") && !d.contains("data-asks=\"hold\""), "{d}");
+        assert!(!body.contains(&format!("approve-{}", g.canary.0)), "{state}: no approve button");
+        assert!(!body.contains("Waiting on: bake ends"), "{state}: a stale blocker is no wait:\n{body}");
+        // The API and the no-JS form refuse, with the reason.
+        let (status, refused) = api_approve(&f.app, &sam, g.rollout).await;
+        assert_eq!(status, StatusCode::CONFLICT, "{state}: {refused}");
+        assert!(
+            refused.contains(&format!("is {state}: a finished, stopped or rolled-back rollout takes no approvals")),
+            "{refused}"
+        );
+        let (status, form) = post(
+            &f.app,
+            &sam,
+            &format!("/rollouts/{}/approve", g.rollout.0),
+            &format!("wave={}", g.canary.0),
+            true,
+        )
+        .await;
+        assert_eq!(status, StatusCode::CONFLICT, "{state}: {form}");
+        assert!(form.contains("takes no approvals"), "{form}");
+    }
+    assert!(f.db.wave_approvals(aborted.canary).await.unwrap().is_empty());
+    // The rollouts list does not claim they wait on anything either.
+    let (_, list) = get(&f.app, &sam, "/rollouts").await;
+    assert!(!list.contains("bake ends"), "{list}");
 }

@@ -8,6 +8,7 @@
 //! before any handler, and a handler only reads the [`Principal`] it left.
 
 mod charts;
+mod decision;
 mod fleet;
 mod pages;
 mod policy_summary;
@@ -18,6 +19,7 @@ mod rollout;
 mod rollouts_list;
 mod scheduler;
 mod tokens;
+mod verdicts;
 
 use axum::Router;
 use axum::handler::Handler;
