@@ -1081,3 +1081,242 @@ async fn finished_rollouts_offer_no_approval_and_the_api_refuses_with_the_reason
     let (_, list) = get(&f.app, &sam, "/rollouts").await;
     assert!(!list.contains("bake ends"), "{list}");
 }
+
+fn look(number: u32, planned: u32) -> orchestrator_detect::Look {
+    orchestrator_detect::Look {
+        number,
+        planned,
+        information_fraction: f64::from(number) / f64::from(planned),
+        cumulative_alpha: 0.001,
+        z_boundary: Some(3.5),
+        nominal_alpha: 0.0002,
+        is_final: number == planned,
+    }
+}
+
+/// The XID gate's evidence at look `number` of 4: 4 canary events over 32
+/// GPU-hours against 10 over 160, ratio 2.0 (interval 0.6 to 6.5).
+fn xid_evidence(number: u32) -> orchestrator_detect::Evidence {
+    use orchestrator_detect::{CohortSummary, Effect, EffectMeasure, Evidence, TestKind};
+    Evidence {
+        gate: "xid".into(),
+        test: TestKind::ConditionalBinomial,
+        statistic: 4.0,
+        p_value: 0.31,
+        effect: Effect {
+            measure: EffectMeasure::RateRatio,
+            estimate: Some(2.0),
+            ci95_lower: Some(0.6),
+            ci95_upper: Some(6.5),
+            decision_lower_bound: Some(0.45),
+            min_effect: 1.5,
+        },
+        canary: CohortSummary {
+            events: Some(4),
+            exposure: Some(32.0),
+            rate: Some(0.125),
+            samples: None,
+            median: None,
+        },
+        control: CohortSummary {
+            events: Some(10),
+            exposure: Some(160.0),
+            rate: Some(0.0625),
+            samples: None,
+            median: None,
+        },
+        look: look(number, 4),
+    }
+}
+
+fn temp_evidence(number: u32) -> orchestrator_detect::Evidence {
+    use orchestrator_detect::{CohortSummary, Effect, EffectMeasure, Evidence, TestKind};
+    Evidence {
+        gate: "temp".into(),
+        test: TestKind::MannWhitney {
+            method: orchestrator_detect::stats::MwuMethod::Exact,
+        },
+        statistic: 12.0,
+        p_value: 0.4,
+        effect: Effect {
+            measure: EffectMeasure::Shift,
+            estimate: Some(1.1),
+            ci95_lower: Some(-0.4),
+            ci95_upper: Some(2.6),
+            decision_lower_bound: Some(-0.9),
+            min_effect: 3.0,
+        },
+        canary: CohortSummary {
+            events: None,
+            exposure: None,
+            rate: None,
+            samples: Some(16),
+            median: Some(71.2),
+        },
+        control: CohortSummary {
+            events: None,
+            exposure: None,
+            rate: None,
+            samples: Some(80),
+            median: Some(70.1),
+        },
+        look: look(number, 4),
+    }
+}
+
+async fn record_look(f: &Fixture, g: &Gated, verdict: &orchestrator_detect::Verdict, number: u32) {
+    f.db.record_health_look(
+        &orchestrator_db::health::NewHealthLook {
+            rollout_id: g.rollout,
+            wave_id: g.canary,
+            gate: verdict.gate().to_owned(),
+            look_number: number,
+            planned_looks: 4,
+            outcome: verdict.outcome(),
+            verdict: serde_json::to_value(verdict).unwrap(),
+        },
+        "detector",
+    )
+    .await
+    .unwrap();
+}
+
+/// The table with `id`, as its HTML.
+fn table<'a>(body: &'a str, id: &str) -> &'a str {
+    let start = body
+        .find(&format!("id=\"{id}\""))
+        .unwrap_or_else(|| panic!("no table {id}:\n{body}"));
+    let rest = &body[start..];
+    &rest[..rest.find("</table>").unwrap()]
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn verdict_tables_show_each_gate_in_its_own_terms_during_the_bake_and_after() {
+    use orchestrator_detect::{InconclusiveReason, Verdict};
+    use orchestrator_types::Outcome;
+    let f = fixture().await;
+    let g = gated(&f, 10).await;
+    bake(&f, &g).await;
+    let token = viewer(&f.db).await;
+    let page = format!("/rollouts/{}", g.rollout.0);
+
+    // Baking, before any look: one table per gate, saying so.
+    let (_, body) = get(&f.app, &token, &page).await;
+    let xid_id = format!("verdict-{}-xid", g.canary.0);
+    let temp_id = format!("verdict-{}-temp", g.canary.0);
+    assert!(table(&body, &xid_id).contains("first look not due yet"), "{body}");
+    assert!(table(&body, &temp_id).contains("first look not due yet"), "{body}");
+
+    // Two looks in: the latest one shows, with its numbers and units.
+    for n in [1, 2] {
+        let verdict = Verdict::Inconclusive {
+            gate: "xid".into(),
+            reason: InconclusiveReason::BakeInProgress,
+            evidence: Some(Box::new(xid_evidence(n))),
+        };
+        record_look(&f, &g, &verdict, n).await;
+    }
+    record_look(
+        &f,
+        &g,
+        &Verdict::Inconclusive {
+            gate: "temp".into(),
+            reason: InconclusiveReason::BakeInProgress,
+            evidence: Some(Box::new(temp_evidence(1))),
+        },
+        1,
+    )
+    .await;
+    let (_, body) = get(&f.app, &token, &page).await;
+    let xid = table(&body, &xid_id);
+    for want in [
+        "inconclusive: no boundary crossed; the bake goes on at look 2 of 4",
+        "2× the control&#x27;s rate",
+        "0.6× to 6.5×",
+        "0.45× (one-sided lower bound at this look&#x27;s level; the gate fails when it is above 1.5×)",
+        "ruled out: ≥6.5×",
+        "50% of the planned information (look 2 of 4)",
+        "4 events over 32 GPU-hours (0.125 per GPU-hour)",
+        "10 events over 160 GPU-hours (0.0625 per GPU-hour)",
+        "min_effect 1.5× the control&#x27;s rate (smaller is ignored); must_detect 3× the control&#x27;s rate",
+        "<th scope=\"row\">Nodes in error</th><td>none</td>",
+    ] {
+        assert!(xid.contains(want), "the XID table should say {want:?}:\n{xid}");
+    }
+    let temp = table(&body, &temp_id);
+    for want in [
+        "+1.1 °C against the control",
+        "-0.4 °C to +2.6 °C",
+        "ruled out: ≥+2.6 °C",
+        "16 GPUs (each its mean over the bake so far), median 71.2 °C",
+        "25% of the planned information (look 1 of 4)",
+        "min_effect 3 °C higher than the control",
+    ] {
+        assert!(temp.contains(want), "the temperature table should say {want:?}:\n{temp}");
+    }
+    assert!(!body.contains("&quot;outcome&quot;"), "no raw verdict JSON on the page");
+
+    // A pass keeps its tables, and names the node whose health was unreadable.
+    for (verdict, n) in [
+        (Verdict::Pass { evidence: xid_evidence(4) }, 4),
+        (Verdict::Pass { evidence: temp_evidence(4) }, 4),
+    ] {
+        record_look(&f, &g, &verdict, n).await;
+    }
+    let nodes = f.db.list_nodes(&Default::default()).await.unwrap();
+    let gpu_015 = nodes.iter().find(|n| n.name == "gpu-015").unwrap().id;
+    let evidence = orchestrator_engine::watch::DetectorEvidence {
+        alpha: 0.05,
+        correction: "bonferroni".into(),
+        spending: "OBrienFleming".into(),
+        bake_seconds: 7200,
+        bake_started_at: f.db.clock().now(),
+        control_nodes: 10,
+        gates: Vec::new(),
+        poll_errors: vec![orchestrator_engine::watch::PollError {
+            node: gpu_015,
+            name: "gpu-015".into(),
+            cohort: orchestrator_db::health::Cohort::Control,
+            error: "BMC <timed> out".into(),
+        }],
+    };
+    orchestrator_db::testing::await_approval(
+        &f.db,
+        g.canary,
+        orchestrator_types::WaveVerdict {
+            outcome: Outcome::Pass,
+            summary: "every gate passed against 10 control nodes".into(),
+            evidence: serde_json::to_value(&evidence).unwrap(),
+        },
+    )
+    .await
+    .unwrap();
+    let (_, body) = get(&f.app, &token, &page).await;
+    let xid = table(&body, &xid_id);
+    assert!(xid.contains("pass: no regression beyond min_effect at look 4 of 4"), "{xid}");
+    assert!(xid.contains("100% of the planned information (look 4 of 4, the final look)"), "{xid}");
+    assert!(
+        xid.contains("<a href=\"/nodes/gpu-015\">gpu-015</a> (control: BMC &lt;timed&gt; out)"),
+        "{xid}"
+    );
+    assert!(body.contains(&format!("href=\"/api/v1/rollouts/{}/evidence\"", g.rollout.0)));
+
+    // The audit log: the look in words with its numbers, decisions first,
+    // no escaped JSON in the listed fields.
+    let (_, audit) = get(&f.app, &token, "/audit?action=health.look").await;
+    assert!(
+        audit.contains(
+            "gate xid look 2 of 4: inconclusive (estimate 2×, ruled out ≥6.5×, 50% of the planned information)"
+        ),
+        "{audit}"
+    );
+    let fields: Vec<&str> = audit.split("<dl class=\"fields\">").skip(1).collect();
+    assert!(!fields.is_empty(), "{audit}");
+    for listed in fields {
+        let listed = &listed[..listed.find("</dl>").unwrap()];
+        assert!(!listed.contains("{&quot;") && !listed.contains("[{"), "a JSON blob in the fields: {listed}");
+    }
+    let (_, all) = get(&f.app, &token, "/audit").await;
+    let decisions = all.find("id=\"decisions\"").expect("decisions first");
+    assert!(decisions < all.find("id=\"audit\"").unwrap(), "decisions come before the full log");
+}

@@ -199,8 +199,8 @@ fn cohort_chart(metric: &str, windows: &Windows, marks: Option<&ChartMarks>) -> 
         .iter()
         .flat_map(|m| m.looks.iter().chain(m.failed_at.iter()))
         .copied();
-    let first = times.clone().fold(first_window, DateTime::min);
-    let last = times.fold(last_window, DateTime::max);
+    let first = times.clone().fold(first_window, std::cmp::min);
+    let last = times.fold(last_window, std::cmp::max);
     let span = (last - first).num_seconds().max(1) as f64;
     let x_of = |at: DateTime<Utc>| (at - first).num_seconds() as f64 / span;
     let mut series: BTreeMap<Cohort, Vec<(f64, f64)>> = BTreeMap::new();
@@ -362,6 +362,53 @@ mod tests {
         // The canary's second point (0.9) is the top of the plot; control stays low.
         assert!(svg.contains("<title>canary</title>") && svg.contains("<title>control</title>"));
         assert!(cohort_charts(&[], &BTreeMap::new()).is_empty());
+    }
+
+    fn level(cohort: Cohort, minute: i64, mean: f64) -> HealthSample {
+        HealthSample {
+            metric: "gpu_temp_c".into(),
+            readings: 10,
+            sum: mean * 10.0,
+            ..sample(cohort, minute, 0, 0.0)
+        }
+    }
+
+    #[test]
+    fn a_gated_chart_has_an_honest_axis_its_threshold_looks_and_failure() {
+        let at = |minute: i64| DateTime::<Utc>::UNIX_EPOCH + chrono::Duration::minutes(minute);
+        let samples: Vec<HealthSample> = (0..6)
+            .flat_map(|i| [level(Cohort::Canary, i * 10, 74.0 + i as f64), level(Cohort::Control, i * 10, 70.0)])
+            .collect();
+        let marks = BTreeMap::from([(
+            "gpu_temp_c".to_owned(),
+            ChartMarks {
+                gate: "temp".into(),
+                min_effect: 3.0,
+                rate: false,
+                lower_is_worse: false,
+                looks: vec![at(15), at(30), at(45)],
+                failed_at: Some(at(45)),
+            },
+        )]);
+        let svg = &cohort_charts(&samples, &marks)[0];
+        // The axis starts near the data, not at 0, so 70 and 74 °C are apart.
+        assert!(!svg.contains(r##"text-anchor="end" fill="#6b7385">0</text>"##), "{svg}");
+        let lowest: f64 = svg
+            .split(r##"text-anchor="end" fill="#6b7385">"##)
+            .nth(1)
+            .and_then(|rest| rest.split('<').next())
+            .and_then(|label| label.parse().ok())
+            .unwrap_or(0.0);
+        assert!(lowest > 60.0 && lowest < 70.0, "lowest label {lowest}:\n{svg}");
+        assert!(svg.contains("threshold (control + 3)"), "{svg}");
+        assert_eq!(svg.matches(r#"class="look""#).count(), 3, "{svg}");
+        assert_eq!(svg.matches(r#"class="failed""#).count(), 1, "{svg}");
+        assert_eq!(svg.matches(r#"class="x-tick""#).count(), 5, "{svg}");
+        // A rate that starts near 0 keeps 0 on the axis.
+        let rates = [sample(Cohort::Canary, 0, 1, 10.0), sample(Cohort::Canary, 10, 9, 10.0)];
+        let plain = &cohort_charts(&rates, &BTreeMap::new())[0];
+        assert!(plain.contains(r##"fill="#6b7385">0.0</text>"##), "{plain}");
+        assert!(!plain.contains("threshold"), "no gate, no threshold");
     }
 
     #[test]

@@ -252,7 +252,7 @@ pub(crate) fn decision_box(inputs: &Inputs<'_>, me: &Principal) -> Value {
         }
     };
     let mut asks = "none";
-    let mut headline;
+    let mut headline: String;
     let mut choices: Vec<Value> = Vec::new();
     let mut approve: Option<Value> = None;
     let mut who_decides: Vec<String> = Vec::new();

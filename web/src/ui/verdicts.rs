@@ -72,7 +72,9 @@ fn num(value: f64, digits: usize) -> String {
 fn effect(measure: EffectMeasure, value: f64, unit: &str) -> String {
     match measure {
         EffectMeasure::RateRatio => format!("{}×", num(value, 2)),
-        EffectMeasure::Shift => format!("{}{} {unit}", if value >= 0.0 { "+" } else { "" }, num(value, 2)),
+        EffectMeasure::Shift => format!("{}{} {unit}", if value >= 0.0 { "+" } else { "" }, num(value, 2))
+            .trim_end()
+            .to_owned(),
     }
 }
 
@@ -252,6 +254,28 @@ fn gate_table(
         id => format!("verdict-{wave_id}-{gate_name}"), gate => gate_name, outcome => outcome.as_str(),
         rows, nodes, failed_at => failed_at.map(|t| t.to_rfc3339()),
     }
+}
+
+/// A recorded look's numbers in one phrase, for the audit log's sentence:
+/// `estimate 1.25×, ruled out ≥2.2×, 50% of the planned information`.
+/// `None` when the look holds no evidence (an error, no data yet).
+pub(crate) fn look_phrase(verdict: &serde_json::Value) -> Option<String> {
+    let verdict: Verdict = serde_json::from_value(verdict.clone()).ok()?;
+    let evidence = verdict.evidence()?;
+    let e = &evidence.effect;
+    let mut parts = Vec::new();
+    if let Some(v) = e.estimate {
+        parts.push(format!("estimate {}", effect(e.measure, v, "")));
+    }
+    parts.push(match e.ci95_upper {
+        Some(upper) => format!("ruled out ≥{}", effect(e.measure, upper, "")),
+        None => "nothing ruled out yet".into(),
+    });
+    parts.push(format!(
+        "{}% of the planned information",
+        num(evidence.look.information_fraction * 100.0, 0)
+    ));
+    Some(parts.join(", "))
 }
 
 /// The latest recorded look of each gate, by (wave, gate).
