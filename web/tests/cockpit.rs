@@ -706,7 +706,7 @@ fn gated_policy() -> String {
             WaveYaml::new("canary", WaveSize::Count(2))
                 .bake("2h")
                 .line("gates: [xid, temp]"),
-            WaveYaml::new("rest", WaveSize::Percent(20))
+            WaveYaml::new("rest", WaveSize::Rest)
                 .bake("4h")
                 .manual(1)
                 .line("gates: [xid]"),
@@ -723,6 +723,10 @@ fn gated_policy() -> String {
 }
 
 async fn gated(f: &Fixture, first: usize) -> Gated {
+    // The box and the tables read thresholds from this text: it must parse.
+    if let Err(err) = orchestrator_policy::parse_policy(&gated_policy()) {
+        panic!("{err:?}\n{}", gated_policy());
+    }
     let nodes = f.db.list_nodes(&Default::default()).await.unwrap();
     let id = |i: usize| {
         let name = format!("gpu-{i:03}");
