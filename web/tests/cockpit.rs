@@ -741,9 +741,8 @@ async fn gated(f: &Fixture, first: usize) -> Gated {
             })
             .collect()
     };
-    let rollout = f
-        .db
-        .start_rollout(
+    let rollout =
+        f.db.start_rollout(
             &NewRollout {
                 release_id: f.candidate,
                 policy_name: "gated".into(),
@@ -789,12 +788,11 @@ async fn gated(f: &Fixture, first: usize) -> Gated {
 /// The canary's two nodes updated and the wave baking, with a stale
 /// "bake ends" blocker as the engine leaves it.
 async fn bake(f: &Fixture, g: &Gated) {
-    let fence = f
-        .db
-        .acquire_lease("executor", "test", Duration::hours(1))
-        .await
-        .unwrap()
-        .unwrap();
+    let fence =
+        f.db.acquire_lease("executor", "test", Duration::hours(1))
+            .await
+            .unwrap()
+            .unwrap();
     let now = f.db.clock().now();
     for step in steps(&f.db, g.rollout).await.iter().filter(|s| s.wave_id == g.canary) {
         f.db.transition_step(
@@ -890,7 +888,10 @@ async fn the_decision_box_asks_for_approval_only_once_the_verdict_is_in() {
     let baking = decision_box(&body);
     assert!(baking.contains("data-asks=\"none\""), "{baking}");
     assert!(baking.contains("Wave canary is baking"), "{baking}");
-    assert!(!body.contains(&format!("approve-{}", g.canary.0)), "no approval during the bake");
+    assert!(
+        !body.contains(&format!("approve-{}", g.canary.0)),
+        "no approval during the bake"
+    );
     let (status, early) = api_approve(&f.app, &sam, g.rollout).await;
     assert_eq!(status, StatusCode::CONFLICT, "{early}");
     assert!(early.contains("the wave is baking"), "{early}");
@@ -926,7 +927,10 @@ async fn the_decision_box_asks_for_approval_only_once_the_verdict_is_in() {
     // The author sees why she cannot approve, and no button.
     let (_, authored) = get(&f.app, &rita, &page).await;
     let authored = decision_box(&authored);
-    assert!(authored.contains("two-person") && !authored.contains("approve-"), "{authored}");
+    assert!(
+        authored.contains("two-person") && !authored.contains("approve-"),
+        "{authored}"
+    );
     // The no-JS confirmation page says what approval starts.
     let (status, confirm) = post(
         &f.app,
@@ -939,7 +943,10 @@ async fn the_decision_box_asks_for_approval_only_once_the_verdict_is_in() {
     assert_eq!(status, StatusCode::OK, "{confirm}");
     assert!(confirm.contains("id=\"what-approval-starts\""), "{confirm}");
     assert!(confirm.contains("Starts wave rest: 40 nodes"), "{confirm}");
-    assert!(confirm.contains("smallest regression it detects with 80% power"), "{confirm}");
+    assert!(
+        confirm.contains("smallest regression it detects with 80% power"),
+        "{confirm}"
+    );
     let (status, given) = api_approve(&f.app, &sam, g.rollout).await;
     assert_eq!(status, StatusCode::OK, "{given}");
     let (_, body) = get(&f.app, &sam, &page).await;
@@ -970,7 +977,10 @@ async fn a_hold_asks_to_promote_anyway_as_its_own_decision() {
         "{hold}"
     );
     assert!(hold.contains("Promote canary anyway"), "{hold}");
-    assert!(hold.contains("id=\"choice-rollback\"") && hold.contains("id=\"choice-abort\""), "{hold}");
+    assert!(
+        hold.contains("id=\"choice-rollback\"") && hold.contains("id=\"choice-abort\""),
+        "{hold}"
+    );
     let (status, body) = api_approve(&f.app, &sam, g.rollout).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     // The approval is kept with the verdict it overrode, so the engine
@@ -1020,9 +1030,15 @@ async fn finished_rollouts_offer_no_approval_and_the_api_refuses_with_the_reason
             .await
             .unwrap();
     }
-    f.db.begin_rollback(None, rolled_back.rollout, json!({ "scope": "rollout" }), "temperatures up", "sam")
-        .await
-        .unwrap();
+    f.db.begin_rollback(
+        None,
+        rolled_back.rollout,
+        json!({ "scope": "rollout" }),
+        "temperatures up",
+        "sam",
+    )
+    .await
+    .unwrap();
     f.db.user_set_rollout_state(
         aborted.rollout,
         &[RolloutState::Running],
@@ -1032,12 +1048,11 @@ async fn finished_rollouts_offer_no_approval_and_the_api_refuses_with_the_reason
     )
     .await
     .unwrap();
-    let fence = f
-        .db
-        .acquire_lease("executor", "test", Duration::hours(1))
-        .await
-        .unwrap()
-        .unwrap();
+    let fence =
+        f.db.acquire_lease("executor", "test", Duration::hours(1))
+            .await
+            .unwrap()
+            .unwrap();
     f.db.engine_set_rollout_state(
         &fence,
         completed.rollout,
@@ -1059,14 +1074,25 @@ async fn finished_rollouts_offer_no_approval_and_the_api_refuses_with_the_reason
         assert_eq!(status, StatusCode::OK, "{body}");
         let d = decision_box(&body);
         assert!(d.contains(says), "{state}: {d}");
-        assert!(!d.contains("data-asks=\"approve\"") && !d.contains("data-asks=\"hold\""), "{d}");
-        assert!(!body.contains(&format!("approve-{}", g.canary.0)), "{state}: no approve button");
-        assert!(!body.contains("Waiting on: bake ends"), "{state}: a stale blocker is no wait:\n{body}");
+        assert!(
+            !d.contains("data-asks=\"approve\"") && !d.contains("data-asks=\"hold\""),
+            "{d}"
+        );
+        assert!(
+            !body.contains(&format!("approve-{}", g.canary.0)),
+            "{state}: no approve button"
+        );
+        assert!(
+            !body.contains("Waiting on: bake ends"),
+            "{state}: a stale blocker is no wait:\n{body}"
+        );
         // The API and the no-JS form refuse, with the reason.
         let (status, refused) = api_approve(&f.app, &sam, g.rollout).await;
         assert_eq!(status, StatusCode::CONFLICT, "{state}: {refused}");
         assert!(
-            refused.contains(&format!("is {state}: a finished, stopped or rolled-back rollout takes no approvals")),
+            refused.contains(&format!(
+                "is {state}: a finished, stopped or rolled-back rollout takes no approvals"
+            )),
             "{refused}"
         );
         let (status, form) = post(
@@ -1256,14 +1282,27 @@ async fn verdict_tables_show_each_gate_in_its_own_terms_during_the_bake_and_afte
         "25% of the planned information (look 1 of 4)",
         "min_effect 3 °C higher than the control",
     ] {
-        assert!(temp.contains(want), "the temperature table should say {want:?}:\n{temp}");
+        assert!(
+            temp.contains(want),
+            "the temperature table should say {want:?}:\n{temp}"
+        );
     }
     assert!(!body.contains("&quot;outcome&quot;"), "no raw verdict JSON on the page");
 
     // A pass keeps its tables, and names the node whose health was unreadable.
     for (verdict, n) in [
-        (Verdict::Pass { evidence: xid_evidence(4) }, 4),
-        (Verdict::Pass { evidence: temp_evidence(4) }, 4),
+        (
+            Verdict::Pass {
+                evidence: xid_evidence(4),
+            },
+            4,
+        ),
+        (
+            Verdict::Pass {
+                evidence: temp_evidence(4),
+            },
+            4,
+        ),
     ] {
         record_look(&f, &g, &verdict, n).await;
     }
@@ -1297,8 +1336,14 @@ async fn verdict_tables_show_each_gate_in_its_own_terms_during_the_bake_and_afte
     .unwrap();
     let (_, body) = get(&f.app, &token, &page).await;
     let xid = table(&body, &xid_id);
-    assert!(xid.contains("pass: no regression beyond min_effect at look 4 of 4"), "{xid}");
-    assert!(xid.contains("100% of the planned information (look 4 of 4, the final look)"), "{xid}");
+    assert!(
+        xid.contains("pass: no regression beyond min_effect at look 4 of 4"),
+        "{xid}"
+    );
+    assert!(
+        xid.contains("100% of the planned information (look 4 of 4, the final look)"),
+        "{xid}"
+    );
     assert!(
         xid.contains("<a href=\"/nodes/gpu-015\">gpu-015</a> (control: BMC &lt;timed&gt; out)"),
         "{xid}"
@@ -1318,9 +1363,15 @@ async fn verdict_tables_show_each_gate_in_its_own_terms_during_the_bake_and_afte
     assert!(!fields.is_empty(), "{audit}");
     for listed in fields {
         let listed = &listed[..listed.find("</dl>").unwrap()];
-        assert!(!listed.contains("{&quot;") && !listed.contains("[{"), "a JSON blob in the fields: {listed}");
+        assert!(
+            !listed.contains("{&quot;") && !listed.contains("[{"),
+            "a JSON blob in the fields: {listed}"
+        );
     }
     let (_, all) = get(&f.app, &token, "/audit").await;
     let decisions = all.find("id=\"decisions\"").expect("decisions first");
-    assert!(decisions < all.find("id=\"audit\"").unwrap(), "decisions come before the full log");
+    assert!(
+        decisions < all.find("id=\"audit\"").unwrap(),
+        "decisions come before the full log"
+    );
 }

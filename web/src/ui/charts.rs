@@ -172,7 +172,11 @@ fn y_range(values: impl Iterator<Item = f64>) -> (f64, f64) {
     if lo >= 0.0 && lo <= hi * 0.25 {
         return (0.0, hi * 1.15);
     }
-    let pad = if spread > 0.0 { spread * 0.15 } else { hi.abs().max(1.0) * 0.05 };
+    let pad = if spread > 0.0 {
+        spread * 0.15
+    } else {
+        hi.abs().max(1.0) * 0.05
+    };
     (lo - pad, hi + pad)
 }
 
@@ -377,7 +381,12 @@ mod tests {
     fn a_gated_chart_has_an_honest_axis_its_threshold_looks_and_failure() {
         let at = |minute: i64| DateTime::<Utc>::UNIX_EPOCH + chrono::Duration::minutes(minute);
         let samples: Vec<HealthSample> = (0..6)
-            .flat_map(|i| [level(Cohort::Canary, i * 10, 74.0 + i as f64), level(Cohort::Control, i * 10, 70.0)])
+            .flat_map(|i| {
+                [
+                    level(Cohort::Canary, i * 10, 74.0 + i as f64),
+                    level(Cohort::Control, i * 10, 70.0),
+                ]
+            })
             .collect();
         let marks = BTreeMap::from([(
             "gpu_temp_c".to_owned(),

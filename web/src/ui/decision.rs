@@ -65,11 +65,15 @@ fn next_wave<'a>(waves: &'a [WaveTally<'a>], wave: &ExecWave) -> Option<&'a Wave
 /// The wave a person looks at: the rollback wave while rolling back, else
 /// the first update wave not promoted.
 fn current<'a>(waves: &'a [WaveTally<'a>]) -> Option<&'a WaveTally<'a>> {
-    waves.iter().rev().find(|w| w.wave.kind == WaveKind::Rollback).or_else(|| {
-        waves
-            .iter()
-            .find(|w| w.wave.kind == WaveKind::Update && w.wave.state != WaveState::Promoted)
-    })
+    waves
+        .iter()
+        .rev()
+        .find(|w| w.wave.kind == WaveKind::Rollback)
+        .or_else(|| {
+            waves
+                .iter()
+                .find(|w| w.wave.kind == WaveKind::Update && w.wave.state != WaveState::Promoted)
+        })
 }
 
 /// Approvals the wave needs (a hold needs one even where the policy asks none).
@@ -139,9 +143,9 @@ pub(crate) fn approval_effects(inputs: &Inputs<'_>, wave: &ExecWave) -> Vec<Stri
                 next.gates.join(", ")
             }
         )),
-        Some(_) if next.gates.is_empty() => out.push(
-            "No health gate watches it (no control cohort is left): only the failure budget stops it.".into(),
-        ),
+        Some(_) if next.gates.is_empty() => {
+            out.push("No health gate watches it (no control cohort is left): only the failure budget stops it.".into())
+        }
         Some(policy) => {
             let shape = WaveShape {
                 name: next.name.clone(),
@@ -164,7 +168,10 @@ pub(crate) fn approval_effects(inputs: &Inputs<'_>, wave: &ExecWave) -> Vec<Stri
                         next.control_nodes.len()
                     ),
                     (GateStatus::Ok, None) => "no regression is detectable with 80% power".into(),
-                    _ => power.note.clone().unwrap_or_else(|| "its power cannot be computed".into()),
+                    _ => power
+                        .note
+                        .clone()
+                        .unwrap_or_else(|| "its power cannot be computed".into()),
                 };
                 out.push(format!(
                     "Gate {name}: fails when proven worse than {}; must catch {}; {detects}.",

@@ -115,7 +115,10 @@ fn sentence(entry: &AuditEntry, node: Option<&str>) -> String {
         }
         "health.look" => match LookAuditDetails::from_audit(d) {
             Some(look) => {
-                let text = format!("gate {} look {} of {}: {}", look.gate, look.look, look.planned, look.outcome);
+                let text = format!(
+                    "gate {} look {} of {}: {}",
+                    look.gate, look.look, look.planned, look.outcome
+                );
                 match super::verdicts::look_phrase(&look.verdict) {
                     Some(numbers) => format!("{text} ({numbers})"),
                     None => text,

@@ -189,7 +189,11 @@ async fn live_context(
     let rollback_impossible = rollout.rollback_impossible();
     // The share of the fleet is read only when an approval is asked for.
     let asks_approval = active && waves.iter().any(|w| w.state == WaveState::AwaitingApproval);
-    let fleet_nodes = if asks_approval { db.node_counts().await?.total } else { 0 };
+    let fleet_nodes = if asks_approval {
+        db.node_counts().await?.total
+    } else {
+        0
+    };
     let waiting: Vec<String> = blockers
         .iter()
         .cloned()
@@ -591,7 +595,11 @@ pub(crate) async fn action(
         };
         let question = match (&action, &wave) {
             (Action::Approve, Some(w)) => {
-                let what = if w.verdict.as_ref().is_some_and(|v| v.outcome != orchestrator_types::Outcome::Pass) {
+                let what = if w
+                    .verdict
+                    .as_ref()
+                    .is_some_and(|v| v.outcome != orchestrator_types::Outcome::Pass)
+                {
                     format!("Promote wave {} of rollout {id} anyway", w.name)
                 } else {
                     format!("Approve wave {} of rollout {id}", w.name)

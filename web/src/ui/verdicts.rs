@@ -249,7 +249,10 @@ fn gate_table(
             }
         })
         .collect();
-    let rows: Vec<Value> = rows.into_iter().map(|(k, v)| context! { key => k, value => v }).collect();
+    let rows: Vec<Value> = rows
+        .into_iter()
+        .map(|(k, v)| context! { key => k, value => v })
+        .collect();
     context! {
         id => format!("verdict-{wave_id}-{gate_name}"), gate => gate_name, outcome => outcome.as_str(),
         rows, nodes, failed_at => failed_at.map(|t| t.to_rfc3339()),
