@@ -998,6 +998,7 @@ async fn a_hold_asks_to_promote_anyway_as_its_own_decision() {
         unfinished_steps: 0,
         failure_budget: orchestrator_policy::FailureBudget::Count(2),
         bake_ends_at: f.db.clock().now(),
+        max_bake_ends_at: f.db.clock().now(),
         verdict: wave.verdict.clone(),
         approvals_required: wave.approvals_required,
         approvals,

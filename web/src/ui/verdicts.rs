@@ -13,7 +13,7 @@ use minijinja::{Value, context};
 use orchestrator_db::health::{Cohort, HealthLook};
 use orchestrator_detect::{CohortSummary, EffectMeasure, Evidence, InconclusiveReason, TestKind, Verdict};
 use orchestrator_policy::{GateKind, GateSource, HealthGate, Policy};
-use orchestrator_types::{Outcome, WaveVerdict};
+use orchestrator_types::{FleetGateLook, Outcome, WaveVerdict};
 
 use super::charts::ChartMarks;
 use super::policy_summary;
@@ -176,6 +176,57 @@ fn evidence_rows(evidence: &Evidence, gate: Option<&HealthGate>, rows: &mut Vec<
     rows.push(("Control".into(), cohort_line(&evidence.control, gate, unit)));
 }
 
+/// The rows of a gate judged by the fleet-scale method (anytime-valid
+/// bounds over the whole fleet), in that method's terms.
+fn fleet_rows(look: &FleetGateLook, gate: Option<&HealthGate>, at: &str, rows: &mut Vec<(String, String)>) {
+    let unit = gate.map_or("", policy_summary::unit);
+    let measure = if look.kind == "rate" {
+        EffectMeasure::RateRatio
+    } else {
+        EffectMeasure::Shift
+    };
+    let show = |v: Option<f64>| v.map_or_else(|| "unbounded".to_owned(), |v| effect(measure, v, unit));
+    let said = match look.outcome {
+        Outcome::Pass => "pass: the upper bound is below must_detect".to_owned(),
+        Outcome::Fail => "fail: the lower bound is above min_effect".to_owned(),
+        Outcome::Error => format!("error: {}", look.error.as_deref().unwrap_or("not evaluated")),
+        other => format!("{other}: neither bound decides yet"),
+    };
+    rows.push(("Verdict".into(), format!("{said} {at}")));
+    rows.push((
+        "Method".into(),
+        "fleet-scale anytime-valid comparison (stratified, pooled across waves)".into(),
+    ));
+    rows.push(("Estimate".into(), show(look.estimate)));
+    rows.push((
+        "Anytime-valid bounds".into(),
+        format!("{} to {}", show(look.lower), show(look.upper)),
+    ));
+    rows.push(("Ruled out".into(), format!("ruled out: {}", look.ruled_out)));
+    rows.push((
+        "Information gathered".into(),
+        format!(
+            "{}% of the longest bake (look {} of at most {})",
+            num(look.information_fraction * 100.0, 0),
+            look.look,
+            look.max_looks
+        ),
+    ));
+    let unit_text = look.exposure_unit.replace('_', "-").replace("gpu", "GPU");
+    let cohort = |c: &orchestrator_types::FleetCohort| match (c.events, c.exposure) {
+        (Some(events), Some(exposure)) => {
+            format!(
+                "{} nodes: {events} events over {} {unit_text}",
+                c.nodes,
+                num(exposure, 1)
+            )
+        }
+        _ => format!("{} nodes", c.nodes),
+    };
+    rows.push(("Updated".into(), cohort(&look.updated)));
+    rows.push(("Control".into(), cohort(&look.control)));
+}
+
 /// One gate's table: its latest look (or why there is none yet).
 fn gate_table(
     wave_id: i64,
@@ -214,15 +265,23 @@ fn gate_table(
                         evidence_rows(evidence, gate, &mut rows);
                     }
                 }
-                Err(_) => {
-                    let why = look
-                        .look
-                        .verdict
-                        .get("error")
-                        .and_then(serde_json::Value::as_str)
-                        .unwrap_or("no evidence recorded");
-                    rows.push(("Verdict".into(), format!("{}: {why} {at}", look.look.outcome)));
-                }
+                Err(_) => match serde_json::from_value::<FleetGateLook>(look.look.verdict.clone()) {
+                    Ok(fleet) => {
+                        if fleet.outcome == Outcome::Fail {
+                            failed_at = Some(look.evaluated_at);
+                        }
+                        fleet_rows(&fleet, gate, &at, &mut rows);
+                    }
+                    Err(_) => {
+                        let why = look
+                            .look
+                            .verdict
+                            .get("error")
+                            .and_then(serde_json::Value::as_str)
+                            .unwrap_or("no evidence recorded");
+                        rows.push(("Verdict".into(), format!("{}: {why} {at}", look.look.outcome)));
+                    }
+                },
             }
         }
     }
