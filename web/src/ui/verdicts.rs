@@ -419,6 +419,54 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_fleet_scale_look_reads_in_its_own_terms() {
+        let fleet = FleetGateLook {
+            gate: "xid".into(),
+            kind: "rate".into(),
+            look: 3,
+            max_looks: 12,
+            outcome: Outcome::Fail,
+            estimate: Some(3.1),
+            lower: Some(1.8),
+            upper: None,
+            null: 1.5,
+            must_detect: 3.0,
+            alpha: 0.01,
+            beta: 0.05,
+            ruled_out: "≤1.8×".into(),
+            information_fraction: 0.25,
+            expected_baseline_events: Some(12.0),
+            updated: orchestrator_types::FleetCohort {
+                nodes: 16,
+                events: Some(40),
+                exposure: Some(384.0),
+            },
+            control: orchestrator_types::FleetCohort {
+                nodes: 16,
+                events: Some(12),
+                exposure: Some(384.0),
+            },
+            exposure_unit: "gpu_hours".into(),
+            dispersion: Some(1.0),
+            failed_from_hour: None,
+            error: None,
+        };
+        let mut rows = Vec::new();
+        fleet_rows(&fleet, None, "at look 3 of 12", &mut rows);
+        let text: Vec<String> = rows.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+        for want in [
+            "Verdict: fail: the lower bound is above min_effect at look 3 of 12",
+            "Estimate: 3.1×",
+            "Anytime-valid bounds: 1.8× to unbounded",
+            "Ruled out: ruled out: ≤1.8×",
+            "Information gathered: 25% of the longest bake (look 3 of at most 12)",
+            "Updated: 16 nodes: 40 events over 384 GPU-hours",
+        ] {
+            assert!(text.iter().any(|t| t == want), "{want:?} in {text:?}");
+        }
+    }
+
+    #[test]
     fn numbers_read_short() {
         assert_eq!(num(2.0, 2), "2");
         assert_eq!(num(1.256, 2), "1.26");
