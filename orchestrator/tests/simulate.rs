@@ -446,10 +446,46 @@ fn the_demo_tells_its_story_and_stops_on_interrupt() {
         .map(std::path::PathBuf::from)
         .expect("the database path is printed");
     assert!(database.is_file(), "{}", database.display());
+    let example = lines
+        .iter()
+        .map(|l| l.trim())
+        .find(|l| l.ends_with(&format!("--database-url sqlite://{} rollout show 1", database.display())))
+        .unwrap_or_else(|| panic!("a read-only CLI example against the database:\n{story}"));
+    // The example runs as printed (the binary's own path first) and reads the
+    // demo's rollout in words.
+    let words: Vec<&str> = example.split_whitespace().collect();
+    let shown = Command::new(words[0])
+        .args(&words[1..])
+        .env_remove("WAVEGUARD_CONFIG")
+        .output()
+        .unwrap();
+    assert!(shown.status.success(), "{}", String::from_utf8_lossy(&shown.stderr));
+    let shown_text = String::from_utf8_lossy(&shown.stdout);
     assert!(
-        story.contains(&format!("--database-url sqlite://{} rollout list", database.display())),
-        "{story}"
+        shown_text.contains("rollout 1: bmc@24.04.2") && shown_text.contains("APPROVALS"),
+        "{shown_text}"
     );
+    // A command that writes would record the real time among the demo's
+    // accelerated times: refused, saying why; nothing is changed.
+    let db_url = format!("sqlite://{}", database.display());
+    for write in [
+        &["rollout", "pause", "1", "--reason", "look"][..],
+        &["release", "transition", "1", "--to", "deprecated"][..],
+    ] {
+        let refused = Command::new(BIN)
+            .args(["--database-url", &db_url])
+            .args(write)
+            .env_remove("WAVEGUARD_CONFIG")
+            .env("USER", "carol")
+            .output()
+            .unwrap();
+        assert_eq!(refused.status.code(), Some(2), "{write:?}: {}", String::from_utf8_lossy(&refused.stderr));
+        assert!(
+            String::from_utf8_lossy(&refused.stderr).contains("this database belongs to a running demo on an accelerated clock (1200x"),
+            "{write:?}: {}",
+            String::from_utf8_lossy(&refused.stderr)
+        );
+    }
 
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -33,6 +33,8 @@ use crate::auth::{self, Principal};
 use crate::html::{error_page, render, render_string};
 use crate::url::urlencode;
 
+pub use rollout::describe_blocker;
+
 const APP_JS: &str = include_str!("../../static/app.js");
 const APP_CSS: &str = include_str!("../../static/app.css");
 
