@@ -650,4 +650,35 @@ async fn a_rollout_starts_from_the_release_page_form() {
     assert_eq!(rollouts[0].seed, 7);
     assert_eq!(rollouts[0].created_by, "api");
     assert_eq!(rollouts[0].policy_commit, "c".repeat(40));
+    // Without JavaScript the message arrives on the new rollout's page, and
+    // counts nodes as nodes (a GPU node's steps are its components).
+    let message = percent_encoding::percent_decode_str(location.split_once("?msg=").unwrap().1)
+        .decode_utf8()
+        .unwrap()
+        .into_owned();
+    let steps = t
+        .db
+        .steps(&orchestrator_db::execution::StepFilter {
+            rollout_id: Some(rollouts[0].id),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let nodes: std::collections::BTreeSet<_> = steps.iter().map(|s| s.node_id).collect();
+    assert!(nodes.len() < steps.len(), "several components per node");
+    assert!(
+        message.contains(&format!(
+            "{} node(s), {} component update(s)",
+            nodes.len(),
+            steps.len()
+        )),
+        "{message}"
+    );
+    let (status, page) = call(&app, Method::GET, &location, None).await;
+    assert_eq!(status, StatusCode::OK);
+    let page = page.as_str().unwrap().to_owned();
+    assert!(
+        page.contains(&format!("Rollout {} planned:", rollouts[0].id)),
+        "the message is shown on the rollout's page"
+    );
 }
