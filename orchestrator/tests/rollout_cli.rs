@@ -253,7 +253,11 @@ async fn steer(t: &TestDb) {
         .output()
         .unwrap();
     expect_exit(&no_user, 2, "approval with no OS user and no --as");
-    assert!(!text(&no_user.stderr).contains("cli:unknown"), "{}", text(&no_user.stderr));
+    assert!(
+        !text(&no_user.stderr).contains("cli:unknown"),
+        "{}",
+        text(&no_user.stderr)
+    );
     assert!(t.db.wave_approvals(canary).await.unwrap().is_empty());
     let show = waveguard(d, url, &["rollout", "show", "1"]);
     expect_exit(&show, 0, "show awaiting approval");

@@ -656,9 +656,8 @@ async fn a_rollout_starts_from_the_release_page_form() {
         .decode_utf8()
         .unwrap()
         .into_owned();
-    let steps = t
-        .db
-        .steps(&orchestrator_db::execution::StepFilter {
+    let steps =
+        t.db.steps(&orchestrator_db::execution::StepFilter {
             rollout_id: Some(rollouts[0].id),
             ..Default::default()
         })
@@ -667,11 +666,7 @@ async fn a_rollout_starts_from_the_release_page_form() {
     let nodes: std::collections::BTreeSet<_> = steps.iter().map(|s| s.node_id).collect();
     assert!(nodes.len() < steps.len(), "several components per node");
     assert!(
-        message.contains(&format!(
-            "{} node(s), {} component update(s)",
-            nodes.len(),
-            steps.len()
-        )),
+        message.contains(&format!("{} node(s), {} component update(s)", nodes.len(), steps.len())),
         "{message}"
     );
     let (status, page) = call(&app, Method::GET, &location, None).await;

@@ -116,7 +116,9 @@ async fn approvals_are_taken_only_after_the_verdict_and_remember_it() {
         let extra = t.db.approve_wave(wave, "carol", None).await.unwrap_err();
         assert!(matches!(extra, DbError::Conflict { .. }), "{extra}");
         assert!(
-            extra.to_string().contains("already has the 1 approval(s) it needs (bob)"),
+            extra
+                .to_string()
+                .contains("already has the 1 approval(s) it needs (bob)"),
             "{extra}"
         );
         assert_eq!(t.db.wave_approvals(wave).await.unwrap().len(), 1);
@@ -128,9 +130,15 @@ async fn a_database_on_an_accelerated_clock_says_so() {
     for t in TestDb::all_backends().await {
         assert_eq!(t.db.accelerated_clock_mark().await.unwrap(), None);
         // Other entries on other subjects are not the mark.
-        t.db.record_audit("x", "database.accelerated_clock", "rollout", "clock", json!({ "speedup": 5 }))
-            .await
-            .unwrap();
+        t.db.record_audit(
+            "x",
+            "database.accelerated_clock",
+            "rollout",
+            "clock",
+            json!({ "speedup": 5 }),
+        )
+        .await
+        .unwrap();
         assert_eq!(t.db.accelerated_clock_mark().await.unwrap(), None);
         t.db.mark_accelerated_clock("waveguard-demo", 1200.0).await.unwrap();
         let mark = t.db.accelerated_clock_mark().await.unwrap().expect("marked");

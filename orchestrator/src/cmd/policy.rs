@@ -115,7 +115,10 @@ impl PolicyCommand {
     /// a read writes, so a new command is refused on a demo's database until
     /// someone says it only reads).
     pub fn writes(&self) -> bool {
-        !matches!(self, Self::Lint { .. } | Self::Power(_) | Self::Show { .. } | Self::List { .. })
+        !matches!(
+            self,
+            Self::Lint { .. } | Self::Power(_) | Self::Show { .. } | Self::List { .. }
+        )
     }
 }
 

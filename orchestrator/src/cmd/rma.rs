@@ -127,7 +127,15 @@ impl RmaCommand {
     /// a read writes, so a new command is refused on a demo's database until
     /// someone says it only reads).
     pub fn writes(&self) -> bool {
-        !matches!(self, Self::List { .. } | Self::Show { .. } | Self::Parts { .. } | Self::Clusters { .. } | Self::Evidence { record: false, .. } | Self::Criteria(CriteriaCommand::Lint { .. }))
+        !matches!(
+            self,
+            Self::List { .. }
+                | Self::Show { .. }
+                | Self::Parts { .. }
+                | Self::Clusters { .. }
+                | Self::Evidence { record: false, .. }
+                | Self::Criteria(CriteriaCommand::Lint { .. })
+        )
     }
 }
 

@@ -513,7 +513,11 @@ fn approvals_in_words(wave: &ExecWave, approvals: &[Approval]) -> String {
         return "-".into();
     }
     let counted = counted_approvals(approvals, wave.verdict.as_ref());
-    let names = counted.iter().map(|a| a.approver.as_str()).collect::<Vec<_>>().join(", ");
+    let names = counted
+        .iter()
+        .map(|a| a.approver.as_str())
+        .collect::<Vec<_>>()
+        .join(", ");
     match wave.state {
         WaveState::AwaitingApproval => {
             let need = approvals_needed(wave.approvals_required);
