@@ -465,7 +465,12 @@ async fn show(db: &Db, id: RolloutId, as_json: bool) -> anyhow::Result<()> {
                 (at + chrono::Duration::seconds(wave.bake_seconds)).format("%Y-%m-%d %H:%M UTC")
             );
         }
-        for blocker in &wave.blockers {
+        // A closed wave waits on nothing, whatever its last blockers were.
+        let open = !matches!(
+            wave.state,
+            WaveState::Promoted | WaveState::Halted | WaveState::RolledBack
+        );
+        for blocker in wave.blockers.iter().filter(|_| open && !finished(&rollout)) {
             println!("      waiting on: {}", web::describe_blocker(blocker));
         }
     }
@@ -498,6 +503,15 @@ async fn approver_may_approve(db: &Db, approver: &str) -> anyhow::Result<()> {
         .into());
     }
     Ok(())
+}
+
+/// A rollout that has ended waits on nothing ("waiting on: bake ends" on a
+/// rolled-back rollout would be a stale blocker, not news).
+fn finished(rollout: &ExecRollout) -> bool {
+    matches!(
+        rollout.state,
+        RolloutState::Completed | RolloutState::RolledBack | RolloutState::Aborted
+    )
 }
 
 /// A state name as words (`awaiting_approval` -> `awaiting approval`).
@@ -561,7 +575,7 @@ fn print_rollout(rollout: &ExecRollout, release: &Release) {
     } else if rollout.rollback_assessment.is_some() {
         println!("  rollback: possible");
     }
-    for blocker in &rollout.blockers {
+    for blocker in rollout.blockers.iter().filter(|_| !finished(rollout)) {
         println!("  waiting on: {}", web::describe_blocker(blocker));
     }
 }
