@@ -143,10 +143,11 @@ pub async fn run(command: RolloutCommand, context: &Context) -> anyhow::Result<E
                         "{:<6} {:<8} {:<14} {:<20} {:<20} {}",
                         r.id,
                         r.release_id,
-                        r.state,
+                        // `as_str`: the state's Display does not pad.
+                        r.state.as_str(),
                         r.policy_name,
                         r.created_by,
-                        r.created_at.format("%Y-%m-%d %H:%M:%SZ")
+                        r.created_at.format("%Y-%m-%d %H:%M UTC")
                     );
                 }
             }
@@ -451,7 +452,7 @@ async fn show(db: &Db, id: RolloutId, as_json: bool) -> anyhow::Result<()> {
             n(StepState::Failed),
             in_flight,
             n(StepState::Pending),
-            approvals_in_words(wave, approvals)
+            approvals_in_words(wave, approvals, finished(&rollout))
         );
         if let Some(verdict) = &wave.verdict {
             println!("      verdict: {}: {}", verdict.outcome, verdict.summary);
@@ -522,8 +523,10 @@ fn in_words(state: &str) -> String {
 /// A wave's approvals as a person reads them, counted by the engine's own
 /// rule ([`counted_approvals`]), so the CLI never says more than the engine
 /// sees and never "2 of 1".
-fn approvals_in_words(wave: &ExecWave, approvals: &[Approval]) -> String {
-    if wave.kind != WaveKind::Update {
+fn approvals_in_words(wave: &ExecWave, approvals: &[Approval], rollout_finished: bool) -> String {
+    // A finished rollout asks nobody for anything; its promoted waves still
+    // say who approved them.
+    if wave.kind != WaveKind::Update || (rollout_finished && wave.state != WaveState::Promoted) {
         return "-".into();
     }
     let counted = counted_approvals(approvals, wave.verdict.as_ref());
