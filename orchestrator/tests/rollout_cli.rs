@@ -332,6 +332,8 @@ async fn steer(t: &TestDb) {
         out.contains("state:   rolling back") && out.contains("reason:  XIDs"),
         "{out}"
     );
+    // Rolling back, the rollout asks nobody to approve anything.
+    assert!(!out.contains(" of 1") && !out.contains("needed after"), "{out}");
 
     let rollout = t.db.exec_rollout(orchestrator_types::RolloutId(1)).await.unwrap();
     assert_eq!(rollout.state.as_str(), "rolling_back");

@@ -452,7 +452,7 @@ async fn show(db: &Db, id: RolloutId, as_json: bool) -> anyhow::Result<()> {
             n(StepState::Failed),
             in_flight,
             n(StepState::Pending),
-            approvals_in_words(wave, approvals, finished(&rollout))
+            approvals_in_words(wave, approvals, asks_approvals(&rollout))
         );
         if let Some(verdict) = &wave.verdict {
             println!("      verdict: {}: {}", verdict.outcome, verdict.summary);
@@ -515,6 +515,15 @@ fn finished(rollout: &ExecRollout) -> bool {
     )
 }
 
+/// Whether the rollout can still move forward, so its waves may ask for
+/// approvals.
+fn asks_approvals(rollout: &ExecRollout) -> bool {
+    matches!(
+        rollout.state,
+        RolloutState::Running | RolloutState::Paused | RolloutState::Halted
+    )
+}
+
 /// A state name as words (`awaiting_approval` -> `awaiting approval`).
 fn in_words(state: &str) -> String {
     state.replace('_', " ")
@@ -523,10 +532,10 @@ fn in_words(state: &str) -> String {
 /// A wave's approvals as a person reads them, counted by the engine's own
 /// rule ([`counted_approvals`]), so the CLI never says more than the engine
 /// sees and never "2 of 1".
-fn approvals_in_words(wave: &ExecWave, approvals: &[Approval], rollout_finished: bool) -> String {
-    // A finished rollout asks nobody for anything; its promoted waves still
-    // say who approved them.
-    if wave.kind != WaveKind::Update || (rollout_finished && wave.state != WaveState::Promoted) {
+fn approvals_in_words(wave: &ExecWave, approvals: &[Approval], rollout_asks: bool) -> String {
+    // A finished or rolling-back rollout asks nobody for anything; its
+    // promoted waves still say who approved them.
+    if wave.kind != WaveKind::Update || (!rollout_asks && wave.state != WaveState::Promoted) {
         return "-".into();
     }
     let counted = counted_approvals(approvals, wave.verdict.as_ref());
