@@ -22,7 +22,7 @@ use orchestrator_db::rma::RmaCase;
 use orchestrator_db::rma_views::VendorQuota;
 use orchestrator_rma::{CaseState, Velocity};
 
-use super::{UiError, base, confirm_page, done, render, wants_json};
+use super::{UiError, confirm_page, done, wants_json};
 use crate::AppState;
 use crate::api::rma::{Offer, Step, actor_of, next_steps, state_words};
 use crate::api::rma_evidence::{EvidenceManifest, archive_name, kind_name};
