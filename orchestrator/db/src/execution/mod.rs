@@ -33,7 +33,10 @@ pub use rollback::NodeVersion;
 pub use rollout::ExecRollout;
 use sea_orm::{ActiveValue, Set};
 use serde::Serialize;
-pub use step::{ExecStep, PlacedStep, StepChange, StepCounts, StepFilter, StepTarget};
+pub use step::{
+    ExecStep, MAX_STEP_PAGE_ROWS, NamedStep, PlacedStep, StepChange, StepCounts, StepFilter, StepPageQuery,
+    StepRevision, StepTarget,
+};
 pub use wave::{ExecWave, WaveChange};
 
 use crate::DbError;
