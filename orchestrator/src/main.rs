@@ -15,6 +15,10 @@ use orchestrator_types::SystemClock;
 
 use crate::config::{Config, FileConfig, LogFormat, Overrides};
 
+/// The `--help` heading of the options every command takes, so a command's
+/// own options are not lost among them.
+const GLOBAL_OPTIONS: &str = "Global options";
+
 /// Firmware staged-rollout orchestrator for AI-accelerator fleets.
 ///
 /// Settings come from (lowest to highest precedence) built-in defaults, the
@@ -24,7 +28,13 @@ use crate::config::{Config, FileConfig, LogFormat, Overrides};
 struct Cli {
     /// TOML configuration file (database_url, listen, log_format, log_level,
     /// [credentials.NAME], [policy]).
-    #[arg(long, global = true, env = "WAVEGUARD_CONFIG", value_name = "FILE")]
+    #[arg(
+        long,
+        global = true,
+        env = "WAVEGUARD_CONFIG",
+        value_name = "FILE",
+        help_heading = GLOBAL_OPTIONS
+    )]
     config: Option<PathBuf>,
 
     /// Database URL: sqlite://PATH (default sqlite://waveguard.db, created
@@ -34,16 +44,23 @@ struct Cli {
         global = true,
         env = "WAVEGUARD_DATABASE_URL",
         value_name = "URL",
-        hide_env_values = true
+        hide_env_values = true,
+        help_heading = GLOBAL_OPTIONS
     )]
     database_url: Option<String>,
 
     /// Log format.
-    #[arg(long, global = true, env = "WAVEGUARD_LOG_FORMAT", value_enum)]
+    #[arg(long, global = true, env = "WAVEGUARD_LOG_FORMAT", value_enum, help_heading = GLOBAL_OPTIONS)]
     log_format: Option<LogFormat>,
 
     /// Log filter, e.g. `info` or `info,orchestrator_engine=debug`.
-    #[arg(long, global = true, env = "WAVEGUARD_LOG", value_name = "FILTER")]
+    #[arg(
+        long,
+        global = true,
+        env = "WAVEGUARD_LOG",
+        value_name = "FILTER",
+        help_heading = GLOBAL_OPTIONS
+    )]
     log_level: Option<String>,
 
     #[command(subcommand)]
@@ -91,19 +108,43 @@ enum Command {
     BmcSim(bmc_sim::cli::Args),
 }
 
+impl Command {
+    /// Whether the command writes to the database `--database-url` names.
+    /// `simulate`, `demo` and `bench` make databases of their own.
+    fn writes(&self) -> bool {
+        match self {
+            Command::Serve(_) | Command::Migrate => true,
+            Command::Fleet(command) => command.writes(),
+            Command::Release(command) => command.writes(),
+            Command::Policy(command) => command.writes(),
+            Command::User(command) => command.writes(),
+            Command::Rollout(command) => command.writes(),
+            Command::Rma(command) => command.writes(),
+            Command::Simulate(_) | Command::Demo(_) | Command::Bench(_) | Command::DemoScheduler(_) => false,
+        }
+    }
+}
+
 /// What every command can use.
 #[derive(Debug)]
 pub struct Context {
     /// Settings in force.
     pub config: Config,
+    /// The command writes to the database (see [`Command::writes`]).
+    pub writes: bool,
 }
 
 impl Context {
-    /// Opens the configured database and applies pending migrations.
+    /// Opens the configured database and applies pending migrations; for a
+    /// command that writes, refuses a database on an accelerated clock.
     pub async fn db(&self) -> anyhow::Result<Db> {
-        Db::connect_and_migrate(&self.config.database_url, Arc::new(SystemClock))
+        let db = Db::connect_and_migrate(&self.config.database_url, Arc::new(SystemClock))
             .await
-            .context("cannot open the database")
+            .context("cannot open the database")?;
+        if self.writes {
+            refuse_accelerated_clock(&db).await?;
+        }
+        Ok(db)
     }
 
     /// Who a CLI write acts as, in the audit log: `local-admin:<OS user>`.
@@ -117,6 +158,29 @@ impl Context {
     /// authenticate (the database credentials are the authentication).
     pub fn local_admin(&self) -> Result<String, cmd::BadInput> {
         local_admin_from(|key| std::env::var(key).ok(), uid_name)
+    }
+}
+
+/// Refuses to write to a database whose timestamps run on an accelerated
+/// clock (a running `waveguard demo` marks its database so): this process
+/// runs on the real clock, so what it wrote would be dated hours before what
+/// the demo writes next, and bakes, windows and approvals would disagree.
+/// Carrying the demo's clock instead would need its idle skips too, which
+/// only the demo process knows.
+pub async fn refuse_accelerated_clock(db: &Db) -> anyhow::Result<()> {
+    let mark = db
+        .accelerated_clock_mark()
+        .await
+        .context("cannot read the database's clock mark")?;
+    match mark {
+        None => Ok(()),
+        Some(mark) => Err(cmd::BadInput(format!(
+            "this database belongs to a running demo on an accelerated clock ({}x, marked by {}): a command \
+             that writes here would record the real time among the demo's times, so it is refused; \
+             read-only commands (list, show) work, and the demo's web UI takes every action",
+            mark.speedup, mark.by
+        ))
+        .into()),
     }
 }
 
@@ -214,7 +278,10 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let context = Context { config };
+    let context = Context {
+        config,
+        writes: cli.command.writes(),
+    };
     let outcome = runtime.block_on(async move {
         match cli.command {
             Command::Serve(args) => cmd::serve::run(args, context).await,

@@ -219,3 +219,45 @@ fn serve_refuses_a_prometheus_token_variable_that_is_not_set() {
         text(&out.stderr)
     );
 }
+
+/// The lines under `heading` in a `--help` text, up to the next heading.
+fn help_section<'a>(help: &'a str, heading: &str) -> Vec<&'a str> {
+    help.lines()
+        .skip_while(|line| line.trim_end() != format!("{heading}:"))
+        .skip(1)
+        .take_while(|line| line.starts_with(' ') || line.is_empty())
+        .collect()
+}
+
+#[test]
+fn help_shows_a_commands_own_options_apart_from_the_global_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let help = waveguard(dir.path(), &["rollout", "approve", "--help"]);
+    assert!(help.status.success(), "{}", text(&help.stderr));
+    let help = text(&help.stdout);
+    let own = help_section(&help, "Options").join("\n");
+    let global = help_section(&help, "Global options").join("\n");
+    for option in ["--wave", "--as", "--comment"] {
+        assert!(own.contains(option), "{option} under Options:\n{help}");
+        assert!(!global.contains(option), "{option} not under Global options:\n{help}");
+    }
+    for option in ["--database-url", "--config", "--log-format", "--log-level"] {
+        assert!(global.contains(option), "{option} under Global options:\n{help}");
+        assert!(!own.contains(option), "{option} not under Options:\n{help}");
+    }
+    // Every command, not only this one: the globals never mix with a command's own.
+    for args in [
+        &["serve", "--help"][..],
+        &["fleet", "import", "--help"][..],
+        &["demo", "--help"][..],
+        &["rollout", "show", "--help"][..],
+    ] {
+        let out = text(&waveguard(dir.path(), args).stdout);
+        let global = help_section(&out, "Global options").join("\n");
+        assert!(global.contains("--database-url"), "{args:?}:\n{out}");
+        assert!(
+            !help_section(&out, "Options").join("\n").contains("--database-url"),
+            "{args:?}:\n{out}"
+        );
+    }
+}

@@ -11,7 +11,7 @@ use orchestrator_db::testing::TestDb;
 use orchestrator_db::testing::fixtures::{
     GPU_TO as TO, PolicyYaml, add_qualified_release, gpu_nodes, put_policy_in_force, release,
 };
-use orchestrator_types::SystemClock;
+use orchestrator_types::{Role, SystemClock};
 use process_harness::cli::{BIN, expect_exit, text, waveguard_as_carol as waveguard};
 use serde_json::Value;
 
@@ -20,10 +20,23 @@ fn policy() -> String {
     PolicyYaml::two_waves("cli-gpu").render()
 }
 
-/// Six GPU nodes over three racks and a qualified release `TO`.
+/// Six GPU nodes over three racks, a qualified release `TO`, and the users
+/// an approval may name: release managers carol (the local admin who starts
+/// the rollouts), bob and dave, viewer vic, and erin, a release manager since
+/// disabled.
 async fn seed(db: &Db) {
     gpu_nodes(6).racks(3).seed(db).await.unwrap();
     add_qualified_release(db, &release(TO), "alice").await.unwrap();
+    for (name, role) in [
+        ("carol", Role::ReleaseManager),
+        ("bob", Role::ReleaseManager),
+        ("dave", Role::ReleaseManager),
+        ("vic", Role::Viewer),
+        ("erin", Role::ReleaseManager),
+    ] {
+        db.add_user(name, name, role, None, "alice").await.unwrap();
+    }
+    db.update_user("erin", None, None, Some(true), "alice").await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -216,6 +229,43 @@ async fn steer(t: &TestDb) {
     )
     .await
     .unwrap();
+    // Only a user who could approve in the web UI counts: a made-up name, a
+    // viewer and a disabled user are refused, and nothing is recorded.
+    for (name, why) in [
+        ("mallory", "no such user"),
+        ("vic", "a viewer cannot approve"),
+        ("erin", "the user is disabled"),
+    ] {
+        let refused = waveguard(d, url, &["rollout", "approve", "1", "--wave", "0", "--as", name]);
+        expect_exit(&refused, 2, name);
+        assert!(text(&refused.stderr).contains(why), "{name}: {}", text(&refused.stderr));
+    }
+    assert!(t.db.wave_approvals(canary).await.unwrap().is_empty());
+    // With USER and LOGNAME unset the CLI names the local admin by the
+    // process's uid or refuses; either way the approval is bob's alone and
+    // no CLI actor is ever counted.
+    let no_user = Command::new(BIN)
+        .args(["--database-url", url, "rollout", "approve", "1", "--wave", "0"])
+        .current_dir(d)
+        .env_remove("WAVEGUARD_CONFIG")
+        .env_remove("USER")
+        .env_remove("LOGNAME")
+        .output()
+        .unwrap();
+    expect_exit(&no_user, 2, "approval with no OS user and no --as");
+    assert!(
+        !text(&no_user.stderr).contains("cli:unknown"),
+        "{}",
+        text(&no_user.stderr)
+    );
+    assert!(t.db.wave_approvals(canary).await.unwrap().is_empty());
+    let show = waveguard(d, url, &["rollout", "show", "1"]);
+    expect_exit(&show, 0, "show awaiting approval");
+    let out = text(&show.stdout);
+    assert!(
+        out.contains("awaiting approval") && out.contains("0 of 1") && out.contains("verdict: pass: healthy"),
+        "{out}"
+    );
     let bob = waveguard(d, url, &["rollout", "approve", "1", "--wave", "0", "--as", "bob"]);
     expect_exit(&bob, 0, "bob approves");
     assert!(
@@ -239,6 +289,21 @@ async fn steer(t: &TestDb) {
         2,
         "no such wave",
     );
+    // The wave has the one approval it needs: a second would be counted for
+    // nothing, so it is refused and "2 of 1" cannot be printed.
+    let dave = waveguard(d, url, &["rollout", "approve", "1", "--wave", "0", "--as", "dave"]);
+    expect_exit(&dave, 2, "dave approves a wave that has its approval");
+    assert!(
+        text(&dave.stderr).contains("already has the 1 approval(s) it needs (bob)"),
+        "{}",
+        text(&dave.stderr)
+    );
+    let show = waveguard(d, url, &["rollout", "show", "1"]);
+    expect_exit(&show, 0, "show approved");
+    let out = text(&show.stdout);
+    assert!(out.contains("1 of 1 (bob)") && !out.contains("2 of 1"), "{out}");
+    // In words: no raw JSON anywhere in the text output.
+    assert!(!out.contains('{') && !out.contains('"'), "{out}");
 
     expect_exit(
         &waveguard(d, url, &["rollout", "pause", "1", "--reason", "vendor call"]),
@@ -264,9 +329,11 @@ async fn steer(t: &TestDb) {
     expect_exit(&show, 0, "show text");
     let out = text(&show.stdout);
     assert!(
-        out.contains("state:   rolling_back") && out.contains("reason:  XIDs"),
+        out.contains("state:   rolling back") && out.contains("reason:  XIDs"),
         "{out}"
     );
+    // Rolling back, the rollout asks nobody to approve anything.
+    assert!(!out.contains(" of 1") && !out.contains("needed after"), "{out}");
 
     let rollout = t.db.exec_rollout(orchestrator_types::RolloutId(1)).await.unwrap();
     assert_eq!(rollout.state.as_str(), "rolling_back");

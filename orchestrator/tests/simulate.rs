@@ -404,6 +404,16 @@ fn the_demo_tells_its_story_and_stops_on_interrupt() {
     let mut lines = Vec::new();
     let mut url = None;
     let mut password = None;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    // A session opened as the story starts, to use again when it ends.
+    let mut early_session: Option<(String, Instant)> = None;
     while !lines.iter().any(|l: &String| l.starts_with("The story is over")) {
         let left = deadline.saturating_duration_since(Instant::now());
         let Ok(line) = rx.recv_timeout(left) else {
@@ -415,6 +425,12 @@ fn the_demo_tells_its_story_and_stops_on_interrupt() {
         }
         if let Some(rest) = line.trim().strip_prefix("log in as \"demo\" with password \"") {
             password = Some(rest.trim_end_matches('"').to_owned());
+        }
+        if let (None, Some(url), Some(password)) = (&early_session, &url, &password) {
+            let cookie = runtime
+                .block_on(demo_login(&http, url, password))
+                .expect("the printed password logs in");
+            early_session = Some((cookie, Instant::now()));
         }
         lines.push(line);
     }
@@ -446,63 +462,84 @@ fn the_demo_tells_its_story_and_stops_on_interrupt() {
         .map(std::path::PathBuf::from)
         .expect("the database path is printed");
     assert!(database.is_file(), "{}", database.display());
-    assert!(
-        story.contains(&format!("--database-url sqlite://{} rollout list", database.display())),
-        "{story}"
-    );
-
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
+    let example = lines
+        .iter()
+        .map(|l| l.trim())
+        .find(|l| {
+            l.ends_with(&format!(
+                "--database-url sqlite://{} rollout show 1",
+                database.display()
+            ))
+        })
+        .unwrap_or_else(|| panic!("a read-only CLI example against the database:\n{story}"));
+    // The example runs as printed (the binary's own path first) and reads the
+    // demo's rollout in words.
+    let words: Vec<&str> = example.split_whitespace().collect();
+    let shown = Command::new(words[0])
+        .args(&words[1..])
+        .env_remove("WAVEGUARD_CONFIG")
+        .output()
         .unwrap();
-    runtime.block_on(async {
-        let http = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
+    assert!(shown.status.success(), "{}", String::from_utf8_lossy(&shown.stderr));
+    let shown_text = String::from_utf8_lossy(&shown.stdout);
+    assert!(
+        shown_text.contains("rollout 1: bmc@24.04.2") && shown_text.contains("APPROVALS"),
+        "{shown_text}"
+    );
+    // A command that writes would record the real time among the demo's
+    // accelerated times: refused, saying why; nothing is changed.
+    let db_url = format!("sqlite://{}", database.display());
+    for write in [
+        &["rollout", "pause", "1", "--reason", "look"][..],
+        &["release", "transition", "1", "--to", "deprecated"][..],
+    ] {
+        let refused = Command::new(BIN)
+            .args(["--database-url", &db_url])
+            .args(write)
+            .env_remove("WAVEGUARD_CONFIG")
+            .env("USER", "carol")
+            .output()
             .unwrap();
+        assert_eq!(
+            refused.status.code(),
+            Some(2),
+            "{write:?}: {}",
+            String::from_utf8_lossy(&refused.stderr)
+        );
+        assert!(
+            String::from_utf8_lossy(&refused.stderr)
+                .contains("this database belongs to a running demo on an accelerated clock (1200x"),
+            "{write:?}: {}",
+            String::from_utf8_lossy(&refused.stderr)
+        );
+    }
+
+    runtime.block_on(async {
         let health = http.get(format!("{url}/healthz")).send().await.expect("healthz");
         assert!(health.status().is_success());
-        // The login form is CSRF-protected by double submit: the token in a
-        // cookie set with the form, and the same token in the form.
-        let page = http.get(format!("{url}/login")).send().await.expect("login page");
-        let csrf = page
-            .headers()
-            .get_all("set-cookie")
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .find_map(|v| v.strip_prefix("wg_login_csrf="))
-            .and_then(|v| v.split(';').next())
-            .expect("the login page sets its CSRF cookie")
-            .to_owned();
-        let login_as = |password: &str| {
-            http.post(format!("{url}/login"))
-                .header("cookie", format!("wg_login_csrf={csrf}"))
-                .header("content-type", "application/x-www-form-urlencoded")
-                .body(
-                    url::form_urlencoded::Serializer::new(String::new())
-                        .append_pair("username", "demo")
-                        .append_pair("password", password)
-                        .append_pair("csrf", &csrf)
-                        .finish(),
-                )
-                .send()
-        };
-        let login = login_as(&password).await.expect("login");
-        let session_cookie = |r: &reqwest::Response| {
-            r.headers()
-                .get_all("set-cookie")
-                .iter()
-                .filter_map(|v| v.to_str().ok())
-                .any(|v| !v.starts_with("wg_login_csrf="))
-        };
         assert!(
-            login.status().is_redirection() && session_cookie(&login),
-            "login with the printed password: {} {:?}",
-            login.status(),
-            login.headers()
+            demo_login(&http, &url, "not-the-password").await.is_none(),
+            "a wrong password opens no session"
         );
-        let wrong = login_as("not-the-password").await.expect("login");
-        assert!(!session_cookie(&wrong), "{}", wrong.status());
+        // Sessions run on real time: 12 simulated hours pass in 36 real
+        // seconds at 1,200x, and the session opened at the start still works.
+        let (cookie, opened) = early_session.expect("logged in as the story started");
+        let twelve_hours_at_1200x = Duration::from_secs(40);
+        if let Some(wait) = twelve_hours_at_1200x.checked_sub(opened.elapsed()) {
+            tokio::time::sleep(wait).await;
+        }
+        let page = http
+            .get(format!("{url}/rollouts"))
+            .header("cookie", &cookie)
+            .send()
+            .await
+            .expect("rollouts page");
+        assert_eq!(
+            page.status(),
+            reqwest::StatusCode::OK,
+            "still logged in: {:?}",
+            page.headers()
+        );
     });
 
     let status = Command::new("kill")
@@ -563,4 +600,43 @@ fn under_a_low_open_file_limit_the_bound_queues_bmcs_and_no_node_fails() {
     assert_eq!(report["updates"]["succeeded"], nodes, "{report:#}");
     assert_eq!(report["updates"]["failed"], 0, "{report:#}");
     assert_eq!(report["updates"]["bricked"], 0, "{report:#}");
+}
+
+/// Logs in to the demo as `demo` through its form (CSRF by double submit:
+/// the token in a cookie set with the form and the same token in the form);
+/// the session cookie (`name=value`), or `None` when the login is refused.
+async fn demo_login(http: &reqwest::Client, url: &str, password: &str) -> Option<String> {
+    let page = http.get(format!("{url}/login")).send().await.expect("login page");
+    let csrf = page
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find_map(|v| v.strip_prefix("wg_login_csrf="))
+        .and_then(|v| v.split(';').next())
+        .expect("the login page sets its CSRF cookie")
+        .to_owned();
+    let login = http
+        .post(format!("{url}/login"))
+        .header("cookie", format!("wg_login_csrf={csrf}"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(
+            url::form_urlencoded::Serializer::new(String::new())
+                .append_pair("username", "demo")
+                .append_pair("password", password)
+                .append_pair("csrf", &csrf)
+                .finish(),
+        )
+        .send()
+        .await
+        .expect("login");
+    let cookie = login
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find(|v| !v.starts_with("wg_login_csrf="))
+        .and_then(|v| v.split(';').next())
+        .map(str::to_owned);
+    cookie.filter(|_| login.status().is_redirection())
 }

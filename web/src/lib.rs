@@ -38,6 +38,7 @@ pub use api::alerts::{AlertReceiverConfig, AlertReceiverConfigError};
 pub use duties::Duties;
 pub use error::ApiError;
 pub use metrics::Metrics;
+pub use ui::describe_blocker;
 
 /// Largest request body accepted by any route; a node import of 100,000
 /// rows fits. Per-route limits below it are set in `api::router`.

@@ -629,7 +629,11 @@ async fn a_rollout_starts_from_the_release_page_form() {
         .await
         .unwrap();
     assert_eq!(response.status(), StatusCode::BAD_REQUEST);
-    let response = app.clone().oneshot(form("policy=nope&seed=", true)).await.unwrap();
+    let response = app
+        .clone()
+        .oneshot(form("policy=nope&seed=&confirmed=yes", true))
+        .await
+        .unwrap();
     assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY);
     let bytes = response.into_body().collect().await.unwrap().to_bytes();
     assert!(String::from_utf8_lossy(&bytes).contains("no policy named \\\"nope\\\" is in force"));
@@ -638,7 +642,27 @@ async fn a_rollout_starts_from_the_release_page_form() {
         "nothing started on bad input"
     );
 
+    // Without JavaScript the first post asks, naming the release and the
+    // policy, and starts nothing; the confirmed post starts.
     let response = app.clone().oneshot(form("policy=api-gpu&seed=7", false)).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    let asked = String::from_utf8_lossy(&bytes).into_owned();
+    assert!(
+        asked.contains("Plan and start a rollout of gpu 96.00.61.00.01 under policy api-gpu?")
+            && asked.contains("name=\"confirmed\" value=\"yes\"")
+            && asked.contains("name=\"seed\" value=\"7\""),
+        "{asked}"
+    );
+    assert!(
+        t.db.exec_rollouts().await.unwrap().is_empty(),
+        "nothing started before the confirmation"
+    );
+    let response = app
+        .clone()
+        .oneshot(form("policy=api-gpu&seed=7&confirmed=yes", false))
+        .await
+        .unwrap();
     assert_eq!(response.status(), StatusCode::SEE_OTHER);
     let rollouts = t.db.exec_rollouts().await.unwrap();
     assert_eq!(rollouts.len(), 1);
@@ -650,4 +674,34 @@ async fn a_rollout_starts_from_the_release_page_form() {
     assert_eq!(rollouts[0].seed, 7);
     assert_eq!(rollouts[0].created_by, "api");
     assert_eq!(rollouts[0].policy_commit, "c".repeat(40));
+    // Without JavaScript the message arrives on the new rollout's page, and
+    // counts nodes as nodes (a GPU node's steps are its components).
+    let message = percent_encoding::percent_decode_str(location.split_once("?msg=").unwrap().1)
+        .decode_utf8()
+        .unwrap()
+        .into_owned();
+    let steps =
+        t.db.steps(&orchestrator_db::execution::StepFilter {
+            rollout_id: Some(rollouts[0].id),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let nodes: std::collections::BTreeSet<_> = steps.iter().map(|s| s.node_id).collect();
+    let components: usize = message
+        .split(", ")
+        .find_map(|part| part.strip_suffix(" component update(s)."))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("a component count: {message}"));
+    assert!(
+        message.contains(&format!(", {} node(s), ", nodes.len())) && components > nodes.len(),
+        "nodes counted as nodes, their GPUs as components: {message}"
+    );
+    let (status, page) = call(&app, Method::GET, &location, None).await;
+    assert_eq!(status, StatusCode::OK);
+    let page = page.as_str().unwrap().to_owned();
+    assert!(
+        page.contains(&format!("Rollout {} planned:", rollouts[0].id)),
+        "the message is shown on the rollout's page"
+    );
 }

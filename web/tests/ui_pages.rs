@@ -242,14 +242,33 @@ async fn actions_confirm_then_act_and_the_two_person_rule_shows() {
         );
     }
 
-    // A release transition from its page.
-    let (status, location, _) = post(&f.app, &sam, "/releases/1/transition", "to=blocked", false).await;
+    // A release transition from its page: without JavaScript the first post
+    // asks and changes nothing.
+    let (status, _, asked) = post(
+        &f.app,
+        &sam,
+        "/releases/1/transition",
+        "to=blocked&reason=xid+storm",
+        false,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(asked.contains("Move gpu ") && asked.contains(" to blocked?"), "{asked}");
+    assert!(asked.contains("name=\"reason\" value=\"xid storm\""), "{asked}");
+    let (status, location, _) = post(
+        &f.app,
+        &sam,
+        "/releases/1/transition",
+        "to=blocked&confirmed=yes",
+        false,
+    )
+    .await;
     assert_eq!(status, StatusCode::CONFLICT, "blocking needs a reason ({location:?})");
     let (status, location, _) = post(
         &f.app,
         &sam,
         "/releases/1/transition",
-        "to=blocked&reason=xid+storm",
+        "to=blocked&reason=xid+storm&confirmed=yes",
         false,
     )
     .await;

@@ -19,6 +19,27 @@ pub struct AuditFilter {
     pub before_id: Option<i64>,
 }
 
+/// The audit entry marking a database whose timestamps come from an
+/// accelerated clock. Its subject is indexed (`idx_audit_log_subject`), so
+/// asking for it costs one index lookup however long the log; and the log
+/// is append-only, so the mark outlives whoever wrote it, like the times.
+const ACCELERATED_CLOCK_ACTION: &str = "database.accelerated_clock";
+const CLOCK_SUBJECT_TYPE: &str = "database";
+const CLOCK_SUBJECT_ID: &str = "clock";
+
+/// Who put a database on an accelerated clock, and how fast it runs: a
+/// process on the real clock that wrote there would record times that
+/// disagree with every other timestamp in it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AcceleratedClockMark {
+    /// Who runs it (e.g. `waveguard-demo`).
+    pub by: String,
+    /// Simulated seconds per real second.
+    pub speedup: f64,
+    /// When the mark was written, on the accelerated clock.
+    pub at: DateTime<Utc>,
+}
+
 /// Most entries one read returns.
 const MAX_AUDIT_PAGE: u64 = 1000;
 
@@ -87,6 +108,38 @@ impl Db {
                 details: row.details,
             })
             .collect())
+    }
+
+    /// Marks this database as running on an accelerated clock (see
+    /// [`AcceleratedClockMark`]); `waveguard demo` does, and the CLI refuses
+    /// to write where it finds the mark.
+    pub async fn mark_accelerated_clock(&self, by: &str, speedup: f64) -> Result<(), DbError> {
+        self.record_audit(
+            by,
+            ACCELERATED_CLOCK_ACTION,
+            CLOCK_SUBJECT_TYPE,
+            CLOCK_SUBJECT_ID,
+            serde_json::json!({ "speedup": speedup }),
+        )
+        .await
+    }
+
+    /// The newest accelerated-clock mark, if this database has one.
+    pub async fn accelerated_clock_mark(&self) -> Result<Option<AcceleratedClockMark>, DbError> {
+        let entries = self
+            .audit_entries(&AuditFilter {
+                action: Some(ACCELERATED_CLOCK_ACTION.into()),
+                subject_type: Some(CLOCK_SUBJECT_TYPE.into()),
+                subject_id: Some(CLOCK_SUBJECT_ID.into()),
+                limit: Some(1),
+                ..Default::default()
+            })
+            .await?;
+        Ok(entries.into_iter().next().map(|entry| AcceleratedClockMark {
+            speedup: entry.details["speedup"].as_f64().unwrap_or(f64::NAN),
+            by: entry.actor,
+            at: entry.at,
+        }))
     }
 
     /// Records an event that is not a database change of its own (a CLI

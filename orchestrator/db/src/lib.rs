@@ -29,6 +29,6 @@ pub mod testing;
 pub mod throttle;
 mod users;
 
-pub use audit::AuditFilter;
+pub use audit::{AcceleratedClockMark, AuditFilter};
 pub use connect::{Backend, ConnectTuning, DEFAULT_PG_IDLE_IN_TRANSACTION, Db};
 pub use error::DbError;

@@ -111,6 +111,38 @@ async fn approvals_are_taken_only_after_the_verdict_and_remember_it() {
             .unwrap();
         assert_eq!(audit.len(), 1);
         assert_eq!(audit[0].details["verdict"], "inconclusive");
+        // The one approval the wave needs is in: another would be counted for
+        // nothing ("2 of 1"), so it is refused and nothing is kept.
+        let extra = t.db.approve_wave(wave, "carol", None).await.unwrap_err();
+        assert!(matches!(extra, DbError::Conflict { .. }), "{extra}");
+        assert!(
+            extra
+                .to_string()
+                .contains("already has the 1 approval(s) it needs (bob)"),
+            "{extra}"
+        );
+        assert_eq!(t.db.wave_approvals(wave).await.unwrap().len(), 1);
+    }
+}
+
+#[tokio::test]
+async fn a_database_on_an_accelerated_clock_says_so() {
+    for t in TestDb::all_backends().await {
+        assert_eq!(t.db.accelerated_clock_mark().await.unwrap(), None);
+        // Other entries on other subjects are not the mark.
+        t.db.record_audit(
+            "x",
+            "database.accelerated_clock",
+            "rollout",
+            "clock",
+            json!({ "speedup": 5 }),
+        )
+        .await
+        .unwrap();
+        assert_eq!(t.db.accelerated_clock_mark().await.unwrap(), None);
+        t.db.mark_accelerated_clock("waveguard-demo", 1200.0).await.unwrap();
+        let mark = t.db.accelerated_clock_mark().await.unwrap().expect("marked");
+        assert_eq!((mark.by.as_str(), mark.speedup), ("waveguard-demo", 1200.0));
     }
 }
 

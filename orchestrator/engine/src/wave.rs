@@ -19,7 +19,7 @@
 //!   not a pass is its own recorded decision, "promote anyway".
 
 use chrono::{DateTime, Utc};
-use orchestrator_db::execution::Approval;
+use orchestrator_db::execution::{Approval, approvals_needed, counted_approvals};
 use orchestrator_policy::FailureBudget;
 use orchestrator_types::{Blocker, Outcome, QualificationState, WaveState, WaveVerdict};
 
@@ -126,16 +126,6 @@ pub enum WaveAction {
     Nothing,
 }
 
-/// The approvals that count: given while the wave awaited one, under the
-/// verdict it has now.
-pub fn counted_approvals<'a>(approvals: &'a [Approval], verdict: Option<&WaveVerdict>) -> Vec<&'a Approval> {
-    let outcome = verdict.map(|v| v.outcome);
-    approvals
-        .iter()
-        .filter(|a| a.wave_state == Some(WaveState::AwaitingApproval) && a.verdict_outcome == outcome)
-        .collect()
-}
-
 /// The next move of an update wave.
 pub fn decide(facts: &WaveFacts) -> WaveAction {
     match facts.state {
@@ -237,7 +227,7 @@ fn decide_baked(facts: &WaveFacts) -> WaveAction {
 
 fn decide_approval(facts: &WaveFacts) -> WaveAction {
     let counted = counted_approvals(&facts.approvals, facts.verdict.as_ref());
-    let need = u32::try_from(facts.approvals_required.max(1)).unwrap_or(1);
+    let need = approvals_needed(facts.approvals_required);
     let have = u32::try_from(counted.len()).unwrap_or(u32::MAX);
     let pass = facts.verdict.as_ref().is_some_and(|v| v.outcome == Outcome::Pass);
     if have >= need {

@@ -80,6 +80,11 @@ pub async fn run(args: DemoArgs, _context: &Context) -> anyhow::Result<ExitCode>
     let db_url = format!("sqlite://{}", db_path.display());
     let world = SimWorld::start(scenario, args.speedup, Some(&db_url)).await?;
     let db = world.db.clone();
+    // Before the path is printed: the CLI refuses to write here (its real
+    // clock would disagree with this one) and says why.
+    db.mark_accelerated_clock(DEMO_AUTHOR, args.speedup)
+        .await
+        .context("marking the demo database's clock")?;
 
     let policy_source = load_policies(&db).await;
     let password = random_password();
@@ -119,9 +124,11 @@ pub async fn run(args: DemoArgs, _context: &Context) -> anyhow::Result<ExitCode>
     println!("  policies: {policy_source}");
     println!("  database: {} (removed when the demo stops)", db_path.display());
     println!("  read it with the CLI while the demo runs, e.g.:");
-    println!("    waveguard --database-url {db_url} rollout list");
+    // The binary's own path, so the line works as printed under `cargo run` too.
+    let program = std::env::current_exe().map_or_else(|_| "waveguard".into(), |p| p.display().to_string());
+    println!("    {program} --database-url {db_url} rollout show 1");
     println!(
-        "    (read-only commands only: the demo's clock runs {}x, so a command that writes would record the wrong time)",
+        "    (read-only commands only: the demo's clock runs {}x, so the CLI refuses commands that write here; act in the web UI)",
         args.speedup
     );
     println!();

@@ -60,6 +60,15 @@ pub enum FleetCommand {
     },
 }
 
+impl FleetCommand {
+    /// Whether the command writes to the database (a command not listed as
+    /// a read writes, so a new command is refused on a demo's database until
+    /// someone says it only reads).
+    pub fn writes(&self) -> bool {
+        !matches!(self, Self::List { .. })
+    }
+}
+
 /// Runs a fleet command.
 pub async fn run(command: FleetCommand, context: &Context) -> anyhow::Result<ExitCode> {
     match command {

@@ -112,6 +112,18 @@ pub enum PolicyCommand {
     },
 }
 
+impl PolicyCommand {
+    /// Whether the command writes to the database (a command not listed as
+    /// a read writes, so a new command is refused on a demo's database until
+    /// someone says it only reads).
+    pub fn writes(&self) -> bool {
+        !matches!(
+            self,
+            Self::Lint { .. } | Self::Power(_) | Self::Show { .. } | Self::List { .. }
+        )
+    }
+}
+
 /// Options of `policy power`.
 #[derive(Debug, clap::Args)]
 pub struct PowerArgs {

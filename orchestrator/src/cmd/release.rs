@@ -65,6 +65,15 @@ pub enum ReleaseCommand {
     },
 }
 
+impl ReleaseCommand {
+    /// Whether the command writes to the database (a command not listed as
+    /// a read writes, so a new command is refused on a demo's database until
+    /// someone says it only reads).
+    pub fn writes(&self) -> bool {
+        !matches!(self, Self::List { .. } | Self::Show { .. })
+    }
+}
+
 /// Options of `release add`.
 #[derive(Debug, clap::Args)]
 pub struct AddArgs {

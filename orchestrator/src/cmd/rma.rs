@@ -122,6 +122,23 @@ pub enum RmaCommand {
     },
 }
 
+impl RmaCommand {
+    /// Whether the command writes to the database (a command not listed as
+    /// a read writes, so a new command is refused on a demo's database until
+    /// someone says it only reads).
+    pub fn writes(&self) -> bool {
+        !matches!(
+            self,
+            Self::List { .. }
+                | Self::Show { .. }
+                | Self::Parts { .. }
+                | Self::Clusters { .. }
+                | Self::Evidence { record: false, .. }
+                | Self::Criteria(CriteriaCommand::Lint { .. })
+        )
+    }
+}
+
 /// `rma criteria` commands.
 #[derive(Debug, clap::Subcommand)]
 pub enum CriteriaCommand {

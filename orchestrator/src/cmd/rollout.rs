@@ -8,10 +8,12 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use orchestrator_db::Db;
-use orchestrator_db::execution::{ExecRollout, ExecWave, RolloutState, WaveKind};
+use orchestrator_db::execution::{
+    Approval, ExecRollout, ExecWave, RolloutState, StepState, WaveKind, WaveState, approvals_needed, counted_approvals,
+};
 use orchestrator_db::model::Release;
 use orchestrator_engine::{EngineError, StartChecks, StartRollout, start_rollout_checked};
-use orchestrator_types::{ComponentKind, FirmwareVersion, ReleaseId, RolloutId};
+use orchestrator_types::{ComponentKind, FirmwareVersion, ReleaseId, Role, RolloutId};
 use serde_json::json;
 
 use super::BadInput;
@@ -43,9 +45,10 @@ pub enum RolloutCommand {
         /// Wave name or position (as `show` lists it).
         #[arg(long, value_name = "NAME|N")]
         wave: String,
-        /// The person whose approval this is (required: the local admin
-        /// running the CLI is never counted as an approver; the entry is
-        /// audited as made by local-admin:<OS user> for this user).
+        /// The person whose approval this is: a release manager or admin
+        /// of this database (required: the local admin running the CLI is
+        /// never counted as an approver; the entry is audited as made by
+        /// local-admin:<OS user> for this user).
         #[arg(long = "as", value_name = "USER")]
         as_user: Option<String>,
         /// A comment recorded with the approval.
@@ -66,6 +69,15 @@ pub enum RolloutCommand {
         #[arg(long)]
         reason: String,
     },
+}
+
+impl RolloutCommand {
+    /// Whether the command writes to the database (a command not listed as
+    /// a read writes, so a new command is refused on a demo's database until
+    /// someone says it only reads).
+    pub fn writes(&self) -> bool {
+        !matches!(self, Self::List { .. } | Self::Show { .. })
+    }
 }
 
 /// Options of `rollout start`.
@@ -131,10 +143,11 @@ pub async fn run(command: RolloutCommand, context: &Context) -> anyhow::Result<E
                         "{:<6} {:<8} {:<14} {:<20} {:<20} {}",
                         r.id,
                         r.release_id,
-                        r.state,
+                        // `as_str`: the state's Display does not pad.
+                        r.state.as_str(),
                         r.policy_name,
                         r.created_by,
-                        r.created_at.format("%Y-%m-%d %H:%M:%SZ")
+                        r.created_at.format("%Y-%m-%d %H:%M UTC")
                     );
                 }
             }
@@ -170,6 +183,7 @@ pub async fn run(command: RolloutCommand, context: &Context) -> anyhow::Result<E
                 .into());
             }
             let db = context.db().await?;
+            approver_may_approve(&db, &approver).await?;
             let found = find_wave(&db, RolloutId(id), &wave).await?;
             if found.kind != WaveKind::Update {
                 return Err(BadInput(format!(
@@ -194,11 +208,13 @@ pub async fn run(command: RolloutCommand, context: &Context) -> anyhow::Result<E
                 }),
             )
             .await?;
+            // The wave awaited approval (the datastore refuses otherwise), so
+            // this is the engine's count against the engine's need.
             println!(
                 "rollout {id} wave {}: approved by {approver} ({} of {} approvals)",
                 found.name,
-                given.len(),
-                found.approvals_required.max(0)
+                counted_approvals(&given, found.verdict.as_ref()).len(),
+                approvals_needed(found.approvals_required)
             );
             Ok(ExitCode::SUCCESS)
         }
@@ -394,12 +410,7 @@ async fn show(db: &Db, id: RolloutId, as_json: bool) -> anyhow::Result<()> {
     let release = db.release(rollout.release_id).await?;
     let mut waves = Vec::new();
     for wave in db.rollout_waves(id).await? {
-        let counts: BTreeMap<String, u64> = db
-            .step_counts(id, Some(wave.id))
-            .await?
-            .into_iter()
-            .map(|(s, n)| (s.as_str().to_owned(), n))
-            .collect();
+        let counts = db.step_counts(id, Some(wave.id)).await?;
         let approvals = db.wave_approvals(wave.id).await?;
         waves.push((wave, counts, approvals));
     }
@@ -411,8 +422,11 @@ async fn show(db: &Db, id: RolloutId, as_json: bool) -> anyhow::Result<()> {
             "release": release,
             "waves": waves.iter().map(|(wave, counts, approvals)| json!({
                 "wave": wave,
-                "progress": counts,
+                "progress": counts.iter().map(|(s, n)| (s.as_str(), *n)).collect::<BTreeMap<_, _>>(),
                 "approvals": approvals,
+                "approvals_counted": counted_approvals(approvals, wave.verdict.as_ref()).len(),
+                "approvals_needed": (wave.state == WaveState::AwaitingApproval)
+                    .then(|| approvals_needed(wave.approvals_required)),
                 "bake_ends_at": wave.bake_started_at.map(|at| at + chrono::Duration::seconds(wave.bake_seconds)),
             })).collect::<Vec<_>>(),
         });
@@ -420,32 +434,134 @@ async fn show(db: &Db, id: RolloutId, as_json: bool) -> anyhow::Result<()> {
         return Ok(());
     }
     print_rollout(&rollout, &release);
+    println!();
+    println!(
+        "  {:<20} {:<18} {:>6} {:>8} {:>8} {:>7} {:>10} {:>8}  APPROVALS",
+        "WAVE", "STATE", "NODES", "UPDATED", "SKIPPED", "FAILED", "IN FLIGHT", "PENDING"
+    );
     for (wave, counts, approvals) in &waves {
-        let progress: Vec<String> = counts.iter().map(|(s, n)| format!("{s}={n}")).collect();
+        let n = |state: StepState| counts.get(&state).copied().unwrap_or(0);
+        let in_flight: u64 = counts.iter().filter(|(s, _)| s.is_in_flight()).map(|(_, n)| n).sum();
         println!(
-            "  [{}] {:<16} {:<18} {:>5} nodes  {}  approvals {}/{}",
-            wave.position,
-            wave.name,
-            wave.state,
+            "  {:<20} {:<18} {:>6} {:>8} {:>8} {:>7} {:>10} {:>8}  {}",
+            format!("{} {}", wave.position, wave.name),
+            in_words(wave.state.as_str()),
             wave.node_count,
-            progress.join(" "),
-            approvals.len(),
-            wave.approvals_required.max(0)
+            n(StepState::Succeeded),
+            n(StepState::Skipped) + n(StepState::Deferred),
+            n(StepState::Failed),
+            in_flight,
+            n(StepState::Pending),
+            approvals_in_words(wave, approvals, asks_approvals(&rollout))
         );
+        if let Some(verdict) = &wave.verdict {
+            println!("      verdict: {}: {}", verdict.outcome, verdict.summary);
+        }
         if let Some(reason) = &wave.state_reason {
             println!("      reason: {reason}");
         }
-        if let Some(at) = wave.bake_started_at {
+        if let (Some(at), WaveState::Baking) = (wave.bake_started_at, wave.state) {
             println!(
-                "      bake ends: {}",
-                (at + chrono::Duration::seconds(wave.bake_seconds)).format("%Y-%m-%d %H:%M:%SZ")
+                "      bake ends {}",
+                (at + chrono::Duration::seconds(wave.bake_seconds)).format("%Y-%m-%d %H:%M UTC")
             );
         }
-        for blocker in &wave.blockers {
-            println!("      waiting on: {}", serde_json::to_string(blocker)?);
+        // A closed wave waits on nothing, whatever its last blockers were.
+        let open = !matches!(
+            wave.state,
+            WaveState::Promoted | WaveState::Halted | WaveState::RolledBack
+        );
+        for blocker in wave.blockers.iter().filter(|_| open && !finished(&rollout)) {
+            println!("      waiting on: {}", web::describe_blocker(blocker));
         }
     }
     Ok(())
+}
+
+/// The person named by `--as` must be someone who could give the approval
+/// in the web UI: a user of this database, enabled, release manager or
+/// admin. A typo or a made-up name is never counted as an approver.
+async fn approver_may_approve(db: &Db, approver: &str) -> anyhow::Result<()> {
+    let user = match db.user(approver).await {
+        Ok(user) => user,
+        Err(orchestrator_db::DbError::NotFound { .. }) => {
+            return Err(BadInput(format!(
+                "--as {approver:?}: no such user; an approval counts only for a user of this database \
+                 (`waveguard user list`)"
+            ))
+            .into());
+        }
+        Err(other) => return Err(other.into()),
+    };
+    if user.disabled {
+        return Err(BadInput(format!("--as {approver:?}: the user is disabled and cannot approve")).into());
+    }
+    if user.role < Role::ReleaseManager {
+        return Err(BadInput(format!(
+            "--as {approver:?}: a {} cannot approve; approving needs release_manager or admin",
+            user.role
+        ))
+        .into());
+    }
+    Ok(())
+}
+
+/// A rollout that has ended waits on nothing ("waiting on: bake ends" on a
+/// rolled-back rollout would be a stale blocker, not news).
+fn finished(rollout: &ExecRollout) -> bool {
+    matches!(
+        rollout.state,
+        RolloutState::Completed | RolloutState::RolledBack | RolloutState::Aborted
+    )
+}
+
+/// Whether the rollout can still move forward, so its waves may ask for
+/// approvals.
+fn asks_approvals(rollout: &ExecRollout) -> bool {
+    matches!(
+        rollout.state,
+        RolloutState::Running | RolloutState::Paused | RolloutState::Halted
+    )
+}
+
+/// A state name as words (`awaiting_approval` -> `awaiting approval`).
+fn in_words(state: &str) -> String {
+    state.replace('_', " ")
+}
+
+/// A wave's approvals as a person reads them, counted by the engine's own
+/// rule ([`counted_approvals`]), so the CLI never says more than the engine
+/// sees and never "2 of 1".
+fn approvals_in_words(wave: &ExecWave, approvals: &[Approval], rollout_asks: bool) -> String {
+    // A finished or rolling-back rollout asks nobody for anything; its
+    // promoted waves still say who approved them.
+    if wave.kind != WaveKind::Update || (!rollout_asks && wave.state != WaveState::Promoted) {
+        return "-".into();
+    }
+    let counted = counted_approvals(approvals, wave.verdict.as_ref());
+    let names = counted
+        .iter()
+        .map(|a| a.approver.as_str())
+        .collect::<Vec<_>>()
+        .join(", ");
+    match wave.state {
+        WaveState::AwaitingApproval => {
+            let need = approvals_needed(wave.approvals_required);
+            let have = u32::try_from(counted.len()).unwrap_or(u32::MAX);
+            // The datastore takes no approval past the need, so `have`
+            // exceeds it only for rows older than that rule.
+            if counted.is_empty() {
+                format!("0 of {need}")
+            } else {
+                format!("{} of {need} ({names})", have.min(need))
+            }
+        }
+        WaveState::Promoted if !counted.is_empty() => format!("approved by {names}"),
+        WaveState::Planned | WaveState::Running | WaveState::Baking if wave.approvals_required > 0 => {
+            format!("{} needed after its verdict", wave.approvals_required)
+        }
+        _ => "-".into(),
+    }
 }
 
 fn print_rollout(rollout: &ExecRollout, release: &Release) {
@@ -453,7 +569,7 @@ fn print_rollout(rollout: &ExecRollout, release: &Release) {
         "rollout {}: {}@{} ({})",
         rollout.id, release.component_kind, release.version, release.qualification_state
     );
-    println!("  state:   {}", rollout.state);
+    println!("  state:   {}", in_words(rollout.state.as_str()));
     if let Some(reason) = &rollout.state_reason {
         println!("  reason:  {reason}");
     }
@@ -461,16 +577,18 @@ fn print_rollout(rollout: &ExecRollout, release: &Release) {
         "  policy:  {} at {} (blob {})",
         rollout.policy_name, rollout.policy_commit, rollout.policy_blob
     );
-    println!("  by:      {} at {}", rollout.created_by, rollout.created_at);
+    println!(
+        "  by:      {} at {}",
+        rollout.created_by,
+        rollout.created_at.format("%Y-%m-%d %H:%M UTC")
+    );
     if let Some(reasons) = rollout.rollback_impossible() {
         println!("  rollback impossible: {}", reasons.join("; "));
     } else if rollout.rollback_assessment.is_some() {
-        println!("  rollback possible: true");
+        println!("  rollback: possible");
     }
-    for blocker in &rollout.blockers {
-        if let Ok(text) = serde_json::to_string(blocker) {
-            println!("  waiting on: {text}");
-        }
+    for blocker in rollout.blockers.iter().filter(|_| !finished(rollout)) {
+        println!("  waiting on: {}", web::describe_blocker(blocker));
     }
 }
 

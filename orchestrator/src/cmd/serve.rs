@@ -158,6 +158,9 @@ pub async fn run(args: ServeArgs, context: Context) -> anyhow::Result<ExitCode> 
     let db = orchestrator_db::Db::connect_and_migrate_tuned(&context.config.database_url, clock, tuning)
         .await
         .context("cannot open the database")?;
+    // A second controller on a demo's database would act on the real clock
+    // among the demo's accelerated times.
+    crate::refuse_accelerated_clock(&db).await?;
     let _policy_sync = super::policy::spawn_periodic_sync(&context, db.clone(), shutdown_signal())?;
     let listener = TcpListener::bind(listen)
         .await

@@ -78,6 +78,15 @@ pub enum UserCommand {
     },
 }
 
+impl UserCommand {
+    /// Whether the command writes to the database (a command not listed as
+    /// a read writes, so a new command is refused on a demo's database until
+    /// someone says it only reads).
+    pub fn writes(&self) -> bool {
+        !matches!(self, Self::List { .. })
+    }
+}
+
 fn parse_role(text: &str) -> anyhow::Result<Role> {
     text.parse::<Role>()
         .map_err(|_| BadInput(format!("unknown role {text:?}: use viewer, release_manager or admin")).into())

@@ -36,6 +36,8 @@ use crate::auth::{self, Principal};
 use crate::html::{error_page, render, render_string};
 use crate::url::urlencode;
 
+pub use rollout::describe_blocker;
+
 const APP_JS: &str = include_str!("../../static/app.js");
 const LIVE_WORKER_JS: &str = include_str!("../../static/live-worker.js");
 const LIVE_STREAM_JS: &str = include_str!("../../static/live-stream.js");
@@ -60,6 +62,32 @@ fn me(principal: &Principal) -> Value {
 /// The context every page starts from.
 fn base(principal: &Principal, nav: &str, title: &str) -> Value {
     context! { me => me(principal), csrf => principal.csrf_token(), nav, title }
+}
+
+/// Asks to confirm `label` (without JavaScript; the page's script confirms
+/// in a dialog and sends `confirmed=yes`), carrying the form's fields; `nav`
+/// is the section of the page the form was on.
+pub(crate) fn confirm_page(
+    me: &Principal,
+    nav: &str,
+    label: &str,
+    question: String,
+    action_url: String,
+    back: String,
+    fields: std::collections::BTreeMap<String, String>,
+) -> Response {
+    render(
+        "confirm.html",
+        context! {
+            action_label => label, question, action_url, fields, needs_reason => false, danger => false,
+            back_url => back, ..base(me, nav, "Confirm")
+        },
+    )
+}
+
+/// Whether a form post is the confirmed one (see [`confirm_page`]).
+fn confirmed(value: Option<&str>) -> bool {
+    value == Some("yes")
 }
 
 /// A failed page or action, answered as JSON to scripts and as an error

@@ -11,7 +11,7 @@ use orchestrator_db::AuditFilter;
 use orchestrator_types::{QualificationState, ReleaseId, TransitionRequest};
 use serde::Deserialize;
 
-use super::{UiError, base, done, policy_summary, reasons, render, v, wants_json};
+use super::{UiError, base, confirm_page, confirmed, done, policy_summary, reasons, render, v, wants_json};
 use crate::AppState;
 use crate::auth::Principal;
 
@@ -142,6 +142,8 @@ pub(crate) struct StartForm {
     policy: String,
     #[serde(default)]
     seed: Option<String>,
+    #[serde(default)]
+    confirmed: Option<String>,
 }
 
 pub(crate) async fn start_rollout(
@@ -162,6 +164,31 @@ pub(crate) async fn start_rollout(
             .json(json)
         })?),
     };
+    // Without JavaScript the first post asks, as every action does; the
+    // script confirms in a dialog and sends `confirmed=yes` at once.
+    if !confirmed(form.confirmed.as_deref()) {
+        let release = state
+            .db
+            .release(ReleaseId(id))
+            .await
+            .map_err(|e| UiError::from(e).json(json))?;
+        let mut fields = std::collections::BTreeMap::from([("policy".to_owned(), form.policy.clone())]);
+        if let Some(seed) = seed {
+            fields.insert("seed".into(), seed.to_string());
+        }
+        return Ok(confirm_page(
+            &me,
+            "releases",
+            "Start rollout",
+            format!(
+                "Plan and start a rollout of {} {} under policy {}? The first wave starts without further approval.",
+                release.component_kind, release.version, form.policy
+            ),
+            format!("/releases/{id}/rollouts"),
+            format!("/releases/{id}"),
+            fields,
+        ));
+    }
     let body = crate::api::rollouts::StartBody {
         release_id: id,
         policy: Some(form.policy),
@@ -195,6 +222,8 @@ pub(crate) struct TransitionForm {
     to: String,
     #[serde(default)]
     reason: Option<String>,
+    #[serde(default)]
+    confirmed: Option<String>,
 }
 
 pub(crate) async fn transition_release(
@@ -208,6 +237,29 @@ pub(crate) async fn transition_release(
     let to: QualificationState = form.to.parse().map_err(|e: orchestrator_types::ParseEnumError| {
         UiError::new(StatusCode::BAD_REQUEST, e.to_string()).json(json)
     })?;
+    if !confirmed(form.confirmed.as_deref()) {
+        let release = state
+            .db
+            .release(ReleaseId(id))
+            .await
+            .map_err(|e| UiError::from(e).json(json))?;
+        let mut fields = std::collections::BTreeMap::from([("to".to_owned(), to.as_str().to_owned())]);
+        if let Some(reason) = &form.reason {
+            fields.insert("reason".into(), reason.clone());
+        }
+        return Ok(confirm_page(
+            &me,
+            "releases",
+            "Change qualification",
+            format!(
+                "Move {} {} from {} to {to}?",
+                release.component_kind, release.version, release.qualification_state
+            ),
+            format!("/releases/{id}/transition"),
+            format!("/releases/{id}"),
+            fields,
+        ));
+    }
     let reason = form.reason.map(|r| r.trim().to_owned()).filter(|r| !r.is_empty());
     state
         .duties

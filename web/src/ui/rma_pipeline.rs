@@ -22,7 +22,7 @@ use orchestrator_db::rma::RmaCase;
 use orchestrator_db::rma_views::VendorQuota;
 use orchestrator_rma::{CaseState, Velocity};
 
-use super::{UiError, base, done, render, wants_json};
+use super::{UiError, confirm_page, done, wants_json};
 use crate::AppState;
 use crate::api::rma::{Offer, Step, actor_of, next_steps, state_words};
 use crate::api::rma_evidence::{EvidenceManifest, archive_name, kind_name};
@@ -137,25 +137,6 @@ pub(crate) async fn case_boxes(db: &Db, found: &RmaCase, me: &Principal) -> Resu
     })
 }
 
-/// Asks to confirm `label` (without JavaScript; the page's script confirms
-/// in a dialog and sends `confirmed=yes`), carrying the form's fields.
-fn confirm_page(
-    me: &Principal,
-    label: &str,
-    question: String,
-    action_url: String,
-    back: String,
-    fields: BTreeMap<String, String>,
-) -> Response {
-    render(
-        "confirm.html",
-        context! {
-            action_label => label, question, action_url, fields, needs_reason => false, danger => false,
-            back_url => back, ..base(me, "rma", "Confirm")
-        },
-    )
-}
-
 /// The case page's build button: builds the package and records it.
 pub(crate) async fn build_evidence(
     State(state): State<AppState>,
@@ -175,6 +156,7 @@ pub(crate) async fn build_evidence(
             .map_err(|e| UiError::from(e).json(json))?;
         return Ok(confirm_page(
             &me,
+            "rma",
             "Build evidence package",
             format!("Build the evidence package of {id} from the records now and record it as collected?"),
             format!("{back}/evidence"),
@@ -234,6 +216,7 @@ pub(crate) async fn submit(
         form.remove("confirmed");
         return Ok(confirm_page(
             &me,
+            "rma",
             "Submit to the vendor",
             format!(
                 "Record that {id} was submitted to the vendor under reference {:?}? It counts against the vendor's quota.",

@@ -40,8 +40,9 @@ fn count(counts: &StepCounts, state: StepState) -> u64 {
     counts.get(&state).copied().unwrap_or(0)
 }
 
-/// One line a human reads: what the thing is waiting on.
-pub(crate) fn describe_blocker(blocker: &Blocker) -> String {
+/// One line a human reads: what the thing is waiting on (the CLI's
+/// `rollout show` prints the same words).
+pub fn describe_blocker(blocker: &Blocker) -> String {
     let at = |t: &DateTime<Utc>| t.format("%Y-%m-%d %H:%M UTC").to_string();
     match blocker {
         Blocker::WindowOpensAt { at: Some(t) } => format!("maintenance window opens {}", at(t)),

@@ -2,7 +2,7 @@
 //! and only while the rollout is active.
 
 use chrono::{DateTime, Utc};
-use orchestrator_types::{Outcome, WaveId};
+use orchestrator_types::{Outcome, WaveId, WaveVerdict};
 use sea_orm::{ActiveModelTrait, ColumnTrait, EntityTrait, QueryFilter, QueryOrder, Set, TransactionTrait};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -32,6 +32,24 @@ pub struct Approval {
     /// The outcome of the verdict the approver saw; `None` when given
     /// before this was kept (or with no verdict on the wave).
     pub verdict_outcome: Option<Outcome>,
+}
+
+/// The approvals that count: given while the wave awaited one, under the
+/// verdict it has now. The one rule the engine promotes by and every reader
+/// (CLI, API, UI) counts by, so "N of M" always means what the engine sees.
+pub fn counted_approvals<'a>(approvals: &'a [Approval], verdict: Option<&WaveVerdict>) -> Vec<&'a Approval> {
+    let outcome = verdict.map(|v| v.outcome);
+    approvals
+        .iter()
+        .filter(|a| a.wave_state == Some(WaveState::AwaitingApproval) && a.verdict_outcome == outcome)
+        .collect()
+}
+
+/// How many approvals a wave awaiting them needs: the policy's count, and at
+/// least one, since a verdict that is not a pass waits for one person's
+/// "promote anyway" even where the policy asks for none.
+pub fn approvals_needed(approvals_required: i32) -> u32 {
+    u32::try_from(approvals_required.max(1)).unwrap_or(1)
 }
 
 impl Db {
@@ -92,6 +110,28 @@ impl Db {
             });
         }
         let verdict = to_exec_wave(wave_row.clone())?.verdict;
+        // Once the wave has the approvals it needs, the engine promotes it on
+        // its next pass; another would be counted for nothing ("2 of 1").
+        let given = wave_approvals::Entity::find()
+            .filter(wave_approvals::Column::WaveId.eq(wave.0))
+            .all(&txn)
+            .await?
+            .into_iter()
+            .map(to_approval)
+            .collect::<Vec<_>>();
+        let counted = counted_approvals(&given, verdict.as_ref());
+        let need = approvals_needed(wave_row.approvals_required);
+        if u32::try_from(counted.len()).unwrap_or(u32::MAX) >= need {
+            let names: Vec<&str> = counted.iter().map(|a| a.approver.as_str()).collect();
+            return Err(DbError::Conflict {
+                what: "wave",
+                key: wave_row.name.clone(),
+                reason: format!(
+                    "the wave already has the {need} approval(s) it needs ({}); it is promoted on the next engine pass",
+                    names.join(", ")
+                ),
+            });
+        }
         let inserted = wave_approvals::ActiveModel {
             wave_id: Set(wave.0),
             approver: Set(approver.to_owned()),
@@ -140,16 +180,20 @@ impl Db {
             .all(&self.conn)
             .await?
             .into_iter()
-            .map(|row| Approval {
-                wave_id: WaveId(row.wave_id),
-                approver: row.approver,
-                comment: row.comment,
-                approved_at: row.approved_at,
-                // An unreadable stored state makes the approval count for
-                // nothing rather than fail every read of the wave.
-                wave_state: row.wave_state.as_deref().and_then(|s| s.parse().ok()),
-                verdict_outcome: row.verdict_outcome.as_deref().and_then(|s| s.parse().ok()),
-            })
+            .map(to_approval)
             .collect())
+    }
+}
+
+fn to_approval(row: wave_approvals::Model) -> Approval {
+    Approval {
+        wave_id: WaveId(row.wave_id),
+        approver: row.approver,
+        comment: row.comment,
+        approved_at: row.approved_at,
+        // An unreadable stored state makes the approval count for nothing
+        // rather than fail every read of the wave.
+        wave_state: row.wave_state.as_deref().and_then(|s| s.parse().ok()),
+        verdict_outcome: row.verdict_outcome.as_deref().and_then(|s| s.parse().ok()),
     }
 }

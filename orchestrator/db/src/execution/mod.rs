@@ -24,7 +24,7 @@ mod wave;
 
 use std::str::FromStr;
 
-pub use approval::Approval;
+pub use approval::{Approval, approvals_needed, counted_approvals};
 pub use lease::Fence;
 pub(crate) use lease::check_fence;
 pub use orchestrator_types::{Blocker, RolloutState, StepPurpose, StepState, WaveKind, WaveState};
