@@ -16,10 +16,11 @@ use chrono::{DateTime, Utc};
 use futures::{Stream, StreamExt};
 use minijinja::{Value, context};
 use orchestrator_db::execution::{
-    Blocker, ExecRollout, ExecWave, RolloutState, StepCounts, StepFilter, StepState, WaveKind, WaveState,
+    Blocker, ExecRollout, ExecWave, NamedStep, RolloutState, StepCounts, StepFilter, StepPageQuery, StepState, WaveKind,
+    WaveState, total_counts,
 };
 use orchestrator_db::health::SampleScope;
-use orchestrator_types::{NodeId, RolloutId, WaveId};
+use orchestrator_types::{RolloutId, WaveId};
 use serde::Deserialize;
 use serde_json::json;
 
@@ -116,10 +117,11 @@ async fn live_context(
         Some(known) => known,
         None => capacity.insert(scheduler::next_wave_capacity(db, id, &waves).await?),
     };
-    let overall = db.step_counts(id, None).await?;
+    let by_wave = db.step_counts_by_wave(id).await?;
+    let overall = total_counts(&by_wave);
     let mut wave_rows = Vec::new();
     for wave in &waves {
-        let counts = db.step_counts(id, Some(wave.id)).await?;
+        let counts = by_wave.get(&wave.id).cloned().unwrap_or_default();
         let approvals = db.wave_approvals(wave.id).await?;
         let approvers: Vec<String> = approvals.iter().map(|a| a.approver.clone()).collect();
         let all = total(&counts).max(u64::try_from(wave.node_count).unwrap_or(0));
@@ -212,49 +214,42 @@ impl NodeQuery {
 }
 
 /// The node table's rows under `filter` (at most [`NODE_ROWS_SHOWN`]) and
-/// whether more matched. `names` caches node names across calls: a live
-/// stream re-reads the table every second, its nodes never change.
+/// whether more matched: one paged query with the node names, however
+/// many steps the rollout has.
 async fn node_rows(
     state: &AppState,
     id: RolloutId,
     filter: &NodeFilter,
     waves: &[ExecWave],
-    names: &mut HashMap<NodeId, String>,
 ) -> Result<(Vec<Value>, bool), UiError> {
-    let steps = state
+    let mut steps = state
         .db
-        .steps(&StepFilter {
-            rollout_id: Some(id),
-            wave_id: filter.wave,
-            state: filter.state,
-            ..Default::default()
+        .step_page(&StepPageQuery {
+            filter: StepFilter {
+                rollout_id: Some(id),
+                wave_id: filter.wave,
+                state: filter.state,
+                ..Default::default()
+            },
+            node_name_contains: filter.node.clone(),
+            offset: 0,
+            // One more than shown says whether more matched.
+            limit: NODE_ROWS_SHOWN as u64 + 1,
         })
         .await?;
+    let truncated = steps.len() > NODE_ROWS_SHOWN;
+    steps.truncate(NODE_ROWS_SHOWN);
     let wave_names: HashMap<WaveId, &str> = waves.iter().map(|w| (w.id, w.name.as_str())).collect();
-    let mut rows = Vec::new();
-    let mut truncated = false;
-    for step in steps {
-        if rows.len() >= NODE_ROWS_SHOWN {
-            truncated = true;
-            break;
-        }
-        if let std::collections::hash_map::Entry::Vacant(slot) = names.entry(step.node_id) {
-            let name = match state.db.node(step.node_id).await {
-                Ok(node) => node.name,
-                Err(_) => step.node_id.to_string(),
-            };
-            slot.insert(name);
-        }
-        let node = names.get(&step.node_id).cloned().unwrap_or_default();
-        if filter.node.as_deref().is_some_and(|n| !node.contains(n)) {
-            continue;
-        }
-        rows.push(context! {
-            node, wave => wave_names.get(&step.wave_id).copied().unwrap_or(""),
-            purpose => step.purpose.as_str(), from => step.expected_from_version, to => step.target_version,
-            state => step.state.as_str(), attempts => step.attempts, error => step.error,
-        });
-    }
+    let rows = steps
+        .into_iter()
+        .map(|NamedStep { step, node_name }| {
+            context! {
+                node => node_name, wave => wave_names.get(&step.wave_id).copied().unwrap_or(""),
+                purpose => step.purpose.as_str(), from => step.expected_from_version, to => step.target_version,
+                state => step.state.as_str(), attempts => step.attempts, error => step.error,
+            }
+        })
+        .collect();
     Ok((rows, truncated))
 }
 
@@ -267,7 +262,7 @@ pub(crate) async fn detail(
     let id = RolloutId(id);
     let (live, waves) = live_context(&state, &me, id, &mut None).await?;
     let node_filter = query.parse()?;
-    let (rows, truncated) = node_rows(&state, id, &node_filter, &waves, &mut HashMap::new()).await?;
+    let (rows, truncated) = node_rows(&state, id, &node_filter, &waves).await?;
     let step_states: Vec<&str> = StepState::ALL.iter().map(|s| s.as_str()).collect();
     let title = format!("Rollout {id}");
     let live_query = query.to_query_string();
@@ -309,7 +304,7 @@ pub(crate) async fn events(
                         events.push(Ok(Event::default().event("progress").data(html.clone())));
                         sent.progress = Some(html);
                     }
-                    if let Ok((steps, truncated)) = node_rows(&state, id, &filter, &waves, &mut sent.names).await
+                    if let Ok((steps, truncated)) = node_rows(&state, id, &filter, &waves).await
                         && let Some(html) = render_string("rollout_nodes.html", context! { steps, truncated })
                         && sent.nodes.as_deref() != Some(html.as_str())
                     {
@@ -333,7 +328,6 @@ pub(crate) async fn events(
 struct LiveSent {
     progress: Option<String>,
     nodes: Option<String>,
-    names: HashMap<NodeId, String>,
     capacity: Option<HashMap<WaveId, String>>,
 }
 

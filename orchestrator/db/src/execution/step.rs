@@ -388,7 +388,7 @@ impl Db {
     }
 }
 
-fn step_node_relation() -> sea_orm::RelationDef {
+pub(super) fn step_node_relation() -> sea_orm::RelationDef {
     // The entities declare no relations; steps and nodes are joined here only.
     update_steps::Entity::belongs_to(nodes::Entity)
         .from(update_steps::Column::NodeId)

@@ -1,0 +1,125 @@
+//! Paged reads of a rollout's steps for the pages and the API: a rollout of
+//! 100,000 nodes has 100,000 steps, and a page shows a hundred of them, so
+//! filters, paging, counts and node names are the database's work, never a
+//! read of every step.
+
+use std::collections::BTreeMap;
+
+use orchestrator_types::{RolloutId, WaveId};
+use sea_orm::{ColumnTrait, EntityTrait, JoinType, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect, Select};
+use serde::{Deserialize, Serialize};
+
+use super::step::{step_node_relation, to_exec_step};
+use super::{ExecStep, StepCounts, StepFilter, parse};
+use crate::entity::{nodes, update_steps};
+use crate::{Db, DbError};
+
+/// Most steps one page returns.
+pub const MAX_STEP_PAGE_ROWS: u64 = 1000;
+
+/// Which steps one page lists: the filters of [`StepFilter`], a substring
+/// of the node's name, and the page.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepPageQuery {
+    pub filter: StepFilter,
+    /// Substring of the node's name.
+    pub node_name_contains: Option<String>,
+    pub offset: u64,
+    /// Rows wanted, 1 to [`MAX_STEP_PAGE_ROWS`].
+    pub limit: u64,
+}
+
+/// A step with its node's name, for tables that show names.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NamedStep {
+    #[serde(flatten)]
+    pub step: ExecStep,
+    pub node_name: String,
+}
+
+fn filtered(filter: &StepFilter) -> Select<update_steps::Entity> {
+    let mut query = update_steps::Entity::find();
+    if let Some(id) = filter.rollout_id {
+        query = query.filter(update_steps::Column::RolloutId.eq(id.0));
+    }
+    if let Some(id) = filter.wave_id {
+        query = query.filter(update_steps::Column::WaveId.eq(id.0));
+    }
+    if let Some(id) = filter.node_id {
+        query = query.filter(update_steps::Column::NodeId.eq(id.0));
+    }
+    if let Some(state) = filter.state {
+        query = query.filter(update_steps::Column::State.eq(state.as_str()));
+    }
+    if let Some(purpose) = filter.purpose {
+        query = query.filter(update_steps::Column::Purpose.eq(purpose.as_str()));
+    }
+    query
+}
+
+impl Db {
+    /// One page of steps by id, each with its node's name (one query).
+    pub async fn step_page(&self, query: &StepPageQuery) -> Result<Vec<NamedStep>, DbError> {
+        let mut select = filtered(&query.filter)
+            .join(JoinType::InnerJoin, step_node_relation())
+            .select_also(nodes::Entity);
+        if let Some(fragment) = &query.node_name_contains {
+            select = select.filter(nodes::Column::Name.contains(fragment.as_str()));
+        }
+        select
+            .order_by_asc(update_steps::Column::Id)
+            .offset(query.offset)
+            .limit(query.limit.clamp(1, MAX_STEP_PAGE_ROWS))
+            .all(&self.conn)
+            .await?
+            .into_iter()
+            .map(|(step, node)| {
+                let node = node.ok_or_else(|| DbError::corrupt("step", format!("step {} has no node", step.id)))?;
+                Ok(NamedStep {
+                    step: to_exec_step(step)?,
+                    node_name: node.name,
+                })
+            })
+            .collect()
+    }
+
+    /// How many steps match the filter, counted by the database.
+    pub async fn count_steps(&self, filter: &StepFilter) -> Result<u64, DbError> {
+        Ok(filtered(filter).count(&self.conn).await?)
+    }
+
+    /// Step counts by state of every wave of a rollout, in one grouped
+    /// query (a page showing each wave's progress would otherwise count the
+    /// rollout's steps once per wave).
+    pub async fn step_counts_by_wave(&self, rollout: RolloutId) -> Result<BTreeMap<WaveId, StepCounts>, DbError> {
+        let rows: Vec<(i64, String, i64)> = update_steps::Entity::find()
+            .select_only()
+            .column(update_steps::Column::WaveId)
+            .column(update_steps::Column::State)
+            .column_as(update_steps::Column::Id.count(), "n")
+            .filter(update_steps::Column::RolloutId.eq(rollout.0))
+            .group_by(update_steps::Column::WaveId)
+            .group_by(update_steps::Column::State)
+            .into_tuple()
+            .all(&self.conn)
+            .await?;
+        let mut out: BTreeMap<WaveId, StepCounts> = BTreeMap::new();
+        for (wave, state, n) in rows {
+            out.entry(WaveId(wave))
+                .or_default()
+                .insert(parse("step state", &state)?, u64::try_from(n).unwrap_or(0));
+        }
+        Ok(out)
+    }
+}
+
+/// The rollout's counts are the sum of its waves'.
+pub fn total_counts(by_wave: &BTreeMap<WaveId, StepCounts>) -> StepCounts {
+    let mut total = StepCounts::new();
+    for counts in by_wave.values() {
+        for (state, n) in counts {
+            *total.entry(*state).or_default() += n;
+        }
+    }
+    total
+}
