@@ -57,6 +57,8 @@ pub struct Db {
     /// minute.
     pub(crate) session_clock: WallClock,
     backend: Backend,
+    /// Fleet aggregates kept between requests (`overview`).
+    pub(crate) fleet_cache: Arc<crate::overview::FleetCache>,
 }
 
 impl Db {
@@ -112,6 +114,7 @@ impl Db {
             session_clock: WallClock::new(clock.clone()),
             clock: RolloutClock::new(clock),
             backend,
+            fleet_cache: Arc::default(),
         })
     }
 

@@ -252,7 +252,7 @@ pub(super) async fn demo_workload(db: &Db, dir: &Path, speedup: f64) -> anyhow::
     use super::demo_scheduler::{DemoNode, write_node};
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let real_seconds = |sim_hours: f64| (sim_hours * 3600.0 / speedup).ceil().max(1.0) as u64;
-    let nodes = db.list_nodes(&Default::default()).await?;
+    let nodes = db.all_nodes().await?;
     for (i, node) in nodes.iter().enumerate() {
         let mut state = DemoNode::default();
         if i == OPERATOR_DRAINED {
