@@ -2,7 +2,8 @@
 //! 100,000-step rollout (issues 23 and 26): each wave's step counts (by
 //! rollout, wave and state), a node's steps, the finished steps of the
 //! failure trends, and the newest inventory reading and node change that
-//! mark the fleet's version distribution as unchanged. Both backends.
+//! mark the fleet's version distribution as unchanged, and nodes by state.
+//! Both backends.
 
 use sea_orm_migration::prelude::*;
 
@@ -40,6 +41,13 @@ impl MigrationTrait for Migration {
                 .table(Nodes::Table)
                 .col(Nodes::UpdatedAt)
                 .to_owned(),
+            // The dashboard's counts per state. (Not the discovery error:
+            // an error's text may exceed what a PostgreSQL btree entry holds.)
+            Index::create()
+                .name("idx_nodes_state")
+                .table(Nodes::Table)
+                .col(Nodes::State)
+                .to_owned(),
         ];
         for index in indexes {
             manager.create_index(index).await?;
@@ -68,4 +76,5 @@ enum NodeComponents {
 enum Nodes {
     Table,
     UpdatedAt,
+    State,
 }
