@@ -1,6 +1,7 @@
 //! Indexes the cockpit's pages read through at 100,000 nodes and a
 //! 100,000-step rollout (issues 23 and 26): each wave's step counts (by
-//! rollout, wave and state), a node's steps, the finished steps of the
+//! rollout, wave and state), a page of a rollout's steps in id order, a
+//! node's steps, the finished steps of the
 //! failure trends, and the newest inventory reading and node change that
 //! mark the fleet's version distribution as unchanged, and nodes by state.
 //! Both backends.
@@ -21,15 +22,26 @@ impl MigrationTrait for Migration {
                 .col(UpdateSteps::WaveId)
                 .col(UpdateSteps::State)
                 .to_owned(),
+            // A page of a rollout's steps in id order, without sorting them all.
+            Index::create()
+                .name("idx_update_steps_rollout_id")
+                .table(UpdateSteps::Table)
+                .col(UpdateSteps::RolloutId)
+                .col(UpdateSteps::Id)
+                .to_owned(),
             Index::create()
                 .name("idx_update_steps_node")
                 .table(UpdateSteps::Table)
                 .col(UpdateSteps::NodeId)
                 .to_owned(),
+            // Covering: the trends count from the index alone.
             Index::create()
-                .name("idx_update_steps_finished_at")
+                .name("idx_update_steps_finished")
                 .table(UpdateSteps::Table)
                 .col(UpdateSteps::FinishedAt)
+                .col(UpdateSteps::State)
+                .col(UpdateSteps::Purpose)
+                .col(UpdateSteps::TargetVersion)
                 .to_owned(),
             Index::create()
                 .name("idx_node_components_last_read_at")
@@ -59,11 +71,14 @@ impl MigrationTrait for Migration {
 #[derive(DeriveIden)]
 enum UpdateSteps {
     Table,
+    Id,
     RolloutId,
     WaveId,
     State,
     NodeId,
     FinishedAt,
+    Purpose,
+    TargetVersion,
 }
 
 #[derive(DeriveIden)]
