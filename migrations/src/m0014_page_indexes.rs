@@ -1,7 +1,7 @@
 //! Indexes the cockpit's pages read through at 100,000 nodes and a
 //! 100,000-step rollout (issues 23 and 26): each wave's step counts (by
-//! rollout, wave and state), a page of a rollout's steps in id order, a
-//! node's steps, the finished steps of the
+//! rollout, wave and state, and whether they moved), a page of a rollout's
+//! steps in id order, a node's steps, the finished steps of the
 //! failure trends, and the newest inventory reading and node change that
 //! mark the fleet's version distribution as unchanged, and nodes by state.
 //! Both backends.
@@ -28,6 +28,13 @@ impl MigrationTrait for Migration {
                 .table(UpdateSteps::Table)
                 .col(UpdateSteps::RolloutId)
                 .col(UpdateSteps::Id)
+                .to_owned(),
+            // The newest change of a rollout's steps: whether its counts moved.
+            Index::create()
+                .name("idx_update_steps_rollout_updated")
+                .table(UpdateSteps::Table)
+                .col(UpdateSteps::RolloutId)
+                .col(UpdateSteps::UpdatedAt)
                 .to_owned(),
             Index::create()
                 .name("idx_update_steps_node")
@@ -79,6 +86,7 @@ enum UpdateSteps {
     FinishedAt,
     Purpose,
     TargetVersion,
+    UpdatedAt,
 }
 
 #[derive(DeriveIden)]

@@ -59,6 +59,8 @@ pub struct Db {
     backend: Backend,
     /// Fleet aggregates kept between requests (`overview`).
     pub(crate) fleet_cache: Arc<crate::overview::FleetCache>,
+    /// Step counts of watched rollouts kept between requests (`execution`).
+    pub(crate) step_count_cache: Arc<crate::execution::StepCountCache>,
 }
 
 impl Db {
@@ -115,6 +117,7 @@ impl Db {
             clock: RolloutClock::new(clock),
             backend,
             fleet_cache: Arc::default(),
+            step_count_cache: Arc::default(),
         })
     }
 

@@ -3,8 +3,11 @@
 //! filters, paging, counts and node names are the database's work, never a
 //! read of every step.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
 
+use chrono::{DateTime, Utc};
 use orchestrator_types::{RolloutId, WaveId};
 use sea_orm::{ColumnTrait, EntityTrait, JoinType, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect, Select};
 use serde::{Deserialize, Serialize};
@@ -13,6 +16,30 @@ use super::step::{step_node_relation, to_exec_step};
 use super::{ExecStep, StepCounts, StepFilter, parse};
 use crate::entity::{nodes, update_steps};
 use crate::{Db, DbError};
+
+/// Rollouts whose counts [`StepCountCache`] keeps; past this it starts over
+/// (a handful of rollouts are watched at a time).
+const COUNTED_ROLLOUTS: usize = 32;
+
+/// What a rollout's counts were read from: its steps' newest update (an
+/// indexed maximum: every step write stamps it, in this process or another
+/// controller's) and this process's own count of step writes (a manual
+/// clock need not move between two writes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct StepMark {
+    generation: u64,
+    last_update: Option<DateTime<Utc>>,
+}
+
+/// Step counts per wave of the rollouts being watched, shared by a
+/// [`Db`]'s clones: counting a 100,000-step rollout reads 100,000 index
+/// entries, and its pages ask for the counts on every request and every
+/// live update, while the steps move a few times a second at most.
+#[derive(Debug, Default)]
+pub(crate) struct StepCountCache {
+    generation: AtomicU64,
+    entries: Mutex<HashMap<RolloutId, (StepMark, BTreeMap<WaveId, StepCounts>)>>,
+}
 
 /// Most steps one page returns.
 pub const MAX_STEP_PAGE_ROWS: u64 = 1000;
@@ -83,15 +110,64 @@ impl Db {
             .collect()
     }
 
-    /// How many steps match the filter, counted by the database.
+    /// How many steps match the filter: from the rollout's counts per wave
+    /// when the filter is by rollout, wave and state only, else counted by
+    /// the database.
     pub async fn count_steps(&self, filter: &StepFilter) -> Result<u64, DbError> {
+        if let (Some(rollout), None, None) = (filter.rollout_id, filter.node_id, filter.purpose) {
+            let by_wave = self.step_counts_by_wave(rollout).await?;
+            return Ok(by_wave
+                .iter()
+                .filter(|(wave, _)| filter.wave_id.is_none_or(|w| w == **wave))
+                .flat_map(|(_, counts)| counts.iter())
+                .filter(|(state, _)| filter.state.is_none_or(|s| s == **state))
+                .map(|(_, n)| n)
+                .sum());
+        }
         Ok(filtered(filter).count(&self.conn).await?)
     }
 
     /// Step counts by state of every wave of a rollout, in one grouped
     /// query (a page showing each wave's progress would otherwise count the
-    /// rollout's steps once per wave).
+    /// rollout's steps once per wave), kept until a step of the rollout
+    /// changes (see [`StepCountCache`]).
     pub async fn step_counts_by_wave(&self, rollout: RolloutId) -> Result<BTreeMap<WaveId, StepCounts>, DbError> {
+        // Read before the newest update: a write in between only makes the
+        // next read miss.
+        let generation = self.step_count_cache.generation.load(Ordering::Acquire);
+        let last_update: Option<Option<DateTime<Utc>>> = update_steps::Entity::find()
+            .select_only()
+            .column_as(update_steps::Column::UpdatedAt.max(), "m")
+            .filter(update_steps::Column::RolloutId.eq(rollout.0))
+            .into_tuple()
+            .one(&self.conn)
+            .await?;
+        let mark = StepMark {
+            generation,
+            last_update: last_update.flatten(),
+        };
+        let cache = &self.step_count_cache.entries;
+        if let Some((known, counts)) = cache.lock().unwrap_or_else(PoisonError::into_inner).get(&rollout)
+            && *known == mark
+        {
+            return Ok(counts.clone());
+        }
+        let counts = self.read_step_counts_by_wave(rollout).await?;
+        let mut entries = cache.lock().unwrap_or_else(PoisonError::into_inner);
+        if entries.len() >= COUNTED_ROLLOUTS && !entries.contains_key(&rollout) {
+            entries.clear();
+        }
+        entries.insert(rollout, (mark, counts.clone()));
+        Ok(counts)
+    }
+
+    /// Says steps were written, so counts kept by [`Db::step_counts_by_wave`]
+    /// are read again. Every writer of steps calls it after committing.
+    pub(crate) fn steps_changed(&self) {
+        self.step_count_cache.generation.fetch_add(1, Ordering::AcqRel);
+    }
+
+    async fn read_step_counts_by_wave(&self, rollout: RolloutId) -> Result<BTreeMap<WaveId, StepCounts>, DbError> {
         let rows: Vec<(i64, String, i64)> = update_steps::Entity::find()
             .select_only()
             .column(update_steps::Column::WaveId)
