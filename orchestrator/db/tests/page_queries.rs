@@ -204,3 +204,55 @@ async fn the_version_distribution_follows_every_inventory_change() {
         other.close().await.ok();
     }
 }
+
+#[tokio::test]
+async fn counts_per_wave_follow_every_step_write() {
+    let clock = Arc::new(ManualClock::new(chrono::Utc::now()));
+    for t in TestDb::all_backends_with_clock(clock.clone()).await {
+        let db = &t.db;
+        let (rollout, _) = seeded(db, 6).await;
+        let fence = db
+            .acquire_lease("executor", "test", Duration::days(30))
+            .await
+            .unwrap()
+            .unwrap();
+        let steps = db
+            .steps(&StepFilter {
+                rollout_id: Some(rollout.id),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let flashing = |n: u64| Some(n).filter(|n| *n > 0);
+        let count = |db: Db| async move {
+            let by_wave = db.step_counts_by_wave(rollout.id).await.unwrap();
+            total_counts(&by_wave).get(&StepState::Flashing).copied()
+        };
+        assert_eq!(count(db.clone()).await, flashing(0));
+        let to_flashing = StepChange {
+            state: Some(StepState::Flashing),
+            ..Default::default()
+        };
+        // Same instant: this process's own write shows.
+        db.transition_step(&fence, steps[0].id, StepState::Pending, &to_flashing, json!({}))
+            .await
+            .unwrap();
+        assert_eq!(count(db.clone()).await, flashing(1));
+        let in_state = StepFilter {
+            rollout_id: Some(rollout.id),
+            state: Some(StepState::Flashing),
+            ..Default::default()
+        };
+        assert_eq!(db.count_steps(&in_state).await.unwrap(), 1);
+        // Another controller's write shows once its time moved.
+        let other = Db::connect(&t.url, clock.clone()).await.unwrap();
+        clock.advance(Duration::seconds(1));
+        other
+            .transition_step(&fence, steps[1].id, StepState::Pending, &to_flashing, json!({}))
+            .await
+            .unwrap();
+        assert_eq!(count(db.clone()).await, flashing(2));
+        assert_eq!(db.count_steps(&in_state).await.unwrap(), 2);
+        other.close().await.ok();
+    }
+}
