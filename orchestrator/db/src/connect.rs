@@ -57,10 +57,8 @@ pub struct Db {
     /// minute.
     pub(crate) session_clock: WallClock,
     backend: Backend,
-    /// Fleet aggregates kept between requests (`overview`).
-    pub(crate) fleet_cache: Arc<crate::overview::FleetCache>,
-    /// Step counts of watched rollouts kept between requests (`execution`).
-    pub(crate) step_count_cache: Arc<crate::execution::StepCountCache>,
+    /// Aggregates kept between requests (`cache`).
+    pub(crate) caches: Arc<crate::cache::Caches>,
 }
 
 impl Db {
@@ -116,8 +114,7 @@ impl Db {
             session_clock: WallClock::new(clock.clone()),
             clock: RolloutClock::new(clock),
             backend,
-            fleet_cache: Arc::default(),
-            step_count_cache: Arc::default(),
+            caches: Arc::default(),
         })
     }
 

@@ -3,8 +3,6 @@
 //! list is filtered and paged by the query, never by scanning all nodes.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, PoisonError};
 
 use chrono::{DateTime, NaiveDate, Utc};
 use orchestrator_types::{NodeId, NodeState};
@@ -12,6 +10,7 @@ use sea_orm::sea_query::{Expr, Func, Query};
 use sea_orm::{ColumnTrait, EntityTrait, JoinType, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect};
 use serde::{Deserialize, Serialize};
 
+use crate::cache::Mark;
 use crate::entity::{node_components, nodes, update_steps};
 use crate::model::Node;
 use crate::nodes::to_node;
@@ -90,24 +89,6 @@ pub struct VersionDailyOutcomes {
     pub day: NaiveDate,
     pub succeeded: u64,
     pub failed: u64,
-}
-
-/// What the version distribution was read from (see
-/// [`Db::version_distribution`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct InventoryMark {
-    generation: u64,
-    last_read: Option<DateTime<Utc>>,
-    node_updated: Option<DateTime<Utc>>,
-    max_node: Option<i64>,
-}
-
-/// The fleet aggregates a [`Db`] keeps between requests, shared by its
-/// clones: one entry, replaced when its mark no longer matches.
-#[derive(Debug, Default)]
-pub(crate) struct FleetCache {
-    generation: AtomicU64,
-    distribution: Mutex<Option<(InventoryMark, Vec<VersionCount>)>>,
 }
 
 impl Db {
@@ -325,20 +306,27 @@ impl Db {
     /// (a manual clock need not move between two writes).
     pub async fn version_distribution(&self) -> Result<Vec<VersionCount>, DbError> {
         let mark = self.inventory_mark().await?;
-        if let Some((known, counts)) = &*self.fleet_cache.distribution.lock().unwrap_or_else(PoisonError::into_inner)
-            && *known == mark
-        {
-            return Ok(counts.clone());
-        }
-        let counts = self.read_version_distribution().await?;
-        *self.fleet_cache.distribution.lock().unwrap_or_else(PoisonError::into_inner) = Some((mark, counts.clone()));
-        Ok(counts)
+        let rows = match self.caches.versions.get(&(), &mark) {
+            Some(rows) => rows,
+            None => {
+                let rows = self.read_version_distribution().await?;
+                self.caches.versions.put((), mark, rows.clone());
+                rows
+            }
+        };
+        Ok(rows
+            .into_iter()
+            .map(|(platform_sku, kind, version, nodes)| VersionCount {
+                platform_sku,
+                kind,
+                version,
+                nodes,
+            })
+            .collect())
     }
 
-    async fn inventory_mark(&self) -> Result<InventoryMark, DbError> {
-        // Read before the maxima: a write that lands in between only makes
-        // the next read miss.
-        let generation = self.fleet_cache.generation.load(Ordering::Acquire);
+    async fn inventory_mark(&self) -> Result<Mark, DbError> {
+        let generation = self.caches.versions.generation();
         let last_read: Option<Option<DateTime<Utc>>> = node_components::Entity::find()
             .select_only()
             .column_as(node_components::Column::LastReadAt.max(), "m")
@@ -353,21 +341,20 @@ impl Db {
             .one(&self.conn)
             .await?
             .unwrap_or((None, None));
-        Ok(InventoryMark {
+        Ok(Mark {
             generation,
-            last_read: last_read.flatten(),
-            node_updated,
-            max_node,
+            stamps: [last_read.flatten(), node_updated],
+            max_id: max_node,
         })
     }
 
     /// Says the inventory or the nodes changed, so the next
     /// [`Db::version_distribution`] reads them again.
     pub(crate) fn inventory_changed(&self) {
-        self.fleet_cache.generation.fetch_add(1, Ordering::AcqRel);
+        self.caches.versions.changed();
     }
 
-    async fn read_version_distribution(&self) -> Result<Vec<VersionCount>, DbError> {
+    async fn read_version_distribution(&self) -> Result<Vec<(String, String, String, u64)>, DbError> {
         let rows: Vec<(String, String, String, i64)> = node_components::Entity::find()
             .select_only()
             .column(nodes::Column::PlatformSku)
@@ -387,16 +374,11 @@ impl Db {
             .into_tuple()
             .all(&self.conn)
             .await?;
-        let mut counts: Vec<VersionCount> = rows
+        let mut counts: Vec<(String, String, String, u64)> = rows
             .into_iter()
-            .map(|(platform_sku, kind, version, n)| VersionCount {
-                platform_sku,
-                kind,
-                version,
-                nodes: u64::try_from(n).unwrap_or(0),
-            })
+            .map(|(sku, kind, version, n)| (sku, kind, version, u64::try_from(n).unwrap_or(0)))
             .collect();
-        counts.sort_by(|a, b| (&a.platform_sku, &a.kind, &a.version).cmp(&(&b.platform_sku, &b.kind, &b.version)));
+        counts.sort();
         Ok(counts)
     }
 

@@ -12,7 +12,13 @@ use orchestrator_db::testing::{TestDb, fixtures};
 use orchestrator_types::{Clock, ManualClock, NodeId};
 use serde_json::json;
 
-async fn seeded(db: &Db, nodes: usize) -> (orchestrator_db::execution::ExecRollout, Vec<orchestrator_db::model::Node>) {
+async fn seeded(
+    db: &Db,
+    nodes: usize,
+) -> (
+    orchestrator_db::execution::ExecRollout,
+    Vec<orchestrator_db::model::Node>,
+) {
     let nodes = fixtures::gpu_nodes(nodes).racks(2).seed(db).await.unwrap();
     let release = fixtures::add_qualified_release(db, &fixtures::release("96.00.61.00.01"), "alice")
         .await
@@ -51,7 +57,11 @@ async fn a_page_of_steps_carries_names_filters_and_counts() {
             .unwrap();
         assert_eq!(all.len(), 12);
         // Two canary steps flashing, one failed.
-        for (step, to) in all.iter().take(3).zip([StepState::Flashing, StepState::Flashing, StepState::Failed]) {
+        for (step, to) in all
+            .iter()
+            .take(3)
+            .zip([StepState::Flashing, StepState::Flashing, StepState::Failed])
+        {
             let change = StepChange {
                 state: Some(to),
                 ..Default::default()
@@ -81,7 +91,10 @@ async fn a_page_of_steps_carries_names_filters_and_counts() {
             "by id"
         );
         let names: std::collections::HashMap<NodeId, &str> = nodes.iter().map(|n| (n.id, n.name.as_str())).collect();
-        assert!(first.iter().all(|s| names[&s.step.node_id] == s.node_name), "each with its node's name");
+        assert!(
+            first.iter().all(|s| names[&s.step.node_id] == s.node_name),
+            "each with its node's name"
+        );
         let second = page(in_rollout.clone(), None, 10, 5).await;
         assert_eq!(second.len(), 2, "the last page holds the rest");
 
@@ -138,7 +151,11 @@ async fn trends_are_grouped_by_day_version_and_outcome() {
             if i == 3 {
                 clock.advance(Duration::days(1));
             }
-            let to = if i == 2 { StepState::Failed } else { StepState::Succeeded };
+            let to = if i == 2 {
+                StepState::Failed
+            } else {
+                StepState::Succeeded
+            };
             let change = StepChange {
                 state: Some(to),
                 finished_at: Some(clock.now()),
@@ -163,7 +180,12 @@ async fn trends_are_grouped_by_day_version_and_outcome() {
                 .collect::<Vec<_>>(),
             [("96.00.61.00.01", 2, 1), ("96.00.61.00.01", 1, 0)]
         );
-        assert!(db.daily_step_outcomes(clock.now() + Duration::days(1)).await.unwrap().is_empty());
+        assert!(
+            db.daily_step_outcomes(clock.now() + Duration::days(1))
+                .await
+                .unwrap()
+                .is_empty()
+        );
     }
 }
 

@@ -20,9 +20,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration as StdDuration, Instant};
 
-use orchestrator_db::execution::{
-    ExecWave, Fence, StepChange, StepFilter, StepState, WaveChange, WaveKind, WaveState,
-};
+use orchestrator_db::execution::{ExecWave, Fence, StepChange, StepFilter, StepState, WaveChange, WaveKind, WaveState};
 use orchestrator_db::model::{ComponentReading, NewNode, NewRelease, NodeLabels};
 use orchestrator_db::{Db, DbError};
 use orchestrator_engine::{EXECUTOR_LEASE, EngineError, StartRollout};

@@ -124,11 +124,7 @@ impl Client {
             .pool_max_idle_per_host(1)
             .build()
             .context("HTTP client")?;
-        let page = http
-            .get(format!("{base}/login"))
-            .send()
-            .await
-            .context("GET /login")?;
+        let page = http.get(format!("{base}/login")).send().await.context("GET /login")?;
         let csrf = set_cookie(&page, web::auth::LOGIN_CSRF_COOKIE).context("no login CSRF cookie")?;
         let answer = http
             .post(format!("{base}/login"))
@@ -158,10 +154,7 @@ impl Client {
             Auth::Token => request.bearer_auth(TOKEN),
         };
         let started = Instant::now();
-        let response = request
-            .send()
-            .await
-            .with_context(|| format!("GET {}", target.path))?;
+        let response = request.send().await.with_context(|| format!("GET {}", target.path))?;
         let first_byte = started.elapsed();
         let status = response.status().as_u16();
         let mut response = response;
@@ -360,9 +353,7 @@ fn held_at_scale(path: &str, rollout: i64) -> bool {
 
 async fn large(options: &Options) -> anyhow::Result<()> {
     let nodes = options.nodes;
-    println!(
-        "\n== latency: {nodes} nodes with inventory and a {nodes}-step rollout, SQLite, over TCP, sequential ==",
-    );
+    println!("\n== latency: {nodes} nodes with inventory and a {nodes}-step rollout, SQLite, over TCP, sequential ==",);
     let dir = tempfile::tempdir().context("temp dir")?;
     let url = format!("sqlite://{}", dir.path().join("latency.db").display());
     let db = Db::connect_and_migrate(&url, Arc::new(SystemClock))
@@ -395,7 +386,12 @@ async fn large(options: &Options) -> anyhow::Result<()> {
     println!("idle sweep: {:.0} s", started.elapsed().as_secs_f64());
 
     let loaded = format!("rollout running ({nodes})");
-    let writer = StepWriter::start(db.clone(), store.fence.clone(), store.pending.clone(), options.write_rate);
+    let writer = StepWriter::start(
+        db.clone(),
+        store.fence.clone(),
+        store.pending.clone(),
+        options.write_rate,
+    );
     let mut loaded_samples = Samples::new();
     let swept = sweep(
         &client,
@@ -512,10 +508,7 @@ async fn demo(options: &Options) -> anyhow::Result<()> {
             tokio::time::sleep(StdDuration::from_millis(100)).await;
         }
     };
-    let wanted = BTreeSet::from([
-        Moment::Flashing.as_str().to_owned(),
-        Moment::Baking.as_str().to_owned(),
-    ]);
+    let wanted = BTreeSet::from([Moment::Flashing.as_str().to_owned(), Moment::Baking.as_str().to_owned()]);
     let mut samples = Samples::new();
     let deadline = Instant::now() + DEMO_TIMEOUT;
     let measured = {
@@ -527,7 +520,16 @@ async fn demo(options: &Options) -> anyhow::Result<()> {
         };
         let done = || over.load(Ordering::Relaxed) || Instant::now() > deadline;
         let sampler = async {
-            let result = sweep(&client, &targets, options.requests, &mut samples, &current, &wanted, &done).await;
+            let result = sweep(
+                &client,
+                &targets,
+                options.requests,
+                &mut samples,
+                &current,
+                &wanted,
+                &done,
+            )
+            .await;
             over.store(true, Ordering::Relaxed);
             result
         };
@@ -544,7 +546,10 @@ async fn demo(options: &Options) -> anyhow::Result<()> {
         .map(String::as_str)
         .collect();
     if !missing.is_empty() {
-        println!("NOTE: the story ended before these moments were measured: {}", missing.join(", "));
+        println!(
+            "NOTE: the story ended before these moments were measured: {}",
+            missing.join(", ")
+        );
     }
     let _ = stop.send(true);
     let _ = rma_stop.send(true);

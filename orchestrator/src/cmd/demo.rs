@@ -248,7 +248,11 @@ const ENDLESS_JOB: usize = 13;
 /// through: every tenth node runs jobs that take one to three simulated
 /// hours to finish once drained, one runs a two-day job (skipped after the
 /// wave's drain timeout and returned), and one is drained by an operator.
-pub(super) async fn demo_workload(db: &Db, dir: &Path, speedup: f64) -> anyhow::Result<orchestrator_engine::WorkloadScheduler> {
+pub(super) async fn demo_workload(
+    db: &Db,
+    dir: &Path,
+    speedup: f64,
+) -> anyhow::Result<orchestrator_engine::WorkloadScheduler> {
     use super::demo_scheduler::{DemoNode, write_node};
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let real_seconds = |sim_hours: f64| (sim_hours * 3600.0 / speedup).ceil().max(1.0) as u64;

@@ -16,7 +16,8 @@ use chrono::{DateTime, Duration, Utc};
 use orchestrator_db::DbError;
 use orchestrator_db::drains::DrainRow;
 use orchestrator_db::execution::{
-    Approval, ExecRollout, ExecStep, ExecWave, RolloutState, StepFilter, StepPageQuery, StepState, WaveKind, total_counts,
+    Approval, ExecRollout, ExecStep, ExecWave, RolloutState, StepFilter, StepPageQuery, StepState, WaveKind,
+    total_counts,
 };
 use orchestrator_db::model::{FieldError, Release};
 use orchestrator_engine::{EngineError, StartChecks, StartRollout, start_rollout_checked};

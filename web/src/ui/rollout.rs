@@ -16,8 +16,8 @@ use chrono::{DateTime, Utc};
 use futures::{Stream, StreamExt};
 use minijinja::{Value, context};
 use orchestrator_db::execution::{
-    Blocker, ExecRollout, ExecWave, NamedStep, RolloutState, StepCounts, StepFilter, StepPageQuery, StepState, WaveKind,
-    WaveState, total_counts,
+    Blocker, ExecRollout, ExecWave, NamedStep, RolloutState, StepCounts, StepFilter, StepPageQuery, StepState,
+    WaveKind, WaveState, total_counts,
 };
 use orchestrator_db::health::SampleScope;
 use orchestrator_types::{RolloutId, WaveId};

@@ -36,7 +36,6 @@ pub use rollout::ExecRollout;
 use sea_orm::{ActiveValue, Set};
 use serde::Serialize;
 pub use step::{ExecStep, PlacedStep, StepChange, StepCounts, StepFilter, StepTarget};
-pub(crate) use step_page::StepCountCache;
 pub use step_page::{MAX_STEP_PAGE_ROWS, NamedStep, StepPageQuery, total_counts};
 pub use wave::{ExecWave, WaveChange};
 

@@ -3,9 +3,7 @@
 //! filters, paging, counts and node names are the database's work, never a
 //! read of every step.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use orchestrator_types::{RolloutId, WaveId};
@@ -14,32 +12,9 @@ use serde::{Deserialize, Serialize};
 
 use super::step::{step_node_relation, to_exec_step};
 use super::{ExecStep, StepCounts, StepFilter, parse};
+use crate::cache::Mark;
 use crate::entity::{nodes, update_steps};
 use crate::{Db, DbError};
-
-/// Rollouts whose counts [`StepCountCache`] keeps; past this it starts over
-/// (a handful of rollouts are watched at a time).
-const COUNTED_ROLLOUTS: usize = 32;
-
-/// What a rollout's counts were read from: its steps' newest update (an
-/// indexed maximum: every step write stamps it, in this process or another
-/// controller's) and this process's own count of step writes (a manual
-/// clock need not move between two writes).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct StepMark {
-    generation: u64,
-    last_update: Option<DateTime<Utc>>,
-}
-
-/// Step counts per wave of the rollouts being watched, shared by a
-/// [`Db`]'s clones: counting a 100,000-step rollout reads 100,000 index
-/// entries, and its pages ask for the counts on every request and every
-/// live update, while the steps move a few times a second at most.
-#[derive(Debug, Default)]
-pub(crate) struct StepCountCache {
-    generation: AtomicU64,
-    entries: Mutex<HashMap<RolloutId, (StepMark, BTreeMap<WaveId, StepCounts>)>>,
-}
 
 /// Most steps one page returns.
 pub const MAX_STEP_PAGE_ROWS: u64 = 1000;
@@ -130,11 +105,11 @@ impl Db {
     /// Step counts by state of every wave of a rollout, in one grouped
     /// query (a page showing each wave's progress would otherwise count the
     /// rollout's steps once per wave), kept until a step of the rollout
-    /// changes (see [`StepCountCache`]).
+    /// changes (`cache`): counting a 100,000-step rollout reads 100,000
+    /// index entries, and its pages ask on every request.
     pub async fn step_counts_by_wave(&self, rollout: RolloutId) -> Result<BTreeMap<WaveId, StepCounts>, DbError> {
-        // Read before the newest update: a write in between only makes the
-        // next read miss.
-        let generation = self.step_count_cache.generation.load(Ordering::Acquire);
+        let cache = &self.caches.step_counts;
+        let generation = cache.generation();
         let last_update: Option<Option<DateTime<Utc>>> = update_steps::Entity::find()
             .select_only()
             .column_as(update_steps::Column::UpdatedAt.max(), "m")
@@ -142,29 +117,23 @@ impl Db {
             .into_tuple()
             .one(&self.conn)
             .await?;
-        let mark = StepMark {
+        let mark = Mark {
             generation,
-            last_update: last_update.flatten(),
+            stamps: [last_update.flatten(), None],
+            max_id: None,
         };
-        let cache = &self.step_count_cache.entries;
-        if let Some((known, counts)) = cache.lock().unwrap_or_else(PoisonError::into_inner).get(&rollout)
-            && *known == mark
-        {
-            return Ok(counts.clone());
+        if let Some(counts) = cache.get(&rollout, &mark) {
+            return Ok(counts);
         }
         let counts = self.read_step_counts_by_wave(rollout).await?;
-        let mut entries = cache.lock().unwrap_or_else(PoisonError::into_inner);
-        if entries.len() >= COUNTED_ROLLOUTS && !entries.contains_key(&rollout) {
-            entries.clear();
-        }
-        entries.insert(rollout, (mark, counts.clone()));
+        cache.put(rollout, mark, counts.clone());
         Ok(counts)
     }
 
     /// Says steps were written, so counts kept by [`Db::step_counts_by_wave`]
     /// are read again. Every writer of steps calls it after committing.
     pub(crate) fn steps_changed(&self) {
-        self.step_count_cache.generation.fetch_add(1, Ordering::AcqRel);
+        self.caches.step_counts.changed();
     }
 
     async fn read_step_counts_by_wave(&self, rollout: RolloutId) -> Result<BTreeMap<WaveId, StepCounts>, DbError> {
