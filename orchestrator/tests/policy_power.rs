@@ -97,6 +97,7 @@ fn power_json_has_every_key_and_sane_numbers() {
         "ignored_selector_labels",
         "waves",
         "fleet_timing",
+        "fleet_detection",
     ] {
         assert!(doc.get(key).is_some(), "missing {key}: {doc:#}");
     }
@@ -365,6 +366,11 @@ fn big_enough_canary_is_not_warned() {
     let (code, out) = lint(&file, &[]);
     assert_eq!(code, 0, "{out}");
     assert!(out.ends_with("1 file(s) checked: 0 error(s), 0 warning(s)\n"), "{out}");
+    // Lint says which method judges the policy: without a detection block, the per-wave one.
+    assert!(
+        out.contains("gpu-fast-canary.yaml: detection: per-wave (no detection block"),
+        "{out}"
+    );
 }
 
 #[test]

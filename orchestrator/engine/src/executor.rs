@@ -488,6 +488,8 @@ impl Executor {
             unfinished_steps: 0,
             failure_budget: policy.failure_budget,
             bake_ends_at: wave.bake_started_at.unwrap_or(now) + Duration::seconds(wave.bake_seconds),
+            max_bake_ends_at: wave.bake_started_at.unwrap_or(now)
+                + Duration::seconds(crate::watch::max_bake_seconds(policy, wave)),
             verdict: wave.verdict.clone(),
             approvals_required: wave.approvals_required,
             approvals: Vec::new(),

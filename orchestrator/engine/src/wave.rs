@@ -10,6 +10,9 @@
 //!   ([`orchestrator_types::qualification_hold`], the same rule the planner
 //!   applies);
 //! - the bake is a minimum: before it ends only a Fail is acted on;
+//! - after it, an Extend verdict (fleet-scale detection: the evidence does
+//!   not yet rule out what must be caught) keeps the wave baking, up to
+//!   `max_bake`, where the judge answers Hold and a human decides;
 //! - an approval counts only for the state and verdict it was given under
 //!   (the database refuses any other), so an approval never carries over to
 //!   a verdict its approver did not read; promoting a wave whose verdict is
@@ -50,6 +53,9 @@ pub struct WaveFacts {
     pub failure_budget: FailureBudget,
     /// When the bake ends (baking waves).
     pub bake_ends_at: DateTime<Utc>,
+    /// When an extended bake ends at the latest (the wave's `max_bake`; the bake's end when the
+    /// policy sets none). Only fleet-scale detection extends a bake.
+    pub max_bake_ends_at: DateTime<Utc>,
     /// Baking: the judge's verdict of this pass (`None` while it has nothing
     /// to say before the bake's end). Awaiting approval: the stored verdict.
     pub verdict: Option<WaveVerdict>,
@@ -195,6 +201,16 @@ fn decide_baked(facts: &WaveFacts) -> WaveAction {
         _ if !bake_over => {
             return WaveAction::Wait {
                 blockers: vec![Blocker::BakeEndsAt { at: facts.bake_ends_at }],
+            };
+        }
+        // Fleet-scale detection keeps baking until the evidence is there; the judge turns an
+        // extension past `max_bake` into a Hold, so this wait always ends.
+        Some(v) if v.outcome == Outcome::Extend => {
+            return WaveAction::Wait {
+                blockers: vec![Blocker::BakeExtended {
+                    until: facts.max_bake_ends_at,
+                    waiting_on: v.summary.clone(),
+                }],
             };
         }
         Some(v) => v.clone(),

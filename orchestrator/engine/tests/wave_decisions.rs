@@ -46,10 +46,18 @@ enum Event {
     ApprovedEarly,
     /// An approval given under another verdict than the wave's.
     ApprovedOtherVerdict,
+    /// Fleet-scale detection before the bake's end: not enough evidence yet.
+    EarlyExtend,
+    /// Bake over, the evidence does not yet rule out `must_detect`: extend.
+    BakedExtend,
+    /// `max_bake` reached without enough evidence: hold for a human.
+    BakedHold,
+    /// Approved after reading a hold's statement.
+    ApprovedOverHold,
 }
 
 impl Event {
-    const ALL: [Event; 19] = [
+    const ALL: [Event; 23] = [
         Event::Quiet,
         Event::ReleaseBlocked,
         Event::Unqualified,
@@ -69,6 +77,10 @@ impl Event {
         Event::ApprovedPass,
         Event::ApprovedEarly,
         Event::ApprovedOtherVerdict,
+        Event::EarlyExtend,
+        Event::BakedExtend,
+        Event::BakedHold,
+        Event::ApprovedOverHold,
     ];
 }
 
@@ -81,6 +93,7 @@ enum Want {
     StartBake,
     WaitQualification,
     WaitBake,
+    WaitExtended,
     WaitApprovals,
     WaitApprovalsAndVerdict,
     Halt,
@@ -126,6 +139,7 @@ fn facts(state: WaveState, event: Event) -> WaveFacts {
         unfinished_steps: 4,
         failure_budget: FailureBudget::Count(1),
         bake_ends_at: now() + Duration::hours(1),
+        max_bake_ends_at: now() + Duration::hours(3),
         verdict: None,
         approvals_required: 1,
         approvals: Vec::new(),
@@ -193,6 +207,17 @@ fn facts(state: WaveState, event: Event) -> WaveFacts {
         }
         Event::ApprovedEarly => f.approvals = vec![approval(WaveState::Running, Outcome::Inconclusive)],
         Event::ApprovedOtherVerdict => f.approvals = vec![approval(WaveState::AwaitingApproval, Outcome::Pass)],
+        Event::EarlyExtend => {
+            if state != WaveState::AwaitingApproval {
+                f.verdict = Some(verdict(Outcome::Extend))
+            }
+        }
+        Event::BakedExtend => baked(&mut f, Some(Outcome::Extend)),
+        Event::BakedHold => baked(&mut f, Some(Outcome::Hold)),
+        Event::ApprovedOverHold => {
+            f.verdict = Some(verdict(Outcome::Hold));
+            f.approvals = vec![approval(WaveState::AwaitingApproval, Outcome::Hold)];
+        }
     }
     f
 }
@@ -206,6 +231,7 @@ fn kind(action: &WaveAction) -> Want {
         WaveAction::Wait { blockers } => match blockers.as_slice() {
             [Blocker::AwaitingQualification { .. }] => Want::WaitQualification,
             [Blocker::BakeEndsAt { .. }] => Want::WaitBake,
+            [Blocker::BakeExtended { .. }] => Want::WaitExtended,
             [Blocker::Approvals { .. }] => Want::WaitApprovals,
             [Blocker::Approvals { .. }, Blocker::Verdict { .. }] => Want::WaitApprovalsAndVerdict,
             other => panic!("unexpected blockers {other:?}"),
@@ -258,6 +284,10 @@ const TABLE: &[(S, E, W)] = &[
     (S::Planned, E::ApprovedPass, W::Start),
     (S::Planned, E::ApprovedEarly, W::Start),
     (S::Planned, E::ApprovedOtherVerdict, W::Start),
+    (S::Planned, E::EarlyExtend, W::Start),
+    (S::Planned, E::BakedExtend, W::Start),
+    (S::Planned, E::BakedHold, W::Start),
+    (S::Planned, E::ApprovedOverHold, W::Start),
 
     (S::Running, E::Quiet, W::Admit),
     (S::Running, E::ReleaseBlocked, W::Halt),
@@ -279,6 +309,10 @@ const TABLE: &[(S, E, W)] = &[
     (S::Running, E::ApprovedPass, W::Admit),
     (S::Running, E::ApprovedEarly, W::Admit),
     (S::Running, E::ApprovedOtherVerdict, W::Admit),
+    (S::Running, E::EarlyExtend, W::Admit),
+    (S::Running, E::BakedExtend, W::Admit),
+    (S::Running, E::BakedHold, W::Admit),
+    (S::Running, E::ApprovedOverHold, W::Admit),
 
     (S::Baking, E::Quiet, W::WaitBake),
     (S::Baking, E::ReleaseBlocked, W::Halt),
@@ -301,6 +335,11 @@ const TABLE: &[(S, E, W)] = &[
     (S::Baking, E::ApprovedPass, W::WaitBake),
     (S::Baking, E::ApprovedEarly, W::WaitBake),
     (S::Baking, E::ApprovedOtherVerdict, W::WaitBake),
+    // Fleet-scale detection: the bake extends on the data, up to max_bake; a hold is a human's.
+    (S::Baking, E::EarlyExtend, W::WaitBake),
+    (S::Baking, E::BakedExtend, W::WaitExtended),
+    (S::Baking, E::BakedHold, W::AwaitApproval),
+    (S::Baking, E::ApprovedOverHold, W::WaitBake),
 
     (S::AwaitingApproval, E::Quiet, W::WaitApprovalsAndVerdict),
     (S::AwaitingApproval, E::ReleaseBlocked, W::Halt),
@@ -324,6 +363,11 @@ const TABLE: &[(S, E, W)] = &[
     // Never counted: given before the verdict, or under another one.
     (S::AwaitingApproval, E::ApprovedEarly, W::WaitApprovalsAndVerdict),
     (S::AwaitingApproval, E::ApprovedOtherVerdict, W::WaitApprovalsAndVerdict),
+    // A hold approved by someone who read its statement: promote anyway, recorded.
+    (S::AwaitingApproval, E::EarlyExtend, W::WaitApprovalsAndVerdict),
+    (S::AwaitingApproval, E::BakedExtend, W::WaitApprovalsAndVerdict),
+    (S::AwaitingApproval, E::BakedHold, W::WaitApprovalsAndVerdict),
+    (S::AwaitingApproval, E::ApprovedOverHold, W::PromoteAnyway),
 
     (S::Promoted, E::Quiet, W::Nothing),
     (S::Promoted, E::ReleaseBlocked, W::Nothing),
@@ -344,6 +388,10 @@ const TABLE: &[(S, E, W)] = &[
     (S::Promoted, E::ApprovedPass, W::Nothing),
     (S::Promoted, E::ApprovedEarly, W::Nothing),
     (S::Promoted, E::ApprovedOtherVerdict, W::Nothing),
+    (S::Promoted, E::EarlyExtend, W::Nothing),
+    (S::Promoted, E::BakedExtend, W::Nothing),
+    (S::Promoted, E::BakedHold, W::Nothing),
+    (S::Promoted, E::ApprovedOverHold, W::Nothing),
 
     // A halted wave decides for its rollout (roll back or halt), whatever else happened.
     (S::Halted, E::Quiet, W::FinishHalted),
@@ -365,6 +413,10 @@ const TABLE: &[(S, E, W)] = &[
     (S::Halted, E::ApprovedPass, W::FinishHalted),
     (S::Halted, E::ApprovedEarly, W::FinishHalted),
     (S::Halted, E::ApprovedOtherVerdict, W::FinishHalted),
+    (S::Halted, E::EarlyExtend, W::FinishHalted),
+    (S::Halted, E::BakedExtend, W::FinishHalted),
+    (S::Halted, E::BakedHold, W::FinishHalted),
+    (S::Halted, E::ApprovedOverHold, W::FinishHalted),
 
     (S::RolledBack, E::Quiet, W::Nothing),
     (S::RolledBack, E::ReleaseBlocked, W::Nothing),
@@ -385,6 +437,10 @@ const TABLE: &[(S, E, W)] = &[
     (S::RolledBack, E::ApprovedPass, W::Nothing),
     (S::RolledBack, E::ApprovedEarly, W::Nothing),
     (S::RolledBack, E::ApprovedOtherVerdict, W::Nothing),
+    (S::RolledBack, E::EarlyExtend, W::Nothing),
+    (S::RolledBack, E::BakedExtend, W::Nothing),
+    (S::RolledBack, E::BakedHold, W::Nothing),
+    (S::RolledBack, E::ApprovedOverHold, W::Nothing),
 ];
 
 #[test]

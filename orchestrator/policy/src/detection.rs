@@ -19,6 +19,11 @@ pub const DEFAULT_RESET_EXCLUSION_SECONDS: i64 = 3600;
 /// The rollout's detection settings.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Detection {
+    /// The policy has a `detection` block: the engine judges its rollouts with fleet-scale detection
+    /// (`orchestrator_detect::fleet`). Without the block a policy keeps the per-wave judge it was
+    /// written for (policies are users' code), and the other fields are the defaults `policy power`
+    /// quotes.
+    pub enabled: bool,
     /// Probability of rolling back a healthy release anywhere in the rollout (all gates, waves, soak).
     pub false_rollback: f64,
     /// Probability of passing a release that is `must_detect` worse on some gate.
@@ -32,6 +37,7 @@ pub struct Detection {
 impl Default for Detection {
     fn default() -> Self {
         Self {
+            enabled: false,
             false_rollback: DEFAULT_FALSE_ROLLBACK,
             false_pass: DEFAULT_FALSE_PASS,
             reset_exclusion: TimeDelta::seconds(DEFAULT_RESET_EXCLUSION_SECONDS),
@@ -97,6 +103,7 @@ pub(crate) fn detection(sink: &mut Sink, raw: Option<&S<RawDetection>>) -> Optio
         Some(s) => soak(sink, &s.value).map(Some),
     };
     Some(Detection {
+        enabled: true,
         false_rollback: false_rollback?,
         false_pass: false_pass?,
         reset_exclusion: reset_exclusion?,

@@ -142,8 +142,24 @@ fn gate_metric(policy: &Policy, gate: &str) -> String {
 }
 
 /// Per-gate verdicts from a stored wave verdict, read through the
-/// detector's evidence type; a judge without gates gives none.
+/// detector's evidence type (the per-wave judge's, or fleet-scale detection's
+/// `FleetEvidence`, which has bounds rather than a p-value); a judge without
+/// gates gives none.
 fn gate_verdicts(policy: &Policy, verdict: Option<&orchestrator_types::WaveVerdict>) -> Vec<GateVerdict> {
+    if let Some(fleet) =
+        verdict.and_then(|v| serde_json::from_value::<orchestrator_types::FleetEvidence>(v.evidence.clone()).ok())
+    {
+        return fleet
+            .gates
+            .iter()
+            .map(|look| GateVerdict {
+                metric: gate_metric(policy, &look.gate),
+                verdict: look.outcome.as_str().to_owned(),
+                p_value: None,
+                effect: look.estimate,
+            })
+            .collect();
+    }
     let Some(evidence) = verdict
         .and_then(|v| serde_json::from_value::<orchestrator_engine::watch::DetectorEvidence>(v.evidence.clone()).ok())
     else {

@@ -71,7 +71,9 @@ pub enum PolicyCommand {
     /// --json prints one document: `policy`, `fleet`, `fleet_nodes`,
     /// `release` (or null), `alpha`, `correction` ("bonferroni"), `spending`,
     /// `target_power`, `gpus_per_node`, `ignored_selector_labels` (selector
-    /// labels a fleet file cannot carry, set aside), and `waves`: a list of `wave`,
+    /// labels a fleet file cannot carry, set aside), `fleet_timing` (the fleet-scale
+    /// method's time to decide), `fleet_detection` (whether the policy's `detection`
+    /// block puts that method in force in the engine), and `waves`: a list of `wave`,
     /// `canary_nodes`, `control_nodes`, `bake_seconds`, `bake`, `gates`. Each
     /// gate has `gate`, `kind` (rate|level), `metric`, `status`
     /// (ok|not_judged|no_baseline|no_control), `note`, `unit` (gpu|node),
@@ -515,6 +517,7 @@ fn power(args: &PowerArgs) -> anyhow::Result<String> {
             "ignored_selector_labels": ignored,
             "waves": waves,
             "fleet_timing": timing,
+            "fleet_detection": policy.detection.enabled,
         });
         return Ok(format!("{}\n", serde_json::to_string_pretty(&doc)?));
     }
@@ -608,9 +611,14 @@ fn fleet_timing_text(policy: &orchestrator_policy::Policy, timing: &[power::Flee
             "never".to_owned()
         }
     };
+    let in_force = if policy.detection.enabled {
+        "in force: the policy's detection block has the engine judge its rollouts with it"
+    } else {
+        "NOT in force: the policy has no detection block, so the engine judges each wave with the per-wave method"
+    };
     let mut out = format!(
-        "\nfleet-scale method (anytime-valid, evidence pooled across waves; false rollback {}, false pass {} per \
-         rollout): hours into each wave's bake, median / p95\n",
+        "\nfleet-scale method ({in_force}; anytime-valid, evidence pooled across waves; false rollback {}, false \
+         pass {} per rollout): hours into each wave's bake, median / p95\n",
         policy.detection.false_rollback, policy.detection.false_pass
     );
     for t in timing {
@@ -634,6 +642,19 @@ fn fleet_timing_text(policy: &orchestrator_policy::Policy, timing: &[power::Flee
     out
 }
 
+/// Which method judges the policy's rollouts: the `detection` block is the switch (issue 22).
+fn detection_method(policy: &orchestrator_policy::Policy) -> String {
+    if policy.detection.enabled {
+        format!(
+            "detection: fleet-scale (controls: every eligible node not yet updated; evidence pooled across waves; \
+             false rollback {}, false pass {} per rollout; a wave extends up to its max_bake, then holds)",
+            policy.detection.false_rollback, policy.detection.false_pass
+        )
+    } else {
+        "detection: per-wave (no detection block; add one for fleet-scale detection)".to_owned()
+    }
+}
+
 fn render(reports: &[FileReport]) -> (ExitCode, String) {
     let mut out = String::new();
     let (mut errors, mut warnings) = (0usize, 0usize);
@@ -647,6 +668,9 @@ fn render(reports: &[FileReport]) -> (ExitCode, String) {
         for line in report.rendered().into_iter().chain(report.exporter_fields()) {
             out.push_str(&line);
             out.push('\n');
+        }
+        if let Some(policy) = report.checked.policy.as_ref().filter(|p| !p.health.gates.is_empty()) {
+            out.push_str(&format!("{}: {}\n", report.file, detection_method(policy)));
         }
     }
     out.push_str(&format!(

@@ -249,6 +249,10 @@ pub enum Blocker {
     WindowOpensAt { at: Option<DateTime<Utc>> },
     /// The bake ends at `at`.
     BakeEndsAt { at: DateTime<Utc> },
+    /// The planned bake is over but the evidence does not yet rule out what must be caught
+    /// (`waiting_on`, per gate); the bake extends, at most `until` (the wave's `max_bake`), then a
+    /// human decides.
+    BakeExtended { until: DateTime<Utc>, waiting_on: String },
     /// Approvals given and needed.
     Approvals { have: u32, need: u32 },
     /// The health verdict is not a pass; a human must decide.

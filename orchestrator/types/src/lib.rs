@@ -21,5 +21,5 @@ pub use execution::{Blocker, DrainPhase, RolloutState, StepPurpose, StepState, W
 pub use ids::{NodeId, ReleaseId, RolloutId, StepId, UserId, WaveId};
 pub use kinds::{ComponentKind, NodeState, ParseEnumError, Role};
 pub use qualification::{QualificationState, TransitionError, TransitionRequest, qualification_hold};
-pub use verdict::{Outcome, WaveVerdict};
+pub use verdict::{FleetCohort, FleetEvidence, FleetGateLook, NodeInError, Outcome, WaveVerdict};
 pub use version::{FirmwareVersion, MAX_VERSION_LEN, ORDERED_EXAMPLES, VersionError};

@@ -52,6 +52,12 @@ pub(crate) fn describe_blocker(blocker: &Blocker) -> String {
         Blocker::WindowOpensAt { at: Some(t) } => format!("maintenance window opens {}", at(t)),
         Blocker::WindowOpensAt { at: None } => "a maintenance window (none scheduled)".into(),
         Blocker::BakeEndsAt { at: t } => format!("bake ends {}", at(t)),
+        Blocker::BakeExtended { until, waiting_on } => {
+            format!(
+                "more evidence (bake extended, at most until {}): {waiting_on}",
+                at(until)
+            )
+        }
         Blocker::Approvals { have, need } => format!("approvals ({have} of {need})"),
         Blocker::Verdict { verdict, summary } => format!("a human decision: verdict {verdict} — {summary}"),
         Blocker::InFlightCap { scope, limit } => format!("{scope} in-flight cap ({limit})"),

@@ -786,7 +786,8 @@ pub fn run_current_method(cell: &Cell, policy: &BenchPolicy, seed: u64) -> Run {
                 }
                 _ if look_number < wave.bake_h => {}
                 Outcome::Pass => wave_pass_h[index] = Some(elapsed),
-                Outcome::Inconclusive | Outcome::Error => {
+                // The per-wave method never extends; its other outcomes hold for a human.
+                Outcome::Extend | Outcome::Inconclusive | Outcome::Hold | Outcome::Error => {
                     return held(f64::from(hour), world.updated_count(), 0.0, wave_pass_h, &bound);
                 }
             }

@@ -33,7 +33,7 @@ pub const DEFAULT_GPUS_PER_NODE: u32 = orchestrator_planner::power::DEFAULT_GPUS
 /// flash (a step without a finish time, from older rows, from the bake
 /// start), but not before the scheduler gave it back its load when it was
 /// drained; `None` while Waveguard keeps it quarantined (out of service).
-fn canary_exposure_start(
+pub(crate) fn canary_exposure_start(
     finished_at: Option<DateTime<Utc>>,
     drain: Option<&orchestrator_db::drains::DrainRow>,
     bake_start: DateTime<Utc>,
@@ -52,13 +52,27 @@ fn canary_exposure_start(
 
 /// One node to watch for a wave.
 #[derive(Debug, Clone)]
-struct Member {
-    node_id: NodeId,
-    name: String,
-    cohort: Cohort,
-    exposure_start: DateTime<Utc>,
-    bmc_url: String,
-    credential_ref: String,
+pub(crate) struct Member {
+    pub(crate) node_id: NodeId,
+    pub(crate) name: String,
+    pub(crate) cohort: Cohort,
+    pub(crate) exposure_start: DateTime<Utc>,
+    pub(crate) bmc_url: String,
+    pub(crate) credential_ref: String,
+}
+
+impl Member {
+    /// Watches `node` as `cohort` from `exposure_start`.
+    pub(crate) fn of(node: orchestrator_db::model::Node, cohort: Cohort, exposure_start: DateTime<Utc>) -> Self {
+        Self {
+            node_id: node.id,
+            name: node.name,
+            cohort,
+            exposure_start,
+            bmc_url: node.bmc_url,
+            credential_ref: node.credential_ref,
+        }
+    }
 }
 
 /// What one collection round did, for logs and tests.
@@ -123,14 +137,7 @@ impl Collector {
             .await?;
         let mut members = Vec::new();
         let mut add = |node: orchestrator_db::model::Node, cohort: Cohort, start: DateTime<Utc>| {
-            members.push(Member {
-                node_id: node.id,
-                name: node.name,
-                cohort,
-                exposure_start: start,
-                bmc_url: node.bmc_url,
-                credential_ref: node.credential_ref,
-            });
+            members.push(Member::of(node, cohort, start));
         };
         // A node drained through its workload scheduler carries no load
         // until it is resumed: its exposure starts there, or it is left out
@@ -172,6 +179,20 @@ impl Collector {
         now: DateTime<Utc>,
     ) -> Result<CollectReport, DbError> {
         let members = self.members(wave, bake_start).await?;
+        self.collect_members(rollout, wave, members, metrics, now).await
+    }
+
+    /// Polls `members` once for `wave`, concurrently (at most the collector's bound at once), for
+    /// `metrics`: the wave's own cohorts, or the fleet-scale watch (every node on the release so far
+    /// and the concurrent control).
+    pub(crate) async fn collect_members(
+        &self,
+        rollout: &ExecRollout,
+        wave: &ExecWave,
+        members: Vec<Member>,
+        metrics: &[RedfishMetric],
+        now: DateTime<Utc>,
+    ) -> Result<CollectReport, DbError> {
         let cursors: HashMap<NodeId, HealthCursor> = self
             .db
             .health_cursors(wave.id)
@@ -220,6 +241,20 @@ impl Collector {
         now: DateTime<Utc>,
     ) -> Result<CollectReport, DbError> {
         let members = self.members(wave, bake_start).await?;
+        self.collect_prometheus_members(client, rollout, wave, &members, queries, now)
+            .await
+    }
+
+    /// [`Collector::collect_prometheus`] over given members.
+    pub(crate) async fn collect_prometheus_members(
+        &self,
+        client: &PrometheusClient,
+        rollout: &ExecRollout,
+        wave: &ExecWave,
+        members: &[Member],
+        queries: &[(String, String)],
+        now: DateTime<Utc>,
+    ) -> Result<CollectReport, DbError> {
         let index: NodeIndex = members.iter().map(|m| (m.node_id, m.name.clone())).collect();
         let cohorts: HashMap<NodeId, Cohort> = members.iter().map(|m| (m.node_id, m.cohort)).collect();
         let node_label = client.config().node_label.clone();

@@ -19,9 +19,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use super::collector::Collector;
+
+mod fleet;
 use crate::connector::HealthBmcs;
 use crate::health::HealthJudge;
 use crate::prometheus::PrometheusClient;
+pub use fleet::max_bake_seconds;
 
 /// The actor the audit log records for the detector's looks.
 pub const DETECTOR_ACTOR: &str = "detector";
@@ -525,6 +528,9 @@ impl DetectorJudge {
                 summary: "the wave has no health gates".into(),
                 evidence: json!({ "gates": [] }),
             });
+        }
+        if policy.detection.enabled {
+            return self.fleet_round(rollout, wave, policy, last).await;
         }
         let error = |summary: String| {
             last.then(|| WaveVerdict {

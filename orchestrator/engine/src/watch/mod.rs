@@ -18,5 +18,5 @@ pub use crate::connector::HealthBmcs;
 pub use collector::{CollectReport, Collector, DEFAULT_GPUS_PER_NODE};
 pub use judge::{
     DEFAULT_POLL_CONCURRENCY, DETECTOR_ACTOR, DetectorEvidence, DetectorJudge, GateLook, MAX_LOOKS,
-    MIN_CANARY_EVENTS_FOR_FAIL, MIN_EXPOSURE, MIN_LEVEL_UNITS, PollError,
+    MIN_CANARY_EVENTS_FOR_FAIL, MIN_EXPOSURE, MIN_LEVEL_UNITS, PollError, max_bake_seconds,
 };

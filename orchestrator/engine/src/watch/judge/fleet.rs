@@ -1,0 +1,1253 @@
+//! Fleet-scale detection in the live engine (issue 22): the judge's path for a policy with a
+//! `detection:` block. The statistics are `orchestrator_detect::fleet`'s; this module decides who is
+//! watched, turns stored samples into concurrent stratified cells, records each look once and maps
+//! the decision onto the wave's verdict.
+//!
+//! - **Who is watched.** Updated: every node of this rollout whose update succeeded in this wave or
+//!   an earlier one (evidence carries across waves), from its flash plus the policy's
+//!   `reset_exclusion` (earlier waves' nodes from this wave's bake start: their earlier hours are in
+//!   their own wave's samples already). Control: every node of a later wave of this rollout not
+//!   touched yet that is still eligible now — active (not in maintenance, not quarantined), no open
+//!   RMA case, not touched by another unfinished rollout, not drained — from the bake start.
+//! - **Cells.** One per closed hour and stratum (platform, cluster); each compares only the updated
+//!   and control nodes of that hour and stratum, so a fleet-wide event cancels and an early-updated
+//!   node is never compared with a later-updated one. Only closed hours count, so a bin is observed
+//!   whole; the process is rebuilt from the stored samples at each look.
+//! - **A look is spent once.** Look `k` falls `k` gate intervals after the bake start; each gate's
+//!   look is recorded (`health_looks`, with its [`FleetGateLook`]) before the wave acts on it, and a
+//!   recorded look is read back, never recomputed, so a restart or a failover replays the same
+//!   decision.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use chrono::{DateTime, Duration, Utc};
+use orchestrator_db::execution::{ExecRollout, ExecWave, StepFilter, StepPurpose, StepState};
+use orchestrator_db::health::{Cohort, HealthLook, HealthSample, LevelAgg, NewHealthLook, SampleScope};
+use orchestrator_db::{Db, DbError};
+use orchestrator_detect::fleet::{
+    ErrorBudget, FleetError, GateLook as DetectGateLook, LevelEConfig, LevelEProcess, NodeCount, RateCell, RateEConfig,
+    RateEProcess, WaveDecision, WaveTiming, decide_wave, quasi_poisson_dispersion,
+};
+use orchestrator_policy::{Direction, GateKind, GateSource, HealthGate, Policy, RedfishMetric};
+use orchestrator_types::{
+    FleetCohort, FleetEvidence, FleetGateLook, NodeId, NodeInError, NodeState, Outcome, StepId, WaveVerdict,
+};
+use serde_json::json;
+
+use super::{DETECTOR_ACTOR, DetectorJudge, Gate, resolve_gate};
+use crate::metric_source::{MetricSource, PrometheusSource, WatchedNode, bin_start};
+use crate::watch::collector::{Member, canary_exposure_start};
+
+/// Width of a time bin: the stored sample windows are hourly.
+const BIN: Duration = Duration::hours(1);
+
+/// The longest a wave of `policy` may bake, in seconds: the policy wave's `max_bake` (never less
+/// than the stored bake; the bake itself when the policy names no such wave).
+pub fn max_bake_seconds(policy: &Policy, wave: &ExecWave) -> i64 {
+    policy
+        .waves
+        .iter()
+        .find(|w| w.name == wave.name)
+        .map_or(wave.bake_seconds, |w| w.max_bake.num_seconds())
+        .max(wave.bake_seconds)
+        .max(0)
+}
+
+/// The nodes fleet-scale detection watches for one wave.
+#[derive(Debug, Default)]
+pub(crate) struct FleetWatch {
+    pub(crate) members: Vec<Member>,
+    /// Every node of the fleet to its stratum (platform, cluster).
+    pub(crate) strata: HashMap<NodeId, u32>,
+    /// Strata with a watched node.
+    pub(crate) strata_watched: usize,
+    /// Updated nodes and the wave of their update.
+    pub(crate) updated: BTreeMap<NodeId, orchestrator_types::WaveId>,
+    pub(crate) control: BTreeSet<NodeId>,
+}
+
+/// Why a node planned for a later wave is not a control now, or `None` when it is one.
+pub(crate) fn control_exclusion(
+    state: NodeState,
+    rma_case: Option<&str>,
+    other_rollout: bool,
+    drained: bool,
+) -> Option<&'static str> {
+    if state == NodeState::Maintenance {
+        Some("in maintenance")
+    } else if state == NodeState::Quarantined {
+        Some("quarantined")
+    } else if rma_case.is_some() {
+        Some("open RMA case")
+    } else if other_rollout {
+        Some("under another rollout")
+    } else if drained {
+        Some("drained")
+    } else {
+        None
+    }
+}
+
+/// Who is watched for `wave`; see the module documentation.
+pub(crate) async fn fleet_watch(
+    db: &Db,
+    rollout: &ExecRollout,
+    wave: &ExecWave,
+    bake_start: DateTime<Utc>,
+    reset_exclusion: Duration,
+) -> Result<FleetWatch, DbError> {
+    let positions: HashMap<orchestrator_types::WaveId, i32> = db
+        .rollout_waves(rollout.id)
+        .await?
+        .into_iter()
+        .map(|w| (w.id, w.position))
+        .collect();
+    let steps = db
+        .steps(&StepFilter {
+            rollout_id: Some(rollout.id),
+            purpose: Some(StepPurpose::Update),
+            ..Default::default()
+        })
+        .await?;
+    let drains: HashMap<StepId, orchestrator_db::drains::DrainRow> = db
+        .rollout_drains(rollout.id)
+        .await?
+        .into_iter()
+        .map(|d| (d.step_id, d))
+        .collect();
+    let open_drain: BTreeSet<NodeId> = drains
+        .values()
+        .filter(|d| d.closed_at.is_none())
+        .map(|d| d.node_id)
+        .collect();
+    // Nodes another unfinished rollout has touched (in flight, flashed or failed) are not comparable.
+    let mut elsewhere: BTreeSet<NodeId> = BTreeSet::new();
+    for other in db.unfinished_rollouts().await? {
+        if other.id == rollout.id {
+            continue;
+        }
+        for step in db
+            .steps(&StepFilter {
+                rollout_id: Some(other.id),
+                ..Default::default()
+            })
+            .await?
+        {
+            if step.state != StepState::Pending {
+                elsewhere.insert(step.node_id);
+            }
+        }
+    }
+    let rma = db.rma_holds().await?;
+    let nodes: HashMap<NodeId, orchestrator_db::model::Node> =
+        db.all_nodes().await?.into_iter().map(|n| (n.id, n)).collect();
+    let mut strata_keys: BTreeMap<(String, String), u32> = BTreeMap::new();
+    let mut strata = HashMap::new();
+    let mut ordered: Vec<&orchestrator_db::model::Node> = nodes.values().collect();
+    ordered.sort_by_key(|n| n.id);
+    for node in ordered {
+        let next = u32::try_from(strata_keys.len()).unwrap_or(u32::MAX);
+        let key = (node.platform_sku.clone(), node.labels.cluster.clone());
+        strata.insert(node.id, *strata_keys.entry(key).or_insert(next));
+    }
+
+    let mut watch = FleetWatch {
+        strata,
+        ..Default::default()
+    };
+    let mut later: BTreeSet<NodeId> = BTreeSet::new();
+    let mut touched: BTreeSet<NodeId> = BTreeSet::new();
+    for step in &steps {
+        let position = positions.get(&step.wave_id).copied().unwrap_or(i32::MAX);
+        if step.state != StepState::Pending {
+            touched.insert(step.node_id);
+        }
+        if position > wave.position {
+            later.insert(step.node_id);
+            continue;
+        }
+        if step.state != StepState::Succeeded || watch.updated.contains_key(&step.node_id) {
+            continue;
+        }
+        let Some(node) = nodes.get(&step.node_id) else { continue };
+        let start = if step.wave_id == wave.id {
+            match canary_exposure_start(step.finished_at, drains.get(&step.id), bake_start) {
+                Some(start) => start,
+                // Kept quarantined by Waveguard: out of service, no exposure.
+                None => continue,
+            }
+        } else {
+            bake_start
+        };
+        // The reset rule: the hours right after a node's flash count on neither side.
+        let start = step.finished_at.map_or(start, |f| start.max(f + reset_exclusion));
+        watch.updated.insert(step.node_id, step.wave_id);
+        watch.members.push(Member::of(node.clone(), Cohort::Canary, start));
+    }
+    for node_id in later {
+        if touched.contains(&node_id) || watch.updated.contains_key(&node_id) {
+            continue;
+        }
+        let Some(node) = nodes.get(&node_id) else { continue };
+        let excluded = control_exclusion(
+            node.state,
+            rma.get(&node.name).map(String::as_str),
+            elsewhere.contains(&node_id),
+            open_drain.contains(&node_id),
+        );
+        if let Some(reason) = excluded {
+            tracing::debug!(node = %node.name, wave = %wave.name, reason, "not a control");
+            continue;
+        }
+        watch.control.insert(node_id);
+        watch
+            .members
+            .push(Member::of(node.clone(), Cohort::Control, bake_start));
+    }
+    watch.strata_watched = watch
+        .members
+        .iter()
+        .filter_map(|m| watch.strata.get(&m.node_id))
+        .collect::<BTreeSet<_>>()
+        .len();
+    Ok(watch)
+}
+
+/// A gate's stratified hourly cells (closed bin start -> stratum -> cell) and each control node's
+/// own count (for the dispersion).
+#[derive(Debug, Default)]
+pub(crate) struct Cells {
+    bins: BTreeMap<DateTime<Utc>, BTreeMap<u32, RateCell>>,
+    controls: BTreeMap<NodeId, NodeCount>,
+}
+
+/// One node-hour of a rate gate.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct NodeHour {
+    pub(crate) node: NodeId,
+    pub(crate) stratum: u32,
+    pub(crate) cohort: Cohort,
+    pub(crate) bin: DateTime<Utc>,
+    pub(crate) events: u64,
+    pub(crate) exposure: f64,
+}
+
+impl Cells {
+    /// Adds one node-hour to its cell and, for a control node, to its own count.
+    pub(crate) fn add(&mut self, h: NodeHour) {
+        let cell = self.bins.entry(h.bin).or_default().entry(h.stratum).or_default();
+        match h.cohort {
+            Cohort::Canary => {
+                cell.updated_events = cell.updated_events.saturating_add(h.events);
+                cell.updated_exposure += h.exposure;
+            }
+            Cohort::Control => {
+                cell.control_events = cell.control_events.saturating_add(h.events);
+                cell.control_exposure += h.exposure;
+                let count = self.controls.entry(h.node).or_insert(NodeCount {
+                    stratum: h.stratum,
+                    events: 0,
+                    exposure: 0.0,
+                });
+                count.events = count.events.saturating_add(h.events);
+                count.exposure += h.exposure;
+            }
+        }
+    }
+}
+
+/// What a rate gate's evidence says at one look.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct RateFacts {
+    pub(crate) fail: bool,
+    pub(crate) pass_ready: bool,
+    pub(crate) failed_from_bin: Option<u32>,
+    pub(crate) lower: f64,
+    pub(crate) upper: f64,
+    pub(crate) estimate: Option<f64>,
+    pub(crate) dispersion: f64,
+    pub(crate) totals: (u64, f64, u64, f64),
+    pub(crate) control_nodes: usize,
+}
+
+/// Runs a rate gate's e-process over the cells, hour by hour (an hour without data is still a bin,
+/// so the delayed-onset restarts keep their cadence in hours), with the dispersion of the control's
+/// node counts.
+pub(crate) fn rate_facts(
+    cells: &Cells,
+    null: f64,
+    must_detect: f64,
+    alpha: f64,
+    beta: f64,
+) -> Result<RateFacts, FleetError> {
+    let (bins, controls) = (&cells.bins, &cells.controls);
+    let mut process = RateEProcess::new(RateEConfig::default());
+    if let (Some(first), Some(last)) = (bins.keys().next(), bins.keys().next_back()) {
+        let mut at = *first;
+        while at <= *last {
+            let cells: Vec<RateCell> = bins.get(&at).map(|c| c.values().copied().collect()).unwrap_or_default();
+            process.observe_bin(&cells)?;
+            at += BIN;
+        }
+    }
+    let counts: Vec<NodeCount> = controls.values().copied().collect();
+    let dispersion = quasi_poisson_dispersion(&counts).unwrap_or(1.0);
+    let look = process.look(null, must_detect, alpha, beta, dispersion)?;
+    let (lower, upper) = process.bounds(alpha, beta, dispersion);
+    Ok(RateFacts {
+        fail: look.fail,
+        pass_ready: look.pass_ready,
+        failed_from_bin: look.failed_from_bin,
+        lower,
+        upper,
+        estimate: process.estimate(),
+        dispersion,
+        totals: process.totals(),
+        control_nodes: controls.len(),
+    })
+}
+
+/// One node's value of a level metric: the mean of its units' means.
+fn node_level(aggs: &BTreeMap<String, LevelAgg>) -> Option<f64> {
+    let means: Vec<f64> = aggs.values().filter_map(LevelAgg::mean).collect();
+    (!means.is_empty()).then(|| means.iter().sum::<f64>() / means.len() as f64)
+}
+
+fn finite(v: f64) -> Option<f64> {
+    v.is_finite().then_some(v)
+}
+
+/// The exposure unit of a gate, as shown with its counts.
+fn exposure_unit(gate: &HealthGate) -> &'static str {
+    match &gate.source {
+        GateSource::Redfish {
+            metric: RedfishMetric::XidErrorsPerGpuHour,
+        } => "gpu_hours",
+        GateSource::Redfish {
+            metric: RedfishMetric::LinkDegradedPerNodeDay,
+        } => "node_days",
+        GateSource::Redfish { .. } if gate.kind == GateKind::Rate => "node_hours",
+        GateSource::Prometheus { .. } if gate.kind == GateKind::Rate => "unit_hours",
+        _ => "node_means",
+    }
+}
+
+/// What a gate's bounds rule out, in words.
+fn ruled_out(kind: GateKind, lower: Option<f64>, upper: Option<f64>, null: f64, must_detect: f64) -> String {
+    let fmt = |v: f64| match kind {
+        GateKind::Rate => format!("{v:.2}x"),
+        GateKind::Level => format!("{v:+.2}"),
+    };
+    let above = upper.map_or_else(
+        || "rules out no effect yet".to_owned(),
+        |u| format!("rules out an effect above {}", fmt(u)),
+    );
+    let below = match lower {
+        Some(l) if l > null => format!("shows an effect above {} (min_effect {})", fmt(l), fmt(null)),
+        _ => format!("shows no effect beyond min_effect {}", fmt(null)),
+    };
+    let verdict = if upper.is_some_and(|u| u < must_detect) {
+        format!("{} (must_detect) is ruled out", fmt(must_detect))
+    } else {
+        format!("cannot rule out {} (must_detect)", fmt(must_detect))
+    };
+    format!("{above}; {verdict}; {below}")
+}
+
+impl DetectorJudge {
+    /// One round of fleet-scale detection for a baking wave (`last`: the planned bake is over).
+    /// `None` while nothing is decided before the bake's end (only a Fail ends a bake early).
+    pub(super) async fn fleet_round(
+        &self,
+        rollout: &ExecRollout,
+        wave: &ExecWave,
+        policy: &Policy,
+        last: bool,
+    ) -> Option<WaveVerdict> {
+        let error = |summary: String| {
+            last.then(|| WaveVerdict {
+                outcome: Outcome::Error,
+                evidence: json!({ "method": "fleet", "error": summary }),
+                summary,
+            })
+        };
+        let Some(bake_start) = wave.bake_started_at else {
+            return error(format!("wave {} has no bake start", wave.name));
+        };
+        let detection = &policy.detection;
+        let budget = match ErrorBudget::new(detection.false_rollback, detection.false_pass) {
+            Ok(b) => b,
+            Err(err) => return error(format!("detection budgets: {err}")),
+        };
+        let now = self.clock.now();
+        let gates: Vec<Gate> = wave
+            .gates
+            .iter()
+            .map(|name| resolve_gate(policy, name, self.prometheus.is_some()))
+            .collect();
+        let (alpha, beta) = budget.per_gate(gates.len());
+        let interval = gates
+            .iter()
+            .filter_map(Gate::health_gate)
+            .map(|g| g.interval)
+            .min()
+            .unwrap_or(Duration::hours(1))
+            .max(Duration::seconds(1));
+        let max_bake = Duration::seconds(max_bake_seconds(policy, wave));
+        let elapsed = (now - bake_start).max(Duration::zero());
+        let step = interval.num_seconds().max(1);
+        let max_looks = u32::try_from((max_bake.num_seconds() + step - 1) / step).unwrap_or(u32::MAX);
+        let max_looks = max_looks.max(1);
+        let mut look_number = u32::try_from(elapsed.num_seconds() / interval.num_seconds())
+            .unwrap_or(u32::MAX)
+            .min(max_looks);
+        if last {
+            look_number = look_number.max(1);
+        }
+        let stored = match self.db.health_looks(SampleScope::Wave(wave.id)).await {
+            Ok(looks) => looks,
+            Err(err) => {
+                return error(format!(
+                    "cannot read recorded looks: {}",
+                    orchestrator_types::error_chain(&err)
+                ));
+            }
+        };
+        let latest = |gate: &str| -> Option<&HealthLook> {
+            stored
+                .iter()
+                .filter(|l| l.look.gate == gate)
+                .max_by_key(|l| l.look.look_number)
+        };
+        let failed = |gate: &str| {
+            stored
+                .iter()
+                .find(|l| l.look.gate == gate && l.look.outcome == Outcome::Fail)
+        };
+        let look_due = look_number >= 1
+            && gates
+                .iter()
+                .filter_map(Gate::health_gate)
+                .any(|g| failed(&g.name).is_none() && latest(&g.name).is_none_or(|l| l.look.look_number < look_number));
+        // Between polls and looks, inside the planned bake, there is nothing to read: listing the
+        // fleet's nodes and rollouts is left for when a poll or a look needs it. A recorded failed
+        // look is still answered (a crash may have come between recording it and acting on it).
+        let poll_due = self
+            .last_poll
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&wave.id)
+            .is_none_or(|at| now - *at >= interval);
+        let any_failed = stored.iter().any(|l| l.look.outcome == Outcome::Fail);
+        if !last && !look_due && !poll_due && !any_failed {
+            return None;
+        }
+        let watch = match fleet_watch(&self.db, rollout, wave, bake_start, detection.reset_exclusion).await {
+            Ok(w) => w,
+            Err(err) => {
+                return error(format!(
+                    "cannot list the watched nodes: {}",
+                    orchestrator_types::error_chain(&err)
+                ));
+            }
+        };
+        if let Err(err) = self
+            .poll_fleet_if_due(rollout, wave, &gates, &watch, now, last || look_due)
+            .await
+        {
+            tracing::warn!(error = %orchestrator_types::error_chain(&err), wave = %wave.name, "health collection failed");
+            return error(format!(
+                "health collection failed: {}",
+                orchestrator_types::error_chain(&err)
+            ));
+        }
+        let mut samples: Option<Vec<HealthSample>> = None;
+        let mut looks: Vec<FleetGateLook> = Vec::new();
+        for gate in &gates {
+            let Some(health_gate) = gate.health_gate() else {
+                let (name, reason) = match gate {
+                    Gate::Unsupported { name, reason } => (name.clone(), reason.clone()),
+                    _ => (gate.name().to_owned(), "no data source".to_owned()),
+                };
+                looks.push(error_look(&name, look_number, max_looks, alpha, beta, reason));
+                continue;
+            };
+            // A failed look stands; a recorded look is read back, never recomputed.
+            if let Some(recorded) = failed(&health_gate.name)
+                .or_else(|| latest(&health_gate.name).filter(|l| l.look.look_number >= look_number))
+            {
+                match serde_json::from_value::<FleetGateLook>(recorded.look.verdict.clone()) {
+                    Ok(look) => looks.push(look),
+                    Err(err) => looks.push(error_look(
+                        &health_gate.name,
+                        recorded.look.look_number,
+                        max_looks,
+                        alpha,
+                        beta,
+                        format!("recorded look does not decode: {err}"),
+                    )),
+                }
+                continue;
+            }
+            if look_number == 0 {
+                continue;
+            }
+            if samples.is_none() {
+                match self.db.health_samples(SampleScope::Rollout(rollout.id)).await {
+                    Ok(s) => samples = Some(s),
+                    Err(err) => {
+                        return error(format!(
+                            "cannot read samples: {}",
+                            orchestrator_types::error_chain(&err)
+                        ));
+                    }
+                }
+            }
+            let ctx = LookContext {
+                look_number,
+                max_looks,
+                alpha,
+                beta,
+                information_fraction: (elapsed.num_seconds() as f64 / max_bake.num_seconds().max(1) as f64).min(1.0),
+                now,
+                bake_over: elapsed >= Duration::seconds(wave.bake_seconds),
+            };
+            let look = self
+                .fleet_gate_look(
+                    wave,
+                    gate,
+                    health_gate,
+                    &watch,
+                    samples.as_deref().unwrap_or_default(),
+                    &ctx,
+                )
+                .await;
+            // A look that could not be evaluated (no Prometheus answer) is not recorded: a later pass
+            // asks again.
+            if look.outcome == Outcome::Error {
+                looks.push(look);
+                continue;
+            }
+            match self.record_fleet_look(rollout, wave, &look).await {
+                Ok(recorded) => looks.push(recorded),
+                Err(err) => {
+                    return error(format!(
+                        "cannot record a look: {}",
+                        orchestrator_types::error_chain(&err)
+                    ));
+                }
+            }
+        }
+        let poll_errors = match self.poll_errors(wave).await {
+            Ok(errors) => errors,
+            Err(err) => {
+                return error(format!(
+                    "cannot read poll errors: {}",
+                    orchestrator_types::error_chain(&err)
+                ));
+            }
+        };
+        let timing = WaveTiming {
+            elapsed_hours: elapsed.num_seconds() as f64 / 3600.0,
+            bake_hours: wave.bake_seconds as f64 / 3600.0,
+            max_bake_hours: max_bake.num_seconds() as f64 / 3600.0,
+        };
+        let decision_input: Vec<DetectGateLook> = looks
+            .iter()
+            .filter(|l| l.outcome != Outcome::Error)
+            .map(|l| DetectGateLook {
+                gate: l.gate.clone(),
+                fail: l.outcome == Outcome::Fail,
+                pass_ready: l.outcome == Outcome::Pass,
+                lower: l.lower.unwrap_or(f64::NEG_INFINITY),
+                upper: l.upper.unwrap_or(f64::INFINITY),
+                null: l.null,
+                must_detect: l.must_detect,
+            })
+            .collect();
+        // Gates not yet looked at (the first look is not due) keep the wave in its bake.
+        let unlooked = gates
+            .iter()
+            .filter_map(Gate::health_gate)
+            .any(|g| !looks.iter().any(|l| l.gate == g.name));
+        let errors: Vec<&FleetGateLook> = looks.iter().filter(|l| l.outcome == Outcome::Error).collect();
+        let decision = decide_wave(timing, &decision_input);
+        let (outcome, summary) = match decision {
+            WaveDecision::Fail { gates: failing } => (
+                Outcome::Fail,
+                looks
+                    .iter()
+                    .filter(|l| failing.contains(&l.gate))
+                    .map(|l| format!("{}: {}", l.gate, l.ruled_out))
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            ),
+            _ if !last => return None,
+            _ if !errors.is_empty() => (
+                Outcome::Error,
+                errors
+                    .iter()
+                    .map(|l| format!("{}: {}", l.gate, l.error.clone().unwrap_or_default()))
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            ),
+            _ if unlooked => (Outcome::Extend, "the first look is not due yet".to_owned()),
+            WaveDecision::Pass => (
+                Outcome::Pass,
+                format!(
+                    "every gate rules out its must_detect: {} updated nodes against {} concurrent controls",
+                    watch.updated.len(),
+                    watch.control.len()
+                ),
+            ),
+            WaveDecision::Extend { waiting_on, .. } => (
+                Outcome::Extend,
+                looks
+                    .iter()
+                    .filter(|l| waiting_on.contains(&l.gate))
+                    .map(|l| format!("{}: {}", l.gate, l.ruled_out))
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            ),
+            WaveDecision::Hold { statement } => (Outcome::Hold, statement),
+        };
+        // An updated node of this wave whose health could not be read has not been judged: never a
+        // Pass (a proven regression still fails).
+        let unread: Vec<&super::PollError> = poll_errors
+            .iter()
+            .filter(|e| e.cohort == Cohort::Canary && watch.updated.get(&e.node) == Some(&wave.id))
+            .collect();
+        let (outcome, summary) = if outcome == Outcome::Pass && !unread.is_empty() {
+            (
+                Outcome::Error,
+                unread.iter().map(|e| e.describe()).collect::<Vec<_>>().join("; "),
+            )
+        } else {
+            (outcome, summary)
+        };
+        let statement = if outcome == Outcome::Hold || outcome == Outcome::Extend {
+            summary.clone()
+        } else {
+            looks
+                .iter()
+                .map(|l| format!("{}: {}", l.gate, l.ruled_out))
+                .collect::<Vec<_>>()
+                .join("; ")
+        };
+        let evidence = FleetEvidence {
+            method: "fleet".into(),
+            false_rollback: budget.false_rollback,
+            false_pass: budget.false_pass,
+            reset_exclusion_seconds: detection.reset_exclusion.num_seconds(),
+            bake_seconds: wave.bake_seconds,
+            max_bake_seconds: max_bake.num_seconds(),
+            bake_started_at: bake_start,
+            elapsed_seconds: elapsed.num_seconds(),
+            decision: outcome,
+            statement,
+            updated_nodes: watch.updated.len(),
+            control_nodes: watch.control.len(),
+            strata: watch.strata_watched,
+            gates: looks,
+            nodes_in_error: poll_errors
+                .iter()
+                .map(|e| NodeInError {
+                    node: e.node,
+                    name: e.name.clone(),
+                    cohort: e.cohort.as_str().to_owned(),
+                    error: e.error.clone(),
+                })
+                .collect(),
+        };
+        Some(WaveVerdict {
+            outcome,
+            summary,
+            evidence: serde_json::to_value(&evidence).unwrap_or_default(),
+        })
+    }
+
+    /// Polls the fleet watch when the gates' interval has passed (always when `force`): Redfish
+    /// through the collector's bound, Prometheus level gates with one query for every watched node.
+    async fn poll_fleet_if_due(
+        &self,
+        rollout: &ExecRollout,
+        wave: &ExecWave,
+        gates: &[Gate],
+        watch: &FleetWatch,
+        now: DateTime<Utc>,
+        force: bool,
+    ) -> Result<(), DbError> {
+        let Some(interval) = gates.iter().filter_map(Gate::health_gate).map(|g| g.interval).min() else {
+            return Ok(());
+        };
+        let due = {
+            let polls = self.last_poll.lock().unwrap_or_else(|p| p.into_inner());
+            force || polls.get(&wave.id).is_none_or(|last| now - *last >= interval)
+        };
+        if !due {
+            return Ok(());
+        }
+        let mut metrics: Vec<RedfishMetric> = Vec::new();
+        for (_, metric) in gates.iter().filter_map(Gate::watched) {
+            if !metrics.contains(&metric) {
+                metrics.push(metric);
+            }
+        }
+        if !metrics.is_empty() {
+            let report = self
+                .collector
+                .collect_members(rollout, wave, watch.members.clone(), &metrics, now)
+                .await?;
+            tracing::debug!(wave = %wave.name, ?report, "fleet health poll");
+        }
+        let queries: Vec<(String, String)> = gates
+            .iter()
+            .filter_map(|g| match g {
+                Gate::PromLevel { query, gate } if gate.kind == GateKind::Level => {
+                    Some((g.sample_key(), query.clone()))
+                }
+                _ => None,
+            })
+            .collect();
+        if let (Some(client), false) = (&self.prometheus, queries.is_empty()) {
+            self.collector
+                .collect_prometheus_members(client, rollout, wave, &watch.members, &queries, now)
+                .await?;
+        }
+        self.last_poll
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(wave.id, now);
+        Ok(())
+    }
+
+    /// Evaluates one gate at this look (not recorded yet).
+    async fn fleet_gate_look(
+        &self,
+        wave: &ExecWave,
+        gate: &Gate,
+        health_gate: &HealthGate,
+        watch: &FleetWatch,
+        samples: &[HealthSample],
+        ctx: &LookContext,
+    ) -> FleetGateLook {
+        let fail = |reason: String| {
+            error_look(
+                &health_gate.name,
+                ctx.look_number,
+                ctx.max_looks,
+                ctx.alpha,
+                ctx.beta,
+                reason,
+            )
+        };
+        let closed = |window: DateTime<Utc>| window + BIN <= ctx.now;
+        let stratum = |node: &NodeId| watch.strata.get(node).copied().unwrap_or(u32::MAX);
+        match (health_gate.kind, gate) {
+            (GateKind::Rate, _) => {
+                let mut cells = Cells::default();
+                let mut updated_nodes = BTreeSet::new();
+                if let (Gate::PromLevel { .. }, Some(client)) = (gate, &self.prometheus) {
+                    // One query covers every watched node; bins come from Prometheus' own history.
+                    let nodes: Vec<WatchedNode> = watch
+                        .members
+                        .iter()
+                        .map(|m| WatchedNode {
+                            node: m.node_id,
+                            name: m.name.clone(),
+                            cohort: m.cohort,
+                            from: m.exposure_start,
+                        })
+                        .collect();
+                    let cohorts: HashMap<NodeId, Cohort> = nodes.iter().map(|n| (n.node, n.cohort)).collect();
+                    let look = match PrometheusSource::new(client.clone())
+                        .look(health_gate, &nodes, ctx.now)
+                        .await
+                        .and_then(|l| l.require_watched())
+                    {
+                        Ok(look) => look,
+                        Err(err) => return fail(orchestrator_types::error_chain(&err)),
+                    };
+                    for (node, node_bins) in &look.bins {
+                        let Some(cohort) = cohorts.get(node).copied() else {
+                            continue;
+                        };
+                        for (start, bin) in node_bins.iter().filter(|(s, _)| closed(bin_start(**s))) {
+                            if cohort == Cohort::Canary {
+                                updated_nodes.insert(*node);
+                            }
+                            cells.add(NodeHour {
+                                node: *node,
+                                stratum: stratum(node),
+                                cohort,
+                                bin: bin_start(*start),
+                                events: bin.events,
+                                exposure: bin.exposure_hours,
+                            });
+                        }
+                    }
+                } else if let Some((_, metric)) = gate.watched() {
+                    for s in samples
+                        .iter()
+                        .filter(|s| s.metric == metric.as_str() && closed(s.window_start))
+                    {
+                        if s.cohort == Cohort::Canary {
+                            updated_nodes.insert(s.node_id);
+                        }
+                        cells.add(NodeHour {
+                            node: s.node_id,
+                            stratum: stratum(&s.node_id),
+                            cohort: s.cohort,
+                            bin: s.window_start,
+                            events: s.events,
+                            exposure: s.exposure,
+                        });
+                    }
+                } else {
+                    return fail("no Prometheus server is configured for this judge".into());
+                }
+                let facts = match rate_facts(
+                    &cells,
+                    health_gate.min_effect,
+                    health_gate.must_detect,
+                    ctx.alpha,
+                    ctx.beta,
+                ) {
+                    Ok(f) => f,
+                    Err(err) => return fail(err.to_string()),
+                };
+                let (x1, e1, x0, e0) = facts.totals;
+                let lower = finite(facts.lower).filter(|l| *l > 0.0);
+                let upper = finite(facts.upper);
+                FleetGateLook {
+                    gate: health_gate.name.clone(),
+                    kind: "rate".into(),
+                    look: ctx.look_number,
+                    max_looks: ctx.max_looks,
+                    outcome: gate_outcome(facts.fail, facts.pass_ready),
+                    estimate: facts.estimate.and_then(finite),
+                    lower,
+                    upper,
+                    null: health_gate.min_effect,
+                    must_detect: health_gate.must_detect,
+                    alpha: ctx.alpha,
+                    beta: ctx.beta,
+                    ruled_out: ruled_out(
+                        GateKind::Rate,
+                        lower,
+                        upper,
+                        health_gate.min_effect,
+                        health_gate.must_detect,
+                    ),
+                    information_fraction: ctx.information_fraction,
+                    expected_baseline_events: (e0 > 0.0).then(|| e1 * x0 as f64 / e0),
+                    updated: FleetCohort {
+                        nodes: updated_nodes.len(),
+                        events: Some(x1),
+                        exposure: Some(e1),
+                    },
+                    control: FleetCohort {
+                        nodes: facts.control_nodes,
+                        events: Some(x0),
+                        exposure: Some(e0),
+                    },
+                    exposure_unit: exposure_unit(health_gate).into(),
+                    dispersion: Some(facts.dispersion),
+                    failed_from_hour: facts.failed_from_bin,
+                    error: None,
+                }
+            }
+            (GateKind::Level, _) => {
+                let key = gate.sample_key();
+                let sign = match health_gate.direction {
+                    Direction::IncreaseIsBad => 1.0,
+                    Direction::DecreaseIsBad => -1.0,
+                };
+                let batches = level_batches(samples, &key, &watch.updated, wave, ctx.bake_over, sign);
+                let mut process = LevelEProcess::new(LevelEConfig::default());
+                let (mut updated, mut control) = (0usize, 0usize);
+                let mut sum = 0.0;
+                for batch in &batches {
+                    if let Err(err) = process.observe_batch(&batch.differences, batch.sd, batch.controls) {
+                        return fail(err.to_string());
+                    }
+                    updated += batch.differences.len();
+                    sum += batch.differences.iter().sum::<f64>();
+                    control = control.max(batch.controls);
+                }
+                let look = match process.look(health_gate.min_effect, health_gate.must_detect, ctx.alpha, ctx.beta) {
+                    Ok(l) => l,
+                    Err(err) => return fail(err.to_string()),
+                };
+                let lower = finite(look.lower);
+                let upper = finite(look.upper);
+                FleetGateLook {
+                    gate: health_gate.name.clone(),
+                    kind: "level".into(),
+                    look: ctx.look_number,
+                    max_looks: ctx.max_looks,
+                    outcome: gate_outcome(look.fail, look.pass_ready),
+                    estimate: (updated > 0).then(|| sum / updated as f64),
+                    lower,
+                    upper,
+                    null: health_gate.min_effect,
+                    must_detect: health_gate.must_detect,
+                    alpha: ctx.alpha,
+                    beta: ctx.beta,
+                    ruled_out: ruled_out(
+                        GateKind::Level,
+                        lower,
+                        upper,
+                        health_gate.min_effect,
+                        health_gate.must_detect,
+                    ),
+                    information_fraction: ctx.information_fraction,
+                    expected_baseline_events: None,
+                    updated: FleetCohort {
+                        nodes: updated,
+                        ..Default::default()
+                    },
+                    control: FleetCohort {
+                        nodes: control,
+                        ..Default::default()
+                    },
+                    exposure_unit: exposure_unit(health_gate).into(),
+                    dispersion: None,
+                    failed_from_hour: None,
+                    error: None,
+                }
+            }
+        }
+    }
+
+    /// Records a gate's look before the wave acts on it; a look another controller recorded first is
+    /// read back instead.
+    async fn record_fleet_look(
+        &self,
+        rollout: &ExecRollout,
+        wave: &ExecWave,
+        look: &FleetGateLook,
+    ) -> Result<FleetGateLook, DbError> {
+        let new = NewHealthLook {
+            rollout_id: rollout.id,
+            wave_id: wave.id,
+            gate: look.gate.clone(),
+            look_number: look.look,
+            planned_looks: look.max_looks,
+            outcome: look.outcome,
+            verdict: serde_json::to_value(look).unwrap_or_default(),
+        };
+        let recorded = match self.db.record_health_look(&new, DETECTOR_ACTOR).await {
+            Ok(recorded) => recorded,
+            Err(DbError::AlreadyExists { .. }) => self
+                .db
+                .health_looks(SampleScope::Wave(wave.id))
+                .await?
+                .into_iter()
+                .find(|l| l.look.gate == new.gate && l.look.look_number == new.look_number)
+                .ok_or(DbError::NotFound {
+                    what: "health look",
+                    key: format!("wave {} gate {} look {}", wave.id, new.gate, new.look_number),
+                })?,
+            Err(err) => return Err(err),
+        };
+        Ok(serde_json::from_value(recorded.look.verdict).unwrap_or_else(|_| look.clone()))
+    }
+}
+
+/// What every gate's look shares.
+struct LookContext {
+    look_number: u32,
+    max_looks: u32,
+    alpha: f64,
+    beta: f64,
+    information_fraction: f64,
+    now: DateTime<Utc>,
+    bake_over: bool,
+}
+
+fn gate_outcome(fail: bool, pass_ready: bool) -> Outcome {
+    if fail {
+        Outcome::Fail
+    } else if pass_ready {
+        Outcome::Pass
+    } else {
+        Outcome::Extend
+    }
+}
+
+fn error_look(gate: &str, look: u32, max_looks: u32, alpha: f64, beta: f64, reason: String) -> FleetGateLook {
+    FleetGateLook {
+        gate: gate.to_owned(),
+        kind: String::new(),
+        look,
+        max_looks,
+        outcome: Outcome::Error,
+        estimate: None,
+        lower: None,
+        upper: None,
+        null: 0.0,
+        must_detect: 0.0,
+        alpha,
+        beta,
+        ruled_out: "nothing: the gate could not be evaluated".into(),
+        information_fraction: 0.0,
+        expected_baseline_events: None,
+        updated: FleetCohort::default(),
+        control: FleetCohort::default(),
+        exposure_unit: String::new(),
+        dispersion: None,
+        failed_from_hour: None,
+        error: Some(reason),
+    }
+}
+
+/// One batch of a level gate: a wave's updated nodes measured against that wave's controls.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct LevelBatch {
+    pub(crate) differences: Vec<f64>,
+    pub(crate) sd: f64,
+    pub(crate) controls: usize,
+}
+
+/// A level gate's batches: for each wave of the rollout up to this one whose planned bake is over,
+/// the nodes updated in that wave (each counts once, in its own wave), each one's mean over the
+/// wave's watch minus the mean of that wave's concurrent controls (harmful direction positive via
+/// `sign`), with the controls' spread as the sd. The current wave joins once its planned bake is
+/// over (`bake_over`); while it extends, its batch is re-measured at each look (a plug-in).
+pub(crate) fn level_batches(
+    samples: &[HealthSample],
+    key: &str,
+    updated: &BTreeMap<NodeId, orchestrator_types::WaveId>,
+    wave: &ExecWave,
+    bake_over: bool,
+    sign: f64,
+) -> Vec<LevelBatch> {
+    // wave -> cohort -> node -> unit -> aggregate
+    type Units = BTreeMap<String, LevelAgg>;
+    let mut by_wave: BTreeMap<orchestrator_types::WaveId, BTreeMap<(Cohort, NodeId), Units>> = BTreeMap::new();
+    for s in samples.iter().filter(|s| s.metric == key) {
+        let units = by_wave
+            .entry(s.wave_id)
+            .or_default()
+            .entry((s.cohort, s.node_id))
+            .or_default();
+        for (unit, agg) in &s.units {
+            units.entry(unit.clone()).and_modify(|a| a.merge(agg)).or_insert(*agg);
+        }
+    }
+    let mut batches = Vec::new();
+    for (wave_id, nodes) in by_wave {
+        if wave_id == wave.id && !bake_over {
+            continue;
+        }
+        let controls: Vec<f64> = nodes
+            .iter()
+            .filter(|((c, _), _)| *c == Cohort::Control)
+            .filter_map(|(_, units)| node_level(units))
+            .collect();
+        if controls.len() < 2 {
+            continue;
+        }
+        let n = controls.len() as f64;
+        let mean = controls.iter().sum::<f64>() / n;
+        let sd = (controls.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1.0)).sqrt();
+        let differences: Vec<f64> = nodes
+            .iter()
+            .filter(|((c, node), _)| *c == Cohort::Canary && updated.get(node) == Some(&wave_id))
+            .filter_map(|(_, units)| node_level(units))
+            .map(|v| sign * (v - mean))
+            .collect();
+        if differences.is_empty() {
+            continue;
+        }
+        // A perfectly flat control (a simulator's constant sensor) still has measurement error.
+        batches.push(LevelBatch {
+            differences,
+            sd: sd.max(1e-3),
+            controls: controls.len(),
+        });
+    }
+    batches
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_control_is_an_eligible_node_and_nothing_else() {
+        assert_eq!(control_exclusion(NodeState::Active, None, false, false), None);
+        assert_eq!(
+            control_exclusion(NodeState::Maintenance, None, false, false),
+            Some("in maintenance")
+        );
+        assert_eq!(
+            control_exclusion(NodeState::Quarantined, None, false, false),
+            Some("quarantined")
+        );
+        assert_eq!(
+            control_exclusion(NodeState::Active, Some("case 7"), false, false),
+            Some("open RMA case")
+        );
+        assert_eq!(
+            control_exclusion(NodeState::Active, None, true, false),
+            Some("under another rollout")
+        );
+        assert_eq!(control_exclusion(NodeState::Active, None, false, true), Some("drained"));
+    }
+
+    fn hour(h: i64) -> DateTime<Utc> {
+        // 1,800,000,000 s is a whole hour.
+        DateTime::from_timestamp(1_800_000_000 + h * 3600, 0).unwrap()
+    }
+
+    /// Hours of cells in two strata whose control rates differ fourfold, updated nodes at `ratio` times
+    /// their stratum's rate. Expected counts, so the result is deterministic.
+    fn strata_cells(hours: i64, ratio: f64) -> Cells {
+        let mut cells = Cells::default();
+        for h in 0..hours {
+            // (stratum, control rate, updated exposure, control exposure): whole expected counts.
+            for (stratum, rate, ue, ce) in [(0u32, 0.5_f64, 96.0_f64, 24.0_f64), (1u32, 0.125, 24.0, 96.0)] {
+                for node in 0..4 {
+                    cells.add(NodeHour {
+                        node: NodeId(i64::from(stratum) * 10 + node),
+                        stratum,
+                        cohort: Cohort::Control,
+                        bin: hour(h),
+                        events: (rate * ce / 4.0).round() as u64,
+                        exposure: ce / 4.0,
+                    });
+                }
+                cells.add(NodeHour {
+                    node: NodeId(100 + i64::from(stratum)),
+                    stratum,
+                    cohort: Cohort::Canary,
+                    bin: hour(h),
+                    events: (ratio * rate * ue).round() as u64,
+                    exposure: ue,
+                });
+            }
+        }
+        cells
+    }
+
+    #[test]
+    fn stratified_cells_do_not_blame_the_firmware_for_the_composition() {
+        // Most updated exposure sits in the high-rate stratum: pooled without strata, the updated
+        // side looks about 2x worse. Within strata the ratio is 1 and the gate passes.
+        let facts = rate_facts(&strata_cells(24, 1.0), 1.25, 2.0, 0.01, 0.025).unwrap();
+        assert!(!facts.fail, "{facts:?}");
+        assert!(facts.pass_ready, "{facts:?}");
+        let est = facts.estimate.unwrap();
+        assert!((0.9..1.1).contains(&est), "{est}");
+        let (x1, e1, x0, e0) = facts.totals;
+        let pooled = (x1 as f64 / e1) / (x0 as f64 / e0);
+        assert!(pooled > 2.0, "the unstratified ratio is confounded: {pooled}");
+        // A real 3x effect fails.
+        let facts = rate_facts(&strata_cells(24, 3.0), 1.25, 2.0, 0.01, 0.025).unwrap();
+        assert!(facts.fail, "{facts:?}");
+        assert!(facts.lower > 1.25, "{facts:?}");
+    }
+
+    #[test]
+    fn bursty_control_counts_raise_the_dispersion() {
+        let mut cells = Cells::default();
+        let hour0 = |node: i64, cohort: Cohort, events: u64| NodeHour {
+            node: NodeId(node),
+            stratum: 0,
+            cohort,
+            bin: hour(0),
+            events,
+            exposure: 8.0,
+        };
+        for node in 0..40 {
+            // Every fifth node has a burst of 12, the rest none: far from Poisson.
+            cells.add(hour0(node, Cohort::Control, if node % 5 == 0 { 12 } else { 0 }));
+        }
+        cells.add(hour0(99, Cohort::Canary, 4));
+        let facts = rate_facts(&cells, 1.25, 2.0, 0.01, 0.025).unwrap();
+        assert!(facts.dispersion > 5.0, "{facts:?}");
+    }
+
+    #[test]
+    fn level_batches_count_each_node_once_in_its_own_wave() {
+        use orchestrator_types::{RolloutId, WaveId};
+        let sample = |wave: i64, node: i64, cohort: Cohort, value: f64| {
+            let mut units = BTreeMap::new();
+            units.insert("GPU_0".to_owned(), LevelAgg::of(value));
+            HealthSample {
+                rollout_id: RolloutId(1),
+                wave_id: WaveId(wave),
+                node_id: NodeId(node),
+                cohort,
+                metric: "gpu_temp_c".into(),
+                window_start: hour(0),
+                events: 0,
+                exposure: 0.0,
+                readings: 1,
+                sum: value,
+                min: Some(value),
+                max: Some(value),
+                units,
+            }
+        };
+        let samples = vec![
+            // Wave 1: node 1 updated, +3 over controls at 60 and 62.
+            sample(1, 1, Cohort::Canary, 64.0),
+            sample(1, 10, Cohort::Control, 60.0),
+            sample(1, 11, Cohort::Control, 62.0),
+            // Wave 2: node 1 watched again (not counted twice), node 2 updated here.
+            sample(2, 1, Cohort::Canary, 70.0),
+            sample(2, 2, Cohort::Canary, 61.0),
+            sample(2, 10, Cohort::Control, 60.0),
+            sample(2, 11, Cohort::Control, 60.0),
+        ];
+        let updated: BTreeMap<NodeId, WaveId> = [(NodeId(1), WaveId(1)), (NodeId(2), WaveId(2))].into();
+        let wave = |id: i64| ExecWave {
+            id: WaveId(id),
+            rollout_id: RolloutId(1),
+            position: 1,
+            name: "w".into(),
+            kind: orchestrator_types::WaveKind::Update,
+            state: orchestrator_types::WaveState::Baking,
+            state_reason: None,
+            node_count: 1,
+            bake_seconds: 3600,
+            approvals_required: 0,
+            max_in_flight: 1,
+            gates: vec![],
+            control_nodes: vec![],
+            started_at: None,
+            bake_started_at: None,
+            ended_at: None,
+            decision: None,
+            verdict: None,
+            scope: None,
+            blockers: vec![],
+        };
+        // Wave 2 still in its planned bake: only wave 1's batch.
+        let b = level_batches(&samples, "gpu_temp_c", &updated, &wave(2), false, 1.0);
+        assert_eq!(b.len(), 1);
+        assert_eq!(b[0].differences, vec![3.0]);
+        // Once its bake is over, wave 2's own node joins (node 1 is not counted again).
+        let b = level_batches(&samples, "gpu_temp_c", &updated, &wave(2), true, 1.0);
+        assert_eq!(b.len(), 2);
+        assert_eq!(b[1].differences, vec![1.0]);
+        // Lower-is-worse metrics are negated.
+        let b = level_batches(&samples, "gpu_temp_c", &updated, &wave(2), false, -1.0);
+        assert_eq!(b[0].differences, vec![-3.0]);
+    }
+
+    #[test]
+    fn ruled_out_says_what_is_and_is_not_excluded() {
+        let s = ruled_out(GateKind::Rate, None, Some(3.1), 1.25, 2.0);
+        assert!(s.contains("rules out an effect above 3.10x"), "{s}");
+        assert!(s.contains("cannot rule out 2.00x (must_detect)"), "{s}");
+        let s = ruled_out(GateKind::Rate, Some(1.6), None, 1.25, 2.0);
+        assert!(s.contains("rules out no effect yet"), "{s}");
+        assert!(s.contains("shows an effect above 1.60x"), "{s}");
+        let s = ruled_out(GateKind::Level, Some(-0.5), Some(0.8), 1.0, 2.0);
+        assert!(s.contains("+2.00 (must_detect) is ruled out"), "{s}");
+    }
+}

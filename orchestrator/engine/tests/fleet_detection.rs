@@ -1,0 +1,403 @@
+//! Fleet-scale detection in the live engine (issue 22), against bmc-sim on the accelerated clock:
+//! a policy with a `detection:` block is judged by the anytime-valid fleet method. A firmware that
+//! triples XID errors fails in the canary (null at `min_effect`), is rolled back and blocked, and the
+//! recorded look is read back, not spent again, by a fresh judge; a healthy firmware passes each wave
+//! once its bake has run and the bound is below `must_detect`, with the evidence carried across waves
+//! (the last wave, with no control of its own, is judged by the pooled evidence) and the rollout
+//! completes; a gate whose evidence is too thin extends the bake to `max_bake` and then holds for a
+//! human, who promotes anyway (recorded); a node in maintenance or quarantined is never a control.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use integration_tests::fixtures::{PolicyYaml, WaveSize, WaveYaml, health_section, redfish_gate};
+use integration_tests::{GPU_FROM, GPU_TO, Harness};
+use orchestrator_db::execution::{RolloutState, StepFilter, StepPurpose, WaveState};
+use orchestrator_db::health::{Cohort, SampleScope};
+use orchestrator_engine::HealthJudge;
+use orchestrator_engine::watch::DetectorJudge;
+use orchestrator_engine::{StartRollout, start_rollout};
+use orchestrator_types::{FleetEvidence, FleetGateLook, NodeState, Outcome, QualificationState, RolloutId};
+
+/// A firmware whose effect triples the XID rate on every node.
+const GPU_BAD: &str = "96.00.66.00.01";
+
+/// The bad firmware, and a baseline XID rate high enough that an hour of 80 GPUs sees dozens of
+/// errors; a fleet-wide heat event moves every node alike.
+fn scenario_extra() -> String {
+    format!(
+        r#"  - kind: gpu
+    version: "{GPU_BAD}"
+    flash_time: {{min: 2m, max: 4m}}
+    effects:
+      - {{metric: xid_errors_per_gpu_hour, multiply: 3.0, share: 1.0, onset: 0s}}
+baseline:
+  gpu_temp_c: {{mean: 62, sd: 3}}
+  gpu_power_w: {{mean: 550, sd: 40}}
+  xid_errors_per_gpu_hour: 0.6
+  pcie_aer_per_node_hour: 0.01
+  link_degraded_per_node_day: 0.001
+events:
+  - {{metric: gpu_temp_c, add: 8.0, share: 1.0, at: 20m, duration: 40m}}"#
+    )
+}
+
+/// Ten canaries, ten more, then the rest, each baking an hour (the canary may extend to 3 h, the
+/// others to 2 h), with XID and temperature gates and the `detection:` block.
+fn policy() -> String {
+    policy_with("gates: [xid_errors, gpu_temp]", "3h")
+}
+
+/// [`policy`] with the canary's gates line and `max_bake`.
+fn policy_with(canary_gates: &str, canary_max_bake: &str) -> String {
+    let gates = "gates: [xid_errors, gpu_temp]";
+    let health = health_section(
+        0.05,
+        &[
+            redfish_gate("xid_errors", "xid_errors_per_gpu_hour", "rate", "1.5", "10m"),
+            redfish_gate("gpu_temp", "gpu_temp_c", "level", "3", "10m"),
+            redfish_gate("pcie_aer", "pcie_aer_per_node_hour", "rate", "1.5", "10m"),
+        ],
+    );
+    PolicyYaml::two_waves("fleet-gpu")
+        .waves(vec![
+            WaveYaml::new("canary", WaveSize::Count(10))
+                .stratify_by(&["rack"])
+                .bake("1h")
+                .line(&format!("max_bake: {canary_max_bake}"))
+                .line(canary_gates)
+                .max_in_flight(10),
+            WaveYaml::new("early", WaveSize::Count(10))
+                .bake("1h")
+                .line("max_bake: 2h")
+                .line(gates)
+                .max_in_flight(10),
+            WaveYaml::new("rest", WaveSize::Rest)
+                .bake("1h")
+                .line("max_bake: 2h")
+                .line("gates: [xid_errors]")
+                .max_in_flight(20),
+        ])
+        .concurrency(20, &["per_rack: 10", "per_nvlink_domain: 5"])
+        .health(&format!(
+            "{health}detection:\n  false_rollback: 0.02\n  false_pass: 0.05\n  reset_exclusion: 10m\n"
+        ))
+        .max_failed(2)
+        .rollback_scope("wave")
+        .render()
+}
+
+async fn start(h: &mut Harness, version: &str) -> RolloutId {
+    start_with(h, version, policy()).await
+}
+
+async fn start_with(h: &mut Harness, version: &str, policy_source: String) -> RolloutId {
+    let release = h.add_release(version, true).await;
+    h.add_release(GPU_FROM, true).await;
+    let rollout = start_rollout(
+        &h.db,
+        &StartRollout {
+            release_id: release.id,
+            policy_source,
+            policy_commit: None,
+            policy_blob: None,
+            seed: 5,
+        },
+        "alice",
+    )
+    .await
+    .expect("rollout starts");
+    rollout.id
+}
+
+fn run_engine(h: &mut Harness) {
+    let redfish = h.redfish();
+    let judge = Arc::new(DetectorJudge::new(h.db.clone(), redfish.clone()));
+    h.start_engine_full(h.config(), redfish, judge);
+}
+
+fn fleet_evidence(verdict: &orchestrator_types::WaveVerdict) -> FleetEvidence {
+    serde_json::from_value(verdict.evidence.clone()).unwrap_or_else(|e| panic!("{e}: {verdict:#?}"))
+}
+
+fn gate<'a>(evidence: &'a FleetEvidence, name: &str) -> &'a FleetGateLook {
+    evidence
+        .gates
+        .iter()
+        .find(|g| g.gate == name)
+        .unwrap_or_else(|| panic!("{name} in {evidence:#?}"))
+}
+
+async fn wave_named(h: &Harness, id: RolloutId, name: &str) -> orchestrator_db::execution::ExecWave {
+    h.db.rollout_waves(id)
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|w| w.name == name)
+        .unwrap()
+}
+
+/// Polls until `done` holds for the named wave, or `limit` real time passes.
+async fn wait_wave(
+    h: &Harness,
+    id: RolloutId,
+    name: &str,
+    limit: Duration,
+    done: impl Fn(&orchestrator_db::execution::ExecWave) -> bool,
+) -> orchestrator_db::execution::ExecWave {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        let wave = wave_named(h, id, name).await;
+        if done(&wave) || tokio::time::Instant::now() > deadline {
+            return wave;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tripled_xid_rate_fails_the_canary_and_a_fresh_judge_reads_the_look_back_sqlite() {
+    tripled_xid_rate_fails(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tripled_xid_rate_fails_the_canary_and_a_fresh_judge_reads_the_look_back_postgres() {
+    tripled_xid_rate_fails(true).await;
+}
+
+async fn tripled_xid_rate_fails(postgres: bool) {
+    let Some(mut h) = Harness::start(40, &scenario_extra(), postgres).await else {
+        return;
+    };
+    let id = start(&mut h, GPU_BAD).await;
+    run_engine(&mut h);
+    let done = h
+        .wait_for(
+            id,
+            &[RolloutState::RolledBack, RolloutState::Halted, RolloutState::Completed],
+            Duration::from_secs(90),
+        )
+        .await;
+    h.stop_engine().await;
+    assert_eq!(done.state, RolloutState::RolledBack, "{:?}", done.state_reason);
+    let canary = wave_named(&h, id, "canary").await;
+    let verdict = canary.verdict.clone().expect("the canary's verdict is stored");
+    assert_eq!(verdict.outcome, Outcome::Fail, "{verdict:#?}");
+    let evidence = fleet_evidence(&verdict);
+    assert_eq!(evidence.method, "fleet");
+    assert_eq!(evidence.decision, Outcome::Fail);
+    // Every node not yet on the release is a control: the 30 of the later waves.
+    assert_eq!(
+        (evidence.updated_nodes, evidence.control_nodes),
+        (10, 30),
+        "{evidence:#?}"
+    );
+    let xid = gate(&evidence, "xid_errors");
+    assert_eq!(xid.outcome, Outcome::Fail, "{xid:#?}");
+    // The null is min_effect, not must_detect: the lower bound is above 1.5.
+    assert_eq!((xid.null, xid.must_detect), (1.5, 3.0));
+    assert!(xid.lower.is_some_and(|l| l > 1.5), "{xid:#?}");
+    assert!(xid.estimate.is_some_and(|e| (2.0..5.0).contains(&e)), "{xid:#?}");
+    assert_eq!(xid.exposure_unit, "gpu_hours");
+    assert!(
+        xid.updated.events.unwrap_or(0) > 0 && xid.control.events.unwrap_or(0) > 0,
+        "{xid:#?}"
+    );
+    assert!(verdict.summary.starts_with("xid_errors:"), "{}", verdict.summary);
+
+    let release = h.db.release(done.release_id).await.unwrap();
+    assert_eq!(release.qualification_state, QualificationState::Blocked);
+    // Nothing past the canary was flashed.
+    let early = wave_named(&h, id, "early").await;
+    assert_eq!(early.state, WaveState::Planned);
+
+    // A look is spent once: a fresh judge (a restarted controller) reads the failed look back and
+    // reaches the same verdict without recording it again.
+    let looks = h.db.health_looks(SampleScope::Wave(canary.id)).await.unwrap();
+    let xid_looks: Vec<_> = looks.iter().filter(|l| l.look.gate == "xid_errors").cloned().collect();
+    let mut keys: Vec<_> = looks
+        .iter()
+        .map(|l| (l.look.gate.clone(), l.look.look_number))
+        .collect();
+    keys.sort();
+    let before = keys.len();
+    keys.dedup();
+    assert_eq!(before, keys.len(), "a look recorded twice: {looks:#?}");
+    let rollout = h.db.exec_rollout(id).await.unwrap();
+    let policy = orchestrator_engine::parse_policy(&policy()).unwrap();
+    let judge = DetectorJudge::new(h.db.clone(), h.redfish());
+    let again = judge.judge(&rollout, &canary, &policy).await;
+    assert_eq!(again.outcome, Outcome::Fail, "{again:#?}");
+    let looks = h.db.health_looks(SampleScope::Wave(canary.id)).await.unwrap();
+    let xid_after: Vec<_> = looks.iter().filter(|l| l.look.gate == "xid_errors").cloned().collect();
+    assert_eq!(
+        xid_after, xid_looks,
+        "the failed gate's looks are read back, never spent again"
+    );
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn healthy_waves_pass_on_evidence_carried_across_waves_and_the_rollout_completes() {
+    let Some(mut h) = Harness::start(40, &scenario_extra(), false).await else {
+        return;
+    };
+    let id = start(&mut h, GPU_TO).await;
+    run_engine(&mut h);
+    let done = h
+        .wait_for(
+            id,
+            &[RolloutState::RolledBack, RolloutState::Halted, RolloutState::Completed],
+            Duration::from_secs(120),
+        )
+        .await;
+    h.stop_engine().await;
+    // A good rollout no longer stops at 100% waiting for a human.
+    assert_eq!(done.state, RolloutState::Completed, "{:?}", done.state_reason);
+
+    // Each wave passed once its bake had run: each gate's upper bound is below its must_detect.
+    // Evidence carries across waves: every node on the release so far against the nodes not yet on
+    // it; the last wave has no control of its own and is judged by the evidence pooled so far.
+    let mut xid_exposure = Vec::new();
+    for (name, updated, control) in [("canary", 10, 30), ("early", 20, 20), ("rest", 40, 0)] {
+        let wave = wave_named(&h, id, name).await;
+        assert_eq!(wave.state, WaveState::Promoted, "{name}: {:?}", wave.verdict);
+        assert_eq!(wave.decision.as_deref(), Some("promote"), "{name}");
+        let verdict = wave.verdict.as_ref().unwrap();
+        assert_eq!(verdict.outcome, Outcome::Pass, "{verdict:#?}");
+        let evidence = fleet_evidence(verdict);
+        assert_eq!(
+            (evidence.updated_nodes, evidence.control_nodes),
+            (updated, control),
+            "{name}"
+        );
+        assert!(
+            evidence.elapsed_seconds >= evidence.bake_seconds,
+            "the bake is a minimum"
+        );
+        for g in &evidence.gates {
+            assert_eq!(g.outcome, Outcome::Pass, "{g:#?}");
+            assert!(g.upper.is_some_and(|u| u < g.must_detect), "{g:#?}");
+        }
+        xid_exposure.push(gate(&evidence, "xid_errors").updated.exposure.unwrap_or(0.0));
+    }
+    assert!(
+        xid_exposure.windows(2).all(|w| w[1] > w[0]),
+        "the updated exposure grows from wave to wave: {xid_exposure:?}"
+    );
+    let release = h.db.release(done.release_id).await.unwrap();
+    assert_eq!(release.qualification_state, QualificationState::Qualified);
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gate_without_enough_evidence_extends_the_bake_then_holds_for_a_human() {
+    let Some(mut h) = Harness::start(40, &scenario_extra(), false).await else {
+        return;
+    };
+    // PCIe AER at 0.01 per node-hour: ten canaries see about one error in two hours, too little to
+    // rule out 3x. The bake extends past its hour, up to max_bake (2 h), then holds.
+    let id = start_with(&mut h, GPU_TO, policy_with("gates: [xid_errors, pcie_aer]", "2h")).await;
+    run_engine(&mut h);
+    let extended = wait_wave(&h, id, "canary", Duration::from_secs(60), |w| {
+        w.blockers
+            .iter()
+            .any(|b| matches!(b, orchestrator_types::Blocker::BakeExtended { .. }))
+            || w.state != WaveState::Baking && w.state != WaveState::Planned && w.state != WaveState::Running
+    })
+    .await;
+    assert_eq!(extended.state, WaveState::Baking, "{:?}", extended.verdict);
+    let canary = wait_wave(&h, id, "canary", Duration::from_secs(60), |w| {
+        w.state != WaveState::Baking
+    })
+    .await;
+    assert_eq!(
+        canary.state,
+        WaveState::AwaitingApproval,
+        "{:?} {:?}",
+        canary.blockers,
+        canary.verdict
+    );
+    let verdict = canary.verdict.clone().unwrap();
+    assert_eq!(verdict.outcome, Outcome::Hold, "{verdict:#?}");
+    let evidence = fleet_evidence(&verdict);
+    assert!(evidence.elapsed_seconds >= evidence.max_bake_seconds, "{evidence:#?}");
+    assert_eq!(gate(&evidence, "xid_errors").outcome, Outcome::Pass);
+    assert_eq!(gate(&evidence, "pcie_aer").outcome, Outcome::Extend);
+    assert!(verdict.summary.contains("pcie_aer"), "{}", verdict.summary);
+    assert!(
+        verdict.summary.contains("cannot rule out 3.00 (must_detect)"),
+        "{}",
+        verdict.summary
+    );
+    assert!(
+        verdict.summary.contains("recorded human decision"),
+        "{}",
+        verdict.summary
+    );
+    let looks = h.db.health_looks(SampleScope::Wave(canary.id)).await.unwrap();
+    assert!(
+        looks
+            .iter()
+            .any(|l| l.look.gate == "pcie_aer" && l.look.outcome == Outcome::Extend && l.look.look_number > 6),
+        "looks after the planned bake were recorded as extensions: {looks:#?}"
+    );
+
+    // A human promotes anyway: recorded as its own decision.
+    h.db.approve_wave(canary.id, "bob", Some("AER is rare on this fleet"))
+        .await
+        .unwrap();
+    let canary = wait_wave(&h, id, "canary", Duration::from_secs(20), |w| {
+        w.state == WaveState::Promoted
+    })
+    .await;
+    h.stop_engine().await;
+    assert_eq!(canary.state, WaveState::Promoted);
+    assert_eq!(canary.decision.as_deref(), Some("promote_anyway"));
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_in_maintenance_or_quarantined_is_not_a_control() {
+    let Some(mut h) = Harness::start(40, &scenario_extra(), false).await else {
+        return;
+    };
+    let id = start(&mut h, GPU_TO).await;
+    let rest = wave_named(&h, id, "rest").await;
+    let rest_nodes: Vec<_> =
+        h.db.steps(&StepFilter {
+            wave_id: Some(rest.id),
+            purpose: Some(StepPurpose::Update),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| s.node_id)
+        .collect();
+    let (maintenance, quarantined) = (rest_nodes[0], rest_nodes[1]);
+    h.db.set_node_state(maintenance, NodeState::Maintenance, Some("fan swap"), "alice")
+        .await
+        .unwrap();
+    h.db.set_node_state(quarantined, NodeState::Quarantined, Some("bricked BMC"), "alice")
+        .await
+        .unwrap();
+    run_engine(&mut h);
+    let canary = wait_wave(&h, id, "canary", Duration::from_secs(60), |w| {
+        w.state != WaveState::Baking && w.verdict.is_some()
+    })
+    .await;
+    h.stop_engine().await;
+    let verdict = canary.verdict.clone().expect("the canary was judged");
+    let evidence = fleet_evidence(&verdict);
+    assert_eq!(evidence.control_nodes, 28, "{evidence:#?}");
+    let cursors = h.db.health_cursors(canary.id).await.unwrap();
+    let controls: Vec<_> = cursors
+        .iter()
+        .filter(|c| c.cohort == Cohort::Control)
+        .map(|c| c.node_id)
+        .collect();
+    assert_eq!(controls.len(), 28);
+    assert!(!controls.contains(&maintenance) && !controls.contains(&quarantined));
+    h.shutdown().await;
+}
