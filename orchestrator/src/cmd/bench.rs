@@ -127,10 +127,9 @@ pub async fn run(args: BenchArgs, _context: &Context) -> anyhow::Result<ExitCode
             ))
             .into());
         }
-        if !(args.latency_speedup.is_finite() && args.latency_speedup >= 1.0)
-            || !(args.latency_write_rate.is_finite() && args.latency_write_rate > 0.0)
-            || args.latency_requests == 0
-        {
+        let speedup_ok = args.latency_speedup.is_finite() && args.latency_speedup >= 1.0;
+        let rate_ok = args.latency_write_rate.is_finite() && args.latency_write_rate > 0.0;
+        if !speedup_ok || !rate_ok || args.latency_requests == 0 {
             return Err(super::BadInput(
                 "--latency-speedup must be >= 1, --latency-write-rate above 0, --latency-requests at least 1".into(),
             )
