@@ -1,7 +1,8 @@
 //! The shared test kit: one harness for controller + bmc-sim + database (SQLite and PostgreSQL) +
 //! image server ([`Harness`]), scenario and fixture builders ([`ScenarioYaml`], and re-exported from
 //! `orchestrator_db::testing`: [`TestDb`] and [`fixtures`] for policies, nodes and releases), and the
-//! external programs the end-to-end tests drive ([`process`]).
+//! external programs the end-to-end tests drive ([`process`], and [`browser`]: headless Chromium over
+//! WebDriver).
 //!
 //! Test suites of other crates (engine, the binary's process tests) take this crate as a
 //! dev-dependency; its own `tests/` are the end-to-end tests with real external programs.
@@ -10,6 +11,7 @@ use std::path::PathBuf;
 
 use anyhow::Context as _;
 
+pub mod browser;
 pub mod git;
 mod harness;
 pub mod process;

@@ -27,17 +27,19 @@
 //! with `web/ci-setup.sh`); fails instead when `WAVEGUARD_REQUIRE_ALL=1`.
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail, ensure};
 use bmc_sim::Scenario;
-use fantoccini::{Client, ClientBuilder, Locator};
+use fantoccini::{Client, Locator};
+use integration_tests::browser::{
+    Browser, UI_WAIT, WebServer, add_users, clear_screenshots, login, logout, programs_or_skip, shot, wait_until,
+    wave_state_is,
+};
 use integration_tests::fixtures::{GPU_TO, PolicyYaml, SKU, WaveSize, WaveYaml};
-use integration_tests::{Harness, REQUIRE_ALL_ENV, ScenarioYaml, find_program, free_port, require_all};
+use integration_tests::{Harness, ScenarioYaml};
 use orchestrator_db::Db;
 use orchestrator_db::execution::{RolloutState, WaveState};
 use orchestrator_db::policies::{PolicySync, SyncedPolicy};
@@ -53,9 +55,6 @@ const POLICY_NAME: &str = "hgx-gpu-canary";
 /// 1-3 s, slow enough to watch progress arrive; the canary's 5 minute bake
 /// takes 5 s.
 const SPEEDUP: f64 = 60.0;
-const PASSWORD: &str = "correct horse battery staple";
-/// How long the test waits for something to show in the browser.
-const UI_WAIT: Duration = Duration::from_secs(20);
 /// How long a wave may take to flash and bake (a few seconds expected; the
 /// margin is for a loaded CI machine).
 const WAVE_WAIT: Duration = Duration::from_secs(90);
@@ -92,35 +91,12 @@ fn policy() -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_manager_approves_a_wave_in_chromium_and_watches_it_advance() {
-    let chromium = find_program(&["chromium", "chromium-browser", "google-chrome"]);
-    let driver = find_program(&["chromedriver"]);
-    let (Some(chromium), Some(driver)) = (chromium, driver) else {
-        assert!(
-            !require_all(),
-            "{REQUIRE_ALL_ENV}=1 but `chromium` and/or `chromedriver` are not on PATH; run web/ci-setup.sh"
-        );
-        eprintln!(
-            "\n\n*** SKIPPED browser test: `chromium` and/or `chromedriver` not on PATH (run web/ci-setup.sh) ***\n\n"
-        );
+    let Some((chromium, driver)) = programs_or_skip("browser.rs") else {
         return;
     };
     if let Err(err) = run(&chromium, &driver).await {
         panic!("{err:?}");
     }
-}
-
-/// Users of every role, all with the same password.
-async fn add_users(db: &Db) -> anyhow::Result<()> {
-    let hash = web::auth::hash_password(PASSWORD)?;
-    for (name, display, role) in [
-        ("rita", "Rita Manager", Role::ReleaseManager),
-        ("sam", "Sam Second", Role::ReleaseManager),
-        ("vera", "Vera Viewer", Role::Viewer),
-        ("ada", "Ada Admin", Role::Admin),
-    ] {
-        db.add_user(name, display, role, Some(&hash), "test").await?;
-    }
-    Ok(())
 }
 
 /// Puts the policy in force as a sync of a git repository would, so the
@@ -154,91 +130,6 @@ async fn sync_policy(db: &Db) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn wait_for_port(port: u16) -> anyhow::Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while Instant::now() < deadline {
-        if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    bail!("chromedriver did not listen on port {port}")
-}
-
-fn screenshot_dir() -> PathBuf {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join("target"));
-    target.join("ui-screenshots")
-}
-
-/// Empties the screenshot folder of an earlier run's pictures, so a reviewer
-/// never mistakes a stale one for this run's.
-fn clear_screenshots() -> anyhow::Result<()> {
-    let dir = screenshot_dir();
-    std::fs::create_dir_all(&dir)?;
-    for entry in std::fs::read_dir(&dir)? {
-        let path = entry?.path();
-        if path.extension().is_some_and(|e| e == "png") {
-            std::fs::remove_file(&path).with_context(|| format!("remove {}", path.display()))?;
-        }
-    }
-    Ok(())
-}
-
-async fn shot(client: &Client, name: &str) -> anyhow::Result<()> {
-    let dir = screenshot_dir();
-    std::fs::create_dir_all(&dir)?;
-    let png = client.screenshot().await?;
-    std::fs::write(dir.join(format!("{name}.png")), png)?;
-    Ok(())
-}
-
-/// Waits until `script`, evaluated in the page, returns true.
-async fn wait_until(client: &Client, what: &str, script: &str, limit: Duration) -> anyhow::Result<()> {
-    let deadline = Instant::now() + limit;
-    loop {
-        let value = client.execute(script, vec![]).await?;
-        if value.as_bool() == Some(true) {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            let source = client.source().await.unwrap_or_default();
-            bail!("timed out after {limit:?} waiting for {what}; page:\n{source}");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-async fn login(client: &Client, base: &str, user: &str) -> anyhow::Result<()> {
-    client.goto(&format!("{base}/login")).await?;
-    client.find(Locator::Id("username")).await?.send_keys(user).await?;
-    client.find(Locator::Id("password")).await?.send_keys(PASSWORD).await?;
-    client.find(Locator::Id("login")).await?.click().await?;
-    wait_until(
-        client,
-        "the logged-in page",
-        "return !!document.getElementById('whoami');",
-        UI_WAIT,
-    )
-    .await?;
-    let who = client.find(Locator::Id("whoami")).await?.text().await?;
-    ensure!(who.contains(user), "logged in as {who:?}, wanted {user}");
-    Ok(())
-}
-
-async fn logout(client: &Client, base: &str) -> anyhow::Result<()> {
-    client.goto(&format!("{base}/")).await?;
-    client.find(Locator::Css("form.who button")).await?.click().await?;
-    wait_until(
-        client,
-        "the login page",
-        "return !!document.getElementById('login');",
-        UI_WAIT,
-    )
-    .await
-}
-
 /// Posts an approval of `wave` from the page's session, as the page's own
 /// script would after the confirmation dialog; returns the status and body.
 async fn post_approval(client: &Client, rollout: RolloutId, wave: WaveId) -> anyhow::Result<(u64, serde_json::Value)> {
@@ -258,23 +149,15 @@ async fn post_approval(client: &Client, rollout: RolloutId, wave: WaveId) -> any
     Ok((status, answer[1].clone()))
 }
 
-/// A wave's state as the page shows it now.
-fn wave_state_is(wave: WaveId, state: &str) -> String {
-    format!(
-        "const w = document.querySelector('#wave-{wave} .wave-state'); \
-         return !!w && w.textContent.trim() === '{state}';"
-    )
-}
-
 async fn run(chromium: &Path, driver_bin: &Path) -> anyhow::Result<()> {
-    clear_screenshots()?;
+    clear_screenshots(|name| !name.starts_with("cockpit-"))?;
     let sim = Harness::builder(scenario())
         .speedup(SPEEDUP)
         .sku(SKU)
         .start()
         .await
         .context("harness")?;
-    add_users(&sim.db).await?;
+    add_users(&sim.db, &[]).await?;
     sync_policy(&sim.db).await?;
     let release = sim
         .add_qualified_release(
@@ -288,59 +171,21 @@ async fn run(chromium: &Path, driver_bin: &Path) -> anyhow::Result<()> {
         .await?;
     let engine = sim.spawn_engine(Arc::new(GatelessJudge));
 
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let addr: SocketAddr = listener.local_addr()?;
-    let base = format!("http://{addr}");
-    let (stop_web, web_stopped) = tokio::sync::oneshot::channel::<()>();
     let state = AppState::new(sim.db.clone()).with_engine_nudge(engine.nudge());
-    let web_task = tokio::spawn(web::serve(listener, state, async move {
-        let _ = web_stopped.await;
-    }));
-
-    let port = free_port()?;
-    let mut driver = tokio::process::Command::new(driver_bin)
-        .arg(format!("--port={port}"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .context("cannot start chromedriver")?;
+    let server = WebServer::start(state).await?;
     let outcome = async {
-        wait_for_port(port).await?;
-        let profile = tempfile::tempdir()?;
-        let mut caps = serde_json::Map::new();
-        caps.insert(
-            "goog:chromeOptions".into(),
-            json!({
-                "binary": chromium.display().to_string(),
-                "args": [
-                    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                    "--disable-dev-shm-usage", "--window-size=1400,1000",
-                    format!("--user-data-dir={}", profile.path().display()),
-                ],
-            }),
-        );
-        // Both rustls providers are linked in this workspace, so pick one; the
-        // WebDriver connection is plain HTTP on loopback anyway.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let client = ClientBuilder::rustls()?
-            .capabilities(caps)
-            .connect(&format!("http://127.0.0.1:{port}"))
-            .await
-            .context("cannot open a WebDriver session")?;
-        let mut driven = drive(&client, &base, &sim, release).await;
+        let browser = Browser::start(chromium, driver_bin).await?;
+        let client = &browser.client;
+        let mut driven = drive(client, &server.base, &sim, release).await;
         if driven.is_ok() {
-            driven = drive_rma(&client, &base, &sim).await;
+            driven = drive_rma(client, &server.base, &sim).await;
         }
-        let _ = client.close().await;
+        browser.close().await;
         driven
     }
     .await;
-    let _ = driver.kill().await;
     engine.shutdown().await;
-    let _ = stop_web.send(());
-    let _ = web_task.await;
+    server.stop().await;
     sim.shutdown().await;
     outcome
 }

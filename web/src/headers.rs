@@ -9,9 +9,11 @@ use axum::response::Response;
 /// The UI's scripts and styles come from `/static`; `style-src` allows
 /// inline `style` attributes (progress bars set their width that way) but
 /// no inline script runs. `frame-ancestors 'none'` stops clickjacking of the
-/// approve and rollback buttons.
-const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; \
-connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
+/// approve and rollback buttons. `worker-src 'self'` names the live pages'
+/// shared worker (`/static/live-worker.js`) rather than leaving it to the
+/// fallback through `script-src`.
+const CSP: &str = "default-src 'self'; script-src 'self'; worker-src 'self'; style-src 'self' 'unsafe-inline'; \
+img-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
 
 /// Adds the headers. `Cache-Control: no-store` goes on everything but the
 /// static assets, because authenticated pages and API answers (fleet

@@ -82,6 +82,9 @@ pub struct AppState {
     /// The engine's BMC drivers: a rollout start asks the first wave's
     /// BMCs whether they can carry out the update. `None`: nothing asked.
     pub bmcs: Option<Arc<orchestrator_engine::RedfishConnector>>,
+    /// The open live streams (one per browser), so a tab can change what
+    /// its browser's stream watches.
+    pub(crate) live: Arc<ui::live::LiveStreams>,
 }
 
 impl AppState {
@@ -97,6 +100,7 @@ impl AppState {
             duties: Arc::new(Duties::default()),
             prometheus: None,
             bmcs: None,
+            live: Arc::default(),
         }
     }
 

@@ -1,7 +1,7 @@
 //! The UI in-process (`oneshot`): every page renders for a logged-in user
 //! with the data it is about, actions work as plain forms (confirmation
 //! page, then redirect) and as scripts (JSON), the two-person rule shows,
-//! and the live stream sends the rollout's progress.
+//! the live stream sends what changed, and the node table is paged.
 
 mod common;
 
@@ -32,10 +32,14 @@ struct Fixture {
 }
 
 async fn fixture() -> Fixture {
+    fixture_with(3).await
+}
+
+async fn fixture_with(node_count: usize) -> Fixture {
     let clock = Arc::new(ManualClock::new(Utc.with_ymd_and_hms(2026, 12, 2, 12, 0, 0).unwrap()));
     let t = TestDb::sqlite(clock).await;
     let db = t.db.clone();
-    db.import_nodes(&plain_nodes(3), "test").await.unwrap();
+    db.import_nodes(&plain_nodes(node_count), "test").await.unwrap();
     let nodes = db.list_nodes(&Default::default()).await.unwrap();
     let release = db.add_release(&plain_release(), "rita").await.unwrap();
     db.record_gate_result(
@@ -97,7 +101,13 @@ async fn every_page_renders_its_data() {
         ("/rollouts".into(), vec![&"#1", "0/3"]),
         (
             format!("/rollouts/{}", f.rollout),
-            vec!["canary", "Approvals 0/1", "node-0", "c0ffee123456", "data-events"],
+            vec![
+                "canary",
+                "Approvals 0/1",
+                "node-0",
+                "c0ffee123456",
+                "data-nodes=\"&#x2f;rollouts&#x2f;1&#x2f;nodes?page=1\"",
+            ],
         ),
         (
             format!("/rollouts/{}?state=pending&node=node-1", f.rollout),
@@ -247,99 +257,230 @@ async fn actions_confirm_then_act_and_the_two_person_rule_shows() {
     assert!(location.unwrap().starts_with("/releases/1?msg="));
 }
 
+/// The next server-sent event on `stream` as (event name, data); events
+/// may arrive split across chunks or several to a chunk.
+struct Events<S> {
+    stream: S,
+    buffer: String,
+}
+
+impl<S: futures::Stream<Item = Result<axum::body::Bytes, axum::Error>> + Unpin> Events<S> {
+    async fn next(&mut self) -> (String, serde_json::Value) {
+        loop {
+            if let Some(end) = self.buffer.find("\n\n") {
+                let block: String = self.buffer.drain(..end + 2).collect();
+                let mut name = String::new();
+                let mut data = String::new();
+                for line in block.lines() {
+                    if let Some(v) = line.strip_prefix("event: ") {
+                        name = v.to_owned();
+                    } else if let Some(v) = line.strip_prefix("data: ") {
+                        data.push_str(v);
+                    }
+                }
+                if name.is_empty() {
+                    continue; // a keep-alive comment
+                }
+                return (name, serde_json::from_str(&data).unwrap());
+            }
+            let chunk = tokio::time::timeout(std::time::Duration::from_secs(10), self.stream.next())
+                .await
+                .expect("an event arrives")
+                .expect("stream open")
+                .unwrap();
+            self.buffer.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    }
+}
+
+async fn open_stream(
+    app: &Router,
+    token: &str,
+    query: &str,
+) -> Events<impl futures::Stream<Item = Result<axum::body::Bytes, axum::Error>> + Unpin + use<>> {
+    let request = Request::get(format!("/events?{query}"))
+        .header(header::AUTHORIZATION, format!("Bearer {token}"))
+        .body(Body::empty())
+        .unwrap();
+    let response = app.clone().oneshot(request).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(response.headers()[header::CONTENT_TYPE], "text/event-stream");
+    Events {
+        stream: response.into_body().into_data_stream(),
+        buffer: String::new(),
+    }
+}
+
 #[tokio::test(flavor = "current_thread")]
-async fn the_live_stream_sends_the_rollout_progress() {
+async fn the_live_stream_sends_only_the_parts_that_changed() {
     let f = fixture().await;
     let viewer = provision_api_token(&f.db, "vera", Role::Viewer, "t", "test")
         .await
         .unwrap();
-    let request = Request::get(format!("/rollouts/{}/events", f.rollout))
-        .header(header::AUTHORIZATION, format!("Bearer {viewer}"))
-        .body(Body::empty())
-        .unwrap();
-    let response = f.app.clone().oneshot(request).await.unwrap();
-    assert_eq!(response.status(), StatusCode::OK);
-    assert_eq!(response.headers()[header::CONTENT_TYPE], "text/event-stream");
-    let mut stream = response.into_body().into_data_stream();
-    let first = tokio::time::timeout(std::time::Duration::from_secs(10), stream.next())
-        .await
-        .expect("an event arrives")
-        .expect("stream open")
-        .unwrap();
-    let text = String::from_utf8_lossy(&first);
-    assert!(text.starts_with("event: progress\n"), "{text}");
-    assert!(
-        text.contains("id=\"waves\"") && text.contains("0/3 nodes done"),
-        "{text}"
-    );
-    assert!(!text.contains("approve-"), "a viewer's stream offers no approve button");
+    let mut events = open_stream(&f.app, &viewer, &format!("rollouts={}", f.rollout)).await;
+    let (name, hello) = events.next().await;
+    assert_eq!(name, "hello");
+    assert!(hello["stream"].as_str().is_some_and(|s| s.len() == 64), "{hello}");
 
-    // Then the node table, and its changes as they happen.
-    let mut next = async || {
-        let chunk = tokio::time::timeout(std::time::Duration::from_secs(10), stream.next())
-            .await
-            .expect("an event arrives")
-            .expect("stream open")
-            .unwrap();
-        String::from_utf8_lossy(&chunk).into_owned()
-    };
-    let nodes = next().await;
-    assert!(nodes.starts_with("event: nodes\n"), "{nodes}");
+    // First the whole live part, and a word that the node table may be stale.
+    let (name, first) = events.next().await;
+    assert_eq!(name, "rollout");
+    assert_eq!(first["rollout"], f.rollout);
+    assert_eq!(first["nodes"], true);
+    let full = first["full"].as_str().expect("the whole live part first");
     assert!(
-        nodes.contains("id=\"nodes\"") && nodes.contains("node-0") && nodes.contains("st-pending"),
-        "{nodes}"
+        full.contains("id=\"waves\"") && full.contains("0/3 nodes done"),
+        "{full}"
     );
+    assert!(!full.contains("approve-"), "a viewer's stream offers no approve button");
+
+    // A step changes: the state card and its wave are sent, nothing else,
+    // and the node table is fetched by the page, one page of it.
     f._t.execute_raw("UPDATE update_steps SET state = 'failed', error = 'BMC said no'")
         .await
         .unwrap();
-    let changed = loop {
-        let event = next().await;
-        if event.starts_with("event: nodes\n") {
-            break event;
-        }
-    };
+    let (name, change) = events.next().await;
+    assert_eq!(name, "rollout");
+    assert!(change["full"].is_null(), "{change}");
+    assert_eq!(change["nodes"], true);
+    let mut parts: Vec<&str> = change["fragments"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    parts.sort();
+    let wave = format!("wave-{}", f.canary);
+    assert_eq!(parts, ["live-head", wave.as_str()], "{change}");
     assert!(
-        changed.contains("st-failed") && changed.contains("BMC said no"),
-        "{changed}"
+        change["fragments"]["live-head"]
+            .as_str()
+            .is_some_and(|h| h.contains("3/3 nodes done") && h.starts_with("<section")),
+        "{change}"
     );
-    assert!(!changed.contains("st-pending"), "{changed}");
+    let (status, table) = get(&f.app, &viewer, &format!("/rollouts/{}/nodes", f.rollout)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        table.contains("st-failed") && table.contains("BMC said no") && !table.contains("st-pending"),
+        "{table}"
+    );
+    assert!(!table.contains("<html"), "a fragment, not a page: {table}");
 }
 
-/// The live stream carries the page's node filters.
 #[tokio::test(flavor = "current_thread")]
-async fn the_live_node_table_keeps_the_page_filters() {
+async fn one_stream_changes_what_it_watches_without_a_new_connection() {
     let f = fixture().await;
+    let viewer = provision_api_token(&f.db, "vera", Role::Viewer, "t", "test")
+        .await
+        .unwrap();
+    let other = provision_api_token(&f.db, "sam", Role::ReleaseManager, "t", "test")
+        .await
+        .unwrap();
+    let mut events = open_stream(&f.app, &viewer, "rollouts=").await;
+    let (_, hello) = events.next().await;
+    let stream = hello["stream"].as_str().unwrap().to_owned();
+
+    // Only the user who opened it may change what it watches.
+    let watch = format!("/events/{stream}/watch?rollouts={}", f.rollout);
+    let (status, _) = get(&f.app, &other, &watch).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _) = get(&f.app, &viewer, &watch).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let (name, first) = events.next().await;
+    assert_eq!(name, "rollout");
+    assert_eq!(first["rollout"], f.rollout);
+    assert!(first["full"].as_str().is_some_and(|h| h.contains("id=\"waves\"")));
+
+    let (status, _) = get(&f.app, &viewer, "/events/no-such-stream/watch?rollouts=1").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, body) = get(&f.app, &viewer, &format!("/events/{stream}/watch?rollouts=1,x")).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(body.contains("rollout ids"), "{body}");
+    let many: Vec<String> = (1..=33).map(|n| n.to_string()).collect();
+    let (status, body) = get(&f.app, &viewer, &format!("/events?rollouts={}", many.join(","))).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(body.contains("at most 32"), "{body}");
+
+    // Once the browser goes away, its stream is forgotten.
+    drop(events);
+    let (status, _) = get(&f.app, &viewer, &watch).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+/// The node table reads one page from the database, under the page's
+/// filters, and the live page refreshes the same page with the same filters.
+#[tokio::test(flavor = "current_thread")]
+async fn the_node_table_is_paged_and_filtered_on_the_server() {
+    let f = fixture_with(205).await;
     let viewer = provision_api_token(&f.db, "vera", Role::Viewer, "t", "test")
         .await
         .unwrap();
     let (status, page) = get(&f.app, &viewer, &format!("/rollouts/{}?node=node-1&state=", f.rollout)).await;
     assert_eq!(status, StatusCode::OK);
+    // As the browser reads the attributes.
+    let page = page.replace("&#x2f;", "/").replace("&amp;", "&");
     assert!(
-        page.contains(&format!("data-events=\"/rollouts/{}/events?node=node-1\"", f.rollout)),
+        page.contains(&format!(
+            "data-nodes=\"/rollouts/{}/nodes?node=node-1&page=1\"",
+            f.rollout
+        )),
         "{page}"
     );
-    let request = Request::get(format!("/rollouts/{}/events?node=node-1", f.rollout))
-        .header(header::AUTHORIZATION, format!("Bearer {viewer}"))
-        .body(Body::empty())
-        .unwrap();
-    let response = f.app.clone().oneshot(request).await.unwrap();
-    let mut stream = response.into_body().into_data_stream();
-    let mut nodes = String::new();
-    for _ in 0..2 {
-        let chunk = tokio::time::timeout(std::time::Duration::from_secs(10), stream.next())
-            .await
-            .expect("an event arrives")
-            .expect("stream open")
-            .unwrap();
-        let text = String::from_utf8_lossy(&chunk).into_owned();
-        if text.starts_with("event: nodes\n") {
-            nodes = text;
-        }
-    }
+    // node-1, node-10..19, node-100..199: 111 of them, so two pages.
+    assert!(page.contains("Nodes 1–100"), "{page}");
+    assert!(page.contains(&format!("href=\"/rollouts/{}?node=node-1&page=2\"", f.rollout)));
+
+    let (status, table) = get(&f.app, &viewer, &format!("/rollouts/{}/nodes?page=3", f.rollout)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(table.contains("Nodes 201–205"), "{table}");
+    assert_eq!(table.matches("<tr><td class=\"mono\">").count(), 5, "{table}");
+    assert!(table.contains("id=\"nodes-prev\"") && !table.contains("id=\"nodes-next\""));
+
+    let (status, table) = get(
+        &f.app,
+        &viewer,
+        &format!("/rollouts/{}/nodes?node=node-20&state=pending", f.rollout),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
     assert!(
-        nodes.contains("node-1") && !nodes.contains("node-0") && !nodes.contains("node-2"),
-        "{nodes}"
+        table.contains("Nodes 1–6") && !table.contains("nodes-next"),
+        "node-20, node-200..204: {table}"
     );
-    let (status, _) = get(&f.app, &viewer, &format!("/rollouts/{}/events?state=bogus", f.rollout)).await;
-    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(table.matches("<tr><td class=\"mono\">").count(), 6, "{table}");
+
+    for bad in ["page=0", "page=x", "state=bogus", "wave=w"] {
+        let (status, _) = get(&f.app, &viewer, &format!("/rollouts/{}/nodes?{bad}", f.rollout)).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}");
+    }
+    let (status, _) = get(&f.app, &viewer, "/rollouts/999/nodes").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+/// `/releases` is filtered by qualification state and paged on the server.
+#[tokio::test(flavor = "current_thread")]
+async fn the_release_list_is_filtered_and_paged() {
+    let f = fixture().await;
+    let viewer = provision_api_token(&f.db, "vera", Role::Viewer, "t", "test")
+        .await
+        .unwrap();
+    let release = f.db.list_releases().await.unwrap().remove(0);
+    let state = release.qualification_state.as_str();
+    let (status, page) = get(&f.app, &viewer, &format!("/releases?state={state}")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(page.contains(&format!("/releases/{}", release.id)), "{page}");
+    let other = if state == "blocked" { "qualified" } else { "blocked" };
+    let (status, page) = get(&f.app, &viewer, &format!("/releases?state={other}")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(page.contains("No releases registered.") && !page.contains(&format!("/releases/{}\"", release.id)));
+    let (status, page) = get(&f.app, &viewer, "/releases?page=2").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        !page.contains(&format!("/releases/{}\"", release.id)),
+        "page 2 is past the only release"
+    );
+    for bad in ["state=bogus", "page=0", "page=x"] {
+        let (status, _) = get(&f.app, &viewer, &format!("/releases?{bad}")).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}");
+    }
 }

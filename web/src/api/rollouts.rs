@@ -542,7 +542,7 @@ pub(crate) async fn drains(
     params(("id" = i64, Path, description = "Rollout id"), ("wave" = String, Path, description = "Wave name or position")),
     request_body(content = Option<ApproveBody>, description = "Optional comment"),
     responses((status = 200, body = ApprovalStatus), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
-              (status = 409, body = ErrorBody, description = "Already approved by this user, or the wave is closed"),
+              (status = 409, body = ErrorBody, description = "Already approved by this user, the wave does not await approval after its verdict, or the rollout is not running or paused"),
               (status = 403, body = ErrorBody, description = "The rollout's author cannot approve (two-person rule)"),
               (status = 422, body = ErrorBody)))]
 pub(crate) async fn approve(

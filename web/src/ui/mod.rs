@@ -2,13 +2,14 @@
 //! templates embedded in the binary), embedded static assets, actions as
 //! plain forms that work without JavaScript (confirmation page, then a
 //! redirect) and with it (a dialog, then a background post), and live
-//! rollout progress over server-sent events.
+//! rollout pages over one server-sent-events stream per browser (`live`).
 //!
 //! Authorization is not decided here: [`crate::auth::authorize`] has run
 //! before any handler, and a handler only reads the [`Principal`] it left.
 
 mod charts;
 mod fleet;
+pub(crate) mod live;
 mod pages;
 mod policy_summary;
 mod reasons;
@@ -34,6 +35,8 @@ use crate::html::{error_page, render, render_string};
 use crate::url::urlencode;
 
 const APP_JS: &str = include_str!("../../static/app.js");
+const LIVE_WORKER_JS: &str = include_str!("../../static/live-worker.js");
+const LIVE_STREAM_JS: &str = include_str!("../../static/live-stream.js");
 const APP_CSS: &str = include_str!("../../static/app.css");
 
 /// A serializable record as a template value.
@@ -156,8 +159,8 @@ fn done(json: bool, back: &str, message: &str) -> Response {
     }
 }
 
-async fn app_js() -> Response {
-    ([(header::CONTENT_TYPE, "text/javascript; charset=utf-8")], APP_JS).into_response()
+fn javascript(source: &'static str) -> Response {
+    ([(header::CONTENT_TYPE, "text/javascript; charset=utf-8")], source).into_response()
 }
 
 async fn app_css() -> Response {
@@ -169,7 +172,9 @@ pub(crate) fn router() -> Router<AppState> {
     Router::new()
         .route("/login", get(auth::routes::login_page).post(auth::routes::login))
         .route("/logout", post(auth::routes::logout))
-        .route("/static/app.js", get(app_js))
+        .route("/static/app.js", get(|| async { javascript(APP_JS) }))
+        .route("/static/live-stream.js", get(|| async { javascript(LIVE_STREAM_JS) }))
+        .route("/static/live-worker.js", get(|| async { javascript(LIVE_WORKER_JS) }))
         .route("/static/app.css", get(app_css))
         .route("/favicon.ico", get(|| async { StatusCode::NO_CONTENT }))
         .route("/", get(fleet::overview))
@@ -183,7 +188,9 @@ pub(crate) fn router() -> Router<AppState> {
         .route("/releases/{id}/rollouts", post(pages::start_rollout))
         .route("/rollouts", get(rollouts_list::list))
         .route("/rollouts/{id}", get(rollout::detail))
-        .route("/rollouts/{id}/events", get(rollout::events))
+        .route("/rollouts/{id}/nodes", get(rollout::nodes))
+        .route("/events", get(live::events))
+        .route("/events/{stream}/watch", get(live::watch))
         .route("/rollouts/{id}/{action}", post(rollout::action))
         .route("/rma", get(rma::list))
         .route("/rma/{id}", get(rma::case))

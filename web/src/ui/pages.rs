@@ -21,12 +21,49 @@ pub(crate) struct Flash {
     pub(crate) msg: Option<String>,
 }
 
+/// Releases per page of `/releases`.
+const RELEASES_PER_PAGE: usize = 50;
+
+/// `/releases`' filter and page.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct ReleaseQuery {
+    /// Only releases in this qualification state.
+    state: Option<String>,
+    /// 1-based.
+    page: Option<usize>,
+}
+
 pub(crate) async fn releases(
     State(state): State<AppState>,
     Extension(me): Extension<Principal>,
+    Query(query): Query<ReleaseQuery>,
 ) -> Result<Response, UiError> {
+    let wanted = match query.state.as_deref().filter(|s| !s.is_empty()) {
+        Some(s) => Some(
+            s.parse::<QualificationState>()
+                .map_err(|e| UiError::new(StatusCode::BAD_REQUEST, e.to_string()))?,
+        ),
+        None => None,
+    };
+    let page = query.page.unwrap_or(1);
+    if page == 0 {
+        return Err(UiError::new(StatusCode::BAD_REQUEST, "page starts at 1"));
+    }
+    let matching: Vec<_> = state
+        .db
+        .list_releases()
+        .await?
+        .into_iter()
+        .filter(|r| wanted.is_none_or(|w| r.qualification_state == w))
+        .collect();
+    let pages = matching.len().div_ceil(RELEASES_PER_PAGE).max(1);
+    let shown = matching
+        .into_iter()
+        .skip((page - 1).saturating_mul(RELEASES_PER_PAGE))
+        .take(RELEASES_PER_PAGE);
+    // Gates are read for the page's releases only.
     let mut rows = Vec::new();
-    for release in state.db.list_releases().await? {
+    for release in shown {
         let gates = state.db.gate_results(release.id).await?;
         let passed = gates.iter().filter(|g| g.passed).count();
         rows.push(context! {
@@ -34,9 +71,22 @@ pub(crate) async fn releases(
             ..v(&release)
         });
     }
+    let states: Vec<&str> = QualificationState::ALL.iter().map(|s| s.as_str()).collect();
+    let filter = query.state.clone().unwrap_or_default();
+    let link = |n: usize| {
+        if filter.is_empty() {
+            format!("/releases?page={n}")
+        } else {
+            format!("/releases?state={}&page={n}", crate::url::urlencode(&filter))
+        }
+    };
     Ok(render(
         "releases.html",
-        context! { releases => rows, ..base(&me, "releases", "Releases") },
+        context! {
+            releases => rows, states, filter => filter.clone(), page, pages,
+            prev => (page > 1).then(|| link(page - 1)), next => (page < pages).then(|| link(page + 1)),
+            ..base(&me, "releases", "Releases")
+        },
     ))
 }
 

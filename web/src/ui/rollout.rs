@@ -1,23 +1,20 @@
-//! Rollouts: the list, the detail page (waves as a timeline with what each
-//! waits on, verdicts with canary-versus-control charts, the node table),
-//! its live updates over server-sent events, and the user commands.
+//! Rollouts: the detail page (waves as a timeline with what each waits on,
+//! verdicts with canary-versus-control charts, the node table paged in the
+//! database), the parts its live updates re-render (`ui::live` streams
+//! them), and the user commands.
 
 use std::collections::{BTreeMap, HashMap};
-use std::convert::Infallible;
-use std::time::Duration;
 
 use axum::Extension;
 use axum::Form;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::sse::{Event, KeepAlive, Sse};
-use axum::response::{IntoResponse, Response};
+use axum::response::{Html, IntoResponse, Response};
 use chrono::{DateTime, Utc};
-use futures::{Stream, StreamExt};
 use minijinja::{Value, context};
 use orchestrator_db::execution::{
     Blocker, ExecRollout, ExecWave, NamedStep, RolloutState, StepCounts, StepFilter, StepPageQuery, StepState,
-    WaveKind, WaveState, total_counts,
+    WaveKind, WaveState,
 };
 use orchestrator_db::health::SampleScope;
 use orchestrator_types::{RolloutId, WaveId};
@@ -28,10 +25,8 @@ use super::{UiError, base, charts, done, render, render_string, scheduler, v, wa
 use crate::AppState;
 use crate::auth::Principal;
 
-/// Node rows shown at once; filters narrow the rest.
-const NODE_ROWS_SHOWN: usize = 500;
-/// How often the live view re-reads the rollout.
-const LIVE_POLL: Duration = Duration::from_secs(1);
+/// Node rows per page of the rollout's node table.
+const NODE_ROWS_PER_PAGE: u64 = 100;
 
 fn done_count(counts: &StepCounts) -> u64 {
     counts.iter().filter(|(s, _)| s.is_terminal()).map(|(_, n)| n).sum()
@@ -109,7 +104,7 @@ fn without_source(mut rollout: ExecRollout) -> ExecRollout {
 /// Everything the live part of the detail page shows. `capacity` caches
 /// what each approval's next wave takes out of service (read once per page
 /// or stream: it needs the whole fleet's GPU counts).
-async fn live_context(
+pub(crate) async fn live_context(
     state: &AppState,
     me: &Principal,
     id: RolloutId,
@@ -123,11 +118,10 @@ async fn live_context(
         Some(known) => known,
         None => capacity.insert(scheduler::next_wave_capacity(db, id, &waves).await?),
     };
-    let by_wave = db.step_counts_by_wave(id).await?;
-    let overall = total_counts(&by_wave);
+    let overall = db.step_counts(id, None).await?;
     let mut wave_rows = Vec::new();
     for wave in &waves {
-        let counts = by_wave.get(&wave.id).cloned().unwrap_or_default();
+        let counts = db.step_counts(id, Some(wave.id)).await?;
         let approvals = db.wave_approvals(wave.id).await?;
         let approvers: Vec<String> = approvals.iter().map(|a| a.approver.clone()).collect();
         let all = total(&counts).max(u64::try_from(wave.node_count).unwrap_or(0));
@@ -168,6 +162,8 @@ pub(crate) struct NodeQuery {
     state: Option<String>,
     wave: Option<String>,
     node: Option<String>,
+    /// 1-based page of the node table.
+    page: Option<u64>,
     msg: Option<String>,
 }
 
@@ -176,6 +172,7 @@ struct NodeFilter {
     state: Option<StepState>,
     wave: Option<WaveId>,
     node: Option<String>,
+    page: u64,
 }
 
 impl NodeQuery {
@@ -201,10 +198,23 @@ impl NodeQuery {
             .map(str::trim)
             .filter(|s| !s.is_empty())
             .map(str::to_owned);
-        Ok(NodeFilter { state, wave, node })
+        let page = self.page.unwrap_or(1);
+        if !(1..=MAX_NODE_PAGE).contains(&page) {
+            return Err(UiError::new(
+                StatusCode::BAD_REQUEST,
+                format!("page must be between 1 and {MAX_NODE_PAGE}"),
+            ));
+        }
+        Ok(NodeFilter {
+            state,
+            wave,
+            node,
+            page,
+        })
     }
 
-    /// The filters as a query string, for the live stream's URL.
+    /// The filters (not the page) as a query string, for the node table's
+    /// links and its live refresh.
     fn to_query_string(&self) -> String {
         [("state", &self.state), ("wave", &self.wave), ("node", &self.node)]
             .into_iter()
@@ -219,16 +229,20 @@ impl NodeQuery {
     }
 }
 
-/// The node table's rows under `filter` (at most [`NODE_ROWS_SHOWN`]) and
-/// whether more matched: one paged query with the node names, however
-/// many steps the rollout has.
-async fn node_rows(
+/// Pages past this are refused: 100 rows a page covers a million steps.
+const MAX_NODE_PAGE: u64 = 10_000;
+
+/// One page of the node table under `filter`, read as one page from the
+/// database, as the template's context (`steps`, `pager`).
+async fn node_table(
     state: &AppState,
     id: RolloutId,
+    query: &NodeQuery,
     filter: &NodeFilter,
     waves: &[ExecWave],
-) -> Result<(Vec<Value>, bool), UiError> {
-    let mut steps = state
+) -> Result<Value, UiError> {
+    let offset = (filter.page - 1) * NODE_ROWS_PER_PAGE;
+    let mut rows = state
         .db
         .step_page(&StepPageQuery {
             filter: StepFilter {
@@ -238,15 +252,16 @@ async fn node_rows(
                 ..Default::default()
             },
             node_name_contains: filter.node.clone(),
-            offset: 0,
-            // One more than shown says whether more matched.
-            limit: NODE_ROWS_SHOWN as u64 + 1,
+            offset,
+            // One more than shown says whether a next page exists, without
+            // counting every match.
+            limit: NODE_ROWS_PER_PAGE + 1,
         })
         .await?;
-    let truncated = steps.len() > NODE_ROWS_SHOWN;
-    steps.truncate(NODE_ROWS_SHOWN);
+    let more = rows.len() as u64 > NODE_ROWS_PER_PAGE;
+    rows.truncate(NODE_ROWS_PER_PAGE as usize);
     let wave_names: HashMap<WaveId, &str> = waves.iter().map(|w| (w.id, w.name.as_str())).collect();
-    let rows = steps
+    let steps: Vec<Value> = rows
         .into_iter()
         .map(|NamedStep { step, node_name }| {
             context! {
@@ -256,7 +271,17 @@ async fn node_rows(
             }
         })
         .collect();
-    Ok((rows, truncated))
+    let filters = query.to_query_string();
+    let link = |n: u64| {
+        let sep = if filters.is_empty() { "" } else { "&" };
+        format!("/rollouts/{id}?{filters}{sep}page={n}")
+    };
+    let pager = context! {
+        page => filter.page, first => offset + 1, last => offset + steps.len() as u64,
+        prev => (filter.page > 1).then(|| link(filter.page - 1)),
+        next => more.then(|| link(filter.page + 1)),
+    };
+    Ok(context! { steps, pager })
 }
 
 pub(crate) async fn detail(
@@ -268,73 +293,49 @@ pub(crate) async fn detail(
     let id = RolloutId(id);
     let (live, waves) = live_context(&state, &me, id, &mut None).await?;
     let node_filter = query.parse()?;
-    let (rows, truncated) = node_rows(&state, id, &node_filter, &waves).await?;
+    let table = node_table(&state, id, &query, &node_filter, &waves).await?;
     let step_states: Vec<&str> = StepState::ALL.iter().map(|s| s.as_str()).collect();
     let title = format!("Rollout {id}");
-    let live_query = query.to_query_string();
+    let nodes_url = nodes_url(id, &query, node_filter.page);
     let filter = context! { state => query.state, wave => query.wave, node => query.node };
     let alerts = scheduler::banners(&state);
-    let page = context! {
-        steps => rows, truncated, step_states, filter, live_query, flash => query.msg, alerts, ..live
-    };
+    let page = context! { step_states, filter, nodes_url, flash => query.msg, alerts, ..live };
     Ok(render(
         "rollout.html",
-        minijinja::value::merge_maps([page, base(&me, "rollouts", &title)]),
+        minijinja::value::merge_maps([page, table, base(&me, "rollouts", &title)]),
     ))
 }
 
-/// Live progress: the live part of the page, re-rendered and sent as a
-/// `progress` event whenever it changes.
-pub(crate) async fn events(
-    State(state): State<AppState>,
-    Extension(me): Extension<Principal>,
-    Path(id): Path<i64>,
-    Query(query): Query<NodeQuery>,
-) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, UiError> {
-    let id = RolloutId(id);
-    // Fail fast on an unknown rollout or bad filters rather than streaming nothing.
-    state.db.exec_rollout(id).await?;
-    let filter = query.parse()?;
-    let stream = futures::stream::unfold(
-        (state, me, filter, LiveSent::default(), true),
-        move |(state, me, filter, mut sent, first)| async move {
-            if !first {
-                tokio::time::sleep(LIVE_POLL).await;
-            }
-            loop {
-                let mut events = Vec::new();
-                if let Ok((ctx, waves)) = live_context(&state, &me, id, &mut sent.capacity).await {
-                    if let Some(html) = render_string("rollout_live.html", ctx)
-                        && sent.progress.as_deref() != Some(html.as_str())
-                    {
-                        events.push(Ok(Event::default().event("progress").data(html.clone())));
-                        sent.progress = Some(html);
-                    }
-                    if let Ok((steps, truncated)) = node_rows(&state, id, &filter, &waves).await
-                        && let Some(html) = render_string("rollout_nodes.html", context! { steps, truncated })
-                        && sent.nodes.as_deref() != Some(html.as_str())
-                    {
-                        events.push(Ok(Event::default().event("nodes").data(html.clone())));
-                        sent.nodes = Some(html);
-                    }
-                }
-                if !events.is_empty() {
-                    return Some((futures::stream::iter(events), (state, me, filter, sent, false)));
-                }
-                tokio::time::sleep(LIVE_POLL).await;
-            }
-        },
-    )
-    .flatten();
-    Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
+/// Where a live page fetches its node table again after a step changed.
+fn nodes_url(id: RolloutId, query: &NodeQuery, page: u64) -> String {
+    let filters = query.to_query_string();
+    let sep = if filters.is_empty() { "" } else { "&" };
+    format!("/rollouts/{id}/nodes?{filters}{sep}page={page}")
 }
 
-/// What a live stream last sent, so it sends only changes.
-#[derive(Default)]
-struct LiveSent {
-    progress: Option<String>,
-    nodes: Option<String>,
-    capacity: Option<HashMap<WaveId, String>>,
+/// `GET /rollouts/{id}/nodes`: one page of the node table, as the HTML the
+/// page's `#live-nodes` holds; a live page fetches it when the stream says a
+/// step changed.
+pub(crate) async fn nodes(
+    State(state): State<AppState>,
+    Path(id): Path<i64>,
+    Query(query): Query<NodeQuery>,
+) -> Result<Response, UiError> {
+    let id = RolloutId(id);
+    let filter = query.parse()?;
+    let waves = state.db.rollout_waves(id).await?;
+    if waves.is_empty() {
+        // Unknown rollouts answer 404 like the page does.
+        state.db.exec_rollout(id).await?;
+    }
+    let table = node_table(&state, id, &query, &filter, &waves).await?;
+    match render_string("rollout_nodes.html", table) {
+        Some(html) => Ok(Html(html).into_response()),
+        None => Err(UiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "node table not rendered",
+        )),
+    }
 }
 
 /// What the rollout buttons are.

@@ -35,8 +35,11 @@ pub use rollback::NodeVersion;
 pub use rollout::ExecRollout;
 use sea_orm::{ActiveValue, Set};
 use serde::Serialize;
-pub use step::{ExecStep, PlacedStep, StepChange, StepCounts, StepFilter, StepTarget};
-pub use step_page::{MAX_STEP_PAGE_ROWS, NamedStep, StepPageQuery, total_counts};
+pub use step::{
+    ExecStep, MAX_STEP_PAGE_ROWS, NamedStep, PlacedStep, StepChange, StepCounts, StepFilter, StepPageQuery,
+    StepRevision, StepTarget,
+};
+pub use step_page::total_counts;
 pub use wave::{ExecWave, WaveChange};
 
 use crate::DbError;

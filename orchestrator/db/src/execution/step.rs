@@ -111,6 +111,39 @@ pub struct StepFilter {
 /// Step counts by state.
 pub type StepCounts = BTreeMap<StepState, u64>;
 
+/// Most steps one page returns.
+pub const MAX_STEP_PAGE_ROWS: u64 = 1000;
+
+/// Which steps one page lists: the filters of [`StepFilter`], a substring
+/// of the node's name, and the page. Every filter is applied by the query,
+/// so a page of a 5,000-node rollout reads one page of rows.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepPageQuery {
+    pub filter: StepFilter,
+    /// Substring of the node's name.
+    pub node_name_contains: Option<String>,
+    pub offset: u64,
+    /// Rows wanted, 1 to [`MAX_STEP_PAGE_ROWS`].
+    pub limit: u64,
+}
+
+/// A step with its node's name, for tables that show names.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NamedStep {
+    #[serde(flatten)]
+    pub step: ExecStep,
+    pub node_name: String,
+}
+
+/// What changes whenever any step of a rollout changes: its counts by
+/// state and its latest update. A live view compares two of these to know
+/// whether its node table is stale without reading the steps.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct StepRevision {
+    pub counts: StepCounts,
+    pub last_update: Option<DateTime<Utc>>,
+}
+
 pub(super) fn to_exec_step(row: update_steps::Model) -> Result<ExecStep, DbError> {
     Ok(ExecStep {
         id: StepId(row.id),
@@ -233,6 +266,63 @@ impl Db {
             counts.insert(parse("step state", &state)?, u64::try_from(n).unwrap_or(0));
         }
         Ok(counts)
+    }
+
+    /// One page of steps by id, each with its node's name (one query).
+    pub async fn step_page(&self, query: &StepPageQuery) -> Result<Vec<NamedStep>, DbError> {
+        let filter = &query.filter;
+        let mut select = update_steps::Entity::find();
+        if let Some(id) = filter.rollout_id {
+            select = select.filter(update_steps::Column::RolloutId.eq(id.0));
+        }
+        if let Some(id) = filter.wave_id {
+            select = select.filter(update_steps::Column::WaveId.eq(id.0));
+        }
+        if let Some(id) = filter.node_id {
+            select = select.filter(update_steps::Column::NodeId.eq(id.0));
+        }
+        if let Some(state) = filter.state {
+            select = select.filter(update_steps::Column::State.eq(state.as_str()));
+        }
+        if let Some(purpose) = filter.purpose {
+            select = select.filter(update_steps::Column::Purpose.eq(purpose.as_str()));
+        }
+        let mut select = select
+            .join(JoinType::InnerJoin, step_node_relation())
+            .select_also(nodes::Entity);
+        if let Some(fragment) = &query.node_name_contains {
+            select = select.filter(nodes::Column::Name.contains(fragment.as_str()));
+        }
+        select
+            .order_by_asc(update_steps::Column::Id)
+            .offset(query.offset)
+            .limit(query.limit.clamp(1, MAX_STEP_PAGE_ROWS))
+            .all(&self.conn)
+            .await?
+            .into_iter()
+            .map(|(step, node)| {
+                let node = node.ok_or_else(|| DbError::corrupt("step", format!("step {} has no node", step.id)))?;
+                Ok(NamedStep {
+                    step: to_exec_step(step)?,
+                    node_name: node.name,
+                })
+            })
+            .collect()
+    }
+
+    /// The rollout's [`StepRevision`]: two small queries, no step read.
+    pub async fn step_revision(&self, rollout: RolloutId) -> Result<StepRevision, DbError> {
+        let counts = self.step_counts(rollout, None).await?;
+        let last_update: Option<DateTime<Utc>> = update_steps::Entity::find()
+            .select_only()
+            .column(update_steps::Column::UpdatedAt)
+            .filter(update_steps::Column::RolloutId.eq(rollout.0))
+            .order_by_desc(update_steps::Column::UpdatedAt)
+            .limit(1)
+            .into_tuple()
+            .one(&self.conn)
+            .await?;
+        Ok(StepRevision { counts, last_update })
     }
 
     /// GPUs per node (from the last inventory read; a node with none known
@@ -389,7 +479,7 @@ impl Db {
     }
 }
 
-pub(super) fn step_node_relation() -> sea_orm::RelationDef {
+fn step_node_relation() -> sea_orm::RelationDef {
     // The entities declare no relations; steps and nodes are joined here only.
     update_steps::Entity::belongs_to(nodes::Entity)
         .from(update_steps::Column::NodeId)

@@ -1,43 +1,18 @@
-//! Paged reads of a rollout's steps for the pages and the API: a rollout of
-//! 100,000 nodes has 100,000 steps, and a page shows a hundred of them, so
-//! filters, paging, counts and node names are the database's work, never a
-//! read of every step.
+//! Counts of a rollout's steps for the pages and the API: a rollout of
+//! 100,000 nodes has 100,000 steps, so counts are one grouped query, kept
+//! until a step changes, never a read of every step. (The node table's page
+//! of steps with names is `step::step_page`.)
 
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use orchestrator_types::{RolloutId, WaveId};
-use sea_orm::{ColumnTrait, EntityTrait, JoinType, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect, Select};
-use serde::{Deserialize, Serialize};
+use sea_orm::{ColumnTrait, EntityTrait, PaginatorTrait, QueryFilter, QuerySelect, Select};
 
-use super::step::{step_node_relation, to_exec_step};
-use super::{ExecStep, StepCounts, StepFilter, parse};
+use super::{StepCounts, StepFilter, parse};
 use crate::cache::Mark;
-use crate::entity::{nodes, update_steps};
+use crate::entity::update_steps;
 use crate::{Db, DbError};
-
-/// Most steps one page returns.
-pub const MAX_STEP_PAGE_ROWS: u64 = 1000;
-
-/// Which steps one page lists: the filters of [`StepFilter`], a substring
-/// of the node's name, and the page.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct StepPageQuery {
-    pub filter: StepFilter,
-    /// Substring of the node's name.
-    pub node_name_contains: Option<String>,
-    pub offset: u64,
-    /// Rows wanted, 1 to [`MAX_STEP_PAGE_ROWS`].
-    pub limit: u64,
-}
-
-/// A step with its node's name, for tables that show names.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct NamedStep {
-    #[serde(flatten)]
-    pub step: ExecStep,
-    pub node_name: String,
-}
 
 fn filtered(filter: &StepFilter) -> Select<update_steps::Entity> {
     let mut query = update_steps::Entity::find();
@@ -60,31 +35,6 @@ fn filtered(filter: &StepFilter) -> Select<update_steps::Entity> {
 }
 
 impl Db {
-    /// One page of steps by id, each with its node's name (one query).
-    pub async fn step_page(&self, query: &StepPageQuery) -> Result<Vec<NamedStep>, DbError> {
-        let mut select = filtered(&query.filter)
-            .join(JoinType::InnerJoin, step_node_relation())
-            .select_also(nodes::Entity);
-        if let Some(fragment) = &query.node_name_contains {
-            select = select.filter(nodes::Column::Name.contains(fragment.as_str()));
-        }
-        select
-            .order_by_asc(update_steps::Column::Id)
-            .offset(query.offset)
-            .limit(query.limit.clamp(1, MAX_STEP_PAGE_ROWS))
-            .all(&self.conn)
-            .await?
-            .into_iter()
-            .map(|(step, node)| {
-                let node = node.ok_or_else(|| DbError::corrupt("step", format!("step {} has no node", step.id)))?;
-                Ok(NamedStep {
-                    step: to_exec_step(step)?,
-                    node_name: node.name,
-                })
-            })
-            .collect()
-    }
-
     /// How many steps match the filter: from the rollout's counts per wave
     /// when the filter is by rollout, wave and state only, else counted by
     /// the database.
