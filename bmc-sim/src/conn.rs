@@ -64,11 +64,25 @@ enum Stream {
 }
 
 /// A connection to one BMC that fails as soon as that BMC is silent (reset in progress, bricked), so
-/// kept-alive connections die with the BMC like real ones do.
+/// kept-alive connections die with the BMC like real ones do. Counted while open (see
+/// [`crate::RunningFleet::connections`]).
 pub struct SimIo {
     inner: Stream,
     state: Arc<FleetState>,
     node: usize,
+}
+
+impl SimIo {
+    fn new(inner: Stream, state: Arc<FleetState>, node: usize) -> Self {
+        state.connections.opened();
+        Self { inner, state, node }
+    }
+}
+
+impl Drop for SimIo {
+    fn drop(&mut self) {
+        self.state.connections.closed();
+    }
 }
 
 impl std::fmt::Debug for SimIo {
@@ -159,11 +173,7 @@ pub(crate) async fn accept_loop(
         let conn = BmcConn { node: index, remote };
         match &tls {
             None => {
-                let io = SimIo {
-                    inner: Stream::Plain(stream),
-                    state: state.clone(),
-                    node: index,
-                };
+                let io = SimIo::new(Stream::Plain(stream), state.clone(), index);
                 if tx.send((io, conn)).await.is_err() {
                     return;
                 }
@@ -173,11 +183,7 @@ pub(crate) async fn accept_loop(
                 tokio::spawn(async move {
                     match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream)).await {
                         Ok(Ok(tls)) => {
-                            let io = SimIo {
-                                inner: Stream::Tls(Box::new(tls)),
-                                state,
-                                node: index,
-                            };
+                            let io = SimIo::new(Stream::Tls(Box::new(tls)), state, index);
                             let _ = tx.send((io, conn)).await;
                         }
                         Ok(Err(e)) => tracing::debug!(error = %e, node = index, "TLS handshake failed"),

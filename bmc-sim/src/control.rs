@@ -45,6 +45,7 @@ pub(crate) fn router(state: Arc<FleetState>) -> Router {
         .route("/sim/versions", get(versions))
         .route("/sim/flash-counts", get(flash_counts))
         .route("/sim/clock", get(clock))
+        .route("/sim/clock/skip", post(skip_clock))
         .route("/metrics", get(metrics))
         .route("/sim/dcgm/metrics", get(crate::dcgm::all_metrics))
         .route("/sim/dcgm/{name}/metrics", get(crate::dcgm::node_metrics))
@@ -64,7 +65,7 @@ fn not_found(name: &str) -> Response {
 }
 
 /// Versions of one firmware component on one node.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct ComponentVersions {
     /// FirmwareInventory id.
     pub id: String,
@@ -238,6 +239,26 @@ async fn replace_gpu(State(s): State<Arc<FleetState>>, Path((name, gpu)): Path<(
         }
         Err(e) => (StatusCode::NOT_FOUND, Json(json!({"error": e.to_string()}))).into_response(),
     }
+}
+
+/// `{"to": RFC 3339}`: jumps simulated time forward (never back), as the controller's own clock did.
+async fn skip_clock(State(s): State<Arc<FleetState>>, Json(body): Json<Value>) -> Response {
+    let Some(clock) = &s.skips else {
+        return (
+            StatusCode::CONFLICT,
+            "this fleet's clock is not controlled here (start bmc-sim with --clock-epoch)",
+        )
+            .into_response();
+    };
+    let Some(to) = body
+        .get("to")
+        .and_then(Value::as_str)
+        .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+    else {
+        return (StatusCode::BAD_REQUEST, "expected {\"to\": an RFC 3339 time}").into_response();
+    };
+    clock.skip_to(to.with_timezone(&chrono::Utc));
+    Json(json!({ "now": s.now().to_rfc3339() })).into_response()
 }
 
 async fn clock(State(s): State<Arc<FleetState>>) -> Json<Value> {

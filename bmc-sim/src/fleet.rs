@@ -28,6 +28,16 @@ use crate::state::{ComponentState, EventCache, FleetState, Node, NodeLabels, Nod
 /// Why a fleet could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum FleetError {
+    /// The slice of the fleet to serve is empty or reaches past the fleet's end.
+    #[error("cannot serve nodes {start}..{end} of a fleet of {nodes}")]
+    Slice {
+        /// First node index asked for.
+        start: usize,
+        /// One past the last.
+        end: usize,
+        /// The fleet's size.
+        nodes: usize,
+    },
     /// The process may not open enough sockets for the requested number of BMCs.
     #[error(
         "open-file limit is {available} but {needed} BMCs need at least {needed} sockets; raise `ulimit -n` (hard limit) or simulate fewer nodes"
@@ -80,6 +90,13 @@ pub struct FleetOptions {
     pub tls: bool,
     /// Overrides the scenario's node count.
     pub nodes: Option<usize>,
+    /// Serve only the fleet's nodes in this range (names, labels, parts and random draws stay those
+    /// of the whole fleet), so a fleet larger than one process's open-file limit runs as several
+    /// processes, each on its own address. `None`: every node.
+    pub slice: Option<std::ops::Range<usize>>,
+    /// The same clock as `clock`, given when the control API may move it forward
+    /// (`POST /sim/clock/skip`): a fleet in processes of its own follows its controller's skips.
+    pub skips: Option<Arc<orchestrator_types::AcceleratedClock>>,
     /// How long a "timeout" fault hangs a request (real time); ends early on shutdown.
     pub hang_for: Duration,
     /// Keep connections open between requests (HTTP keep-alive). When false every BMC answers with
@@ -98,6 +115,8 @@ impl FleetOptions {
             password: "admin".to_owned(),
             tls: false,
             nodes: None,
+            slice: None,
+            skips: None,
             hang_for: Duration::from_secs(60),
             keep_alive: true,
         }
@@ -114,6 +133,7 @@ impl std::fmt::Debug for FleetOptions {
             .field("password", &"<redacted>")
             .field("tls", &self.tls)
             .field("nodes", &self.nodes)
+            .field("slice", &self.slice)
             .field("hang_for", &self.hang_for)
             .field("keep_alive", &self.keep_alive)
             .finish()
@@ -121,7 +141,7 @@ impl std::fmt::Debug for FleetOptions {
 }
 
 /// One simulated BMC, as a client (or `waveguard fleet import`) needs to know it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Endpoint {
     /// Node name.
     pub name: String,
@@ -256,15 +276,24 @@ impl Fleet {
     /// Starts every BMC and the control server. Must be called inside a tokio runtime.
     pub async fn start(scenario: Scenario, options: FleetOptions) -> Result<RunningFleet, FleetError> {
         let nodes = options.nodes.unwrap_or(scenario.fleet.nodes).max(1);
-        let needed = nodes as u64 + FD_HEADROOM;
+        let slice = options.slice.clone().unwrap_or(0..nodes);
+        if slice.is_empty() || slice.end > nodes {
+            return Err(FleetError::Slice {
+                start: slice.start,
+                end: slice.end,
+                nodes,
+            });
+        }
+        let served = slice.len();
+        let needed = served as u64 + FD_HEADROOM;
         let available = raise_fd_limit();
         if available < needed {
             return Err(FleetError::FileLimit { needed, available });
         }
-        if available < 2 * nodes as u64 + FD_HEADROOM {
+        if available < 2 * served as u64 + FD_HEADROOM {
             tracing::warn!(
                 available,
-                nodes,
+                nodes = served,
                 "open-file limit allows every BMC to listen but not every BMC to hold a client connection at once"
             );
         }
@@ -301,10 +330,11 @@ impl Fleet {
                 digits: scenario.parts.serial_digits,
             });
         }
-        let mut listeners = Vec::with_capacity(nodes);
-        let mut node_list = Vec::with_capacity(nodes);
-        let mut ports = PortPicker::new(nodes);
-        for (i, name) in names.iter().cloned().enumerate() {
+        let mut listeners = Vec::with_capacity(served);
+        let mut node_list = Vec::with_capacity(served);
+        let mut ports = PortPicker::new(served);
+        for (i, name) in names.iter().enumerate().take(slice.end).skip(slice.start) {
+            let name = name.clone();
             let listener = ports.bind(options.bind, &name)?;
             let port = listener
                 .local_addr()
@@ -363,6 +393,8 @@ impl Fleet {
             clock: options.clock.clone(),
             epoch,
             nodes: node_list,
+            first: slice.start,
+            skips: options.skips.clone(),
             username: options.username.clone(),
             password: options.password.clone(),
             http,
@@ -373,14 +405,15 @@ impl Fleet {
             effects_by_metric,
             dcgm: Default::default(),
             parts_plan,
+            connections: Default::default(),
         });
 
         let (tx, rx) = mpsc::channel(4096);
         let acceptor = tls
             .as_ref()
             .map(|t| tokio_rustls::TlsAcceptor::from(t.server_config.clone()));
-        let mut accept_loops = Vec::with_capacity(nodes);
-        for (i, listener) in listeners.into_iter().enumerate() {
+        let mut accept_loops = Vec::with_capacity(served);
+        for (i, listener) in (slice.start..).zip(listeners) {
             accept_loops.push(tokio::spawn(accept_loop(
                 listener,
                 i,
@@ -493,6 +526,11 @@ impl RunningFleet {
         self.state
             .node_by_name(name)
             .map(|n| crate::control::versions_of(&self.state, n))
+    }
+
+    /// Client connections open at the fleet's BMCs now, and the most open at once so far.
+    pub fn connections(&self) -> (usize, usize) {
+        self.state.connections.read()
     }
 
     /// GETs of node `name`'s GPU event-log entries collection so far, every page counted.

@@ -26,6 +26,7 @@
 //! reproducible for a seed. Firmware images use the format in [`image`]. The control server is described in
 //! [`control`](crate::control) (module docs) and in `bmc-sim/README.md`.
 
+pub mod cli;
 mod conn;
 mod control;
 mod dcgm;
@@ -33,6 +34,7 @@ mod fleet;
 pub mod image;
 pub mod image_server;
 pub mod platform;
+pub mod processes;
 mod redfish;
 mod rng;
 pub mod scenario;
@@ -48,6 +50,7 @@ pub use image_server::ImageServer;
 /// know: one implementation, so a fleet and a controller sharing it agree on
 /// now (and on how long a simulated span takes in real time).
 pub use orchestrator_types::AcceleratedClock as SimClock;
+pub use processes::{FleetProcesses, ProcessError, ProcessOptions};
 pub use scenario::{DcgmSpec, HardwareFailureMode, Metric, Scenario, ScenarioError};
 pub use state::hardware::{GpuPart, HardwareFailure, PARTS_MANIFEST_COLUMNS, ReplaceError};
 pub use state::{BASELINE_XID_CODES, NodeLabels};

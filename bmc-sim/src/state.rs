@@ -29,7 +29,7 @@ pub(crate) const GAUGE_BUCKET_SECS: i64 = 60;
 const MAX_EVENTS_PER_BUCKET: usize = 9_999;
 
 /// Labels describing where a node sits; used for blast-radius limits by the controller.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct NodeLabels {
     /// Region.
     pub region: String,
@@ -423,7 +423,13 @@ pub(crate) struct FleetState {
     pub scenario: Scenario,
     pub clock: Arc<dyn Clock>,
     pub epoch: DateTime<Utc>,
+    /// The nodes this process serves: the fleet's nodes `first..first + nodes.len()` (all of them
+    /// unless the fleet is split over several processes).
     pub nodes: Vec<Node>,
+    /// Fleet index of `nodes[0]`; a node's index is its place in the whole fleet.
+    pub first: usize,
+    /// The clock again, when the control API may move it forward (`POST /sim/clock/skip`).
+    pub skips: Option<Arc<orchestrator_types::AcceleratedClock>>,
     pub username: String,
     pub password: String,
     pub http: reqwest::Client,
@@ -438,6 +444,34 @@ pub(crate) struct FleetState {
     pub dcgm: DcgmState,
     /// Lots, serial scheme and scripted failures, fixed at start.
     pub parts_plan: hardware::PartsPlan,
+    /// Client connections open now and at most so far, over every BMC.
+    pub connections: ConnectionCount,
+}
+
+/// Connections open at the fleet's BMCs, now and at the peak: what a client's connection bound is
+/// checked against.
+#[derive(Debug, Default)]
+pub(crate) struct ConnectionCount {
+    open: std::sync::atomic::AtomicUsize,
+    peak: std::sync::atomic::AtomicUsize,
+}
+
+impl ConnectionCount {
+    pub(crate) fn opened(&self) {
+        use std::sync::atomic::Ordering;
+        let now = self.open.fetch_add(1, Ordering::SeqCst) + 1;
+        self.peak.fetch_max(now, Ordering::SeqCst);
+    }
+
+    pub(crate) fn closed(&self) {
+        self.open.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// (open now, peak so far).
+    pub(crate) fn read(&self) -> (usize, usize) {
+        use std::sync::atomic::Ordering;
+        (self.open.load(Ordering::SeqCst), self.peak.load(Ordering::SeqCst))
+    }
 }
 
 /// Real time a BMC keeps answering after deciding to go silent (see [`Node::grace_until`]).
@@ -554,8 +588,9 @@ impl FleetState {
         self.clock.now()
     }
 
+    /// The node with this fleet index, if this process serves it.
     pub(crate) fn node(&self, index: usize) -> Option<&Node> {
-        self.nodes.get(index)
+        self.nodes.get(index.checked_sub(self.first)?)
     }
 
     pub(crate) fn node_by_name(&self, name: &str) -> Option<&Node> {

@@ -51,6 +51,38 @@ pub struct FileConfig {
     pub scheduler: Option<orchestrator_scheduler::config::SchedulerSettings>,
     /// The RMA monitor (`[rma]`): parts discovery, candidates, defect clusters.
     pub rma: Option<RmaSection>,
+    /// `[bmc]`: the bound on the controller's open BMC connections.
+    pub bmc: Option<BmcSection>,
+}
+
+/// `[bmc]`: how many connections to BMCs the controller keeps open at once, fleet-wide (the engine,
+/// the health collector and the RMA monitor share them). By default the soft open-file limit less a
+/// reserve for everything else.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BmcSection {
+    /// An explicit bound (at least 2).
+    pub max_connections: Option<usize>,
+    /// Descriptors kept out of the bound for the database, listeners and files (default 256, or a
+    /// quarter of a smaller open-file limit).
+    pub file_reserve: Option<u64>,
+}
+
+impl BmcSection {
+    /// The bound: `flag` (command line or environment), else the file's `max_connections`, else the
+    /// soft open-file limit less the reserve.
+    pub fn connection_limit(
+        section: Option<&BmcSection>,
+        flag: Option<usize>,
+    ) -> anyhow::Result<orchestrator_bmc::ConnectionLimit> {
+        let section = section.copied().unwrap_or_default();
+        let limit = match flag.or(section.max_connections) {
+            Some(n) => orchestrator_bmc::ConnectionLimit::new(n).context("[bmc] max_connections")?,
+            None => orchestrator_bmc::ConnectionLimit::from_open_files(section.file_reserve)
+                .context("sizing the BMC connection bound from the open-file limit")?,
+        };
+        Ok(limit)
+    }
 }
 
 /// `[rma]`: the RMA monitor's settings. It runs unless `enabled = false`.
@@ -186,6 +218,7 @@ pub struct Config {
     pub alertmanager: Option<AlertmanagerConfig>,
     pub scheduler: Option<orchestrator_scheduler::config::SchedulerSettings>,
     pub rma: Option<RmaSection>,
+    pub bmc: Option<BmcSection>,
 }
 
 /// Values given on the command line or in the environment (clap merges
@@ -221,6 +254,7 @@ impl Config {
             alertmanager: file.alertmanager,
             scheduler: file.scheduler,
             rma: file.rma,
+            bmc: file.bmc,
         })
     }
 }
@@ -228,6 +262,19 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_bmc_section_bounds_connections_and_the_flag_wins() {
+        let file: FileConfig = toml::from_str("[bmc]\nmax_connections = 512\n").expect("parses");
+        let section = file.bmc.expect("bmc section");
+        let limit = BmcSection::connection_limit(Some(&section), None).expect("limit");
+        assert_eq!(limit.connections(), 512);
+        let limit = BmcSection::connection_limit(Some(&section), Some(64)).expect("limit");
+        assert_eq!(limit.connections(), 64);
+        let err = BmcSection::connection_limit(Some(&section), Some(1)).unwrap_err();
+        assert!(format!("{err:#}").contains("at least 2"), "{err:#}");
+        assert!(toml::from_str::<FileConfig>("[bmc]\nmax_conections = 5\n").is_err());
+    }
 
     #[test]
     fn the_rma_section_sets_the_monitor_or_turns_it_off() {

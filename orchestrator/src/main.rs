@@ -84,6 +84,11 @@ enum Command {
     /// through the command adapter.
     #[command(hide = true)]
     DemoScheduler(cmd::demo_scheduler::DemoSchedulerArgs),
+    /// bmc-sim's own command line, so `simulate --fleet-processes` and
+    /// `bench --fleet-processes` start their fleet processes from this
+    /// executable (see `bmc_sim::cli`).
+    #[command(hide = true)]
+    BmcSim(bmc_sim::cli::Args),
 }
 
 /// What every command can use.
@@ -224,6 +229,10 @@ fn main() -> ExitCode {
             Command::Demo(args) => cmd::demo::run(args, &context).await,
             Command::Bench(args) => cmd::bench::run(args, &context).await,
             Command::DemoScheduler(args) => cmd::demo_scheduler::run(args),
+            Command::BmcSim(mut args) => {
+                args.leading_args = vec!["bmc-sim".into()];
+                bmc_sim::cli::run(args).await.map(|()| ExitCode::SUCCESS)
+            }
         }
     });
     match outcome {

@@ -520,3 +520,47 @@ fn the_demo_tells_its_story_and_stops_on_interrupt() {
     assert!(exit.success(), "{exit:?}");
     assert!(!database.exists(), "the temporary database is removed on exit");
 }
+
+/// The controller under a real `ulimit -n` (soft 256, set by the shell for this process only) with a
+/// fleet larger than that limit allows at one connection per BMC, the fleet in processes of its own
+/// (which raise their own soft limit): the connection bound sized from the limit queues the BMCs, and
+/// the rollout completes with no node failed.
+#[test]
+fn under_a_low_open_file_limit_the_bound_queues_bmcs_and_no_node_fails() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let nodes = 300;
+    std::fs::write(dir.path().join("scenario.yaml"), scenario(nodes)).expect("write scenario");
+    let policy_text = PolicyYaml::two_waves("ulimit-test")
+        .required_gates(&["burn_in"])
+        .waves(vec![
+            WaveYaml::new("canary", WaveSize::Count(4)).bake("20m").max_in_flight(4),
+            WaveYaml::new("rest", WaveSize::Rest).bake("20m").max_in_flight(200),
+        ])
+        .concurrency(200, &[])
+        .render();
+    std::fs::write(dir.path().join("policy.yaml"), policy_text).expect("write policy");
+    let script = format!(
+        "ulimit -Sn 256 && exec '{BIN}' simulate --scenario scenario.yaml --policy policy.yaml \
+         --release gpu@{GPU_GOOD} --report out.json --approve auto --fleet-processes 2 --speedup 600"
+    );
+    let output = Command::new("sh")
+        .args(["-c", &script])
+        .current_dir(dir.path())
+        .env_remove("WAVEGUARD_DATABASE_URL")
+        .env_remove("WAVEGUARD_CONFIG")
+        .output()
+        .expect("sh runs");
+    let err = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(output.status.success(), "{err}");
+    assert!(
+        err.contains("the controller keeps at most 192 BMC connections open"),
+        "the bound comes from the soft limit (256 less a quarter): {err}"
+    );
+    assert!(!err.contains("Too many open files"), "{err}");
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("out.json")).expect("report")).expect("JSON");
+    assert_eq!(report["outcome"], "completed", "{report:#}\n{err}");
+    assert_eq!(report["updates"]["succeeded"], nodes, "{report:#}");
+    assert_eq!(report["updates"]["failed"], 0, "{report:#}");
+    assert_eq!(report["updates"]["bricked"], 0, "{report:#}");
+}

@@ -51,6 +51,12 @@ pub struct Metrics {
     /// Nodes drained in their scheduler with a Waveguard tag but no drain
     /// record of Waveguard's (left for a human).
     scheduler_orphaned_drains: Gauge,
+    /// The bound on open BMC connections and its use, read from the engine's
+    /// BMC clients at each scrape.
+    bmc_connections_limit: Gauge,
+    bmc_connections_reserved: Gauge,
+    bmc_requests_in_flight: Gauge,
+    bmc_connection_waiters: Gauge,
 }
 
 impl Default for Metrics {
@@ -92,8 +98,33 @@ impl Metrics {
             "Nodes drained with a Waveguard reason tag and no Waveguard drain record (left for a human)",
             scheduler_orphaned_drains.clone(),
         );
+        let gauge = |registry: &mut Registry, name: &str, help: &str| {
+            let g = Gauge::default();
+            registry.register(name, help, g.clone());
+            g
+        };
+        let bmc_connections_limit = gauge(
+            &mut registry,
+            "bmc_connections_limit",
+            "The bound on BMC connections open at once, fleet-wide",
+        );
+        let bmc_connections_reserved = gauge(
+            &mut registry,
+            "bmc_connections_reserved",
+            "BMC connections reserved by BMCs holding a lease (at least as many as are open)",
+        );
+        let bmc_requests_in_flight = gauge(&mut registry, "bmc_requests_in_flight", "BMC requests in flight");
+        let bmc_connection_waiters = gauge(
+            &mut registry,
+            "bmc_connection_waiters",
+            "BMCs waiting for a share of the connection bound (waiting is never charged to a node)",
+        );
         Self {
             registry: Mutex::new(registry),
+            bmc_connections_limit,
+            bmc_connections_reserved,
+            bmc_requests_in_flight,
+            bmc_connection_waiters,
             requests,
             latency,
             controller_degraded,
@@ -168,6 +199,14 @@ pub(crate) async fn render(State(state): State<AppState>) -> Response {
             .metrics
             .scheduler_orphaned_drains
             .set(i64::try_from(status.orphaned_drains.len()).unwrap_or(i64::MAX));
+    }
+    if let Some(bmcs) = &state.bmcs {
+        let usage = bmcs.connection_usage();
+        let set = |g: &Gauge, v: usize| g.set(i64::try_from(v).unwrap_or(i64::MAX));
+        set(&state.metrics.bmc_connections_limit, usage.limit);
+        set(&state.metrics.bmc_connections_reserved, usage.reserved);
+        set(&state.metrics.bmc_requests_in_flight, usage.in_flight);
+        set(&state.metrics.bmc_connection_waiters, usage.waiting);
     }
     match state.metrics.encode() {
         Ok(text) => (

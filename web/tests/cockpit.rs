@@ -14,7 +14,7 @@ use chrono::{Duration, TimeZone, Utc};
 use common::{get_page, post_form};
 use orchestrator_db::Db;
 use orchestrator_db::execution::{
-    ExecStep, NewPlan, NewStep, NewWave, StepChange, StepFilter, StepState, WaveChange, WaveState,
+    ExecStep, NewPlan, NewStep, NewWave, RolloutState, StepChange, StepFilter, StepState, WaveChange, WaveState,
 };
 use orchestrator_db::model::{ComponentReading, NewNode, NewRelease, NewRollout, NodeLabels};
 use orchestrator_db::testing::TestDb;
@@ -685,4 +685,694 @@ async fn starting_a_rollout_from_a_release_answers_with_a_message_and_a_link() {
     )
     .await;
     assert!(status.is_client_error(), "{status}: {body}");
+}
+
+// ---------------------------------------------------------------------------
+// The decision box and the verdict tables.
+
+/// A rollout under a real pinned policy: a 2-node canary watched by an XID
+/// rate gate and a temperature level gate against 10 control nodes, then a
+/// 40-node wave after one approval, watched by the XID gate against 20.
+struct Gated {
+    rollout: RolloutId,
+    canary: orchestrator_types::WaveId,
+}
+
+fn gated_policy() -> String {
+    use orchestrator_db::testing::fixtures::{PolicyYaml, WaveSize, WaveYaml, health_section, redfish_gate};
+    PolicyYaml::two_waves("gated")
+        .platforms(&["hgx"])
+        .waves(vec![
+            WaveYaml::new("canary", WaveSize::Count(2))
+                .bake("2h")
+                .line("gates: [xid, temp]"),
+            WaveYaml::new("rest", WaveSize::Rest)
+                .bake("4h")
+                .manual(1)
+                .line("gates: [xid]"),
+        ])
+        .max_failed(2)
+        .health(&health_section(
+            0.05,
+            &[
+                redfish_gate("xid", "xid_errors_per_gpu_hour", "rate", "1.5", "1h"),
+                redfish_gate("temp", "gpu_temp_c", "level", "3", "30m"),
+            ],
+        ))
+        .render()
+}
+
+async fn gated(f: &Fixture, first: usize) -> Gated {
+    // The box and the tables read thresholds from this text: it must parse.
+    if let Err(err) = orchestrator_policy::parse_policy(&gated_policy()) {
+        panic!("{err:?}\n{}", gated_policy());
+    }
+    let nodes = f.db.list_nodes(&Default::default()).await.unwrap();
+    let id = |i: usize| {
+        let name = format!("gpu-{i:03}");
+        nodes.iter().find(|n| n.name == name).unwrap().id
+    };
+    let steps = |range: std::ops::Range<usize>| -> Vec<NewStep> {
+        range
+            .map(|i| NewStep {
+                node_id: id(i),
+                inventory_id: "HGX_FW_GPU_*".into(),
+                expected_from_version: BASELINE.into(),
+            })
+            .collect()
+    };
+    let rollout =
+        f.db.start_rollout(
+            &NewRollout {
+                release_id: f.candidate,
+                policy_name: "gated".into(),
+                policy_commit: "feedface00000000".into(),
+                policy_blob: "b".into(),
+                seed: 1,
+            },
+            &gated_policy(),
+            &NewPlan {
+                waves: vec![
+                    NewWave {
+                        name: "canary".into(),
+                        bake_seconds: 7200,
+                        approvals_required: 1,
+                        max_in_flight: 2,
+                        gates: vec!["xid".into(), "temp".into()],
+                        control_nodes: (first + 2..first + 12).map(id).collect(),
+                        steps: steps(first..first + 2),
+                    },
+                    NewWave {
+                        name: "rest".into(),
+                        bake_seconds: 14400,
+                        approvals_required: 0,
+                        max_in_flight: 8,
+                        gates: vec!["xid".into()],
+                        control_nodes: (first + 52..first + 72).map(id).collect(),
+                        steps: steps(first + 12..first + 52),
+                    },
+                ],
+                rollback_assessment: json!({ "possible": true }),
+            },
+            "rita",
+        )
+        .await
+        .unwrap();
+    let canary = f.db.rollout_waves(rollout.id).await.unwrap()[0].id;
+    Gated {
+        rollout: rollout.id,
+        canary,
+    }
+}
+
+/// The canary's two nodes updated and the wave baking, with a stale
+/// "bake ends" blocker as the engine leaves it.
+async fn bake(f: &Fixture, g: &Gated) {
+    let fence =
+        f.db.acquire_lease("executor", "test", Duration::hours(1))
+            .await
+            .unwrap()
+            .unwrap();
+    let now = f.db.clock().now();
+    for step in steps(&f.db, g.rollout).await.iter().filter(|s| s.wave_id == g.canary) {
+        f.db.transition_step(
+            &fence,
+            step.id,
+            StepState::Pending,
+            &StepChange {
+                state: Some(StepState::Succeeded),
+                started_at: Some(now),
+                finished_at: Some(now),
+                previous_version: Some(BASELINE.into()),
+                ..Default::default()
+            },
+            json!({}),
+        )
+        .await
+        .unwrap();
+    }
+    for (from, to) in [
+        (WaveState::Planned, WaveState::Running),
+        (WaveState::Running, WaveState::Baking),
+    ] {
+        f.db.transition_wave(
+            &fence,
+            g.canary,
+            from,
+            &WaveChange {
+                state: Some(to),
+                bake_started_at: (to == WaveState::Baking).then_some(now),
+                ..Default::default()
+            },
+            json!({}),
+        )
+        .await
+        .unwrap();
+    }
+    f.db.set_wave_blockers(
+        &fence,
+        g.canary,
+        &[orchestrator_types::Blocker::BakeEndsAt {
+            at: now + Duration::hours(2),
+        }],
+    )
+    .await
+    .unwrap();
+    f.db.release_lease(&fence).await.unwrap();
+}
+
+fn verdict(outcome: orchestrator_types::Outcome, summary: &str) -> orchestrator_types::WaveVerdict {
+    orchestrator_types::WaveVerdict {
+        outcome,
+        summary: summary.into(),
+        evidence: json!({}),
+    }
+}
+
+/// The `<section id="decision">` of a page.
+fn decision_box(body: &str) -> &str {
+    let start = body.find("id=\"decision\"").expect("a decision box");
+    let rest = &body[start..];
+    &rest[..rest.find("</section>").unwrap()]
+}
+
+async fn api_approve(app: &Router, token: &str, rollout: RolloutId) -> (StatusCode, String) {
+    let (status, body) = common::call_as(
+        app,
+        token,
+        axum::http::Method::POST,
+        &format!("/api/v1/rollouts/{}/waves/canary/approve", rollout.0),
+        None,
+    )
+    .await;
+    (status, body.to_string())
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn the_decision_box_asks_for_approval_only_once_the_verdict_is_in() {
+    use orchestrator_types::Outcome;
+    let f = fixture().await;
+    let g = gated(&f, 10).await;
+    let sam = provision_api_token(&f.db, "sam", Role::ReleaseManager, "t", "test")
+        .await
+        .unwrap();
+    let rita = provision_api_token(&f.db, "rita", Role::ReleaseManager, "t", "test")
+        .await
+        .unwrap();
+    let page = format!("/rollouts/{}", g.rollout.0);
+
+    // Baking: nothing is asked, no approval offered, and the API refuses one.
+    bake(&f, &g).await;
+    let (status, body) = get(&f.app, &sam, &page).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let baking = decision_box(&body);
+    assert!(baking.contains("data-asks=\"none\""), "{baking}");
+    assert!(baking.contains("Wave canary is baking"), "{baking}");
+    assert!(
+        !body.contains(&format!("approve-{}", g.canary.0)),
+        "no approval during the bake"
+    );
+    let (status, early) = api_approve(&f.app, &sam, g.rollout).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{early}");
+    assert!(early.contains("the wave is baking"), "{early}");
+
+    // The verdict passed: approval is asked, with what it starts.
+    orchestrator_db::testing::await_approval(
+        &f.db,
+        g.canary,
+        verdict(Outcome::Pass, "every gate passed against 10 control nodes"),
+    )
+    .await
+    .unwrap();
+    let (_, body) = get(&f.app, &sam, &page).await;
+    let asked = decision_box(&body);
+    assert!(asked.contains("data-asks=\"approve\""), "{asked}");
+    for want in [
+        "Wave canary passed its health verdict (every gate passed against 10 control nodes); it waits for 1 more \
+         approval before wave rest starts.",
+        // 40 of the fleet's 241 nodes.
+        "Starts wave rest: 40 nodes (17% of the fleet&#x27;s 241 nodes), at most 8 at a time, bake 4h.",
+        "Gate xid: fails when proven worse than 1.5× the control&#x27;s rate; must catch 3× the control&#x27;s rate; \
+         the smallest regression it detects with 80% power is ",
+        "(default baselines, 20 control nodes)",
+        "Failure budget: up to 2 failed updates per wave; one more halts the rollout.",
+        "Rollback possible, automatic on a failed gate (every node the rollout updated).",
+        "Any release manager except rita, who started this rollout (two-person rule)",
+        &format!("id=\"approve-{}\"", g.canary.0),
+        &format!("name=\"comment\" id=\"comment-{}\"", g.canary.0),
+        &format!("href=\"/api/v1/rollouts/{}/evidence\"", g.rollout.0),
+    ] {
+        assert!(asked.contains(want), "the box should say {want:?}:\n{asked}");
+    }
+    // The author sees why she cannot approve, and no button.
+    let (_, authored) = get(&f.app, &rita, &page).await;
+    let authored = decision_box(&authored);
+    assert!(
+        authored.contains("two-person") && !authored.contains("approve-"),
+        "{authored}"
+    );
+    // The no-JS confirmation page says what approval starts.
+    let (status, confirm) = post(
+        &f.app,
+        &sam,
+        &format!("/rollouts/{}/approve", g.rollout.0),
+        &format!("wave={}&comment=ok", g.canary.0),
+        false,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{confirm}");
+    assert!(confirm.contains("id=\"what-approval-starts\""), "{confirm}");
+    assert!(confirm.contains("Starts wave rest: 40 nodes"), "{confirm}");
+    assert!(
+        confirm.contains("smallest regression it detects with 80% power"),
+        "{confirm}"
+    );
+    let (status, given) = api_approve(&f.app, &sam, g.rollout).await;
+    assert_eq!(status, StatusCode::OK, "{given}");
+    let (_, body) = get(&f.app, &sam, &page).await;
+    assert!(decision_box(&body).contains("You approved this wave."), "{body}");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_hold_asks_to_promote_anyway_as_its_own_decision() {
+    use orchestrator_types::Outcome;
+    let f = fixture().await;
+    let g = gated(&f, 10).await;
+    bake(&f, &g).await;
+    orchestrator_db::testing::await_approval(&f.db, g.canary, verdict(Outcome::Inconclusive, "xid inconclusive"))
+        .await
+        .unwrap();
+    let sam = provision_api_token(&f.db, "sam", Role::ReleaseManager, "t", "test")
+        .await
+        .unwrap();
+    let (_, body) = get(&f.app, &sam, &format!("/rollouts/{}", g.rollout.0)).await;
+    let hold = decision_box(&body);
+    assert!(hold.contains("data-asks=\"hold\""), "{hold}");
+    assert!(
+        hold.contains("Wave canary is on hold: its verdict is inconclusive — xid inconclusive."),
+        "{hold}"
+    );
+    assert!(
+        hold.contains("Records “promote anyway”: wave canary is promoted over its inconclusive verdict"),
+        "{hold}"
+    );
+    assert!(hold.contains("Promote canary anyway"), "{hold}");
+    assert!(
+        hold.contains("id=\"choice-rollback\"") && hold.contains("id=\"choice-abort\""),
+        "{hold}"
+    );
+    let (status, body) = api_approve(&f.app, &sam, g.rollout).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    // The approval is kept with the verdict it overrode, so the engine
+    // records the promotion as "promote anyway".
+    let approvals = f.db.wave_approvals(g.canary).await.unwrap();
+    assert_eq!(approvals[0].verdict_outcome, Some(Outcome::Inconclusive));
+    let wave = f.db.wave(g.canary).await.unwrap();
+    let facts = orchestrator_engine::wave::WaveFacts {
+        state: wave.state,
+        position: 0,
+        node_count: 2,
+        now: f.db.clock().now(),
+        release: orchestrator_engine::wave::ReleaseStanding::Usable,
+        failed_steps: 0,
+        unfinished_steps: 0,
+        failure_budget: orchestrator_policy::FailureBudget::Count(2),
+        bake_ends_at: f.db.clock().now(),
+        max_bake_ends_at: f.db.clock().now(),
+        verdict: wave.verdict.clone(),
+        approvals_required: wave.approvals_required,
+        approvals,
+        step_deadlines: Vec::new(),
+        rollback_automatic: true,
+    };
+    assert!(matches!(
+        orchestrator_engine::wave::decide(&facts),
+        orchestrator_engine::wave::WaveAction::Promote {
+            decision: orchestrator_engine::wave::Decision::PromoteAnyway,
+            ..
+        }
+    ));
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn finished_rollouts_offer_no_approval_and_the_api_refuses_with_the_reason() {
+    use orchestrator_types::Outcome;
+    let f = fixture().await;
+    let sam = provision_api_token(&f.db, "sam", Role::ReleaseManager, "t", "test")
+        .await
+        .unwrap();
+    // Three rollouts whose canary awaits approval, then ended three ways.
+    let rolled_back = gated(&f, 10).await;
+    let aborted = gated(&f, 85).await;
+    let completed = gated(&f, 160).await;
+    for g in [&rolled_back, &aborted, &completed] {
+        bake(&f, g).await;
+        orchestrator_db::testing::await_approval(&f.db, g.canary, verdict(Outcome::Pass, "every gate passed"))
+            .await
+            .unwrap();
+    }
+    f.db.begin_rollback(
+        None,
+        rolled_back.rollout,
+        json!({ "scope": "rollout" }),
+        "temperatures up",
+        "sam",
+    )
+    .await
+    .unwrap();
+    f.db.user_set_rollout_state(
+        aborted.rollout,
+        &[RolloutState::Running],
+        RolloutState::Aborted,
+        Some("wrong release"),
+        "sam",
+    )
+    .await
+    .unwrap();
+    let fence =
+        f.db.acquire_lease("executor", "test", Duration::hours(1))
+            .await
+            .unwrap()
+            .unwrap();
+    f.db.engine_set_rollout_state(
+        &fence,
+        completed.rollout,
+        &[RolloutState::Running],
+        RolloutState::Completed,
+        None,
+        json!({}),
+    )
+    .await
+    .unwrap();
+    f.db.release_lease(&fence).await.unwrap();
+
+    for (g, state, says) in [
+        (&rolled_back, "rolling_back", "Rolling back (temperatures up)"),
+        (&aborted, "aborted", "Aborted: wrong release."),
+        (&completed, "completed", "Completed: every wave was promoted."),
+    ] {
+        let (status, body) = get(&f.app, &sam, &format!("/rollouts/{}", g.rollout.0)).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        let d = decision_box(&body);
+        assert!(d.contains(says), "{state}: {d}");
+        assert!(
+            !d.contains("data-asks=\"approve\"") && !d.contains("data-asks=\"hold\""),
+            "{d}"
+        );
+        assert!(
+            !body.contains(&format!("approve-{}", g.canary.0)),
+            "{state}: no approve button"
+        );
+        assert!(
+            !body.contains("Waiting on: bake ends"),
+            "{state}: a stale blocker is no wait:\n{body}"
+        );
+        // The API and the no-JS form refuse, with the reason.
+        let (status, refused) = api_approve(&f.app, &sam, g.rollout).await;
+        assert_eq!(status, StatusCode::CONFLICT, "{state}: {refused}");
+        assert!(
+            refused.contains(&format!(
+                "is {state}: a finished, stopped or rolled-back rollout takes no approvals"
+            )),
+            "{refused}"
+        );
+        let (status, form) = post(
+            &f.app,
+            &sam,
+            &format!("/rollouts/{}/approve", g.rollout.0),
+            &format!("wave={}", g.canary.0),
+            true,
+        )
+        .await;
+        assert_eq!(status, StatusCode::CONFLICT, "{state}: {form}");
+        assert!(form.contains("takes no approvals"), "{form}");
+    }
+    assert!(f.db.wave_approvals(aborted.canary).await.unwrap().is_empty());
+    // The rollouts list does not claim they wait on anything either.
+    let (_, list) = get(&f.app, &sam, "/rollouts").await;
+    assert!(!list.contains("bake ends"), "{list}");
+}
+
+fn look(number: u32, planned: u32) -> orchestrator_detect::Look {
+    orchestrator_detect::Look {
+        number,
+        planned,
+        information_fraction: f64::from(number) / f64::from(planned),
+        cumulative_alpha: 0.001,
+        z_boundary: Some(3.5),
+        nominal_alpha: 0.0002,
+        is_final: number == planned,
+    }
+}
+
+/// The XID gate's evidence at look `number` of 4: 4 canary events over 32
+/// GPU-hours against 10 over 160, ratio 2.0 (interval 0.6 to 6.5).
+fn xid_evidence(number: u32) -> orchestrator_detect::Evidence {
+    use orchestrator_detect::{CohortSummary, Effect, EffectMeasure, Evidence, TestKind};
+    Evidence {
+        gate: "xid".into(),
+        test: TestKind::ConditionalBinomial,
+        statistic: 4.0,
+        p_value: 0.31,
+        effect: Effect {
+            measure: EffectMeasure::RateRatio,
+            estimate: Some(2.0),
+            ci95_lower: Some(0.6),
+            ci95_upper: Some(6.5),
+            decision_lower_bound: Some(0.45),
+            min_effect: 1.5,
+        },
+        canary: CohortSummary {
+            events: Some(4),
+            exposure: Some(32.0),
+            rate: Some(0.125),
+            samples: None,
+            median: None,
+        },
+        control: CohortSummary {
+            events: Some(10),
+            exposure: Some(160.0),
+            rate: Some(0.0625),
+            samples: None,
+            median: None,
+        },
+        look: look(number, 4),
+    }
+}
+
+fn temp_evidence(number: u32) -> orchestrator_detect::Evidence {
+    use orchestrator_detect::{CohortSummary, Effect, EffectMeasure, Evidence, TestKind};
+    Evidence {
+        gate: "temp".into(),
+        test: TestKind::MannWhitney {
+            method: orchestrator_detect::stats::MwuMethod::Exact,
+        },
+        statistic: 12.0,
+        p_value: 0.4,
+        effect: Effect {
+            measure: EffectMeasure::Shift,
+            estimate: Some(1.1),
+            ci95_lower: Some(-0.4),
+            ci95_upper: Some(2.6),
+            decision_lower_bound: Some(-0.9),
+            min_effect: 3.0,
+        },
+        canary: CohortSummary {
+            events: None,
+            exposure: None,
+            rate: None,
+            samples: Some(16),
+            median: Some(71.2),
+        },
+        control: CohortSummary {
+            events: None,
+            exposure: None,
+            rate: None,
+            samples: Some(80),
+            median: Some(70.1),
+        },
+        look: look(number, 4),
+    }
+}
+
+async fn record_look(f: &Fixture, g: &Gated, verdict: &orchestrator_detect::Verdict, number: u32) {
+    f.db.record_health_look(
+        &orchestrator_db::health::NewHealthLook {
+            rollout_id: g.rollout,
+            wave_id: g.canary,
+            gate: verdict.gate().to_owned(),
+            look_number: number,
+            planned_looks: 4,
+            outcome: verdict.outcome(),
+            verdict: serde_json::to_value(verdict).unwrap(),
+        },
+        "detector",
+    )
+    .await
+    .unwrap();
+}
+
+/// The table with `id`, as its HTML.
+fn table<'a>(body: &'a str, id: &str) -> &'a str {
+    let start = body
+        .find(&format!("id=\"{id}\""))
+        .unwrap_or_else(|| panic!("no table {id}:\n{body}"));
+    let rest = &body[start..];
+    &rest[..rest.find("</table>").unwrap()]
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn verdict_tables_show_each_gate_in_its_own_terms_during_the_bake_and_after() {
+    use orchestrator_detect::{InconclusiveReason, Verdict};
+    use orchestrator_types::Outcome;
+    let f = fixture().await;
+    let g = gated(&f, 10).await;
+    bake(&f, &g).await;
+    let token = viewer(&f.db).await;
+    let page = format!("/rollouts/{}", g.rollout.0);
+
+    // Baking, before any look: one table per gate, saying so.
+    let (_, body) = get(&f.app, &token, &page).await;
+    let xid_id = format!("verdict-{}-xid", g.canary.0);
+    let temp_id = format!("verdict-{}-temp", g.canary.0);
+    assert!(table(&body, &xid_id).contains("first look not due yet"), "{body}");
+    assert!(table(&body, &temp_id).contains("first look not due yet"), "{body}");
+
+    // Two looks in: the latest one shows, with its numbers and units.
+    for n in [1, 2] {
+        let verdict = Verdict::Inconclusive {
+            gate: "xid".into(),
+            reason: InconclusiveReason::BakeInProgress,
+            evidence: Some(Box::new(xid_evidence(n))),
+        };
+        record_look(&f, &g, &verdict, n).await;
+    }
+    record_look(
+        &f,
+        &g,
+        &Verdict::Inconclusive {
+            gate: "temp".into(),
+            reason: InconclusiveReason::BakeInProgress,
+            evidence: Some(Box::new(temp_evidence(1))),
+        },
+        1,
+    )
+    .await;
+    let (_, body) = get(&f.app, &token, &page).await;
+    let xid = table(&body, &xid_id);
+    for want in [
+        "inconclusive: no boundary crossed; the bake goes on at look 2 of 4",
+        "2× the control&#x27;s rate",
+        "0.6× to 6.5×",
+        "0.45× (one-sided lower bound at this look&#x27;s level; the gate fails when it is above 1.5×)",
+        "ruled out: ≥6.5×",
+        "50% of the planned information (look 2 of 4)",
+        "4 events over 32 GPU-hours (0.125 per GPU-hour)",
+        "10 events over 160 GPU-hours (0.0625 per GPU-hour)",
+        "min_effect 1.5× the control&#x27;s rate (smaller is ignored); must_detect 3× the control&#x27;s rate",
+        "<th scope=\"row\">Nodes in error</th><td>none</td>",
+    ] {
+        assert!(xid.contains(want), "the XID table should say {want:?}:\n{xid}");
+    }
+    let temp = table(&body, &temp_id);
+    for want in [
+        "+1.1 °C against the control",
+        "-0.4 °C to +2.6 °C",
+        "ruled out: ≥+2.6 °C",
+        "16 GPUs (each its mean over the bake so far), median 71.2 °C",
+        "25% of the planned information (look 1 of 4)",
+        "min_effect 3 °C higher than the control",
+    ] {
+        assert!(
+            temp.contains(want),
+            "the temperature table should say {want:?}:\n{temp}"
+        );
+    }
+    assert!(!body.contains("&quot;outcome&quot;"), "no raw verdict JSON on the page");
+
+    // A pass keeps its tables, and names the node whose health was unreadable.
+    for (verdict, n) in [
+        (
+            Verdict::Pass {
+                evidence: xid_evidence(4),
+            },
+            4,
+        ),
+        (
+            Verdict::Pass {
+                evidence: temp_evidence(4),
+            },
+            4,
+        ),
+    ] {
+        record_look(&f, &g, &verdict, n).await;
+    }
+    let nodes = f.db.list_nodes(&Default::default()).await.unwrap();
+    let gpu_015 = nodes.iter().find(|n| n.name == "gpu-015").unwrap().id;
+    let evidence = orchestrator_engine::watch::DetectorEvidence {
+        alpha: 0.05,
+        correction: "bonferroni".into(),
+        spending: "OBrienFleming".into(),
+        bake_seconds: 7200,
+        bake_started_at: f.db.clock().now(),
+        control_nodes: 10,
+        gates: Vec::new(),
+        poll_errors: vec![orchestrator_engine::watch::PollError {
+            node: gpu_015,
+            name: "gpu-015".into(),
+            cohort: orchestrator_db::health::Cohort::Control,
+            error: "BMC <timed> out".into(),
+        }],
+    };
+    orchestrator_db::testing::await_approval(
+        &f.db,
+        g.canary,
+        orchestrator_types::WaveVerdict {
+            outcome: Outcome::Pass,
+            summary: "every gate passed against 10 control nodes".into(),
+            evidence: serde_json::to_value(&evidence).unwrap(),
+        },
+    )
+    .await
+    .unwrap();
+    let (_, body) = get(&f.app, &token, &page).await;
+    let xid = table(&body, &xid_id);
+    assert!(
+        xid.contains("pass: no regression beyond min_effect at look 4 of 4"),
+        "{xid}"
+    );
+    assert!(
+        xid.contains("100% of the planned information (look 4 of 4, the final look)"),
+        "{xid}"
+    );
+    assert!(
+        xid.contains("<a href=\"/nodes/gpu-015\">gpu-015</a> (control: BMC &lt;timed&gt; out)"),
+        "{xid}"
+    );
+    assert!(body.contains(&format!("href=\"/api/v1/rollouts/{}/evidence\"", g.rollout.0)));
+
+    // The audit log: the look in words with its numbers, decisions first,
+    // no escaped JSON in the listed fields.
+    let (_, audit) = get(&f.app, &token, "/audit?action=health.look").await;
+    assert!(
+        audit.contains(
+            "gate xid look 2 of 4: inconclusive (estimate 2×, ruled out ≥6.5×, 50% of the planned information)"
+        ),
+        "{audit}"
+    );
+    let fields: Vec<&str> = audit.split("<dl class=\"fields\">").skip(1).collect();
+    assert!(!fields.is_empty(), "{audit}");
+    for listed in fields {
+        let listed = &listed[..listed.find("</dl>").unwrap()];
+        assert!(
+            !listed.contains("{&quot;") && !listed.contains("[{"),
+            "a JSON blob in the fields: {listed}"
+        );
+    }
+    let (_, all) = get(&f.app, &token, "/audit").await;
+    let decisions = all.find("id=\"decisions\"").expect("decisions first");
+    assert!(
+        decisions < all.find("id=\"audit\"").unwrap(),
+        "decisions come before the full log"
+    );
 }

@@ -320,7 +320,7 @@ async fn the_rollout_page_says_each_drained_nodes_state_in_words() {
     let app = web::app(AppState::new(t.db.clone()));
     let body = page(&app, &sam, &format!("/rollouts/{}", seeded.rollout)).await;
     let section = body
-        .split(r#"<section class="card" id="scheduler">"#)
+        .split(r#"id="scheduler""#)
         .nth(1)
         .and_then(|s| s.split("</section>").next())
         .unwrap_or_else(|| panic!("no scheduler section:\n{body}"));

@@ -20,6 +20,7 @@ use crate::config::{AuthMode, BmcEndpoint, Credentials, RetryPolicy, Timeouts};
 use crate::error::{BmcError, ControllerFault, redacted_snippet};
 
 use crate::clients::HttpClients;
+use crate::connections::{BmcLane, Slot};
 use crate::limits::MAX_RESPONSE_BYTES;
 
 /// A request body, kept as cheap-to-clone bytes so every retry can rebuild it.
@@ -94,7 +95,8 @@ struct Session {
 /// The authenticated HTTP channel to one BMC.
 #[derive(Debug)]
 pub(crate) struct Transport {
-    http: reqwest::Client,
+    /// This BMC's share of the controller's connection bound, and its client while it holds one.
+    lane: Arc<BmcLane>,
     base: Url,
     label: String,
     credentials: Credentials,
@@ -136,7 +138,7 @@ impl Transport {
         base.set_query(None);
         base.set_fragment(None);
         Ok(Self {
-            http: clients.get(endpoint, &label)?,
+            lane: clients.lane(endpoint, &label)?,
             base,
             label,
             credentials: endpoint.credentials.clone(),
@@ -175,10 +177,12 @@ impl Transport {
     /// Sends an authenticated request, logging in (again) as needed. Returns any final status,
     /// including 4xx/5xx other than auth failures, for the caller to judge.
     pub(crate) async fn send(&self, call: Call) -> Result<Response, BmcError> {
+        // One slot for the login and the request: a queue between them could outlast the session.
+        let slot = self.lane.acquire().await?;
         let mut reauthenticated = false;
         loop {
-            let (header, generation) = self.auth_header().await?;
-            let resp = self.execute(&call, Some(&header)).await?;
+            let (header, generation) = self.auth_header(&slot).await?;
+            let resp = self.execute_in(&slot, &call, Some(&header)).await?;
             if resp.status == StatusCode::UNAUTHORIZED && !reauthenticated {
                 // Sessions expire (timeouts, BMC reboots). One fresh login, then give up: a second
                 // 401 means the credentials themselves are wrong and retrying would lock the account.
@@ -233,7 +237,10 @@ impl Transport {
         }
     }
 
-    async fn auth_header(&self) -> Result<((reqwest::header::HeaderName, HeaderValue), u64), BmcError> {
+    async fn auth_header(
+        &self,
+        slot: &Slot<'_>,
+    ) -> Result<((reqwest::header::HeaderName, HeaderValue), u64), BmcError> {
         match self.auth {
             AuthMode::Basic => {
                 let header = basic_header(&self.credentials);
@@ -243,7 +250,7 @@ impl Transport {
                 let session = self.current_session();
                 let session = match session {
                     Some(s) => s,
-                    None => self.login().await?,
+                    None => self.login(slot).await?,
                 };
                 let name = reqwest::header::HeaderName::from_static("x-auth-token");
                 Ok(((name, token_header(&session.token)), session.generation))
@@ -263,7 +270,7 @@ impl Transport {
         }
     }
 
-    async fn login(&self) -> Result<Arc<Session>, BmcError> {
+    async fn login(&self, slot: &Slot<'_>) -> Result<Arc<Session>, BmcError> {
         let mut generation = self.login_lock.lock().await;
         if let Some(session) = self.current_session() {
             // Someone else logged in while we waited for the lock.
@@ -283,7 +290,7 @@ impl Transport {
             retry: self.retry,
             if_match: None,
         };
-        let resp = self.execute(&call, None).await?;
+        let resp = self.execute_in(slot, &call, None).await?;
         if matches!(resp.status, StatusCode::NOT_FOUND | StatusCode::METHOD_NOT_ALLOWED) {
             // Not a credentials problem: this service has no session login at all.
             return Err(BmcError::Unsupported {
@@ -351,9 +358,22 @@ impl Transport {
         Ok(url)
     }
 
-    /// The retry loop: one call, possibly several attempts.
+    /// The retry loop in a slot of its own.
     async fn execute(
         &self,
+        call: &Call,
+        auth: Option<&(reqwest::header::HeaderName, HeaderValue)>,
+    ) -> Result<Response, BmcError> {
+        // Queueing for the controller's own connection bound comes first: no timeout or retry
+        // deadline runs while we wait, so a queue here is never the BMC's slowness.
+        let slot = self.lane.acquire().await?;
+        self.execute_in(&slot, call, auth).await
+    }
+
+    /// The retry loop: one call, possibly several attempts, in `slot`.
+    async fn execute_in(
+        &self,
+        slot: &Slot<'_>,
         call: &Call,
         auth: Option<&(reqwest::header::HeaderName, HeaderValue)>,
     ) -> Result<Response, BmcError> {
@@ -366,7 +386,7 @@ impl Transport {
             attempt += 1;
             let remaining = deadline.saturating_duration_since(Instant::now());
             let per_try = call.timeout.min(remaining).max(Duration::from_millis(1));
-            let outcome = match self.attempt(call, &url, auth, per_try).await {
+            let outcome = match self.attempt(slot.client(), call, &url, auth, per_try).await {
                 Ok(resp) => Ok(resp),
                 Err(AttemptError::Http(err)) => Err(err),
                 Err(AttemptError::TooLarge { status, detail }) => {
@@ -459,13 +479,13 @@ impl Transport {
 
     async fn attempt(
         &self,
+        http: &reqwest::Client,
         call: &Call,
         url: &Url,
         auth: Option<&(reqwest::header::HeaderName, HeaderValue)>,
         timeout: Duration,
     ) -> Result<Response, AttemptError> {
-        let mut req = self
-            .http
+        let mut req = http
             .request(call.method.clone(), url.clone())
             .timeout(timeout)
             .header(reqwest::header::ACCEPT, "application/json");
@@ -542,9 +562,12 @@ impl Transport {
         if !url.username().is_empty() || url.password().is_some() {
             return Err(unavailable("the image URI carries credentials".to_string()));
         }
-        let mut resp = self
-            .http
+        let slot = self.lane.acquire().await?;
+        let mut resp = slot
+            .client()
             .get(url)
+            // Another host than the BMC: not kept in the BMC's pool, whose size its lease covers.
+            .header(reqwest::header::CONNECTION, "close")
             .timeout(self.timeouts.upload)
             .send()
             .await

@@ -405,6 +405,21 @@ impl Db {
             .collect()
     }
 
+    /// The watched nodes of a wave whose latest poll failed, filtered in
+    /// SQL: the rollout page shows them beside its verdict tables on every
+    /// refresh, and a wave may watch thousands of nodes that are fine.
+    pub async fn health_poll_errors(&self, wave: WaveId) -> Result<Vec<HealthCursor>, DbError> {
+        health_cursors::Entity::find()
+            .filter(health_cursors::Column::WaveId.eq(wave.0))
+            .filter(health_cursors::Column::LastError.is_not_null())
+            .order_by_asc(health_cursors::Column::NodeId)
+            .all(&self.conn)
+            .await?
+            .into_iter()
+            .map(to_cursor)
+            .collect()
+    }
+
     /// Records one poll: the new cursor and the window deltas, in one
     /// transaction. [`DbError::Stale`] when another writer recorded a poll
     /// of the node first (nothing is written then).

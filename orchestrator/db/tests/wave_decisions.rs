@@ -115,6 +115,64 @@ async fn approvals_are_taken_only_after_the_verdict_and_remember_it() {
 }
 
 #[tokio::test]
+async fn a_rollout_that_no_longer_runs_takes_no_approvals() {
+    for t in TestDb::all_backends().await {
+        // The wave awaits approval after its verdict, then the rollout ends
+        // (a user's rollback here; abort, halt and completion alike): an
+        // approval would count for nothing, or later for a verdict nobody
+        // read, so it is refused with the reason and nothing is kept.
+        let (id, wave) = rollout(&t.db).await;
+        let verdict = WaveVerdict {
+            outcome: Outcome::Pass,
+            summary: "every gate passed".into(),
+            evidence: json!({ "gates": [] }),
+        };
+        await_approval(&t.db, wave, verdict).await.unwrap();
+        t.db.begin_rollback(None, id, json!({ "scope": "rollout" }), "regression", "carol")
+            .await
+            .unwrap();
+        let refused = t.db.approve_wave(wave, "bob", None).await.unwrap_err();
+        assert!(matches!(refused, DbError::Conflict { .. }), "{refused}");
+        assert!(
+            refused
+                .to_string()
+                .contains("is rolling_back: a finished, stopped or rolled-back rollout takes no approvals"),
+            "{refused}"
+        );
+        assert!(t.db.wave_approvals(wave).await.unwrap().is_empty());
+
+        // A paused rollout still takes the approval (it counts on resume).
+        let (paused, paused_wave) = rollout_of(&t.db, 2).await;
+        await_approval(
+            &t.db,
+            paused_wave,
+            WaveVerdict {
+                outcome: Outcome::Pass,
+                summary: "every gate passed".into(),
+                evidence: json!({ "gates": [] }),
+            },
+        )
+        .await
+        .unwrap();
+        t.db.user_set_rollout_state(paused, &[RolloutState::Running], RolloutState::Paused, None, "carol")
+            .await
+            .unwrap();
+        assert_eq!(t.db.approve_wave(paused_wave, "bob", None).await.unwrap().len(), 1);
+    }
+}
+
+/// A second rollout of one wave over the nodes already imported.
+async fn rollout_of(db: &Db, nodes_wanted: usize) -> (RolloutId, WaveId) {
+    let nodes = db.list_nodes(&Default::default()).await.unwrap();
+    let nodes = &nodes[..nodes_wanted.min(nodes.len())];
+    let release = db.list_releases().await.unwrap()[0].id;
+    let canary = wave("canary", 60, 1, 2, steps(nodes, "GPU_*", "96.00.5E.00.01"));
+    let rollout = store_rollout(db, release, vec![canary], "alice").await.unwrap();
+    let wave = db.rollout_waves(rollout.id).await.unwrap()[0].id;
+    (rollout.id, wave)
+}
+
+#[tokio::test]
 async fn an_admin_aborts_a_stuck_rollback_and_each_node_version_is_recorded() {
     for t in TestDb::all_backends().await {
         let (id, _) = rollout(&t.db).await;

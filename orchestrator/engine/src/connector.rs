@@ -125,6 +125,13 @@ impl RedfishConnector {
     }
 }
 
+impl RedfishConnector {
+    /// The bound on open BMC connections every driver here shares, and how much of it is in use.
+    pub fn connection_usage(&self) -> orchestrator_bmc::ConnectionUsage {
+        self.clients.usage()
+    }
+}
+
 impl BmcConnector for RedfishConnector {
     fn drivers(&self) -> Vec<Arc<dyn Bmc>> {
         let cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());

@@ -13,8 +13,9 @@ use orchestrator_engine::{EngineError, GatelessJudge, StartRollout};
 use orchestrator_types::{ComponentKind, FirmwareVersion, VersionError};
 
 use crate::error::SimError;
+use crate::fleet::FleetPlacement;
 use crate::watch::{WatchOptions, watch};
-use crate::world::{SIM_AUTHOR, SimWorld, WorldError};
+use crate::world::{SIM_AUTHOR, SimWorld, WorldError, WorldOptions};
 
 /// With the fleet in this process every simulated BMC holds a listening
 /// socket for the whole run. Its BMCs close each connection after one
@@ -241,8 +242,14 @@ pub struct Throughput {
     /// CPU seconds of the controller's threads and of bmc-sim's.
     pub controller_cpu: f64,
     pub sim_cpu: f64,
-    /// Peak RSS of the whole process (controller and simulated BMCs).
+    /// Peak RSS of the whole process (controller, and the simulated BMCs when in-process).
     pub peak_rss_mib: f64,
+    /// Fleet processes (`None`: the fleet ran in this process).
+    pub fleet_processes: Option<usize>,
+    /// Peak RSS of each fleet process, MiB.
+    pub fleet_rss_mib: Vec<f64>,
+    /// The controller's bound on open BMC connections.
+    pub connection_limit: usize,
 }
 
 /// Why the throughput run could not run.
@@ -267,9 +274,16 @@ pub enum BenchError {
 }
 
 /// Rolls a GPU release canary (100) -> fleet over `nodes` simulated BMCs
-/// with zero flash time, on SQLite or on the PostgreSQL database `postgres`.
-pub async fn throughput(nodes: usize, postgres: Option<&str>) -> Result<Throughput, BenchError> {
-    let scenario = Scenario::from_yaml_str(&throughput_scenario(nodes)).map_err(BenchError::Scenario)?;
+/// with zero flash time, on SQLite or on the PostgreSQL database `postgres`,
+/// with the fleet in this process or in `fleet_processes` processes of its own
+/// (then with HTTP keep-alive, as real BMCs mostly do).
+pub async fn throughput(
+    nodes: usize,
+    postgres: Option<&str>,
+    fleet_processes: Option<usize>,
+) -> Result<Throughput, BenchError> {
+    let yaml = throughput_scenario(nodes);
+    let scenario = Scenario::from_yaml_str(&yaml).map_err(BenchError::Scenario)?;
     // bmc-sim gets threads of its own, named so their CPU is not counted
     // as the controller's.
     let fleet_runtime = tokio::runtime::Builder::new_multi_thread()
@@ -278,12 +292,27 @@ pub async fn throughput(nodes: usize, postgres: Option<&str>) -> Result<Throughp
         .enable_all()
         .build()
         .map_err(BenchError::Runtime)?;
+    let mut options = WorldOptions::new(60.0);
+    options.db_url = postgres.map(str::to_owned);
+    match fleet_processes {
+        Some(processes) => {
+            options.placement = FleetPlacement::own_processes(processes).map_err(BenchError::Runtime)?;
+            options.scenario_yaml = Some(yaml);
+        }
+        None => {
+            options.fleet_runtime = Some(fleet_runtime.handle().clone());
+            options.keep_alive = false;
+        }
+    }
     let setup = Instant::now();
-    let world = SimWorld::start_on(scenario, 60.0, postgres, Some(fleet_runtime.handle().clone()), false).await?;
+    let world = SimWorld::start_with(scenario, options).await?;
     let measured = measure_throughput(&world, setup).await;
     world.shutdown().await;
     fleet_runtime.shutdown_background();
-    measured
+    measured.map(|mut m| {
+        m.fleet_processes = fleet_processes;
+        m
+    })
 }
 
 async fn measure_throughput(world: &SimWorld, setup: Instant) -> Result<Throughput, BenchError> {
@@ -294,6 +323,7 @@ async fn measure_throughput(world: &SimWorld, setup: Instant) -> Result<Throughp
         .map_err(BenchError::Release)?;
     let setup = setup.elapsed();
     let (sim_cpu0, ctl_cpu0) = cpu_by_thread();
+    let fleet_cpu0 = world.fleet.process_cpu_seconds();
     let started = Instant::now();
     let rollout = orchestrator_engine::start_rollout(
         &world.db,
@@ -324,6 +354,10 @@ async fn measure_throughput(world: &SimWorld, setup: Instant) -> Result<Throughp
     engine.shutdown().await;
     let watched = watched?;
     let (sim_cpu1, ctl_cpu1) = cpu_by_thread();
+    let fleet_cpu = match (fleet_cpu0, world.fleet.process_cpu_seconds()) {
+        (Some(before), Some(after)) => after - before,
+        _ => sim_cpu1 - sim_cpu0,
+    };
     let steps = world
         .db
         .steps(&StepFilter {
@@ -339,7 +373,13 @@ async fn measure_throughput(world: &SimWorld, setup: Instant) -> Result<Throughp
         planned,
         wall,
         controller_cpu: ctl_cpu1 - ctl_cpu0,
-        sim_cpu: sim_cpu1 - sim_cpu0,
+        sim_cpu: fleet_cpu,
         peak_rss_mib: proc_status_kib("/proc/self/status", "VmHWM:").unwrap_or(0) as f64 / 1024.0,
+        fleet_processes: None,
+        fleet_rss_mib: match &world.fleet {
+            crate::fleet::SimFleet::Processes(p) => p.peak_rss_mib(),
+            crate::fleet::SimFleet::InProcess(_) => Vec::new(),
+        },
+        connection_limit: world.connection_usage().limit,
     })
 }

@@ -382,7 +382,7 @@ impl Story {
             && idle.iter().all(Option::is_some)
             && let Some(at) = idle.iter().flatten().min()
         {
-            world.clock.skip_to(*at);
+            world.skip_to(*at).await;
         }
         Ok(all_done)
     }

@@ -28,6 +28,9 @@ pub enum SimError {
          selector, versions.from against the scenario)"
     )]
     NothingSelected { policy: String, release: String },
+    /// The fleet's processes did not answer their control API.
+    #[error("cannot read the simulated fleet")]
+    Fleet(#[source] bmc_sim::ProcessError),
 }
 
 impl SimError {
@@ -38,7 +41,7 @@ impl SimError {
             SimError::Db(e) | SimError::RegisterRelease(e) | SimError::RegisterCurrent(e) => e.is_caller_error(),
             SimError::Approve { source, .. } => source.is_caller_error(),
             SimError::RolloutRefused(_) | SimError::NothingSelected { .. } => true,
-            SimError::StartRollout(_) => false,
+            SimError::StartRollout(_) | SimError::Fleet(_) => false,
         }
     }
 }

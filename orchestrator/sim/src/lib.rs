@@ -9,6 +9,8 @@
 //! window; waiting for a bake to end when no detector watches it), so days of
 //! policy finish in seconds.
 //!
+//! - [`fleet`]: [`SimFleet`], bmc-sim in this process or in processes of its
+//!   own (each serving a slice of the fleet on its own loopback address);
 //! - [`world`]: [`SimWorld`], the fleet started and recorded as discovery
 //!   would, releases registered with generated images, the engine's settings
 //!   for accelerated time;
@@ -28,6 +30,7 @@
 pub mod bench;
 pub mod demo;
 pub mod error;
+pub mod fleet;
 pub mod latency;
 pub mod report;
 pub mod run;
@@ -35,7 +38,8 @@ pub mod watch;
 pub mod world;
 
 pub use error::SimError;
+pub use fleet::{FleetPlacement, SimFleet};
 pub use report::{Detection, Exposure, GateVerdict, Report, Updates, WaveReport};
 pub use run::{Simulation, simulate};
 pub use watch::{SIM_APPROVERS, WatchOptions, Watched, idle_until, watch};
-pub use world::{JudgeChoice, SIM_AUTHOR, SimWorld, WorldError, all_nodes, judge_for};
+pub use world::{JudgeChoice, SIM_AUTHOR, SimWorld, WorldError, WorldOptions, all_nodes, judge_for};

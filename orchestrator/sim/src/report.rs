@@ -290,10 +290,11 @@ pub async fn build_report(
     }
     let kind = release.component_kind;
     let mut final_versions: BTreeMap<String, u64> = BTreeMap::new();
+    let mut fleet_versions = world.fleet.versions().await.map_err(SimError::Fleet)?;
+    let flash_counts = world.fleet.flash_counts().await.map_err(SimError::Fleet)?;
     for endpoint in world.fleet.endpoints() {
-        let versions: BTreeSet<String> = world
-            .fleet
-            .versions(&endpoint.name)
+        let versions: BTreeSet<String> = fleet_versions
+            .remove(&endpoint.name)
             .unwrap_or_default()
             .into_iter()
             .filter(|c| c.kind == kind && policy.target.inventory_id.as_ref().is_none_or(|p| p.matches(&c.id)))
@@ -304,10 +305,11 @@ pub async fn build_report(
         }
         let key = versions.into_iter().collect::<Vec<_>>().join("+");
         *final_versions.entry(key).or_default() += 1;
-        let flashes = world.fleet.flash_counts(&endpoint.name).unwrap_or_default();
-        updates.max_flashes_per_node_step = updates
-            .max_flashes_per_node_step
-            .max(flashes.values().copied().max().unwrap_or(0));
+        let most = flash_counts
+            .get(&endpoint.name)
+            .and_then(|f| f.values().copied().max())
+            .unwrap_or(0);
+        updates.max_flashes_per_node_step = updates.max_flashes_per_node_step.max(most);
     }
     updates.bricked = bricked_count(world).await;
     let release_now = db.release(release.id).await?;
@@ -342,24 +344,11 @@ pub async fn build_report(
 
 /// BMCs bmc-sim has bricked, from its control API.
 async fn bricked_count(world: &SimWorld) -> u64 {
-    let url = format!("{}/sim/nodes", world.fleet.control_url());
-    let body: Result<serde_json::Value, String> = async {
-        let response = reqwest::get(&url).await.map_err(|e| e.to_string())?;
-        response.json().await.map_err(|e| e.to_string())
-    }
-    .await;
-    match body {
-        Ok(value) => {
-            let nodes = value
-                .as_array()
-                .cloned()
-                .or_else(|| value.get("nodes").and_then(|n| n.as_array()).cloned())
-                .unwrap_or_default();
-            nodes
-                .iter()
-                .filter(|n| n.get("bricked").and_then(serde_json::Value::as_bool) == Some(true))
-                .count() as u64
-        }
+    match world.fleet.nodes_json().await {
+        Ok(nodes) => nodes
+            .iter()
+            .filter(|n| n.get("bricked").and_then(serde_json::Value::as_bool) == Some(true))
+            .count() as u64,
         Err(err) => {
             tracing::warn!(error = %err, "cannot read bmc-sim's node list; bricked count is 0");
             0

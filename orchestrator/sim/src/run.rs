@@ -48,7 +48,7 @@ pub async fn simulate(world: &SimWorld, simulation: &Simulation) -> Result<Repor
         .await
         .map_err(SimError::RegisterRelease)?;
     // Rollback needs an image of every version the fleet runs now.
-    for current in world.active_versions(simulation.kind) {
+    for current in world.active_versions(simulation.kind).await.map_err(SimError::Fleet)? {
         let Ok(version) = FirmwareVersion::parse(&current) else {
             continue;
         };

@@ -115,7 +115,7 @@ pub async fn watch(world: &SimWorld, rollout: &ExecRollout, options: WatchOption
             }
         }
         if current.state == RolloutState::Running && in_flight == 0 {
-            skip_idle(world, &waves, options.skip_bake);
+            skip_idle(world, &waves, options.skip_bake).await;
         }
         if wall_start.elapsed() > options.timeout {
             return Ok(done(
@@ -150,10 +150,10 @@ pub fn idle_until(waves: &[ExecWave], skip_bake: bool) -> Option<DateTime<Utc>> 
     until
 }
 
-fn skip_idle(world: &SimWorld, waves: &[ExecWave], skip_bake: bool) {
+async fn skip_idle(world: &SimWorld, waves: &[ExecWave], skip_bake: bool) {
     if let Some(at) = idle_until(waves, skip_bake) {
         tracing::debug!(to = %at, "skipping idle simulated time");
-        world.clock.skip_to(at);
+        world.skip_to(at).await;
     }
 }
 

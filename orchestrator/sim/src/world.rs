@@ -5,14 +5,16 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration as StdDuration;
 
-use bmc_sim::{Fleet, FleetOptions, ImageServer, RunningFleet, Scenario};
-use chrono::{Duration, Utc};
-use orchestrator_bmc::{BmcEndpoint, Credentials, HttpClients, RetryPolicy, Timeouts};
+use bmc_sim::{Fleet, FleetOptions, FleetProcesses, ImageServer, ProcessOptions, Scenario};
+use chrono::{DateTime, Duration, Utc};
+use orchestrator_bmc::{BmcEndpoint, ConnectionLimit, Credentials, HttpClients, RetryPolicy, Timeouts};
 use orchestrator_db::Db;
 use orchestrator_db::model::{ComponentReading, NewGateResult, NewNode, NewRelease, NodeLabels, Release};
 use orchestrator_engine::{BmcConnector, Engine, EngineConfig, HealthJudge, RedfishConnector, StepDeadlines};
 use orchestrator_types::{AcceleratedClock, ComponentKind, FirmwareVersion, QualificationState, TransitionRequest};
 use sha2::{Digest, Sha256};
+
+use crate::fleet::{FleetPlacement, SimFleet};
 
 /// Username and password of every simulated BMC (loopback only).
 const SIM_BMC_USER: &str = "admin";
@@ -27,8 +29,8 @@ pub const SIM_AUTHOR: &str = "waveguard-simulate";
 pub struct SimWorld {
     /// The shared simulated clock.
     pub clock: Arc<AcceleratedClock>,
-    /// bmc-sim, in-process, one loopback port per BMC.
-    pub fleet: RunningFleet,
+    /// bmc-sim, one loopback port per BMC, in this process or in processes of its own.
+    pub fleet: SimFleet,
     /// The controller's database.
     pub db: Db,
     /// Serves the releases' images to the BMCs (`{base}/images/{file}`).
@@ -50,6 +52,12 @@ pub enum WorldError {
     Fleet(#[source] bmc_sim::FleetError),
     #[error("the task starting the simulated fleet failed")]
     FleetTask(#[source] tokio::task::JoinError),
+    #[error("cannot run the simulated fleet in processes of its own")]
+    FleetProcesses(#[source] bmc_sim::ProcessError),
+    #[error("a fleet in processes of its own needs the scenario's YAML")]
+    NoScenarioYaml,
+    #[error("no bound on BMC connections fits this process's open-file limit")]
+    ConnectionLimit(#[source] orchestrator_bmc::LimitError),
     #[error("cannot start the image server")]
     ImageServer(#[source] std::io::Error),
     #[error("cannot record the simulated fleet in the database")]
@@ -58,28 +66,64 @@ pub enum WorldError {
     Version { node: String, version: String },
 }
 
+/// How to build a [`SimWorld`].
+#[derive(Debug, Clone)]
+pub struct WorldOptions {
+    /// Simulated seconds per real second.
+    pub speedup: f64,
+    /// The controller's database; `None`: a temporary SQLite file.
+    pub db_url: Option<String>,
+    /// Where the BMCs run.
+    pub placement: FleetPlacement,
+    /// In-process only: the runtime the fleet's servers run on (the benchmarks keep bmc-sim's CPU
+    /// apart from the controller's).
+    pub fleet_runtime: Option<tokio::runtime::Handle>,
+    /// HTTP keep-alive at the BMCs; without it every response closes its connection, so an
+    /// in-process fleet of 10,000 holds no idle sockets.
+    pub keep_alive: bool,
+    /// The scenario as YAML, which fleet processes read.
+    pub scenario_yaml: Option<String>,
+    /// The bound on the controller's BMC connections; `None`: from the open-file limit.
+    pub connection_limit: Option<ConnectionLimit>,
+}
+
+impl WorldOptions {
+    /// In-process fleet with keep-alive, temporary SQLite, the bound from the open-file limit.
+    pub fn new(speedup: f64) -> Self {
+        Self {
+            speedup,
+            db_url: None,
+            placement: FleetPlacement::InProcess,
+            fleet_runtime: None,
+            keep_alive: true,
+            scenario_yaml: None,
+            connection_limit: None,
+        }
+    }
+}
+
 impl SimWorld {
     /// Starts the fleet of `scenario` on a fresh clock, a database (`db_url`,
     /// or a temporary SQLite file), the image server, and records every node
     /// with its inventory as discovery would.
     pub async fn start(scenario: Scenario, speedup: f64, db_url: Option<&str>) -> Result<SimWorld, WorldError> {
-        Self::start_on(scenario, speedup, db_url, None, true).await
+        let mut options = WorldOptions::new(speedup);
+        options.db_url = db_url.map(str::to_owned);
+        Self::start_with(scenario, options).await
     }
 
-    /// As [`SimWorld::start`], with the fleet's servers on `fleet_runtime`
-    /// (the benchmarks keep bmc-sim's CPU apart from the controller's) and,
-    /// unless `keep_alive`, BMCs that close every connection after one
-    /// response (so a fleet of 10,000 in this process holds no idle sockets).
-    pub async fn start_on(
-        scenario: Scenario,
-        speedup: f64,
-        db_url: Option<&str>,
-        fleet_runtime: Option<tokio::runtime::Handle>,
-        keep_alive: bool,
-    ) -> Result<SimWorld, WorldError> {
-        let clock = Arc::new(AcceleratedClock::new(Utc::now(), speedup));
-        let (dir, url) = match db_url {
-            Some(url) => (None, url.to_owned()),
+    /// Starts a world as `options` say.
+    pub async fn start_with(scenario: Scenario, options: WorldOptions) -> Result<SimWorld, WorldError> {
+        let speedup = options.speedup;
+        // Fleet processes compute now from the same wall-clock epoch, so they agree with this
+        // clock without sharing it; an in-process fleet shares the clock itself.
+        let epoch = Utc::now();
+        let clock = Arc::new(match options.placement {
+            FleetPlacement::InProcess => AcceleratedClock::new(epoch, speedup),
+            FleetPlacement::Processes { .. } => AcceleratedClock::from_wall_epoch(epoch, speedup),
+        });
+        let (dir, url) = match &options.db_url {
+            Some(url) => (None, url.clone()),
             None => {
                 let dir = tempfile::Builder::new()
                     .prefix("waveguard-sim-")
@@ -92,24 +136,42 @@ impl SimWorld {
         let db = Db::connect_and_migrate(&url, clock.clone())
             .await
             .map_err(WorldError::Db)?;
-        let mut options = FleetOptions::new(clock.clone());
-        options.username = SIM_BMC_USER.into();
-        options.password = SIM_BMC_PASSWORD.into();
-        // A hung request must end well before the engine would call the BMC
-        // bricked; the client gives up first anyway.
-        options.hang_for = StdDuration::from_secs(3);
-        options.keep_alive = keep_alive;
-        let fleet = match fleet_runtime {
-            Some(runtime) => runtime
-                .spawn(Fleet::start(scenario, options))
-                .await
-                .map_err(WorldError::FleetTask)?,
-            None => Fleet::start(scenario, options).await,
-        }
-        .map_err(WorldError::Fleet)?;
+        let nodes = scenario.fleet.nodes;
+        let fleet = match &options.placement {
+            FleetPlacement::InProcess => {
+                SimFleet::InProcess(start_in_process(scenario, &options, clock.clone()).await?)
+            }
+            FleetPlacement::Processes {
+                program,
+                leading_args,
+                processes,
+            } => {
+                let yaml = options.scenario_yaml.clone().ok_or(WorldError::NoScenarioYaml)?;
+                SimFleet::Processes(
+                    FleetProcesses::start(&process_options(
+                        program.clone(),
+                        leading_args.clone(),
+                        yaml,
+                        nodes,
+                        *processes,
+                        epoch,
+                        &options,
+                    ))
+                    .await
+                    .map_err(WorldError::FleetProcesses)?,
+                )
+            }
+        };
+        let limit = match options.connection_limit {
+            Some(limit) => limit,
+            None => default_connection_limit(&fleet).map_err(WorldError::ConnectionLimit)?,
+        };
         let images = ImageServer::start([]).await.map_err(WorldError::ImageServer)?;
         let world = SimWorld {
-            redfish: Arc::new(RedfishConnector::new(HttpClients::new(), sim_resolver())),
+            redfish: Arc::new(RedfishConnector::new(
+                HttpClients::with_connection_limit(limit),
+                sim_resolver(),
+            )),
             clock,
             fleet,
             db,
@@ -118,6 +180,16 @@ impl SimWorld {
         };
         world.import_fleet().await?;
         Ok(world)
+    }
+
+    /// The bound on the controller's BMC connections, and how much of it is in use.
+    pub fn connection_usage(&self) -> orchestrator_bmc::ConnectionUsage {
+        self.redfish.connection_usage()
+    }
+
+    /// Moves simulated time forward to `at`, here and in the fleet.
+    pub async fn skip_to(&self, at: DateTime<Utc>) {
+        self.fleet.skip_to(&self.clock, at).await;
     }
 
     async fn import_fleet(&self) -> Result<(), WorldError> {
@@ -145,8 +217,9 @@ impl SimWorld {
                 .map_err(WorldError::Import)?;
         }
         let nodes = all_nodes(&self.db).await.map_err(WorldError::Import)?;
+        let mut fleet_versions = self.fleet.versions().await.map_err(WorldError::FleetProcesses)?;
         for node in nodes {
-            let Some(versions) = self.fleet.versions(&node.name) else {
+            let Some(versions) = fleet_versions.remove(&node.name) else {
                 continue;
             };
             let mut readings = Vec::with_capacity(versions.len());
@@ -179,16 +252,14 @@ impl SimWorld {
     }
 
     /// Distinct active versions of `kind` in the fleet now.
-    pub fn active_versions(&self, kind: ComponentKind) -> BTreeSet<String> {
-        let mut set = BTreeSet::new();
-        for e in self.fleet.endpoints() {
-            for c in self.fleet.versions(&e.name).unwrap_or_default() {
-                if c.kind == kind {
-                    set.insert(c.active);
-                }
-            }
-        }
-        set
+    pub async fn active_versions(&self, kind: ComponentKind) -> Result<BTreeSet<String>, bmc_sim::ProcessError> {
+        let versions = self.fleet.versions().await?;
+        Ok(versions
+            .into_values()
+            .flatten()
+            .filter(|c| c.kind == kind)
+            .map(|c| c.active)
+            .collect())
     }
 
     /// Builds the image of `kind@version` for the fleet's platforms, serves
@@ -320,6 +391,70 @@ impl SimWorld {
         self.fleet.shutdown().await;
         if let Err(err) = self.db.close().await {
             tracing::warn!(error = %err, "closing the simulation database");
+        }
+    }
+}
+
+async fn start_in_process(
+    scenario: Scenario,
+    options: &WorldOptions,
+    clock: Arc<AcceleratedClock>,
+) -> Result<bmc_sim::RunningFleet, WorldError> {
+    let mut fleet_options = FleetOptions::new(clock);
+    fleet_options.username = SIM_BMC_USER.into();
+    fleet_options.password = SIM_BMC_PASSWORD.into();
+    fleet_options.hang_for = SIM_HANG_FOR;
+    fleet_options.keep_alive = options.keep_alive;
+    match &options.fleet_runtime {
+        Some(runtime) => runtime
+            .spawn(Fleet::start(scenario, fleet_options))
+            .await
+            .map_err(WorldError::FleetTask)?,
+        None => Fleet::start(scenario, fleet_options).await,
+    }
+    .map_err(WorldError::Fleet)
+}
+
+/// A hung request must end well before the engine would call the BMC bricked; the client gives up
+/// first anyway.
+const SIM_HANG_FOR: StdDuration = StdDuration::from_secs(3);
+
+fn process_options(
+    program: std::path::PathBuf,
+    leading_args: Vec<String>,
+    scenario_yaml: String,
+    nodes: usize,
+    processes: usize,
+    epoch: DateTime<Utc>,
+    options: &WorldOptions,
+) -> ProcessOptions {
+    ProcessOptions {
+        program,
+        leading_args,
+        scenario_yaml,
+        nodes,
+        processes,
+        first_address: std::net::Ipv4Addr::new(127, 0, 0, 2),
+        clock_epoch: epoch,
+        speedup: options.speedup,
+        keep_alive: options.keep_alive,
+        hang_for: SIM_HANG_FOR,
+        username: SIM_BMC_USER.into(),
+        password: SIM_BMC_PASSWORD.into(),
+    }
+}
+
+/// The controller's bound on BMC connections from its open-file limit. A fleet in this process
+/// holds a listener per BMC and the server side of every connection here too, so it gets what the
+/// listeners leave, halved; fleet processes count their own descriptors.
+fn default_connection_limit(fleet: &SimFleet) -> Result<ConnectionLimit, orchestrator_bmc::LimitError> {
+    match fleet {
+        SimFleet::Processes(_) => ConnectionLimit::from_open_files(None),
+        SimFleet::InProcess(f) => {
+            let soft = orchestrator_bmc::soft_open_file_limit()?;
+            let listeners = f.endpoints().len() as u64;
+            let left = soft.saturating_sub(orchestrator_bmc::default_reserve(soft) + listeners) / 2;
+            Ok(ConnectionLimit::new(usize::try_from(left).unwrap_or(usize::MAX)).unwrap_or(ConnectionLimit::MIN))
         }
     }
 }

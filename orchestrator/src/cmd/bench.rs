@@ -50,6 +50,13 @@ pub struct BenchArgs {
     /// Simulated BMCs for the throughput run.
     #[arg(long, default_value_t = 10_000, value_name = "N")]
     nodes: usize,
+    /// Run the throughput run's BMCs in N processes of their own (this
+    /// executable as bmc-sim, on 127.0.0.2, 127.0.0.3, ..., with HTTP
+    /// keep-alive) instead of in this process; 0: one per 10,000 nodes.
+    /// The only way past ~10,000 nodes here, where a process may hold
+    /// 20,000 open files.
+    #[arg(long, value_name = "N")]
+    fleet_processes: Option<usize>,
     /// Nodes in the database for the scale run.
     #[arg(long, default_value_t = 100_000, value_name = "N")]
     scale_nodes: usize,
@@ -98,17 +105,28 @@ pub async fn run(args: BenchArgs, _context: &Context) -> anyhow::Result<ExitCode
         super::bench_rma::run_monitor(args.rma_gpus).await?;
     }
     if wants(Which::Throughput) {
-        let (nodes, note) = fitting_nodes(args.nodes);
-        if let Some(note) = note {
-            println!("{note}");
-        }
-        throughput(nodes, None).await?;
+        let processes = args.fleet_processes.map(|n| match n {
+            0 => bmc_sim::ProcessOptions::processes_for(args.nodes),
+            n => n,
+        });
+        let nodes = match processes {
+            // Fleet processes hold their own descriptors; the controller's are bounded.
+            Some(_) => args.nodes,
+            None => {
+                let (nodes, note) = fitting_nodes(args.nodes);
+                if let Some(note) = note {
+                    println!("{note}");
+                }
+                nodes
+            }
+        };
+        throughput(nodes, None, processes).await?;
         if args.postgres_url.is_empty() {
             println!("throughput on PostgreSQL: skipped (--postgres-url is empty)");
         } else {
             match FreshPostgres::create(&args.postgres_url) {
                 Ok(pg) => {
-                    let outcome = throughput(nodes, Some(&pg.url)).await;
+                    let outcome = throughput(nodes, Some(&pg.url), processes).await;
                     pg.drop_database();
                     outcome?;
                 }
@@ -147,10 +165,16 @@ pub async fn run(args: BenchArgs, _context: &Context) -> anyhow::Result<ExitCode
     Ok(ExitCode::SUCCESS)
 }
 
-async fn throughput(nodes: usize, postgres: Option<&str>) -> anyhow::Result<()> {
+async fn throughput(nodes: usize, postgres: Option<&str>, processes: Option<usize>) -> anyhow::Result<()> {
     let backend = if postgres.is_some() { "PostgreSQL" } else { "SQLite" };
-    println!("\n== throughput: {nodes} simulated BMCs, zero flash time, canary (100) -> fleet, {backend} ==");
-    let run = orchestrator_sim::bench::throughput(nodes, postgres).await?;
+    let placement = match processes {
+        Some(n) => format!("fleet in {n} bmc-sim processes, keep-alive"),
+        None => "fleet in this process, Connection: close".to_owned(),
+    };
+    println!(
+        "\n== throughput: {nodes} simulated BMCs, zero flash time, canary (100) -> fleet, {backend}, {placement} =="
+    );
+    let run = orchestrator_sim::bench::throughput(nodes, postgres, processes).await?;
     println!(
         "setup (fleet start, import, inventory, release): {:.1}s",
         run.setup.as_secs_f64()
@@ -169,10 +193,24 @@ async fn throughput(nodes: usize, postgres: Option<&str>) -> anyhow::Result<()> 
         "CPU seconds: controller {:.1}, bmc-sim {:.1}",
         run.controller_cpu, run.sim_cpu
     );
-    println!(
-        "peak RSS of the process (controller + {nodes} simulated BMCs): {:.0} MiB",
-        run.peak_rss_mib
-    );
+    match run.fleet_processes {
+        Some(n) => {
+            println!("peak RSS of the controller process: {:.0} MiB", run.peak_rss_mib);
+            println!(
+                "peak RSS of the {n} bmc-sim processes: {} MiB",
+                run.fleet_rss_mib
+                    .iter()
+                    .map(|m| format!("{m:.0}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+        None => println!(
+            "peak RSS of the process (controller + {nodes} simulated BMCs): {:.0} MiB",
+            run.peak_rss_mib
+        ),
+    }
+    println!("BMC connection bound: {}", run.connection_limit);
     Ok(())
 }
 

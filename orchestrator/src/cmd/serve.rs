@@ -61,6 +61,12 @@ pub struct ServeArgs {
     /// second person must).
     #[arg(long)]
     single_person_qualification: bool,
+    /// At most this many BMC connections open at once, fleet-wide (the
+    /// engine, the health collector and the RMA monitor share them);
+    /// overrides `[bmc] max_connections`. By default the soft open-file
+    /// limit less a reserve (`[bmc] file_reserve`).
+    #[arg(long, env = "WAVEGUARD_BMC_MAX_CONNECTIONS", value_name = "N")]
+    bmc_max_connections: Option<usize>,
 }
 
 /// The separation-of-duties rules `serve` enforces: strict unless the
@@ -181,7 +187,15 @@ pub async fn run(args: ServeArgs, context: Context) -> anyhow::Result<ExitCode> 
     };
     let rma = crate::config::RmaSection::monitor_config(context.config.rma.as_ref())
         .map_err(|e| super::BadInput(e.to_string()))?;
-    let (engine, bmcs) = start_engine(&db, &context, &args, prometheus.clone(), bindings, scheduler);
+    let connections =
+        crate::config::BmcSection::connection_limit(context.config.bmc.as_ref(), args.bmc_max_connections)
+            .map_err(|e| super::BadInput(format!("{e:#}")))?;
+    tracing::info!(
+        max_connections = connections.connections(),
+        "BMC connections are bounded fleet-wide"
+    );
+    let clients = orchestrator_bmc::HttpClients::with_connection_limit(connections);
+    let (engine, bmcs) = start_engine(&db, &context, &args, prometheus.clone(), bindings, scheduler, clients);
     match rma {
         Some(config) => {
             let health: std::sync::Arc<dyn orchestrator_engine::watch::HealthBmcs> = bmcs.clone();
@@ -258,6 +272,7 @@ fn start_engine(
     prometheus: Option<orchestrator_engine::prometheus::PrometheusClient>,
     bindings: std::collections::BTreeMap<String, Vec<String>>,
     scheduler: Option<orchestrator_engine::WorkloadScheduler>,
+    clients: orchestrator_bmc::HttpClients,
 ) -> (
     orchestrator_engine::Engine,
     std::sync::Arc<orchestrator_engine::RedfishConnector>,
@@ -272,10 +287,7 @@ fn start_engine(
             .endpoint_for(bmc_url, credential_ref)
             .map_err(orchestrator_engine::ResolveError::from)
     });
-    let connector = std::sync::Arc::new(orchestrator_engine::RedfishConnector::new(
-        orchestrator_bmc::HttpClients::new(),
-        resolve,
-    ));
+    let connector = std::sync::Arc::new(orchestrator_engine::RedfishConnector::new(clients, resolve));
     // Waves are judged against their control cohorts from Redfish health;
     // gates this judge cannot evaluate hold the wave for a human.
     // The same drivers as the engine's: one session per BMC for flashing and watching.

@@ -13,7 +13,7 @@ use std::time::Duration as StdDuration;
 use anyhow::Context as _;
 use bmc_sim::Scenario;
 use orchestrator_policy::Policy;
-use orchestrator_sim::{SimError, SimWorld, Simulation};
+use orchestrator_sim::{FleetPlacement, SimError, SimWorld, Simulation, WorldOptions};
 use orchestrator_types::{ComponentKind, FirmwareVersion};
 
 use super::BadInput;
@@ -58,6 +58,13 @@ pub struct SimulateArgs {
     /// Give up after this many real seconds (outcome `halted`).
     #[arg(long, default_value_t = 600, value_name = "SECONDS")]
     timeout: u64,
+    /// Run the simulated BMCs in N processes of their own (this executable
+    /// as bmc-sim, each serving a slice of the fleet on 127.0.0.2,
+    /// 127.0.0.3, ...) instead of in this process, whose open-file limit
+    /// then holds only the controller's own connections. 0: one process per
+    /// 10,000 nodes.
+    #[arg(long, value_name = "N")]
+    fleet_processes: Option<usize>,
 }
 
 /// How manual approvals are given.
@@ -94,6 +101,8 @@ fn read_input(path: &Path, what: &str) -> Result<String, BadInput> {
 /// Everything validated before anything starts.
 struct Inputs {
     scenario: Scenario,
+    /// The scenario's text, which fleet processes read.
+    scenario_yaml: String,
     policy_source: String,
     policy: Policy,
     kind: ComponentKind,
@@ -131,6 +140,7 @@ fn validate(args: &SimulateArgs) -> Result<Inputs, BadInput> {
     }
     Ok(Inputs {
         scenario,
+        scenario_yaml: scenario_text,
         policy_source,
         policy,
         kind,
@@ -149,7 +159,21 @@ pub async fn run(args: SimulateArgs, _context: &Context) -> anyhow::Result<ExitC
         inputs.policy.name,
         args.speedup
     );
-    let world = SimWorld::start(inputs.scenario.clone(), args.speedup, None).await?;
+    let mut options = WorldOptions::new(args.speedup);
+    if let Some(processes) = args.fleet_processes {
+        let processes = match processes {
+            0 => bmc_sim::ProcessOptions::processes_for(nodes),
+            n => n,
+        };
+        eprintln!("the fleet runs in {processes} bmc-sim process(es) of its own");
+        options.placement = FleetPlacement::own_processes(processes).context("finding this executable")?;
+        options.scenario_yaml = Some(inputs.scenario_yaml.clone());
+    }
+    let world = SimWorld::start_with(inputs.scenario.clone(), options).await?;
+    eprintln!(
+        "the controller keeps at most {} BMC connections open",
+        world.connection_usage().limit
+    );
     let outcome = orchestrator_sim::simulate(&world, &simulation(&inputs, &args)).await;
     world.shutdown().await;
     let report = outcome.map_err(bad_if_caller)?;

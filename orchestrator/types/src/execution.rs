@@ -229,6 +229,18 @@ string_enum!(
     }
 );
 
+impl RolloutState {
+    /// Whether the engine still moves the rollout forward: running or
+    /// paused. Only then are its blockers current (elsewhere a stored
+    /// blocker is history) and only then may a wave of it be approved: a
+    /// finished, aborted, halted or rolled-back rollout starts no wave, so an
+    /// approval there would count for nothing, or later for a verdict nobody
+    /// read. The datastore refuses it and the UI never offers it.
+    pub fn is_active(self) -> bool {
+        matches!(self, RolloutState::Running | RolloutState::Paused)
+    }
+}
+
 string_enum!(
     /// What a wave is for.
     WaveKind {

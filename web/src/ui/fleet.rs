@@ -111,8 +111,14 @@ pub(crate) fn current_wave(waves: &[ExecWave]) -> Option<&ExecWave> {
 }
 
 /// What a rollout waits on, in words: its own blockers, then its current
-/// wave's.
+/// wave's; nothing once the rollout is no longer active.
 pub(crate) fn waiting_on(rollout: &ExecRollout, wave: Option<&ExecWave>) -> Vec<String> {
+    // A finished or stopped rollout waits on nothing: blockers stored while
+    // it ran ("bake ends ...") are history, not a wait.
+    if !rollout.state.is_active() {
+        return Vec::new();
+    }
+    let wave = wave.filter(|w| !w.state.is_closed());
     let mut out: Vec<String> = rollout.blockers.iter().map(describe_blocker).collect();
     if let Some(wave) = wave {
         for blocker in &wave.blockers {

@@ -8,6 +8,7 @@
 //! before any handler, and a handler only reads the [`Principal`] it left.
 
 mod charts;
+mod decision;
 mod fleet;
 pub(crate) mod live;
 mod pages;
@@ -19,6 +20,7 @@ mod rollout;
 mod rollouts_list;
 mod scheduler;
 mod tokens;
+mod verdicts;
 
 use axum::Router;
 use axum::handler::Handler;

@@ -260,6 +260,13 @@ pub(crate) async fn audit(
     };
     let entries = state.db.audit_entries(&filter).await?;
     let rows = reasons::audit_rows(&state.db, &entries).await?;
+    // Decisions first: the page's approvals, promotions, halts and
+    // qualification changes above the full log they also appear in.
+    let decisions: Vec<Value> = rows
+        .iter()
+        .filter(|row| row.get_attr("decision").is_ok_and(|d| d.is_true()))
+        .cloned()
+        .collect();
     let next_before = (entries.len() as u64 == AUDIT_PAGE)
         .then(|| entries.last().map(|e| e.id))
         .flatten();
@@ -279,7 +286,7 @@ pub(crate) async fn audit(
     }
     Ok(render(
         "audit.html",
-        context! { entries => rows, filter => v(&filter), next_before, next_query, ..base(&me, "audit", "Audit log") },
+        context! { entries => rows, decisions, filter => v(&filter), next_before, next_query, ..base(&me, "audit", "Audit log") },
     ))
 }
 

@@ -9,7 +9,7 @@ use orchestrator_policy::{
 };
 
 /// The unit a gate's values are in, for people.
-fn unit(gate: &HealthGate) -> &'static str {
+pub(crate) fn unit(gate: &HealthGate) -> &'static str {
     match &gate.source {
         GateSource::Redfish { metric } => match metric {
             RedfishMetric::XidErrorsPerGpuHour => "XID errors per GPU-hour",
@@ -36,6 +36,15 @@ pub(crate) fn effect(gate: &HealthGate, value: f64) -> String {
             Direction::DecreaseIsBad => format!("1/{value} of the control's rate"),
         },
         GateKind::Level => format!("{value} {} {worse} than the control", unit(gate)),
+    }
+}
+
+/// The failure budget in words.
+pub(crate) fn budget(budget: FailureBudget) -> String {
+    match budget {
+        FailureBudget::Count(0) => "the first failed update halts the wave and the rollout".to_owned(),
+        FailureBudget::Count(n) => format!("up to {n} failed updates per wave; one more halts the rollout"),
+        FailureBudget::Percent(p) => format!("up to {p}% of a wave's nodes may fail; more halts the rollout"),
     }
 }
 
@@ -93,11 +102,7 @@ pub(crate) fn summarise(policy: &Policy) -> Value {
             }
         })
         .collect();
-    let budget = match policy.failure_budget {
-        FailureBudget::Count(0) => "the first failed update halts the wave and the rollout".to_owned(),
-        FailureBudget::Count(n) => format!("up to {n} failed updates per wave; one more halts the rollout"),
-        FailureBudget::Percent(p) => format!("up to {p}% of a wave's nodes may fail; more halts the rollout"),
-    };
+    let budget = budget(policy.failure_budget);
     let scope = match policy.rollback.scope {
         RollbackScope::Wave => "the failing wave's nodes",
         RollbackScope::Rollout => "every node the rollout updated",

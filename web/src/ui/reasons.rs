@@ -114,10 +114,16 @@ fn sentence(entry: &AuditEntry, node: Option<&str>) -> String {
             text
         }
         "health.look" => match LookAuditDetails::from_audit(d) {
-            Some(look) => format!(
-                "gate {} look {} of {}: {}",
-                look.gate, look.look, look.planned, look.outcome
-            ),
+            Some(look) => {
+                let text = format!(
+                    "gate {} look {} of {}: {}",
+                    look.gate, look.look, look.planned, look.outcome
+                );
+                match super::verdicts::look_phrase(&look.verdict) {
+                    Some(numbers) => format!("{text} ({numbers})"),
+                    None => text,
+                }
+            }
             None => format!("gate {} look {} of {}: recorded", f("gate"), f("look"), f("planned")),
         },
         "rollout.start" => format!("rollout started under policy {}", f("policy")),
@@ -223,20 +229,28 @@ fn audit_row(entry: &AuditEntry, names: &BTreeMap<NodeId, String>) -> Value {
         .map(|obj| {
             obj.iter()
                 .filter(|(_, value)| !value.is_null())
-                .map(|(key, value)| {
+                .filter_map(|(key, value)| {
                     if key == "node_id"
                         && let Some(name) = node
                     {
-                        return context! {
+                        return Some(context! {
                             key => "node", value => name,
                             link => format!("/nodes/{}", crate::url::urlencode(name)),
-                        };
+                        });
                     }
                     let text = match value {
                         Json::String(s) => plain(s),
+                        Json::Array(items) if items.iter().all(|i| !i.is_object() && !i.is_array()) => items
+                            .iter()
+                            .map(|i| i.as_str().map_or_else(|| i.to_string(), str::to_owned))
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                        // Nested records stay in the full details below,
+                        // never as an escaped blob in the list.
+                        Json::Object(_) | Json::Array(_) => return None,
                         other => other.to_string(),
                     };
-                    context! { key, value => text, link => () }
+                    Some(context! { key, value => text, link => () })
                 })
                 .collect()
         })

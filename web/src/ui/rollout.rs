@@ -17,11 +17,11 @@ use orchestrator_db::execution::{
     WaveKind, WaveState,
 };
 use orchestrator_db::health::SampleScope;
-use orchestrator_types::{RolloutId, WaveId};
+use orchestrator_types::{NodeId, RolloutId, WaveId};
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{UiError, base, charts, done, render, render_string, scheduler, v, wants_json};
+use super::{UiError, base, charts, decision, done, render, render_string, scheduler, v, verdicts, wants_json};
 use crate::AppState;
 use crate::auth::Principal;
 
@@ -111,15 +111,31 @@ pub(crate) async fn live_context(
     capacity: &mut Option<HashMap<WaveId, String>>,
 ) -> Result<(Value, Vec<ExecWave>), UiError> {
     let db = &state.db;
-    let rollout = without_source(db.exec_rollout(id).await?);
+    let pinned = db.exec_rollout(id).await?;
+    // The policy the rollout runs under, for thresholds, budget and power;
+    // a text that no longer parses only loses those lines.
+    let policy = pinned
+        .policy_source
+        .as_deref()
+        .and_then(|text| orchestrator_policy::parse_policy(text).ok());
+    let rollout = without_source(pinned);
     let release = db.release(rollout.release_id).await?;
     let waves = db.rollout_waves(id).await?;
     let capacity = match capacity {
         Some(known) => known,
         None => capacity.insert(scheduler::next_wave_capacity(db, id, &waves).await?),
     };
+    let active = rollout.state.is_active();
+    let judged = |w: &ExecWave| !w.gates.is_empty() && (w.verdict.is_some() || w.state == WaveState::Baking);
+    let looks = if waves.iter().any(judged) {
+        db.health_looks(SampleScope::Rollout(id)).await?
+    } else {
+        Vec::new()
+    };
+    let latest = verdicts::latest_looks(&looks);
     let by_wave = db.step_counts_by_wave(id).await?;
     let overall = orchestrator_db::execution::total_counts(&by_wave);
+    let mut tallies = Vec::new();
     let mut wave_rows = Vec::new();
     for wave in &waves {
         let counts = by_wave.get(&wave.id).cloned().unwrap_or_default();
@@ -131,30 +147,108 @@ pub(crate) async fn live_context(
         let failed = count(&counts, StepState::Failed);
         let deferred = count(&counts, StepState::Deferred);
         let in_flight: u64 = counts.iter().filter(|(s, _)| s.is_in_flight()).map(|(_, n)| n).sum();
-        let charts = if wave.verdict.is_some() || wave.state == WaveState::Baking {
+        let (charts, tables) = if wave.verdict.is_some() || wave.state == WaveState::Baking {
             let samples = db.health_samples(SampleScope::Wave(wave.id)).await?;
-            charts::cohort_charts(&samples)
+            let marks = verdicts::chart_marks(wave.id.0, &wave.gates, &looks, policy.as_ref());
+            let errors = match (&wave.verdict, wave.state) {
+                (Some(verdict), _) => verdicts::verdict_poll_errors(verdict),
+                (None, WaveState::Baking) => poll_errors(db, wave.id).await?,
+                _ => Vec::new(),
+            };
+            (
+                charts::cohort_charts(&samples, &marks),
+                verdicts::wave_tables(wave.id.0, &wave.gates, &latest, policy.as_ref(), &errors),
+            )
+        } else {
+            (Vec::new(), Vec::new())
+        };
+        // Stored blockers are current only while the rollout and the wave
+        // still move; afterwards they are history, not a wait.
+        let blockers: Vec<String> = if active && !wave.state.is_closed() {
+            wave.blockers.iter().map(describe_blocker).collect()
         } else {
             Vec::new()
         };
-        let blockers: Vec<String> = wave.blockers.iter().map(describe_blocker).collect();
+        let counted = orchestrator_engine::wave::counted_approvals(&approvals, wave.verdict.as_ref());
+        tallies.push(decision::WaveTally {
+            wave,
+            succeeded,
+            failed,
+            done: succeeded + skipped + failed + deferred,
+            approvers: counted.iter().map(|a| a.approver.clone()).collect(),
+        });
         wave_rows.push(context! {
-            blockers, charts, approvals => v(&approvals), approvers, capacity => capacity.get(&wave.id).cloned(),
+            blockers, charts, tables, approvals => v(&approvals), approvers, capacity => capacity.get(&wave.id).cloned(),
             done => succeeded + skipped + failed + deferred, succeeded, skipped, failed, deferred, in_flight,
             pct_ok => pct(succeeded + skipped, all), pct_failed => pct(failed, all), pct_inflight => pct(in_flight, all),
             ..v(wave)
         });
     }
-    let blockers: Vec<String> = rollout.blockers.iter().map(describe_blocker).collect();
+    let blockers: Vec<String> = if active {
+        rollout.blockers.iter().map(describe_blocker).collect()
+    } else {
+        Vec::new()
+    };
     let rollback_impossible = rollout.rollback_impossible();
+    // The share of the fleet is read only when an approval is asked for.
+    let asks_approval = active && waves.iter().any(|w| w.state == WaveState::AwaitingApproval);
+    let fleet_nodes = if asks_approval {
+        db.node_counts().await?.total
+    } else {
+        0
+    };
+    let waiting: Vec<String> = blockers
+        .iter()
+        .cloned()
+        .chain(
+            tallies
+                .iter()
+                .find(|t| t.wave.kind == WaveKind::Update && t.wave.state != WaveState::Promoted)
+                .filter(|_| active)
+                .map(|t| t.wave.blockers.iter().map(describe_blocker).collect::<Vec<_>>())
+                .unwrap_or_default(),
+        )
+        .collect();
+    let decision = decision::decision_box(
+        &decision::Inputs {
+            rollout: &rollout,
+            waves: &tallies,
+            policy: policy.as_ref(),
+            fleet_nodes,
+            rollback_impossible: rollback_impossible.as_deref(),
+            waiting,
+            capacity,
+        },
+        me,
+    );
+    drop(tallies);
     let (drains, drains_truncated) = scheduler::rollout_rows(db, id, &waves).await?;
     let ctx = context! {
         rollout => context! { blockers, rollback_impossible, ..v(&rollout) },
-        release => v(&release), waves => wave_rows, drains, drains_truncated,
+        release => v(&release), waves => wave_rows, drains, drains_truncated, decision,
         overall => context! { done => done_count(&overall), total => total(&overall) },
         me => super::me(me), csrf => me.csrf_token(),
     };
     Ok((ctx, waves))
+}
+
+/// The watched nodes of a baking wave whose latest health poll failed, by
+/// name (one filtered read and one read of their names).
+async fn poll_errors(db: &orchestrator_db::Db, wave: WaveId) -> Result<Vec<verdicts::NodeInError>, UiError> {
+    let cursors = db.health_poll_errors(wave).await?;
+    if cursors.is_empty() {
+        return Ok(Vec::new());
+    }
+    let ids: Vec<NodeId> = cursors.iter().map(|c| c.node_id).collect();
+    let names = db.node_names(&ids).await?;
+    Ok(cursors
+        .into_iter()
+        .map(|c| verdicts::NodeInError {
+            name: names.get(&c.node_id).cloned().unwrap_or_else(|| c.node_id.to_string()),
+            cohort: c.cohort,
+            error: c.last_error.unwrap_or_default(),
+        })
+        .collect())
 }
 
 /// The node table's filters.
@@ -314,6 +408,42 @@ fn nodes_url(id: RolloutId, query: &NodeQuery, page: u64) -> String {
     format!("/rollouts/{id}/nodes?{filters}{sep}page={page}")
 }
 
+/// What approving `wave` starts, for the confirmation page: the same lines
+/// as the decision box, from the rollout's pinned policy.
+async fn approval_effects(
+    state: &AppState,
+    rollout: &ExecRollout,
+    waves: &[ExecWave],
+    wave: &ExecWave,
+    capacity: &HashMap<WaveId, String>,
+) -> Result<Vec<String>, UiError> {
+    let policy = rollout
+        .policy_source
+        .as_deref()
+        .and_then(|text| orchestrator_policy::parse_policy(text).ok());
+    let tallies: Vec<decision::WaveTally<'_>> = waves
+        .iter()
+        .map(|w| decision::WaveTally {
+            wave: w,
+            succeeded: 0,
+            failed: 0,
+            done: 0,
+            approvers: Vec::new(),
+        })
+        .collect();
+    let rollback_impossible = rollout.rollback_impossible();
+    let inputs = decision::Inputs {
+        rollout,
+        waves: &tallies,
+        policy: policy.as_ref(),
+        fleet_nodes: state.db.node_counts().await?.total,
+        rollback_impossible: rollback_impossible.as_deref(),
+        waiting: Vec::new(),
+        capacity,
+    };
+    Ok(decision::approval_effects(&inputs, wave))
+}
+
 /// `GET /rollouts/{id}/nodes`: one page of the node table, as the HTML the
 /// page's `#live-nodes` holds; a live page fetches it when the stream says a
 /// step changed.
@@ -414,6 +544,26 @@ pub(crate) async fn action(
             if wave.kind != WaveKind::Update {
                 return Err(fail(StatusCode::CONFLICT, "a rollback wave needs no approval".into()));
             }
+            // Refused before asking to confirm, with the datastore's reason
+            // in words: the page never offers these, a stale tab might.
+            if !rollout.state.is_active() {
+                return Err(fail(
+                    StatusCode::CONFLICT,
+                    format!(
+                        "rollout {id} is {}: a finished, stopped or rolled-back rollout takes no approvals",
+                        rollout.state
+                    ),
+                ));
+            }
+            if wave.state != WaveState::AwaitingApproval {
+                return Err(fail(
+                    StatusCode::CONFLICT,
+                    format!(
+                        "wave {} is {}: approvals are taken only while it awaits one after its health verdict",
+                        wave.name, wave.state
+                    ),
+                ));
+            }
             Some(wave)
         }
         _ => None,
@@ -439,11 +589,28 @@ pub(crate) async fn action(
                 .map_err(|e| UiError::from(e).json(json))?,
             _ => HashMap::new(),
         };
+        let effects = match &wave {
+            Some(w) => approval_effects(&state, &rollout, &all_waves, w, &capacity)
+                .await
+                .map_err(|e| e.json(json))?,
+            None => Vec::new(),
+        };
         let question = match (&action, &wave) {
-            (Action::Approve, Some(w)) => match capacity.get(&w.id) {
-                Some(takes) => format!("Approve wave {} of rollout {id}? {takes}", w.name),
-                None => format!("Approve wave {} of rollout {id}?", w.name),
-            },
+            (Action::Approve, Some(w)) => {
+                let what = if w
+                    .verdict
+                    .as_ref()
+                    .is_some_and(|v| v.outcome != orchestrator_types::Outcome::Pass)
+                {
+                    format!("Promote wave {} of rollout {id} anyway", w.name)
+                } else {
+                    format!("Approve wave {} of rollout {id}", w.name)
+                };
+                match capacity.get(&w.id) {
+                    Some(takes) => format!("{what}? {takes}"),
+                    None => format!("{what}?"),
+                }
+            }
             (Action::Pause, _) => format!("Pause rollout {id}? No new flash starts; in-flight ones finish."),
             (Action::Resume, _) => format!("Resume rollout {id}?"),
             (Action::Abort, _) => format!("Abort rollout {id}? No new flash starts; rollback is left to you."),
@@ -453,7 +620,7 @@ pub(crate) async fn action(
         form.remove("confirmed");
         let ctx = context! {
             action_label => action.label(), question, action_url => format!("/rollouts/{id}/{name}"),
-            fields => form, needs_reason => matches!(action, Action::Rollback),
+            fields => form, needs_reason => matches!(action, Action::Rollback), effects,
             danger => matches!(action, Action::Abort | Action::Rollback), back_url => back,
             ..base(&me, "rollouts", "Confirm")
         };

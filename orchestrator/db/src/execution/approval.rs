@@ -1,4 +1,5 @@
-//! Approvals of a wave: the two-person rule, given only for the verdict read.
+//! Approvals of a wave: the two-person rule, given only for the verdict read
+//! and only while the rollout is active.
 
 use chrono::{DateTime, Utc};
 use orchestrator_types::{Outcome, WaveId};
@@ -7,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use super::wave::to_exec_wave;
-use super::{WaveState, parse};
+use super::{RolloutState, WaveState, parse};
 use crate::audit;
 use crate::entity::{rollouts, wave_approvals, waves};
 use crate::error::is_unique_violation;
@@ -64,6 +65,17 @@ impl Db {
             return Err(DbError::Invalid {
                 field: "approver".into(),
                 reason: format!("{approver} started this rollout and cannot approve its waves (two-person rule)"),
+            });
+        }
+        let rollout_state: RolloutState = parse("rollout state", &rollout.state)?;
+        if !rollout_state.is_active() {
+            return Err(DbError::Conflict {
+                what: "wave",
+                key: wave_row.name.clone(),
+                reason: format!(
+                    "rollout {} is {rollout_state}: a finished, stopped or rolled-back rollout takes no approvals",
+                    rollout.id
+                ),
             });
         }
         let state: WaveState = parse("wave state", &wave_row.state)?;

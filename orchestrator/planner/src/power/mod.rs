@@ -264,8 +264,11 @@ pub struct WavePower {
     pub gates: Vec<GatePower>,
 }
 
-fn rate_exposure_unit(metric: RedfishMetric) -> (&'static str, &'static str, f64) {
-    // (unit counted, exposure unit, exposure per unit per hour of bake)
+/// What a rate metric counts its exposure in: `(unit counted, exposure
+/// unit, exposure per unit per hour of bake)`, e.g. `("gpu", "gpu-hour",
+/// 1.0)`. Public so the pages name the same unit the power analysis and
+/// the judge count in.
+pub fn rate_exposure_unit(metric: RedfishMetric) -> (&'static str, &'static str, f64) {
     match metric {
         RedfishMetric::XidErrorsPerGpuHour => ("gpu", "gpu-hour", 1.0),
         RedfishMetric::LinkDegradedPerNodeDay => ("node", "node-day", 1.0 / 24.0),
