@@ -357,7 +357,7 @@ impl Harness {
     /// `LowestSupportedVersion`, as `waveguard fleet discover` does: the engine verifies a flash by
     /// reading the version back but leaves the stored inventory to discovery.
     pub async fn discover(&self) -> anyhow::Result<()> {
-        let nodes = self.db.list_nodes(&Default::default()).await?;
+        let nodes = self.db.all_nodes().await?;
         let endpoints = nodes
             .iter()
             .map(|n| Ok((n.id, sim_endpoint(&n.bmc_url)?)))
@@ -452,7 +452,7 @@ async fn import_fleet(db: &Db, fleet: &RunningFleet) -> anyhow::Result<()> {
         })
         .collect();
     db.import_nodes(&nodes, "test").await?;
-    for node in db.list_nodes(&Default::default()).await? {
+    for node in db.all_nodes().await? {
         let versions = fleet.versions(&node.name).context("sim node")?;
         let readings = versions
             .iter()

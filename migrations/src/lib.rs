@@ -20,6 +20,7 @@ mod m0010_credential_bindings;
 mod m0011_scheduler_drains;
 mod m0012_rma_cases;
 mod m0013_rma_parts;
+mod m0014_page_indexes;
 
 /// Every migration, oldest first.
 #[derive(Debug)]
@@ -42,6 +43,7 @@ impl MigratorTrait for Migrator {
             Box::new(m0011_scheduler_drains::Migration),
             Box::new(m0012_rma_cases::Migration),
             Box::new(m0013_rma_parts::Migration),
+            Box::new(m0014_page_indexes::Migration),
         ]
     }
 }

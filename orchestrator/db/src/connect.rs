@@ -57,6 +57,8 @@ pub struct Db {
     /// minute.
     pub(crate) session_clock: WallClock,
     backend: Backend,
+    /// Aggregates kept between requests (`cache`).
+    pub(crate) caches: Arc<crate::cache::Caches>,
 }
 
 impl Db {
@@ -112,6 +114,7 @@ impl Db {
             session_clock: WallClock::new(clock.clone()),
             clock: RolloutClock::new(clock),
             backend,
+            caches: Arc::default(),
         })
     }
 

@@ -7,6 +7,7 @@
 pub mod alerts;
 mod audit;
 pub mod auth;
+mod cache;
 mod connect;
 pub mod drains;
 mod entity;

@@ -266,6 +266,7 @@ impl Db {
         )
         .await?;
         txn.commit().await?;
+        self.inventory_changed();
         Ok(summary)
     }
 
@@ -455,6 +456,7 @@ impl Db {
             .exec(&txn)
             .await?;
         txn.commit().await?;
+        self.inventory_changed();
         Ok(())
     }
 

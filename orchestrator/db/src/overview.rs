@@ -10,10 +10,11 @@ use sea_orm::sea_query::{Expr, Func, Query};
 use sea_orm::{ColumnTrait, EntityTrait, JoinType, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect};
 use serde::{Deserialize, Serialize};
 
+use crate::cache::Mark;
 use crate::entity::{node_components, nodes, update_steps};
 use crate::model::Node;
 use crate::nodes::to_node;
-use crate::{Db, DbError};
+use crate::{Backend, Db, DbError};
 
 /// Most nodes one node page shows; more is paging.
 pub const MAX_NODE_PAGE_ROWS: u64 = 500;
@@ -211,25 +212,13 @@ impl Db {
     /// Succeeded and failed update steps (not rollbacks) per target version
     /// and day since `since`, by version then day.
     pub async fn daily_outcomes_by_version(&self, since: DateTime<Utc>) -> Result<Vec<VersionDailyOutcomes>, DbError> {
-        let rows: Vec<(String, String, Option<DateTime<Utc>>)> = update_steps::Entity::find()
-            .select_only()
-            .column(update_steps::Column::TargetVersion)
-            .column(update_steps::Column::State)
-            .column(update_steps::Column::FinishedAt)
-            .filter(update_steps::Column::FinishedAt.gte(since))
-            .filter(update_steps::Column::Purpose.eq("update"))
-            .filter(update_steps::Column::State.is_in(["succeeded", "failed"]))
-            .into_tuple()
-            .all(&self.conn)
-            .await?;
         let mut cells: BTreeMap<(String, NaiveDate), (u64, u64)> = BTreeMap::new();
-        for (version, state, finished) in rows {
-            let Some(finished) = finished else { continue };
-            let cell = cells.entry((version, finished.date_naive())).or_default();
-            if state == "failed" {
-                cell.1 += 1;
+        for (version, day, failed, n) in self.finished_steps_by_day(since, true).await? {
+            let cell = cells.entry((version, day)).or_default();
+            if failed {
+                cell.1 += n;
             } else {
-                cell.0 += 1;
+                cell.0 += n;
             }
         }
         Ok(cells
@@ -243,24 +232,129 @@ impl Db {
             .collect())
     }
 
-    /// Node names by id, for showing names where records keep ids.
-    pub async fn node_names(&self, ids: &[NodeId]) -> Result<BTreeMap<NodeId, String>, DbError> {
-        if ids.is_empty() {
-            return Ok(BTreeMap::new());
-        }
-        let rows: Vec<(i64, String)> = nodes::Entity::find()
+    /// Finished steps since `since` counted by the database per target
+    /// version, UTC day and outcome (failed or succeeded): a few rows for
+    /// the trends, however many steps finished. Update steps only when
+    /// `updates_only`.
+    async fn finished_steps_by_day(
+        &self,
+        since: DateTime<Utc>,
+        updates_only: bool,
+    ) -> Result<Vec<(String, NaiveDate, bool, u64)>, DbError> {
+        // The UTC day as `YYYY-MM-DD` text on both backends.
+        let day = match self.backend() {
+            Backend::Sqlite => "date(finished_at)",
+            Backend::Postgres => "to_char(finished_at AT TIME ZONE 'UTC', 'YYYY-MM-DD')",
+        };
+        let mut query = update_steps::Entity::find()
             .select_only()
-            .column(nodes::Column::Id)
-            .column(nodes::Column::Name)
-            .filter(nodes::Column::Id.is_in(ids.iter().map(|id| id.0).collect::<Vec<_>>()))
+            .column(update_steps::Column::TargetVersion)
+            .column_as(Expr::cust(day), "day")
+            .column(update_steps::Column::State)
+            .column_as(update_steps::Column::Id.count(), "n")
+            .filter(update_steps::Column::FinishedAt.gte(since))
+            .filter(update_steps::Column::State.is_in(["succeeded", "failed"]));
+        if updates_only {
+            query = query.filter(update_steps::Column::Purpose.eq("update"));
+        }
+        let rows: Vec<(String, Option<String>, String, i64)> = query
+            .group_by(update_steps::Column::TargetVersion)
+            .group_by(Expr::cust(day))
+            .group_by(update_steps::Column::State)
             .into_tuple()
             .all(&self.conn)
             .await?;
-        Ok(rows.into_iter().map(|(id, name)| (NodeId(id), name)).collect())
+        rows.into_iter()
+            .filter_map(|(version, day, state, n)| {
+                let day = day?;
+                Some(
+                    NaiveDate::parse_from_str(&day, "%Y-%m-%d")
+                        .map_err(|e| DbError::corrupt("step finish time", e))
+                        .map(|day| (version, day, state == "failed", u64::try_from(n).unwrap_or(0))),
+                )
+            })
+            .collect()
+    }
+
+    /// Node names by id, for showing names where records keep ids.
+    pub async fn node_names(&self, ids: &[NodeId]) -> Result<BTreeMap<NodeId, String>, DbError> {
+        let mut out = BTreeMap::new();
+        // In chunks: both backends cap the bind parameters of one statement.
+        for chunk in ids.chunks(10_000) {
+            let rows: Vec<(i64, String)> = nodes::Entity::find()
+                .select_only()
+                .column(nodes::Column::Id)
+                .column(nodes::Column::Name)
+                .filter(nodes::Column::Id.is_in(chunk.iter().map(|id| id.0).collect::<Vec<_>>()))
+                .into_tuple()
+                .all(&self.conn)
+                .await?;
+            out.extend(rows.into_iter().map(|(id, name)| (NodeId(id), name)));
+        }
+        Ok(out)
     }
 
     /// Firmware version distribution per SKU and component kind.
+    ///
+    /// Counting distinct nodes per version reads every inventory row (nine
+    /// per node: 900,000 at 100,000 nodes), so the answer is kept and read
+    /// again only when the inventory or the nodes may have changed: when
+    /// the newest inventory reading, the newest node change or the highest
+    /// node id moved (indexed maxima, cheap on both backends; every write of
+    /// inventory or of a node's SKU stamps them, in this process or another
+    /// controller's), or when this process wrote inventory or nodes itself
+    /// (a manual clock need not move between two writes).
     pub async fn version_distribution(&self) -> Result<Vec<VersionCount>, DbError> {
+        let mark = self.inventory_mark().await?;
+        let rows = match self.caches.versions.get(&(), &mark) {
+            Some(rows) => rows,
+            None => {
+                let rows = self.read_version_distribution().await?;
+                self.caches.versions.put((), mark, rows.clone());
+                rows
+            }
+        };
+        Ok(rows
+            .into_iter()
+            .map(|(platform_sku, kind, version, nodes)| VersionCount {
+                platform_sku,
+                kind,
+                version,
+                nodes,
+            })
+            .collect())
+    }
+
+    async fn inventory_mark(&self) -> Result<Mark, DbError> {
+        let generation = self.caches.versions.generation();
+        let last_read: Option<Option<DateTime<Utc>>> = node_components::Entity::find()
+            .select_only()
+            .column_as(node_components::Column::LastReadAt.max(), "m")
+            .into_tuple()
+            .one(&self.conn)
+            .await?;
+        let (node_updated, max_node): (Option<DateTime<Utc>>, Option<i64>) = nodes::Entity::find()
+            .select_only()
+            .column_as(nodes::Column::UpdatedAt.max(), "u")
+            .column_as(nodes::Column::Id.max(), "i")
+            .into_tuple()
+            .one(&self.conn)
+            .await?
+            .unwrap_or((None, None));
+        Ok(Mark {
+            generation,
+            stamps: [last_read.flatten(), node_updated],
+            max_id: max_node,
+        })
+    }
+
+    /// Says the inventory or the nodes changed, so the next
+    /// [`Db::version_distribution`] reads them again.
+    pub(crate) fn inventory_changed(&self) {
+        self.caches.versions.changed();
+    }
+
+    async fn read_version_distribution(&self) -> Result<Vec<(String, String, String, u64)>, DbError> {
         let rows: Vec<(String, String, String, i64)> = node_components::Entity::find()
             .select_only()
             .column(nodes::Column::PlatformSku)
@@ -280,43 +374,27 @@ impl Db {
             .into_tuple()
             .all(&self.conn)
             .await?;
-        let mut counts: Vec<VersionCount> = rows
+        let mut counts: Vec<(String, String, String, u64)> = rows
             .into_iter()
-            .map(|(platform_sku, kind, version, n)| VersionCount {
-                platform_sku,
-                kind,
-                version,
-                nodes: u64::try_from(n).unwrap_or(0),
-            })
+            .map(|(sku, kind, version, n)| (sku, kind, version, u64::try_from(n).unwrap_or(0)))
             .collect();
-        counts.sort_by(|a, b| (&a.platform_sku, &a.kind, &a.version).cmp(&(&b.platform_sku, &b.kind, &b.version)));
+        counts.sort();
         Ok(counts)
     }
 
     /// Succeeded and failed update steps per day since `since`, oldest first.
     pub async fn daily_step_outcomes(&self, since: DateTime<Utc>) -> Result<Vec<DailyOutcomes>, DbError> {
-        let rows: Vec<(String, Option<DateTime<Utc>>)> = update_steps::Entity::find()
-            .select_only()
-            .column(update_steps::Column::State)
-            .column(update_steps::Column::FinishedAt)
-            .filter(update_steps::Column::FinishedAt.gte(since))
-            .filter(update_steps::Column::State.is_in(["succeeded", "failed"]))
-            .into_tuple()
-            .all(&self.conn)
-            .await?;
         let mut days: BTreeMap<NaiveDate, DailyOutcomes> = BTreeMap::new();
-        for (state, finished) in rows {
-            let Some(finished) = finished else { continue };
-            let day = finished.date_naive();
+        for (_, day, failed, n) in self.finished_steps_by_day(since, false).await? {
             let entry = days.entry(day).or_insert(DailyOutcomes {
                 day,
                 succeeded: 0,
                 failed: 0,
             });
-            if state == "failed" {
-                entry.failed += 1;
+            if failed {
+                entry.failed += n;
             } else {
-                entry.succeeded += 1;
+                entry.succeeded += n;
             }
         }
         Ok(days.into_values().collect())

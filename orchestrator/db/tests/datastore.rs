@@ -380,7 +380,8 @@ async fn migrations_are_idempotent() {
                 "m0010_credential_bindings",
                 "m0011_scheduler_drains",
                 "m0012_rma_cases",
-                "m0013_rma_parts"
+                "m0013_rma_parts",
+                "m0014_page_indexes"
             ]
         );
     }

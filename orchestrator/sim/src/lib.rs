@@ -19,7 +19,10 @@
 //! - [`error`]: [`SimError`], what a run can fail with;
 //! - [`run`]: one whole simulated rollout, from release to report;
 //! - [`demo`]: the story `waveguard demo` tells (releases, rollouts, narration);
-//! - [`bench`]: the throughput run and the measurements behind `waveguard bench`.
+//! - [`bench`]: the throughput run and the measurements behind `waveguard bench`;
+//! - [`latency`]: the stores `bench --only latency` measures pages over (a
+//!   100,000-node fleet with a rollout mid-way, a writer standing in for the
+//!   engine) and the demo's moments.
 //!
 //! This is an ordinary library, not a test crate, so shipped commands may
 //! depend on it.
@@ -28,6 +31,7 @@ pub mod bench;
 pub mod demo;
 pub mod error;
 pub mod fleet;
+pub mod latency;
 pub mod report;
 pub mod run;
 pub mod watch;

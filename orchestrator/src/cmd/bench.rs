@@ -10,7 +10,10 @@
 //!   (`detection_sim`), judged by the fleet-scale method and by the current
 //!   per-wave method in the same run: detection rate, nodes exposed and time
 //!   at detection against the information bound, false rollbacks, holds,
-//!   time for each wave to pass, fleet-proven.
+//!   time for each wave to pass, fleet-proven;
+//! - latency: pages and API lists over TCP at 100,000 nodes with a rollout
+//!   stored (idle and while steps move) and in the demo's world at two
+//!   moments of its story (`bench_latency`).
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -33,6 +36,9 @@ pub enum Which {
     Detection,
     /// RMA candidate detection over a large fleet (time per pass, memory).
     Rma,
+    /// Page and API latency over TCP: a large fleet with a rollout stored
+    /// (idle and while steps move), and the demo's world at two moments.
+    Latency,
 }
 
 /// Options of `waveguard bench`.
@@ -67,6 +73,23 @@ pub struct BenchArgs {
     /// GPUs in the RMA candidate-detection run.
     #[arg(long, default_value_t = 100_000, value_name = "N")]
     rma_gpus: usize,
+    /// Nodes (each with nine inventory rows and a step of the stored
+    /// rollout) in the latency run's large world.
+    #[arg(long, default_value_t = 100_000, value_name = "N")]
+    latency_nodes: usize,
+    /// Sequential requests per endpoint and moment in the latency run.
+    #[arg(long, default_value_t = 100, value_name = "N")]
+    latency_requests: usize,
+    /// Node-updates per second the latency run's step writer makes while
+    /// "a rollout runs" in the large world.
+    #[arg(long, default_value_t = 150.0, value_name = "N")]
+    latency_write_rate: f64,
+    /// Nodes of the demo's world in the latency run.
+    #[arg(long, default_value_t = 5_000, value_name = "N")]
+    latency_demo_nodes: usize,
+    /// Simulated seconds per real second of the latency run's demo world.
+    #[arg(long, default_value_t = 300.0, value_name = "N")]
+    latency_speedup: f64,
 }
 
 /// `waveguard bench`.
@@ -113,6 +136,31 @@ pub async fn run(args: BenchArgs, _context: &Context) -> anyhow::Result<ExitCode
     }
     if wants(Which::Scale) {
         scale(args.scale_nodes).await?;
+    }
+    if wants(Which::Latency) {
+        if !(20..=5_000).contains(&args.latency_demo_nodes) || args.latency_nodes == 0 {
+            return Err(super::BadInput(format!(
+                "--latency-nodes must be at least 1 and --latency-demo-nodes 20 to 5000 (got {} and {})",
+                args.latency_nodes, args.latency_demo_nodes
+            ))
+            .into());
+        }
+        let speedup_ok = args.latency_speedup.is_finite() && args.latency_speedup >= 1.0;
+        let rate_ok = args.latency_write_rate.is_finite() && args.latency_write_rate > 0.0;
+        if !speedup_ok || !rate_ok || args.latency_requests == 0 {
+            return Err(super::BadInput(
+                "--latency-speedup must be >= 1, --latency-write-rate above 0, --latency-requests at least 1".into(),
+            )
+            .into());
+        }
+        super::bench_latency::run(&super::bench_latency::Options {
+            nodes: args.latency_nodes,
+            requests: args.latency_requests,
+            write_rate: args.latency_write_rate,
+            demo_nodes: args.latency_demo_nodes,
+            speedup: args.latency_speedup,
+        })
+        .await?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -216,7 +216,7 @@ fn random_password() -> String {
 
 /// Syncs `policies/` of this repository (at HEAD) into the database, as a
 /// configured git source would. Says where the policies came from.
-async fn load_policies(db: &Db) -> String {
+pub(super) async fn load_policies(db: &Db) -> String {
     let root: PathBuf = Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .map(Path::to_path_buf)
@@ -255,11 +255,15 @@ const ENDLESS_JOB: usize = 13;
 /// through: every tenth node runs jobs that take one to three simulated
 /// hours to finish once drained, one runs a two-day job (skipped after the
 /// wave's drain timeout and returned), and one is drained by an operator.
-async fn demo_workload(db: &Db, dir: &Path, speedup: f64) -> anyhow::Result<orchestrator_engine::WorkloadScheduler> {
+pub(super) async fn demo_workload(
+    db: &Db,
+    dir: &Path,
+    speedup: f64,
+) -> anyhow::Result<orchestrator_engine::WorkloadScheduler> {
     use super::demo_scheduler::{DemoNode, write_node};
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let real_seconds = |sim_hours: f64| (sim_hours * 3600.0 / speedup).ceil().max(1.0) as u64;
-    let nodes = db.list_nodes(&Default::default()).await?;
+    let nodes = db.all_nodes().await?;
     for (i, node) in nodes.iter().enumerate() {
         let mut state = DemoNode::default();
         if i == OPERATOR_DRAINED {

@@ -28,22 +28,23 @@ use crate::error::{ApiError, ErrorBody};
 /// Most audit entries per subject the trace carries (the audit log's page size).
 const AUDIT_PAGE: u64 = 1000;
 
-/// Node names by id, read once each.
+/// Node names by id, in one query for every node the samples name.
 async fn node_names(db: &Db, samples: &[HealthSample]) -> Result<HashMap<NodeId, String>, DbError> {
-    let mut names = HashMap::new();
-    for sample in samples {
-        if names.contains_key(&sample.node_id) {
-            continue;
-        }
-        let name = match db.node(sample.node_id).await {
-            Ok(node) => node.name,
+    let ids: Vec<NodeId> = samples
+        .iter()
+        .map(|s| s.node_id)
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let mut known = db.node_names(&ids).await?;
+    Ok(ids
+        .into_iter()
+        .map(|id| {
             // A node removed since: keep its id rather than drop its data.
-            Err(DbError::NotFound { .. }) => format!("node-id-{}", sample.node_id),
-            Err(err) => return Err(err),
-        };
-        names.insert(sample.node_id, name);
-    }
-    Ok(names)
+            let name = known.remove(&id).unwrap_or_else(|| format!("node-id-{id}"));
+            (id, name)
+        })
+        .collect())
 }
 
 fn internal(err: impl std::error::Error + Send + Sync + 'static) -> ApiError {

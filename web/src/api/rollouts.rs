@@ -16,7 +16,8 @@ use chrono::{DateTime, Duration, Utc};
 use orchestrator_db::DbError;
 use orchestrator_db::drains::DrainRow;
 use orchestrator_db::execution::{
-    Approval, ExecRollout, ExecStep, ExecWave, RolloutState, StepFilter, StepState, WaveKind,
+    Approval, ExecRollout, ExecStep, ExecWave, RolloutState, StepFilter, StepPageQuery, StepState, WaveKind,
+    total_counts,
 };
 use orchestrator_db::model::{FieldError, Release};
 use orchestrator_engine::{EngineError, StartChecks, StartRollout, start_rollout_checked};
@@ -411,10 +412,11 @@ pub(crate) async fn list(State(state): State<AppState>) -> Result<ApiJson<Vec<Ex
 async fn detail(state: &AppState, id: RolloutId) -> Result<RolloutDetail, ApiError> {
     let rollout = state.db.exec_rollout(id).await?;
     let release = state.db.release(rollout.release_id).await?;
-    let progress = counts_by_name(&state.db.step_counts(id, None).await?);
+    let by_wave = state.db.step_counts_by_wave(id).await?;
+    let progress = counts_by_name(&total_counts(&by_wave));
     let mut waves = Vec::new();
     for wave in state.db.rollout_waves(id).await? {
-        let counts = counts_by_name(&state.db.step_counts(id, Some(wave.id)).await?);
+        let counts = counts_by_name(&by_wave.get(&wave.id).cloned().unwrap_or_default());
         let given = state.db.wave_approvals(wave.id).await?;
         let approvals = ApprovalStatus {
             have: u32::try_from(given.len()).unwrap_or(u32::MAX),
@@ -491,18 +493,28 @@ pub(crate) async fn steps(
     let limit = super::in_range("limit", query.limit, 1, MAX_STEP_PAGE)?.unwrap_or(DEFAULT_STEP_PAGE);
     let max_offset = usize::try_from(super::MAX_OFFSET).unwrap_or(usize::MAX);
     let offset = super::in_range("offset", query.offset, 0, max_offset)?.unwrap_or(0);
-    let all = state
+    let filter = StepFilter {
+        rollout_id: Some(rollout.id),
+        wave_id,
+        node_id,
+        state: step_state,
+        purpose: None,
+    };
+    // The page and the count are the database's work: a rollout may have
+    // 100,000 steps.
+    let total = usize::try_from(state.db.count_steps(&filter).await?).unwrap_or(usize::MAX);
+    let steps = state
         .db
-        .steps(&StepFilter {
-            rollout_id: Some(rollout.id),
-            wave_id,
-            node_id,
-            state: step_state,
-            purpose: None,
+        .step_page(&StepPageQuery {
+            filter,
+            node_name_contains: None,
+            offset: offset as u64,
+            limit: limit as u64,
         })
-        .await?;
-    let total = all.len();
-    let steps = all.into_iter().skip(offset).take(limit).collect();
+        .await?
+        .into_iter()
+        .map(|named| named.step)
+        .collect();
     Ok(ApiJson(StepPage {
         total,
         offset,

@@ -134,11 +134,12 @@ pub(crate) async fn live_context(
         Vec::new()
     };
     let latest = verdicts::latest_looks(&looks);
-    let overall = db.step_counts(id, None).await?;
+    let by_wave = db.step_counts_by_wave(id).await?;
+    let overall = orchestrator_db::execution::total_counts(&by_wave);
     let mut tallies = Vec::new();
     let mut wave_rows = Vec::new();
     for wave in &waves {
-        let counts = db.step_counts(id, Some(wave.id)).await?;
+        let counts = by_wave.get(&wave.id).cloned().unwrap_or_default();
         let approvals = db.wave_approvals(wave.id).await?;
         let approvers: Vec<String> = approvals.iter().map(|a| a.approver.clone()).collect();
         let all = total(&counts).max(u64::try_from(wave.node_count).unwrap_or(0));

@@ -135,6 +135,7 @@ impl Db {
         )
         .await?;
         txn.commit().await?;
+        self.steps_changed();
         to_exec_rollout(rollout)
     }
 }

@@ -105,6 +105,7 @@ impl Db {
         )
         .await?;
         txn.commit().await?;
+        self.steps_changed();
         to_exec_wave(wave)
     }
 
@@ -172,6 +173,7 @@ impl Db {
         )
         .await?;
         txn.commit().await?;
+        self.steps_changed();
         to_exec_step(row)
     }
 
@@ -216,6 +218,7 @@ impl Db {
         )
         .await?;
         txn.commit().await?;
+        self.steps_changed();
         Ok((to_exec_rollout(row)?, versions))
     }
 }

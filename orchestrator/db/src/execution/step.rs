@@ -474,6 +474,7 @@ impl Db {
             .await?;
         }
         txn.commit().await?;
+        self.steps_changed();
         to_exec_step(row)
     }
 }

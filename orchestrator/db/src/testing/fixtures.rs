@@ -455,7 +455,7 @@ impl GpuNodes {
     /// Imports the nodes as `test` and records their inventory; returns them as stored.
     pub async fn seed(&self, db: &Db) -> Result<Vec<Node>, DbError> {
         db.import_nodes(&self.new_nodes(), "test").await?;
-        let nodes = db.list_nodes(&Default::default()).await?;
+        let nodes = db.all_nodes().await?;
         for node in &nodes {
             if self.without_inventory.contains(&node.name) {
                 continue;
