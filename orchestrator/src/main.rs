@@ -120,7 +120,11 @@ impl Command {
             Command::User(command) => command.writes(),
             Command::Rollout(command) => command.writes(),
             Command::Rma(command) => command.writes(),
-            Command::Simulate(_) | Command::Demo(_) | Command::Bench(_) | Command::DemoScheduler(_) => false,
+            Command::Simulate(_)
+            | Command::Demo(_)
+            | Command::Bench(_)
+            | Command::DemoScheduler(_)
+            | Command::BmcSim(_) => false,
         }
     }
 }

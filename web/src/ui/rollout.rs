@@ -170,7 +170,7 @@ pub(crate) async fn live_context(
         } else {
             Vec::new()
         };
-        let counted = orchestrator_engine::wave::counted_approvals(&approvals, wave.verdict.as_ref());
+        let counted = orchestrator_db::execution::counted_approvals(&approvals, wave.verdict.as_ref());
         tallies.push(decision::WaveTally {
             wave,
             succeeded,
