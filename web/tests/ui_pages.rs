@@ -355,9 +355,13 @@ async fn the_live_stream_sends_only_the_parts_that_changed() {
 
     // A step changes: the state card and its wave are sent, nothing else,
     // and the node table is fetched by the page, one page of it.
-    f._t.execute_raw("UPDATE update_steps SET state = 'failed', error = 'BMC said no'")
-        .await
-        .unwrap();
+    // As any writer of steps does, the change moves `updated_at`: kept step counts are read
+    // again when it moves (another controller's writes are seen that way).
+    f._t.execute_raw(
+        "UPDATE update_steps SET state = 'failed', error = 'BMC said no', updated_at = '2026-12-02 13:00:00+00:00'",
+    )
+    .await
+    .unwrap();
     let (name, change) = events.next().await;
     assert_eq!(name, "rollout");
     assert!(change["full"].is_null(), "{change}");

