@@ -4,7 +4,9 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use orchestrator_types::{NodeId, RolloutId, StepId, WaveId};
-use sea_orm::{ColumnTrait, EntityTrait, JoinType, QueryFilter, QueryOrder, QuerySelect, Set, TransactionTrait};
+use sea_orm::{
+    ColumnTrait, EntityTrait, JoinType, QueryFilter, QueryOrder, QuerySelect, Select, Set, TransactionTrait,
+};
 use serde::{Deserialize, Serialize};
 
 use super::lease::{Fence, check_fence};
@@ -179,26 +181,31 @@ pub(super) fn to_exec_step(row: update_steps::Model) -> Result<ExecStep, DbError
     })
 }
 
+/// The steps a filter selects, for a list or a count.
+pub(super) fn filtered(filter: &StepFilter) -> Select<update_steps::Entity> {
+    let mut query = update_steps::Entity::find();
+    if let Some(id) = filter.rollout_id {
+        query = query.filter(update_steps::Column::RolloutId.eq(id.0));
+    }
+    if let Some(id) = filter.wave_id {
+        query = query.filter(update_steps::Column::WaveId.eq(id.0));
+    }
+    if let Some(id) = filter.node_id {
+        query = query.filter(update_steps::Column::NodeId.eq(id.0));
+    }
+    if let Some(state) = filter.state {
+        query = query.filter(update_steps::Column::State.eq(state.as_str()));
+    }
+    if let Some(purpose) = filter.purpose {
+        query = query.filter(update_steps::Column::Purpose.eq(purpose.as_str()));
+    }
+    query
+}
+
 impl Db {
     /// Steps matching the filter, by id.
     pub async fn steps(&self, filter: &StepFilter) -> Result<Vec<ExecStep>, DbError> {
-        let mut query = update_steps::Entity::find();
-        if let Some(id) = filter.rollout_id {
-            query = query.filter(update_steps::Column::RolloutId.eq(id.0));
-        }
-        if let Some(id) = filter.wave_id {
-            query = query.filter(update_steps::Column::WaveId.eq(id.0));
-        }
-        if let Some(id) = filter.node_id {
-            query = query.filter(update_steps::Column::NodeId.eq(id.0));
-        }
-        if let Some(state) = filter.state {
-            query = query.filter(update_steps::Column::State.eq(state.as_str()));
-        }
-        if let Some(purpose) = filter.purpose {
-            query = query.filter(update_steps::Column::Purpose.eq(purpose.as_str()));
-        }
-        query
+        filtered(filter)
             .order_by_asc(update_steps::Column::Id)
             .all(&self.conn)
             .await?

@@ -7,32 +7,13 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use orchestrator_types::{RolloutId, WaveId};
-use sea_orm::{ColumnTrait, EntityTrait, PaginatorTrait, QueryFilter, QuerySelect, Select};
+use sea_orm::{ColumnTrait, EntityTrait, PaginatorTrait, QueryFilter, QuerySelect};
 
+use super::step::filtered;
 use super::{StepCounts, StepFilter, parse};
 use crate::cache::Mark;
 use crate::entity::update_steps;
 use crate::{Db, DbError};
-
-fn filtered(filter: &StepFilter) -> Select<update_steps::Entity> {
-    let mut query = update_steps::Entity::find();
-    if let Some(id) = filter.rollout_id {
-        query = query.filter(update_steps::Column::RolloutId.eq(id.0));
-    }
-    if let Some(id) = filter.wave_id {
-        query = query.filter(update_steps::Column::WaveId.eq(id.0));
-    }
-    if let Some(id) = filter.node_id {
-        query = query.filter(update_steps::Column::NodeId.eq(id.0));
-    }
-    if let Some(state) = filter.state {
-        query = query.filter(update_steps::Column::State.eq(state.as_str()));
-    }
-    if let Some(purpose) = filter.purpose {
-        query = query.filter(update_steps::Column::Purpose.eq(purpose.as_str()));
-    }
-    query
-}
 
 impl Db {
     /// How many steps match the filter: from the rollout's counts per wave
