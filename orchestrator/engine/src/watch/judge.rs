@@ -383,15 +383,7 @@ impl DetectorJudge {
             let report = self.collector.collect(rollout, wave, &metrics, bake_start, now).await?;
             tracing::debug!(wave = %wave.name, ?report, "health poll");
         }
-        let queries: Vec<(String, String)> = gates
-            .iter()
-            .filter_map(|g| match g {
-                Gate::PromLevel { query, gate } if gate.kind == GateKind::Level => {
-                    Some((g.sample_key(), query.clone()))
-                }
-                _ => None,
-            })
-            .collect();
+        let queries = prometheus_level_queries(gates);
         if let (Some(client), false) = (&self.prometheus, queries.is_empty()) {
             let report = self
                 .collector
@@ -849,6 +841,18 @@ impl HealthJudge for DetectorJudge {
                 evidence: json!({}),
             })
     }
+}
+
+/// The Prometheus level gates' queries by sample key: what one poll asks Prometheus, for the
+/// per-wave judge and the fleet judge alike.
+fn prometheus_level_queries(gates: &[Gate]) -> Vec<(String, String)> {
+    gates
+        .iter()
+        .filter_map(|g| match g {
+            Gate::PromLevel { query, gate } if gate.kind == GateKind::Level => Some((g.sample_key(), query.clone())),
+            _ => None,
+        })
+        .collect()
 }
 
 #[cfg(test)]

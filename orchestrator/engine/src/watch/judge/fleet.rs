@@ -700,15 +700,7 @@ impl DetectorJudge {
                 .await?;
             tracing::debug!(wave = %wave.name, ?report, "fleet health poll");
         }
-        let queries: Vec<(String, String)> = gates
-            .iter()
-            .filter_map(|g| match g {
-                Gate::PromLevel { query, gate } if gate.kind == GateKind::Level => {
-                    Some((g.sample_key(), query.clone()))
-                }
-                _ => None,
-            })
-            .collect();
+        let queries = super::prometheus_level_queries(gates);
         if let (Some(client), false) = (&self.prometheus, queries.is_empty()) {
             self.collector
                 .collect_prometheus_members(client, rollout, wave, &watch.members, &queries, now)
