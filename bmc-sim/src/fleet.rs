@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use orchestrator_types::{Clock, ComponentKind};
+use orchestrator_types::{Clock, ComponentKind, SystemClock};
 use serde::Serialize;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
@@ -80,6 +80,12 @@ pub enum FleetError {
 pub struct FleetOptions {
     /// Source of simulated time; share it with an in-process controller.
     pub clock: Arc<dyn Clock>,
+    /// What a session's `SessionTimeout` is measured on. Real BMCs time sessions out in real time, so
+    /// the default is the wall clock: on a sped-up fleet clock (7,200x) the 30-minute timeout would be
+    /// 0.25 real seconds, less than a loaded machine's round trip, and a session would expire between
+    /// the login and the request it was made for. Tests that move expiry explicitly pass their
+    /// `ManualClock` here.
+    pub session_clock: Arc<dyn Clock>,
     /// Loopback address every BMC binds (each on its own ephemeral port).
     pub bind: IpAddr,
     /// Redfish user name every BMC accepts.
@@ -106,10 +112,12 @@ pub struct FleetOptions {
 }
 
 impl FleetOptions {
-    /// Defaults: 127.0.0.1, user `admin` / password `admin`, plain HTTP, 60 s hangs.
+    /// Defaults: 127.0.0.1, user `admin` / password `admin`, plain HTTP, 60 s hangs, sessions timed
+    /// out in real time.
     pub fn new(clock: Arc<dyn Clock>) -> Self {
         Self {
             clock,
+            session_clock: Arc::new(SystemClock),
             bind: IpAddr::V4(Ipv4Addr::LOCALHOST),
             username: "admin".to_owned(),
             password: "admin".to_owned(),
@@ -128,6 +136,7 @@ impl std::fmt::Debug for FleetOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("FleetOptions")
             .field("clock", &self.clock)
+            .field("session_clock", &self.session_clock)
             .field("bind", &self.bind)
             .field("username", &self.username)
             .field("password", &"<redacted>")
@@ -391,6 +400,7 @@ impl Fleet {
         let state = Arc::new(FleetState {
             scenario,
             clock: options.clock.clone(),
+            session_clock: options.session_clock.clone(),
             epoch,
             nodes: node_list,
             first: slice.start,

@@ -314,7 +314,8 @@ pub(crate) struct SessionRec {
     pub id: u64,
     pub token: String,
     pub created: DateTime<Utc>,
-    /// The last request made with this session (fleet clock), from which its timeout runs.
+    /// The last request made with this session (session clock, [`FleetState::session_now`]), from
+    /// which its timeout runs.
     pub last_used: DateTime<Utc>,
 }
 
@@ -376,9 +377,8 @@ pub(crate) struct DiagRecord {
 }
 
 impl NodeMut {
-    /// Ends every session idle for `SESSION_TIMEOUT_SECS` or longer at `now`. Measured on the fleet's
-    /// clock like every other duration in bmc-sim, so a test moves it explicitly and a sped-up clock
-    /// expires sessions as fast as it runs everything else.
+    /// Ends every session idle for `SESSION_TIMEOUT_SECS` or longer at `now`, read from the session
+    /// clock ([`FleetState::session_now`]): real time unless a test hands its own clock.
     pub(crate) fn expire_sessions(&mut self, now: DateTime<Utc>) {
         let timeout = chrono::Duration::seconds(SESSION_TIMEOUT_SECS);
         self.sessions.retain(|_, r| now - r.last_used < timeout);
@@ -422,6 +422,8 @@ pub struct Node {
 pub(crate) struct FleetState {
     pub scenario: Scenario,
     pub clock: Arc<dyn Clock>,
+    /// What session timeouts run on (`FleetOptions::session_clock`).
+    pub session_clock: Arc<dyn Clock>,
     pub epoch: DateTime<Utc>,
     /// The nodes this process serves: the fleet's nodes `first..first + nodes.len()` (all of them
     /// unless the fleet is split over several processes).
@@ -586,6 +588,11 @@ impl Node {
 impl FleetState {
     pub(crate) fn now(&self) -> DateTime<Utc> {
         self.clock.now()
+    }
+
+    /// Now on the session clock: the only reading session expiry uses.
+    pub(crate) fn session_now(&self) -> DateTime<Utc> {
+        self.session_clock.now()
     }
 
     /// The node with this fleet index, if this process serves it.

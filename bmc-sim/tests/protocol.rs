@@ -5,8 +5,9 @@
 
 mod common;
 
+use bmc_sim::FleetOptions;
 use chrono::Duration as SimDuration;
-use common::{Harness, PASS, SMALL, USER, start};
+use common::{Harness, PASS, SMALL, USER, start, start_with};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
@@ -247,6 +248,35 @@ async fn sessions_end_after_session_timeout_without_requests() {
     let sessions = h.get_json(0, "/redfish/v1/SessionService/Sessions").await;
     assert_eq!(sessions["Members@odata.count"], 0, "{sessions}");
     assert_eq!(h.fleet.open_sessions(&h.name(0)), Some(0));
+    h.fleet.shutdown().await;
+}
+
+/// Real BMCs time sessions out in real time, and so does bmc-sim by default: on a sped-up fleet clock
+/// (here a million times, so `SessionTimeout` of simulated time is under 2 real milliseconds) a session
+/// stays valid across many timeouts' worth of simulated time. Before, it expired on the fleet clock,
+/// so at 7,200x a loaded machine's round trip outlasted it and requests got 401 right after a login.
+#[tokio::test]
+async fn on_a_sped_up_clock_sessions_time_out_in_real_time() {
+    let fast: std::sync::Arc<dyn orchestrator_types::Clock> =
+        std::sync::Arc::new(orchestrator_types::AcceleratedClock::starting_now(1_000_000.0));
+    let h = start_with(SMALL, |o| {
+        // The defaults as a sped-up simulation gets them (the shared harness pins sessions to its
+        // manual clock).
+        let defaults = FleetOptions::new(fast.clone());
+        o.clock = defaults.clock;
+        o.session_clock = defaults.session_clock;
+    })
+    .await;
+    let (token, _) = login(&h, "/redfish/v1/SessionService/Sessions").await;
+    let before = h.fleet.clock().now();
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let passed = h.fleet.clock().now() - before;
+    assert!(
+        passed > SimDuration::seconds(10 * 1800),
+        "the fleet clock ran past many timeouts: {passed}"
+    );
+    assert_eq!(with_token(&h, &token, "/redfish/v1/Systems").await, StatusCode::OK);
+    assert_eq!(h.fleet.open_sessions(&h.name(0)), Some(1));
     h.fleet.shutdown().await;
 }
 

@@ -29,9 +29,8 @@ pub(super) async fn session_service() -> RfResult {
 
 pub(super) async fn sessions(State(s): State<Arc<FleetState>>, ConnectInfo(c): ConnectInfo<BmcConn>) -> RfResult {
     let node = node_of(&s, &c)?;
-    let now = s.now();
     let mut m = node.lock();
-    m.expire_sessions(now);
+    m.expire_sessions(s.session_now());
     let mut ids: Vec<u64> = m.sessions.values().map(|r| r.id).collect();
     drop(m);
     ids.sort_unstable();
@@ -101,7 +100,7 @@ pub(super) async fn create_session(
         id: m.next_session,
         token: token.clone(),
         created: now,
-        last_used: now,
+        last_used: s.session_now(),
     };
     let body = session_json(&rec, &s.username);
     m.sessions.insert(token.clone(), rec);
@@ -123,9 +122,8 @@ pub(super) async fn session(
     Path(id): Path<String>,
 ) -> RfResult {
     let node = node_of(&s, &c)?;
-    let now = s.now();
     let mut m = node.lock();
-    m.expire_sessions(now);
+    m.expire_sessions(s.session_now());
     let rec = m
         .sessions
         .values()

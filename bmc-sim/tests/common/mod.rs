@@ -32,6 +32,8 @@ pub async fn start_with(yaml: &str, tweak: impl FnOnce(&mut FleetOptions)) -> Ha
     let scenario = Scenario::from_yaml_str(yaml).expect("scenario parses");
     let clock = Arc::new(ManualClock::new(start_time()));
     let mut opts = FleetOptions::new(clock.clone());
+    // Session expiry moves with the test's clock too, so a test can step past `SessionTimeout`.
+    opts.session_clock = clock.clone();
     opts.username = USER.into();
     opts.password = PASS.into();
     opts.hang_for = Duration::from_secs(3);

@@ -64,7 +64,8 @@ pub enum BmcError {
         source: reqwest::Error,
     },
 
-    /// The BMC refused the credentials (401/403 on login, or again right after a fresh login).
+    /// The BMC refused the credentials: 401/403 on login, 403 on a request, or with Basic
+    /// authentication 401 twice in a row.
     #[error("BMC {endpoint} rejected the credentials of user {username:?} (HTTP {status})")]
     AuthFailed {
         /// BMC base URL.
@@ -73,6 +74,23 @@ pub enum BmcError {
         username: String,
         /// 401 or 403.
         status: u16,
+    },
+
+    /// The BMC accepted the credentials at login but refused the sessions it issued (401) on each of
+    /// several fresh logins (three) for one request. Evidence about the BMC (its
+    /// session service), not about the password, and transient: the caller retries later.
+    #[error(
+        "BMC {endpoint} refused {method} {path} with HTTP 401 on each of {logins} fresh sessions it had just issued"
+    )]
+    SessionLost {
+        /// BMC base URL.
+        endpoint: String,
+        /// HTTP method.
+        method: String,
+        /// Request path.
+        path: String,
+        /// Fresh logins made for this request.
+        logins: u32,
     },
 
     /// A firmware task ended in `Exception`, `Killed` or `Cancelled`.
@@ -259,6 +277,8 @@ impl BmcError {
             | BmcError::Timeout { .. }
             | BmcError::TaskTimeout { .. }
             | BmcError::ControllerResource { .. }
+            // A BMC that drops fresh sessions (rebooting, evicting) may keep the next one.
+            | BmcError::SessionLost { .. }
             // The image server may be back next pass; nothing reached the BMC.
             | BmcError::ImageUnavailable { .. } => true,
             // A slow BMC may be faster next time; one that sends too much will send too much again.
@@ -281,6 +301,7 @@ impl BmcError {
         match self {
             BmcError::Unreachable { .. } => "unreachable",
             BmcError::AuthFailed { .. } => "auth_failed",
+            BmcError::SessionLost { .. } => "session_lost",
             BmcError::CertificateRejected { .. } => "certificate_rejected",
             BmcError::TaskFailed { .. } => "task_failed",
             BmcError::Protocol { .. } => "protocol",

@@ -10,8 +10,9 @@
 //!
 //! Every request has a per-attempt timeout. 503/429/502/504 answers and timeouts are retried with
 //! exponential backoff and jitter (honouring `Retry-After`, capped) inside a total deadline
-//! ([`RetryPolicy`]). A 401 triggers one fresh session login (or one Basic retry) before
-//! [`BmcError::AuthFailed`]. Requests that change the BMC (update push, reset) are never re-sent after
+//! ([`RetryPolicy`]). A 401 on a session triggers a fresh login, up to three per request, then the
+//! transient [`BmcError::SessionLost`]; only a refused login (or, with Basic, a second 401) is
+//! [`BmcError::AuthFailed`], never retried, so the account cannot be locked. Requests that change the BMC (update push, reset) are never re-sent after
 //! an ambiguous failure: that yields [`BmcError::OutcomeUnknown`], so a flaky BMC can never cause a
 //! double flash. [`BmcError::is_transient`] tells the engine whether requeueing can help.
 //!

@@ -109,6 +109,11 @@ pub(crate) struct Transport {
     login_lock: tokio::sync::Mutex<u64>,
 }
 
+/// Fresh logins one request may make after its session is refused with 401 before it gives up with
+/// [`BmcError::SessionLost`]. More than one: a session can be dropped between the login and the
+/// request it was made for (a BMC timing sessions out, rebooting, or evicting the oldest session).
+pub(crate) const MAX_SESSION_RENEWALS: u32 = 3;
+
 impl Transport {
     pub(crate) fn new(endpoint: &BmcEndpoint, clients: &HttpClients) -> Result<Self, BmcError> {
         let url = &endpoint.base_url;
@@ -179,16 +184,34 @@ impl Transport {
     pub(crate) async fn send(&self, call: Call) -> Result<Response, BmcError> {
         // One slot for the login and the request: a queue between them could outlast the session.
         let slot = self.lane.acquire().await?;
-        let mut reauthenticated = false;
+        let mut renewals = 0u32;
         loop {
             let (header, generation) = self.auth_header(&slot).await?;
             let resp = self.execute_in(&slot, &call, Some(&header)).await?;
-            if resp.status == StatusCode::UNAUTHORIZED && !reauthenticated {
-                // Sessions expire (timeouts, BMC reboots). One fresh login, then give up: a second
-                // 401 means the credentials themselves are wrong and retrying would lock the account.
-                reauthenticated = true;
-                tracing::debug!(endpoint = %self.label, path = %resp.path, "401; logging in again");
+            if resp.status == StatusCode::UNAUTHORIZED && self.auth == AuthMode::Session {
+                // Sessions expire (timeouts, BMC reboots), so a 401 with a token asks for a fresh
+                // login. The credentials are judged only by the login itself (a refused login is
+                // `AuthFailed` and never retried, so the account cannot be locked); a 401 on a session
+                // the BMC has just issued says the session was dropped, not that the password is
+                // wrong. A few renewals, then a transient failure for the caller's own backoff.
+                if renewals >= MAX_SESSION_RENEWALS {
+                    return Err(BmcError::SessionLost {
+                        endpoint: self.label.clone(),
+                        method: call.method.to_string(),
+                        path: resp.path.clone(),
+                        logins: renewals,
+                    });
+                }
+                renewals += 1;
+                tracing::debug!(endpoint = %self.label, path = %resp.path, renewals, "401; logging in again");
                 self.invalidate_session(generation);
+                continue;
+            }
+            if resp.status == StatusCode::UNAUTHORIZED && renewals == 0 {
+                // Basic authentication: one more try in case the BMC's account service was busy;
+                // a second 401 means the credentials themselves are wrong.
+                renewals += 1;
+                tracing::debug!(endpoint = %self.label, path = %resp.path, "401 with Basic; trying once more");
                 continue;
             }
             if matches!(resp.status, StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) {

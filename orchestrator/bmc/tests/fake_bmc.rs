@@ -48,6 +48,9 @@ struct FakeState {
     logins: usize,
     /// Tokens stop working after this many authenticated requests (simulated session expiry).
     expire_after: Option<usize>,
+    /// The first this many sessions issued are dropped before their first use (answered 401), as a
+    /// BMC timing sessions out faster than a round trip, rebooting or evicting sessions does.
+    drop_fresh_sessions: usize,
     authed_requests: usize,
     scripts: HashMap<String, VecDeque<Scripted>>,
     requests: Vec<(Method, String, HeaderMap, Bytes)>,
@@ -175,6 +178,11 @@ async fn respond(fake: &Fake, method: Method, uri: Uri, headers: HeaderMap, body
         let basic_ok =
             headers.get("authorization").and_then(|v| v.to_str().ok()) == Some("Basic cm9vdDpzM2NyM3QtUGE1NQ=="); // root:s3cr3t-Pa55
         if !(token_ok || basic_ok) {
+            return (StatusCode::UNAUTHORIZED, "{}").into_response();
+        }
+        if token_ok && s.drop_fresh_sessions > 0 {
+            s.drop_fresh_sessions -= 1;
+            s.tokens.clear();
             return (StatusCode::UNAUTHORIZED, "{}").into_response();
         }
         s.authed_requests += 1;
@@ -374,6 +382,40 @@ async fn expired_session_triggers_one_relogin() {
         2,
         "session expired after two requests; exactly one re-login"
     );
+}
+
+/// A 401 on a session the BMC has just issued is the session's loss, not a wrong password (the login
+/// accepted it): the driver logs in again, more than once, and the read succeeds. Before, the second
+/// 401 was `AuthFailed`, which fails a step outright.
+#[tokio::test]
+async fn sessions_dropped_right_after_login_are_renewed() {
+    let fake = Fake::default();
+    inventory_fixture(&fake);
+    fake.state.lock().unwrap().drop_fresh_sessions = 2;
+    let addr = start(&fake).await;
+    let bmc = bmc(addr);
+
+    let inv = bmc.firmware_inventory().await.unwrap();
+    assert_eq!(inv.len(), 2);
+    assert_eq!(fake.logins(), 3, "two sessions dropped, the third kept");
+}
+
+/// A BMC that drops every session it issues: a bounded number of fresh logins for the request, then
+/// `SessionLost`, transient (the step's own backoff tries later), never `AuthFailed`.
+#[tokio::test]
+async fn a_bmc_dropping_every_session_gives_a_transient_session_lost_after_bounded_logins() {
+    let fake = Fake::default();
+    inventory_fixture(&fake);
+    fake.state.lock().unwrap().drop_fresh_sessions = usize::MAX;
+    let addr = start(&fake).await;
+    let bmc = bmc(addr);
+
+    let err = bmc.firmware_inventory().await.unwrap_err();
+    assert!(matches!(err, BmcError::SessionLost { logins: 3, .. }), "{err:?}");
+    assert!(err.is_transient());
+    assert_eq!(err.kind(), "session_lost");
+    assert!(!format!("{err} {err:?}").contains(PASSWORD));
+    assert_eq!(fake.logins(), 4, "the first login and three renewals, no more");
 }
 
 #[tokio::test]
