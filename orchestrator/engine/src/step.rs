@@ -658,7 +658,9 @@ impl StepCtx {
         }
         let now = self.now();
         if let Some(issued) = step.reset_issued_at {
-            if now - issued < self.config.activation_timeout {
+            // Measured from when the controller could last look: a storm of its own faults that
+            // outlasts the timeout must not spend one of the node's resets.
+            if now - self.healthy_since(issued) < self.config.activation_timeout {
                 return Ok(());
             }
             if u32::try_from(step.attempts).unwrap_or(u32::MAX) >= self.config.max_resets {

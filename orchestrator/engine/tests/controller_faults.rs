@@ -48,9 +48,19 @@ async fn steps(db: &Db, rollout: RolloutId) -> Vec<ExecStep> {
 }
 
 /// No step carries evidence of the storm: no brick timer, no error text
-/// from it (a retry charged to the node records the error), nothing failed.
+/// from it (a retry charged to the node records the error), nothing failed,
+/// no attempt spent beyond the one reset that activates a GPU image (a
+/// charged retry, or a reset reissued because the storm outlasted the
+/// activation timeout, would make it two).
 fn assert_nothing_charged(steps: &[ExecStep], when: &str) {
     for s in steps {
+        assert!(
+            s.attempts <= 1,
+            "{when}: step {:?} spent {} attempts: {:?}",
+            s.id,
+            s.attempts,
+            s.error
+        );
         assert!(
             s.unreachable_since.is_none(),
             "{when}: brick timer started on {:?}",

@@ -6,7 +6,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use chrono::{DateTime, Utc};
 use orchestrator_db::execution::{ExecRollout, ExecWave, RolloutState, StepFilter, StepPurpose, StepState, WaveState};
 use orchestrator_db::model::Release;
+use orchestrator_engine::ControllerStatus;
 use orchestrator_policy::Policy;
+use orchestrator_types::NodeState;
 use serde::Serialize;
 
 use crate::error::SimError;
@@ -49,6 +51,24 @@ pub struct Report {
     pub speedup: f64,
     /// Added: approvals given by `--approve auto`.
     pub approvals_given: u32,
+    /// Added: nodes in quarantine at the end (a node the engine judged bricked, or one whose
+    /// rollback failed); a simulated fleet starts with none.
+    pub nodes_quarantined: u64,
+    /// Added: the controller's own faults during the run (out of file descriptors, its database or
+    /// image server failing). The engine never charges them to a node: it pauses flashing while
+    /// they last, so a run can show faults here with no node failed.
+    pub controller: ControllerReport,
+}
+
+/// The controller's own faults, from the engine's `ControllerStatus` at the end of the run.
+#[derive(Debug, Clone, Serialize)]
+pub struct ControllerReport {
+    /// Faults seen.
+    pub faults: u64,
+    /// Times the controller reported itself degraded and paused flashing.
+    pub degraded_episodes: u64,
+    /// What the last fault was (an error kind), if any.
+    pub last_fault: Option<String>,
 }
 
 /// One wave.
@@ -183,7 +203,8 @@ fn gate_verdicts(policy: &Policy, verdict: Option<&orchestrator_types::WaveVerdi
 }
 
 /// The report of `rollout`, which ended as `watched` says; `detector`:
-/// whether a health detector judged its waves.
+/// whether a health detector judged its waves; `controller`: the engine's
+/// status as it stopped.
 pub async fn build_report(
     world: &SimWorld,
     policy: &Policy,
@@ -191,6 +212,7 @@ pub async fn build_report(
     release: &Release,
     watched: Watched,
     detector: bool,
+    controller: &ControllerStatus,
 ) -> Result<Report, SimError> {
     let db = &world.db;
     let start = rollout.created_at;
@@ -320,6 +342,13 @@ pub async fn build_report(
         _ => "halted",
     };
     let reason = watched.stopped_because.clone().or(watched.rollout.state_reason.clone());
+    let nodes_quarantined = db
+        .node_counts()
+        .await?
+        .by_state
+        .get(NodeState::Quarantined.as_str())
+        .copied()
+        .unwrap_or(0);
     Ok(Report {
         outcome: outcome.into(),
         release_state: release_now.qualification_state.as_str().to_owned(),
@@ -339,6 +368,12 @@ pub async fn build_report(
         fleet_nodes: world.fleet.endpoints().len(),
         speedup: world.clock.speedup(),
         approvals_given: watched.approvals,
+        nodes_quarantined,
+        controller: ControllerReport {
+            faults: controller.faults_total,
+            degraded_episodes: controller.episodes_total,
+            last_fault: controller.reason.clone(),
+        },
     })
 }
 

@@ -109,7 +109,17 @@ pub async fn simulate(world: &SimWorld, simulation: &Simulation) -> Result<Repor
         },
     )
     .await;
+    let controller = engine.controller_status();
     engine.shutdown().await;
     let watched = watched?;
-    build_report(world, &simulation.policy, &rollout, &release, watched, detector).await
+    build_report(
+        world,
+        &simulation.policy,
+        &rollout,
+        &release,
+        watched,
+        detector,
+        &controller,
+    )
+    .await
 }
