@@ -600,6 +600,14 @@ fn under_a_low_open_file_limit_the_bound_queues_bmcs_and_no_node_fails() {
     assert_eq!(report["updates"]["succeeded"], nodes, "{report:#}");
     assert_eq!(report["updates"]["failed"], 0, "{report:#}");
     assert_eq!(report["updates"]["bricked"], 0, "{report:#}");
+    // No node failed or quarantined for a controller reason: whatever faults of its own the
+    // controller met (`controller.faults`, allowed), none reached a node.
+    assert_eq!(report["nodes_quarantined"], 0, "{report:#}");
+    assert!(report["controller"]["faults"].is_u64(), "{report:#}");
+    assert_eq!(report["updates"]["max_flashes_per_node_step"], 1, "{report:#}");
+    for refused in ["auth_failed", "rejected the credentials", "session_lost"] {
+        assert!(!err.contains(refused), "{refused}: {err}");
+    }
 }
 
 /// Logs in to the demo as `demo` through its form (CSRF by double submit:
