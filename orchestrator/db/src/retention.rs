@@ -28,8 +28,7 @@ use chrono::{DateTime, Duration, DurationRound, Utc};
 use orchestrator_types::{RolloutId, RolloutState};
 use sea_orm::sea_query::{Expr, ExprTrait, Query, SelectStatement};
 use sea_orm::{
-    ActiveModelTrait, ColumnTrait, Condition, EntityTrait, QueryFilter, QueryOrder, QuerySelect, Set,
-    TransactionTrait,
+    ActiveModelTrait, ColumnTrait, Condition, EntityTrait, QueryFilter, QueryOrder, QuerySelect, Set, TransactionTrait,
 };
 
 use crate::entity::{health_daily, health_samples, nodes, rma_cases, rollouts, update_steps};
@@ -251,7 +250,11 @@ impl Db {
         let unfinished = self.unfinished_rollouts().await?;
         let holding = Holding {
             rollouts: unfinished.iter().map(|r| r.id.0).collect(),
-            baseline_from: unfinished.iter().map(|r| r.created_at).min().map(|at| at - request.pre_period),
+            baseline_from: unfinished
+                .iter()
+                .map(|r| r.created_at)
+                .min()
+                .map(|at| at - request.pre_period),
         };
         let stored = self.stored_evidence_states().await?;
         // The first finished rollout with its package stored and windows left to reduce.

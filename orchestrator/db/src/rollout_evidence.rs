@@ -334,7 +334,12 @@ impl Db {
             .all(&self.conn)
             .await?;
         rows.into_iter()
-            .map(|(id, state)| Ok((RolloutId(id), state.parse().map_err(|e| DbError::corrupt("rollout state", e))?)))
+            .map(|(id, state)| {
+                Ok((
+                    RolloutId(id),
+                    state.parse().map_err(|e| DbError::corrupt("rollout state", e))?,
+                ))
+            })
             .collect()
     }
 }

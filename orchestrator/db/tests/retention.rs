@@ -164,7 +164,13 @@ async fn world(db: &Db, clock: &ManualClock) -> World {
     let done = store_rollout(
         db,
         rel.id,
-        vec![wave("canary", 3600, 0, 5, steps(&nodes[0..4], "HGX_FW_GPU_0", "96.00.5E.00.01"))],
+        vec![wave(
+            "canary",
+            3600,
+            0,
+            5,
+            steps(&nodes[0..4], "HGX_FW_GPU_0", "96.00.5E.00.01"),
+        )],
         "alice",
     )
     .await
@@ -176,7 +182,13 @@ async fn world(db: &Db, clock: &ManualClock) -> World {
     // A control node of the finished rollout, whose windows go the same way.
     record_two_days(db, &done, done_wave, nodes[5].id, Cohort::Control).await;
     let done = db
-        .user_set_rollout_state(done.id, &[RolloutState::Running], RolloutState::Completed, None, "alice")
+        .user_set_rollout_state(
+            done.id,
+            &[RolloutState::Running],
+            RolloutState::Completed,
+            None,
+            "alice",
+        )
         .await
         .unwrap();
     // Five days later another rollout starts over nodes 3 and 4: its
@@ -185,7 +197,13 @@ async fn world(db: &Db, clock: &ManualClock) -> World {
     let open = store_rollout(
         db,
         rel.id,
-        vec![wave("canary", 3600, 0, 5, steps(&nodes[3..5], "HGX_FW_GPU_0", "96.00.5E.00.01"))],
+        vec![wave(
+            "canary",
+            3600,
+            0,
+            5,
+            steps(&nodes[3..5], "HGX_FW_GPU_0", "96.00.5E.00.01"),
+        )],
         "alice",
     )
     .await
@@ -263,7 +281,12 @@ async fn only_windows_nothing_refers_to_become_exact_daily_aggregates() {
             db.health_samples(SampleScope::Rollout(w.open.id)).await.unwrap(),
             open_before
         );
-        assert!(db.health_daily(SampleScope::Rollout(w.open.id)).await.unwrap().is_empty());
+        assert!(
+            db.health_daily(SampleScope::Rollout(w.open.id))
+                .await
+                .unwrap()
+                .is_empty()
+        );
 
         let reduced_hourly: Vec<HealthSample> = done_before
             .iter()
@@ -273,10 +296,7 @@ async fn only_windows_nothing_refers_to_become_exact_daily_aggregates() {
         let expected = expected_days(&reduced_hourly);
         let daily = by_key(db.health_daily(SampleScope::Rollout(w.done.id)).await.unwrap());
         assert_eq!(daily.len(), 3 * 2 * 2, "3 nodes x 2 days x 2 metrics");
-        assert_eq!(
-            daily.keys().collect::<Vec<_>>(),
-            expected.keys().collect::<Vec<_>>()
-        );
+        assert_eq!(daily.keys().collect::<Vec<_>>(), expected.keys().collect::<Vec<_>>());
         for (key, (windows, want)) in &expected {
             assert_eq!(*windows, 24);
             assert_eq!(&daily[key], want, "{key:?} on {:?}", t.backend());
@@ -297,9 +317,15 @@ async fn only_windows_nothing_refers_to_become_exact_daily_aggregates() {
 
         // The running rollout finishes: node 3's pre-period reference goes with it;
         // node 2's case is still open, so its windows stay.
-        db.user_set_rollout_state(w.open.id, &[RolloutState::Running], RolloutState::Completed, None, "alice")
-            .await
-            .unwrap();
+        db.user_set_rollout_state(
+            w.open.id,
+            &[RolloutState::Running],
+            RolloutState::Completed,
+            None,
+            "alice",
+        )
+        .await
+        .unwrap();
         reduce_all(db, &fence, 1000).await;
         assert_eq!(
             nodes_of(&db.health_samples(SampleScope::Rollout(w.done.id)).await.unwrap()),
@@ -360,7 +386,11 @@ async fn a_pass_cut_short_is_replayed_without_double_counting_or_loss() {
         assert!(matches!(crashed, DbError::Invalid { .. }), "{crashed:?}");
         assert_eq!(committed, 60, "two batches committed before the crash");
         let hourly_left = db.health_samples(SampleScope::Rollout(w.done.id)).await.unwrap();
-        assert_eq!(hourly_left.len(), done_before.len() - 60, "the crashed batch deleted nothing");
+        assert_eq!(
+            hourly_left.len(),
+            done_before.len() - 60,
+            "the crashed batch deleted nothing"
+        );
         let daily = db.health_daily(SampleScope::Rollout(w.done.id)).await.unwrap();
         let folded: u64 = daily.iter().map(|d| d.readings).sum::<u64>() + daily.iter().map(|d| d.events).sum::<u64>();
         let gone: Vec<HealthSample> = done_before

@@ -87,7 +87,11 @@ impl RetentionJob {
     /// One pass as the holder of `fence` (module docs).
     pub async fn pass(&self, fence: &Fence) -> Result<RetentionReport, DbError> {
         let mut report = RetentionReport::default();
-        for (rollout, state) in self.db.rollouts_without_evidence(self.config.snapshots_per_pass).await? {
+        for (rollout, state) in self
+            .db
+            .rollouts_without_evidence(self.config.snapshots_per_pass)
+            .await?
+        {
             self.db.snapshot_rollout_evidence(rollout, state).await?;
             report.snapshots.push(rollout);
         }
