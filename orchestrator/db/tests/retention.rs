@@ -99,7 +99,10 @@ async fn record_two_days(db: &Db, rollout: &ExecRollout, wave: WaveId, node: Nod
 
 /// The daily aggregates the hourly `samples` should become, computed here
 /// on their own (not by the code under test).
-fn expected_days(samples: &[HealthSample]) -> BTreeMap<(WaveId, NodeId, String, DateTime<Utc>), (u64, HealthSample)> {
+/// A sample's key: wave, node, metric and window (or day) start.
+type Key = (WaveId, NodeId, String, DateTime<Utc>);
+
+fn expected_days(samples: &[HealthSample]) -> BTreeMap<Key, (u64, HealthSample)> {
     let mut out: BTreeMap<_, (u64, HealthSample)> = BTreeMap::new();
     for s in samples {
         let key = (s.wave_id, s.node_id, s.metric.clone(), day_start(s.window_start));
@@ -141,7 +144,7 @@ fn expected_days(samples: &[HealthSample]) -> BTreeMap<(WaveId, NodeId, String, 
     out
 }
 
-fn by_key(samples: Vec<HealthSample>) -> BTreeMap<(WaveId, NodeId, String, DateTime<Utc>), HealthSample> {
+fn by_key(samples: Vec<HealthSample>) -> BTreeMap<Key, HealthSample> {
     samples
         .into_iter()
         .map(|s| ((s.wave_id, s.node_id, s.metric.clone(), s.window_start), s))
