@@ -510,7 +510,6 @@ impl DetectorJudge {
                 beta,
                 information_fraction: (elapsed.num_seconds() as f64 / max_bake.num_seconds().max(1) as f64).min(1.0),
                 now,
-                bake_over: elapsed >= Duration::seconds(wave.bake_seconds),
             };
             let look = self
                 .fleet_gate_look(
@@ -855,7 +854,7 @@ impl DetectorJudge {
                     Direction::IncreaseIsBad => 1.0,
                     Direction::DecreaseIsBad => -1.0,
                 };
-                let batches = level_batches(samples, &key, &watch.updated, wave, ctx.bake_over, sign);
+                let batches = level_batches(samples, &key, &watch.updated, sign);
                 let mut process = LevelEProcess::new(LevelEConfig::default());
                 let (mut updated, mut control) = (0usize, 0usize);
                 let mut sum = 0.0;
@@ -955,7 +954,6 @@ struct LookContext {
     beta: f64,
     information_fraction: f64,
     now: DateTime<Utc>,
-    bake_over: bool,
 }
 
 fn gate_outcome(fail: bool, pass_ready: bool) -> Outcome {
@@ -1002,17 +1000,23 @@ pub(crate) struct LevelBatch {
     pub(crate) controls: usize,
 }
 
-/// A level gate's batches: for each wave of the rollout up to this one whose planned bake is over,
-/// the nodes updated in that wave (each counts once, in its own wave), each one's mean over the
-/// wave's watch minus the mean of that wave's concurrent controls (harmful direction positive via
-/// `sign`), with the controls' spread as the sd. The current wave joins once its planned bake is
-/// over (`bake_over`); while it extends, its batch is re-measured at each look (a plug-in).
+/// A level gate's batches: for each wave of the rollout up to this one, the nodes updated in that
+/// wave (each counts once, in its own wave), each one's mean over the wave's watch minus the mean of
+/// that wave's concurrent controls (harmful direction positive via `sign`), with the controls' spread
+/// as the sd.
+///
+/// The current wave joins from its first closed hour, so a level gate can fail at any look, inside
+/// the planned bake too (issue 22: Fail at any look; only Pass waits for the bake). Its batch is
+/// re-measured at each look over the longer window (a plug-in: the node means of one wave at two looks
+/// are correlated, not new nodes). Why that keeps the false-rollback share: the normal-mixture boundary
+/// at the canary's size sits near z = 4.7 at a gate's alpha of 0.005 (`LevelEProcess::look`), whose
+/// one-look tail is about 1e-6; a running mean re-read over a bake of up to a few hundred hours has a
+/// few tens of nearly independent looks at most, far inside 0.005 (orchestrator-detect's
+/// `tests/fleet_looks.rs` checks the rate by simulation).
 pub(crate) fn level_batches(
     samples: &[HealthSample],
     key: &str,
     updated: &BTreeMap<NodeId, orchestrator_types::WaveId>,
-    wave: &ExecWave,
-    bake_over: bool,
     sign: f64,
 ) -> Vec<LevelBatch> {
     // wave -> cohort -> node -> unit -> aggregate
@@ -1030,9 +1034,6 @@ pub(crate) fn level_batches(
     }
     let mut batches = Vec::new();
     for (wave_id, nodes) in by_wave {
-        if wave_id == wave.id && !bake_over {
-            continue;
-        }
         let controls: Vec<f64> = nodes
             .iter()
             .filter(|((c, _), _)| *c == Cohort::Control)
@@ -1196,39 +1197,54 @@ mod tests {
             sample(2, 11, Cohort::Control, 60.0),
         ];
         let updated: BTreeMap<NodeId, WaveId> = [(NodeId(1), WaveId(1)), (NodeId(2), WaveId(2))].into();
-        let wave = |id: i64| ExecWave {
-            id: WaveId(id),
-            rollout_id: RolloutId(1),
-            position: 1,
-            name: "w".into(),
-            kind: orchestrator_types::WaveKind::Update,
-            state: orchestrator_types::WaveState::Baking,
-            state_reason: None,
-            node_count: 1,
-            bake_seconds: 3600,
-            approvals_required: 0,
-            max_in_flight: 1,
-            gates: vec![],
-            control_nodes: vec![],
-            started_at: None,
-            bake_started_at: None,
-            ended_at: None,
-            decision: None,
-            verdict: None,
-            scope: None,
-            blockers: vec![],
-        };
-        // Wave 2 still in its planned bake: only wave 1's batch.
-        let b = level_batches(&samples, "gpu_temp_c", &updated, &wave(2), false, 1.0);
-        assert_eq!(b.len(), 1);
-        assert_eq!(b[0].differences, vec![3.0]);
-        // Once its bake is over, wave 2's own node joins (node 1 is not counted again).
-        let b = level_batches(&samples, "gpu_temp_c", &updated, &wave(2), true, 1.0);
+        // Wave 2 is still in its planned bake and its own node is in the evidence already (a level
+        // gate fails at any look); node 1 counts once, in wave 1.
+        let b = level_batches(&samples, "gpu_temp_c", &updated, 1.0);
         assert_eq!(b.len(), 2);
+        assert_eq!(b[0].differences, vec![3.0]);
         assert_eq!(b[1].differences, vec![1.0]);
         // Lower-is-worse metrics are negated.
-        let b = level_batches(&samples, "gpu_temp_c", &updated, &wave(2), false, -1.0);
+        let b = level_batches(&samples, "gpu_temp_c", &updated, -1.0);
         assert_eq!(b[0].differences, vec![-3.0]);
+    }
+
+    #[test]
+    fn a_level_gate_fails_inside_the_canarys_planned_bake() {
+        use orchestrator_types::{RolloutId, WaveId};
+        // The canary's first closed hour: 32 updated nodes 3 °C above 64 controls (spread 1 °C). Only
+        // the canary's own data exist, and nothing here knows about the bake: the look can fail.
+        let sample = |node: i64, cohort: Cohort, value: f64| {
+            let mut units = BTreeMap::new();
+            units.insert("GPU_0".to_owned(), LevelAgg::of(value));
+            HealthSample {
+                rollout_id: RolloutId(1),
+                wave_id: WaveId(1),
+                node_id: NodeId(node),
+                cohort,
+                metric: "gpu_temp_c".into(),
+                window_start: hour(0),
+                events: 0,
+                exposure: 0.0,
+                readings: 1,
+                sum: value,
+                min: Some(value),
+                max: Some(value),
+                units,
+            }
+        };
+        let wobble = |i: i64| if i % 2 == 0 { 1.0 } else { -1.0 };
+        let mut samples: Vec<HealthSample> = (0..32).map(|i| sample(i, Cohort::Canary, 63.0 + wobble(i))).collect();
+        samples.extend((100..164).map(|i| sample(i, Cohort::Control, 60.0 + wobble(i))));
+        let updated: BTreeMap<NodeId, WaveId> = (0..32).map(|i| (NodeId(i), WaveId(1))).collect();
+        let batches = level_batches(&samples, "gpu_temp_c", &updated, 1.0);
+        assert_eq!(batches.len(), 1);
+        let mut process = LevelEProcess::new(LevelEConfig::default());
+        for b in &batches {
+            process.observe_batch(&b.differences, b.sd, b.controls).unwrap();
+        }
+        let look = process.look(1.0, 2.0, 0.005, 0.0125).unwrap();
+        assert!(look.fail, "{look:?}");
+        assert_eq!(gate_outcome(look.fail, look.pass_ready), Outcome::Fail);
     }
 
     #[test]
