@@ -12,7 +12,7 @@
 
 use super::{
     ErrorBudget, GateLook, LevelEConfig, LevelEProcess, NodeCount, RateCell, RateEConfig, RateEProcess, SoakDecision,
-    WaveDecision, WaveTiming, decide_soak, decide_wave, quasi_poisson_dispersion,
+    TimedWave, WaveDecision, WaveTiming, catch_by_wave_end, decide_soak, decide_wave, quasi_poisson_dispersion,
 };
 use crate::{
     Direction, LevelCohorts, LevelGate, Outcome, RateCohorts, RateGate, RateSample, SequentialPlan, SpendingFunction,
@@ -393,6 +393,39 @@ impl Bound {
         };
         extrapolate(self.at[0], need_m).zip(extrapolate(self.at[1], need_p))
     }
+}
+
+/// Nodes on the release once each judged wave has started (canary, canary + 10%).
+pub fn wave_exposure(policy: &BenchPolicy) -> [usize; 2] {
+    let canary = policy.waves[0].per_stratum * STRATA;
+    [canary, canary + policy.waves[1].per_stratum * STRATA]
+}
+
+/// What `policy power` predicts for a rate cell (`orchestrator_detect::fleet::catch_by_wave_end`, the
+/// function behind its `catch_by_end`): the chance that the fleet method has caught the release by the
+/// end of the canary and of the 10% wave, from the XID gate alone. The base rate is given as episodes
+/// (the unit the fleet method counts), dispersion 1, as `policy power` assumes. `None` for other cells:
+/// `policy power` has no fleet-method timing for level gates.
+pub fn predicted_catch(cell: &Cell, policy: &BenchPolicy) -> Option<[f64; 2]> {
+    let Effect::Rate { ratio, .. } = cell.effect else {
+        return None;
+    };
+    let (alpha, beta) = policy.budget.per_gate(4);
+    let per_node_hour = cell.base * GPUS / MEAN_BURST;
+    let exposed = wave_exposure(policy);
+    let waves: Vec<TimedWave> = policy
+        .waves
+        .iter()
+        .zip(exposed)
+        .map(|(w, nodes)| TimedWave {
+            events_per_hour: per_node_hour * nodes as f64,
+            bake_hours: f64::from(w.bake_h),
+            max_bake_hours: f64::from(w.max_bake_h),
+            must_detect: w.xid_must_detect,
+        })
+        .collect();
+    let p = catch_by_wave_end(&waves, ratio, policy.nulls[0], alpha, beta, 1.0).ok()?;
+    Some([*p.first()?, *p.get(1)?])
 }
 
 /// One rollout judged by the fleet-scale method.
@@ -878,6 +911,21 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(run.bound_h.is_some());
+    }
+
+    #[test]
+    fn policy_power_predicts_rate_cells_only_and_a_big_rise_is_predicted_caught_in_the_canary() {
+        let policy = BenchPolicy::default();
+        let p = predicted_catch(
+            &Cell {
+                base: 0.002,
+                ..cell(Effect::Rate { ratio: 6.0, share: 1.0 })
+            },
+            &policy,
+        )
+        .unwrap();
+        assert!(p[0] > 0.99 && p[1] >= p[0], "{p:?}");
+        assert!(predicted_catch(&cell(Effect::Temp(2.0)), &policy).is_none());
     }
 
     #[test]
