@@ -483,7 +483,13 @@ mod tests {
             now,
             &BTreeMap::new(),
         );
-        let of = |metric: &str| deltas.iter().filter(|d| d.metric == metric).map(|d| d.events).sum::<u64>();
+        let of = |metric: &str| {
+            deltas
+                .iter()
+                .filter(|d| d.metric == metric)
+                .map(|d| d.events)
+                .sum::<u64>()
+        };
         assert_eq!(of("xid_errors_per_gpu_hour"), 3);
         assert_eq!(of("pcie_aer_per_node_hour"), 2);
         // Each GPU's entries are still shown under it.

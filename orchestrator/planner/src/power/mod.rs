@@ -797,10 +797,7 @@ pub fn fleet_timing(policy: &Policy, waves: &[WaveShape], options: &PowerOptions
             continue;
         };
         let waves: Vec<TimedWave> = rows.iter().map(|r| r.1).collect();
-        let null = policy
-            .health
-            .gate(&out[first].gate)
-            .map_or(1.0, |g| g.min_effect);
+        let null = policy.health.gate(&out[first].gate).map_or(1.0, |g| g.min_effect);
         let ratios: Vec<f64> = out[first].catch_hours.iter().map(|c| c.0).collect();
         for ratio in ratios {
             let Ok(by_end) = catch_by_wave_end(&waves, ratio, null, alpha, beta, 1.0) else {
