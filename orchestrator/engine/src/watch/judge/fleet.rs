@@ -1001,9 +1001,9 @@ pub(crate) struct LevelBatch {
 }
 
 /// A level gate's batches: for each wave of the rollout up to this one, the nodes updated in that
-/// wave (each counts once, in its own wave), each one's mean over the wave's watch minus the mean of
-/// that wave's concurrent controls (harmful direction positive via `sign`), with the controls' spread
-/// as the sd.
+/// wave (each counts once, in its own wave), each one's mean over its hours of the wave's watch of
+/// its level minus the mean of that wave's controls in the same hour (harmful direction positive via
+/// `sign`), with the controls' spread of the same statistic as the sd.
 ///
 /// The current wave joins from its first closed hour, so a level gate can fail at any look, inside
 /// the planned bake too (issue 22: Fail at any look; only Pass waits for the bake). Its batch is
@@ -1019,14 +1019,17 @@ pub(crate) fn level_batches(
     updated: &BTreeMap<NodeId, orchestrator_types::WaveId>,
     sign: f64,
 ) -> Vec<LevelBatch> {
-    // wave -> cohort -> node -> unit -> aggregate
+    // wave -> (cohort, node) -> hourly window -> unit -> aggregate
     type Units = BTreeMap<String, LevelAgg>;
-    let mut by_wave: BTreeMap<orchestrator_types::WaveId, BTreeMap<(Cohort, NodeId), Units>> = BTreeMap::new();
+    type Windows = BTreeMap<DateTime<Utc>, Units>;
+    let mut by_wave: BTreeMap<orchestrator_types::WaveId, BTreeMap<(Cohort, NodeId), Windows>> = BTreeMap::new();
     for s in samples.iter().filter(|s| s.metric == key) {
         let units = by_wave
             .entry(s.wave_id)
             .or_default()
             .entry((s.cohort, s.node_id))
+            .or_default()
+            .entry(s.window_start)
             .or_default();
         for (unit, agg) in &s.units {
             units.entry(unit.clone()).and_modify(|a| a.merge(agg)).or_insert(*agg);
@@ -1034,10 +1037,36 @@ pub(crate) fn level_batches(
     }
     let mut batches = Vec::new();
     for (wave_id, nodes) in by_wave {
+        // The controls' mean level per hour: each node is compared with the controls of the same
+        // hours only (concurrent), so a fleet-wide hot hour that an updated node's watch (which starts
+        // after its reset) covers differently from the controls' cannot pass for an effect.
+        let mut per_window: BTreeMap<DateTime<Utc>, (f64, usize)> = BTreeMap::new();
+        for (_, windows) in nodes.iter().filter(|((c, _), _)| *c == Cohort::Control) {
+            for (window, units) in windows {
+                if let Some(v) = node_level(units) {
+                    let entry = per_window.entry(*window).or_insert((0.0, 0));
+                    entry.0 += v;
+                    entry.1 += 1;
+                }
+            }
+        }
+        let control_mean: BTreeMap<DateTime<Utc>, f64> = per_window
+            .into_iter()
+            .map(|(w, (sum, n))| (w, sum / n as f64))
+            .collect();
+        // One node's value: its mean over its hours of (its level - the controls' mean that hour).
+        let difference = |windows: &Windows| -> Option<f64> {
+            let diffs: Vec<f64> = windows
+                .iter()
+                .filter_map(|(w, units)| Some(node_level(units)? - control_mean.get(w)?))
+                .collect();
+            (!diffs.is_empty()).then(|| diffs.iter().sum::<f64>() / diffs.len() as f64)
+        };
+        // The controls' own values of the same statistic give the sd of one node's value.
         let controls: Vec<f64> = nodes
             .iter()
             .filter(|((c, _), _)| *c == Cohort::Control)
-            .filter_map(|(_, units)| node_level(units))
+            .filter_map(|(_, windows)| difference(windows))
             .collect();
         if controls.len() < 2 {
             continue;
@@ -1048,8 +1077,8 @@ pub(crate) fn level_batches(
         let differences: Vec<f64> = nodes
             .iter()
             .filter(|((c, node), _)| *c == Cohort::Canary && updated.get(node) == Some(&wave_id))
-            .filter_map(|(_, units)| node_level(units))
-            .map(|v| sign * (v - mean))
+            .filter_map(|(_, windows)| difference(windows))
+            .map(|v| sign * v)
             .collect();
         if differences.is_empty() {
             continue;
@@ -1245,6 +1274,44 @@ mod tests {
         let look = process.look(1.0, 2.0, 0.005, 0.0125).unwrap();
         assert!(look.fail, "{look:?}");
         assert_eq!(gate_outcome(look.fail, look.pass_ready), Outcome::Fail);
+    }
+
+    #[test]
+    fn a_level_is_compared_with_the_controls_of_the_same_hours() {
+        use orchestrator_types::{RolloutId, WaveId};
+        let sample = |node: i64, cohort: Cohort, h: i64, value: f64| {
+            let mut units = BTreeMap::new();
+            units.insert("GPU_0".to_owned(), LevelAgg::of(value));
+            HealthSample {
+                rollout_id: RolloutId(1),
+                wave_id: WaveId(1),
+                node_id: NodeId(node),
+                cohort,
+                metric: "gpu_temp_c".into(),
+                window_start: hour(h),
+                events: 0,
+                exposure: 0.0,
+                readings: 1,
+                sum: value,
+                min: Some(value),
+                max: Some(value),
+                units,
+            }
+        };
+        // A fleet-wide hot hour 0 (+8 °C) that the updated node's watch, starting after its reset,
+        // does not cover: against the controls' whole-watch mean it would look 4 °C cooler.
+        let samples = vec![
+            sample(1, Cohort::Canary, 1, 60.0),
+            sample(10, Cohort::Control, 0, 68.0),
+            sample(10, Cohort::Control, 1, 60.0),
+            sample(11, Cohort::Control, 0, 69.0),
+            sample(11, Cohort::Control, 1, 61.0),
+        ];
+        let updated: BTreeMap<NodeId, WaveId> = [(NodeId(1), WaveId(1))].into();
+        let b = level_batches(&samples, "gpu_temp_c", &updated, 1.0);
+        assert_eq!(b.len(), 1);
+        assert_eq!(b[0].differences, vec![-0.5]);
+        assert!((b[0].sd - 2.0f64.sqrt() / 2.0).abs() < 1e-9, "{:?}", b[0]);
     }
 
     #[test]
