@@ -512,14 +512,7 @@ impl DetectorJudge {
                 now,
             };
             let look = self
-                .fleet_gate_look(
-                    wave,
-                    gate,
-                    health_gate,
-                    &watch,
-                    samples.as_deref().unwrap_or_default(),
-                    &ctx,
-                )
+                .fleet_gate_look(gate, health_gate, &watch, samples.as_deref().unwrap_or_default(), &ctx)
                 .await;
             // A look that could not be evaluated (no Prometheus answer) is not recorded: a later pass
             // asks again.
@@ -715,7 +708,6 @@ impl DetectorJudge {
     /// Evaluates one gate at this look (not recorded yet).
     async fn fleet_gate_look(
         &self,
-        wave: &ExecWave,
         gate: &Gate,
         health_gate: &HealthGate,
         watch: &FleetWatch,
