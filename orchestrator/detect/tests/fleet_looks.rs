@@ -1,10 +1,11 @@
 //! Simulation tests of the fleet-scale method (issue 22): repeated looks with data-driven extension
 //! keep the false-rollback and false-pass rates within their budgets, over-dispersed node counts are
-//! tempered, and pooling is concurrent and stratified.
+//! tempered, pooling is concurrent and stratified, and a level gate that re-measures the current
+//! wave's nodes at every look (so it can fail inside the planned bake) keeps its false-rollback share.
 
 use orchestrator_detect::fleet::{
-    ErrorBudget, GateLook, NodeCount, RateCell, RateEConfig, RateEProcess, WaveDecision, WaveTiming, decide_wave,
-    quasi_poisson_dispersion,
+    ErrorBudget, GateLook, LevelEConfig, LevelEProcess, NodeCount, RateCell, RateEConfig, RateEProcess, WaveDecision,
+    WaveTiming, decide_wave, quasi_poisson_dispersion,
 };
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -217,4 +218,57 @@ fn real_rise_is_caught_in_the_canary() {
     let bad = World { ratio: 3.0, ..HEALTHY };
     let caught = rate_of(&bad, 100, 1.25, 2.0, End::Failed);
     assert!(caught >= 0.9, "{caught}");
+}
+
+fn normal(rng: &mut impl Rng) -> f64 {
+    let u: f64 = 1.0 - rng.random::<f64>();
+    let v: f64 = rng.random::<f64>();
+    (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
+}
+
+/// The first hourly look (1-based) at which a level gate fails, over `hours` looks, or `None`. Like
+/// the engine's judge (`level_batches`), the canary's 32 nodes join from the first hour and are
+/// re-measured at every look: each node's mean over the hours so far minus the mean of 300 concurrent
+/// controls, with the controls' spread as the sd. Hourly readings are pure noise (sd 1) around the
+/// node's shift: no persistent offsets, the worst case for re-measuring, since the running means then
+/// move most between looks.
+fn level_first_fail(seed: u64, shift: f64, null: f64, hours: u32, alpha: f64) -> Option<u32> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let (canary, control) = (32usize, 300usize);
+    let mut sums = vec![0.0; canary + control];
+    for hour in 1..=hours {
+        for (i, sum) in sums.iter_mut().enumerate() {
+            *sum += normal(&mut rng) + if i < canary { shift } else { 0.0 };
+        }
+        let t = f64::from(hour);
+        let means: Vec<f64> = sums.iter().map(|s| s / t).collect();
+        let controls = &means[canary..];
+        let mean = controls.iter().sum::<f64>() / control as f64;
+        let sd = (controls.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (control as f64 - 1.0)).sqrt();
+        let differences: Vec<f64> = means[..canary].iter().map(|v| v - mean).collect();
+        let mut process = LevelEProcess::new(LevelEConfig::default());
+        process.observe_batch(&differences, sd, control).unwrap();
+        if process.look(null, null + 1.0, alpha, 0.05).unwrap().fail {
+            return Some(hour);
+        }
+    }
+    None
+}
+
+#[test]
+fn a_level_gate_re_measured_at_every_look_keeps_its_false_rollback_share() {
+    let (alpha, _) = ErrorBudget::default().per_gate(4);
+    // A release exactly at the null (0.5 above control), looked at hourly for 240 h.
+    let seeds = 400;
+    let false_fails = (0..seeds)
+        .filter(|&seed| level_first_fail(seed, 0.5, 0.5, 240, alpha).is_some())
+        .count();
+    let rate = false_fails as f64 / seeds as f64;
+    // 3 standard errors above the gate's share (0.5%) at 400 seeds is 1.6%.
+    assert!(rate <= 0.016, "false fails of a re-measured level gate: {rate}");
+    // Not vacuous: 2 °C (1.5 above the null) fails within the canary's 12 h planned bake.
+    let early = (0..100)
+        .filter(|&seed| level_first_fail(1_000 + seed, 2.0, 0.5, 12, alpha).is_some())
+        .count();
+    assert!(early >= 95, "caught inside the bake: {early}/100");
 }

@@ -27,6 +27,12 @@ fn fleet_timing_pools_evidence_and_flags_a_likely_hold() {
     assert!(at_must_detect.1.is_finite());
     // Without max_bake the wave cannot extend, so a pass slower than the bake is a likely hold.
     assert_eq!(first.likely_hold, first.pass_hours.1 > first.max_bake_hours);
+    // The chance of a catch by each wave's end, for the same ratios, never falls from wave to wave.
+    assert_eq!(first.catch_by_end.len(), first.catch_hours.len(), "{first:?}");
+    for ((r0, p0), (r1, p1)) in first.catch_by_end.iter().zip(&second.catch_by_end) {
+        assert_eq!(r0, r1);
+        assert!((0.0..=1.0).contains(p0) && p1 >= p0, "{first:?} {second:?}");
+    }
 }
 
 const POLICY: &str = include_str!("../../../policies/gpu-fast-canary.yaml");

@@ -320,8 +320,21 @@ fn sorted(mut v: Vec<f64>) -> Vec<f64> {
     v
 }
 
+/// The figures of one cell and method that the ratio table compares.
+#[derive(Debug, Clone, Copy)]
+struct Summary {
+    /// Share of rollouts stopped by a Fail (harmful: caught; healthy: false rollbacks).
+    failed: f64,
+    /// Share caught with only the canary on the release.
+    canary: f64,
+    /// Median nodes on the release at a catch.
+    nodes50: Option<f64>,
+    /// Median hours from the first flash to a catch.
+    hours50: Option<f64>,
+}
+
 /// One cell's figures for one method.
-fn report_cell(cell: &detection_sim::Cell, method: &str, runs: &[detection_sim::Run]) {
+fn report_cell(cell: &detection_sim::Cell, method: &str, runs: &[detection_sim::Run]) -> Summary {
     use detection_sim::End;
     let n = runs.len();
     let mut detect_h = Vec::new();
@@ -406,6 +419,47 @@ fn report_cell(cell: &detection_sim::Cell, method: &str, runs: &[detection_sim::
             n
         );
     }
+    Summary {
+        failed: detect_h.len() as f64 / n.max(1) as f64,
+        canary: canary_only as f64 / n.max(1) as f64,
+        nodes50: quantile(&exposed, 0.5),
+        hours50: quantile(&detect_h, 0.5),
+    }
+}
+
+/// Rollouts caught with at most `nodes` on the release.
+fn caught_within(runs: &[detection_sim::Run], nodes: usize) -> usize {
+    runs.iter()
+        .filter(|r| matches!(r.end, detection_sim::End::Detected { exposed, .. } if exposed <= nodes))
+        .count()
+}
+
+/// `policy power`'s predicted chance of a catch by a wave's end against the observed share, with the
+/// observed share's two-sided 99% Clopper-Pearson interval and whether the prediction lies inside it.
+fn calibration(predicted: f64, hits: usize, n: usize) -> (String, bool) {
+    let (x, n64) = (hits as u64, n as u64);
+    let lower = orchestrator_detect::stats::clopper_pearson_lower(x, n64, 0.005);
+    let upper = orchestrator_detect::stats::clopper_pearson_upper(x, n64, 0.005);
+    let inside = (lower..=upper).contains(&predicted);
+    (
+        format!(
+            "{:>5.1}% {:>5.1}% [{:>5.1}, {:>5.1}] {:<3}",
+            predicted * 100.0,
+            100.0 * hits as f64 / n.max(1) as f64,
+            lower * 100.0,
+            upper * 100.0,
+            if inside { "in" } else { "OUT" }
+        ),
+        inside,
+    )
+}
+
+/// `a / b` to one decimal, or `-`.
+fn ratio_text(a: Option<f64>, b: Option<f64>) -> String {
+    match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 && a.is_finite() => format!("{:.2}", a / b),
+        _ => "-".into(),
+    }
 }
 
 fn detection(effect_seeds: u32, healthy_seeds: u32) {
@@ -472,9 +526,12 @@ fn detection(effect_seeds: u32, healthy_seeds: u32) {
             })
             .collect()
     };
+    let mut harmful = Vec::new();
     for cell in cells.iter().filter(|c| c.harmful()) {
-        report_cell(cell, "fleet", &run_all(cell, true));
-        report_cell(cell, "current", &run_all(cell, false));
+        let fleet = run_all(cell, true);
+        let fleet_summary = report_cell(cell, "fleet", &fleet);
+        let current_summary = report_cell(cell, "current", &run_all(cell, false));
+        harmful.push((cell, fleet, fleet_summary, current_summary));
     }
     println!(
         "\n{:<28} {:<7} {:>7} {:>8} {:>7} {:>9} {:>9} {:>9} {:>7} {:>9} {:>7} {:>6}",
@@ -491,9 +548,59 @@ fn detection(effect_seeds: u32, healthy_seeds: u32) {
         "unjudg",
         "seeds"
     );
+    let mut healthy = Vec::new();
     for cell in cells.iter().filter(|c| !c.harmful()) {
-        report_cell(cell, "fleet", &run_all(cell, true));
-        report_cell(cell, "current", &run_all(cell, false));
+        let fleet = report_cell(cell, "fleet", &run_all(cell, true));
+        let current = report_cell(cell, "current", &run_all(cell, false));
+        healthy.push((cell, fleet, current));
+    }
+    let [canary_nodes, early_nodes] = detection_sim::wave_exposure(&policy);
+    println!(
+        "\ncalibration: `policy power`'s chance of a catch by each wave's end (XID gate; catch_by_wave_end) against the \
+         fleet method's observed share caught with at most {canary_nodes} (canary) and {early_nodes} (canary + 10%) nodes \
+         on the release; [99% Clopper-Pearson interval of the observed]"
+    );
+    println!(
+        "{:<28} {:>6} {:>6} {:>14} {:<3}  {:>6} {:>6} {:>14} {:<3}",
+        "rate cell", "pred", "obs", "canary 99%", "", "pred", "obs", "10% 99%", ""
+    );
+    let (mut inside, mut checked) = (0, 0);
+    for (cell, runs, _, _) in &harmful {
+        let Some([p_canary, p_early]) = detection_sim::predicted_catch(cell, &policy) else {
+            continue;
+        };
+        let (a, in_a) = calibration(p_canary, caught_within(runs, canary_nodes), runs.len());
+        let (b, in_b) = calibration(p_early, caught_within(runs, early_nodes), runs.len());
+        inside += usize::from(in_a) + usize::from(in_b);
+        checked += 2;
+        println!("{:<28} {a}  {b}", cell.label);
+    }
+    println!("predictions inside the observed 99% interval: {inside} of {checked}");
+    println!(
+        "\nfleet method against the current one (ratios fleet / current; for nodes and hours at a catch, lower is \
+         better)"
+    );
+    println!(
+        "{:<28} {:>8} {:>8} {:>8} {:>8}",
+        "cell", "caught", "canary", "nodes50", "hours50"
+    );
+    for (cell, _, fleet, current) in &harmful {
+        println!(
+            "{:<28} {:>8} {:>8} {:>8} {:>8}",
+            cell.label,
+            ratio_text(Some(fleet.failed), Some(current.failed)),
+            ratio_text(Some(fleet.canary), Some(current.canary)),
+            ratio_text(fleet.nodes50, current.nodes50),
+            ratio_text(fleet.hours50, current.hours50)
+        );
+    }
+    for (cell, fleet, current) in &healthy {
+        println!(
+            "{:<28} false rollbacks {:.1}% vs {:.1}%",
+            cell.label,
+            fleet.failed * 100.0,
+            current.failed * 100.0
+        );
     }
     println!("\ndetection bench took {:.0} s", started.elapsed().as_secs_f64());
 }

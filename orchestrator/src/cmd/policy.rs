@@ -639,8 +639,13 @@ fn fleet_timing_text(policy: &orchestrator_policy::Policy, timing: &[power::Flee
             .iter()
             .map(|(r, m, p)| format!("{r}x {} / {}", hours(*m), hours(*p)))
             .collect();
+        let by_end: Vec<String> = t
+            .catch_by_end
+            .iter()
+            .map(|(r, p)| format!("{r}x {:.0}%", p * 100.0))
+            .collect();
         out.push_str(&format!(
-            "{:<10} {:<14} pass {} / {} (bake {}, max_bake {}){}; catch {}\n",
+            "{:<10} {:<14} pass {} / {} (bake {}, max_bake {}){}; catch {}; caught by the wave's end {}\n",
             t.wave,
             t.gate,
             hours(t.pass_hours.0),
@@ -648,7 +653,8 @@ fn fleet_timing_text(policy: &orchestrator_policy::Policy, timing: &[power::Flee
             hours(t.bake_hours),
             hours(t.max_bake_hours),
             if t.likely_hold { " LIKELY HOLD" } else { "" },
-            catches.join(", ")
+            catches.join(", "),
+            by_end.join(", ")
         ));
     }
     out

@@ -38,7 +38,9 @@ pub use dispersion::{NodeCount, quasi_poisson_dispersion};
 pub use level::{LevelEConfig, LevelEProcess, LevelLook};
 pub use rate::{RateCell, RateEConfig, RateEProcess, RateLook};
 pub use soak::{counted_hours, holdback_events_needed, holdback_fraction};
-pub use timing::{Hours, RateTimingInput, hours_to_catch, hours_to_pass};
+pub use timing::{
+    Hours, RateTimingInput, TimedWave, catch_by_wave_end, catch_probability, hours_to_catch, hours_to_pass,
+};
 
 /// Why fleet-scale evidence cannot be built or updated. Outside input never panics; it becomes one
 /// of these, and the engine holds the wave with the message.

@@ -12,7 +12,7 @@
 
 use super::{
     ErrorBudget, GateLook, LevelEConfig, LevelEProcess, NodeCount, RateCell, RateEConfig, RateEProcess, SoakDecision,
-    WaveDecision, WaveTiming, decide_soak, decide_wave, quasi_poisson_dispersion,
+    TimedWave, WaveDecision, WaveTiming, catch_by_wave_end, decide_soak, decide_wave, quasi_poisson_dispersion,
 };
 use crate::{
     Direction, LevelCohorts, LevelGate, Outcome, RateCohorts, RateGate, RateSample, SequentialPlan, SpendingFunction,
@@ -35,12 +35,13 @@ const POWER_OFFSET_SD: f64 = 25.0;
 const POWER_HOURLY_SD: f64 = 12.0;
 /// Hours after a reset that count on neither side (see `orchestrator_detect::fleet::counted_hours`).
 const EXCLUSION_H: u32 = 1;
-/// Hours over which a node's level is averaged, before and after its flash.
+/// Hours before its flash over which a node's pre-period level is averaged (its post-flash level is
+/// the running mean since the post-reset exclusion, re-read at every look).
 const LEVEL_WINDOW_H: u32 = 2;
 /// The confounder cell: hours during which the whole fleet runs hot and logs twice the XIDs.
 const CONFOUNDER_HOURS: std::ops::Range<u32> = 10..34;
 /// Simulated hours before a rollout is cut off (counted as a hold).
-const HORIZON_H: u32 = 1200;
+const HORIZON_H: u32 = 1400;
 
 /// What the release does to the fleet in one bench cell.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -127,10 +128,16 @@ impl Default for BenchPolicy {
     fn default() -> Self {
         Self {
             waves: [
+                // max_bake 720 h (30 days): a 1.5x XID rise at 0.002/GPU-h can neither pass this
+                // canary (its must_detect is 2x) nor, in 240 h, fail (null 1.1): it needs about 217
+                // baseline episodes for an 80% catch and 32 nodes gather 0.30 an hour. Issue 22 asks
+                // for 80% caught before 15% of the fleet runs it, so the canary waits for the evidence
+                // with 32 nodes exposed. A healthy canary passes long before (median ~75 h), so the
+                // longer maximum costs healthy rollouts nothing; a harmful one is held longer.
                 WavePlan {
                     per_stratum: 8,
                     bake_h: 12,
-                    max_bake_h: 240,
+                    max_bake_h: 720,
                     xid_must_detect: 2.0,
                 },
                 WavePlan {
@@ -355,10 +362,8 @@ struct Bound {
 impl Bound {
     fn new(cell: &Cell, policy: &BenchPolicy) -> Self {
         let (alpha, _) = policy.budget.per_gate(4);
-        let sd = (
-            TEMP_HOURLY_SD * (2.0 / f64::from(LEVEL_WINDOW_H)).sqrt(),
-            POWER_HOURLY_SD * (2.0 / f64::from(LEVEL_WINDOW_H)).sqrt(),
-        );
+        // Levels are counted in nodes measured at the hourly sd (`LevelBatch::information`).
+        let sd = (TEMP_HOURLY_SD, POWER_HOURLY_SD);
         let median = information_needed(cell.effect, policy.nulls, sd, alpha, 0.5);
         let p95 = information_needed(cell.effect, policy.nulls, sd, alpha, 0.95);
         Self {
@@ -370,10 +375,15 @@ impl Bound {
         }
     }
 
-    /// Adds an hour's information: baseline events of the updated side (rates) or updated nodes measured (levels).
-    fn add(&mut self, hour_end: f64, baseline_events: f64, nodes_measured: f64) {
+    /// Adds an hour's information: baseline events of the updated side (rates), or sets the level
+    /// information so far (nodes measured at the hourly sd; it grows as nodes are re-read).
+    fn add(&mut self, hour_end: f64, baseline_events: f64, level_information: f64) {
         let Some((m, p)) = self.need else { return };
-        let gained = if self.rate { baseline_events } else { nodes_measured };
+        let gained = if self.rate {
+            baseline_events
+        } else {
+            (level_information - self.got).max(0.0)
+        };
         self.got += gained;
         self.last = (gained, hour_end);
         for (slot, need) in self.at.iter_mut().zip([m, p]) {
@@ -395,14 +405,116 @@ impl Bound {
     }
 }
 
+/// Nodes on the release once each judged wave has started (canary, canary + 10%).
+pub fn wave_exposure(policy: &BenchPolicy) -> [usize; 2] {
+    let canary = policy.waves[0].per_stratum * STRATA;
+    [canary, canary + policy.waves[1].per_stratum * STRATA]
+}
+
+/// What `policy power` predicts for a rate cell (`orchestrator_detect::fleet::catch_by_wave_end`, the
+/// function behind its `catch_by_end`): the chance that the fleet method has caught the release by the
+/// end of the canary and of the 10% wave, from the XID gate alone. The base rate is given as episodes
+/// (the unit the fleet method counts), dispersion 1, as `policy power` assumes. `None` for other cells:
+/// `policy power` has no fleet-method timing for level gates.
+pub fn predicted_catch(cell: &Cell, policy: &BenchPolicy) -> Option<[f64; 2]> {
+    let Effect::Rate { ratio, .. } = cell.effect else {
+        return None;
+    };
+    let (alpha, beta) = policy.budget.per_gate(4);
+    let per_node_hour = cell.base * GPUS / MEAN_BURST;
+    let exposed = wave_exposure(policy);
+    let waves: Vec<TimedWave> = policy
+        .waves
+        .iter()
+        .zip(exposed)
+        .map(|(w, nodes)| TimedWave {
+            events_per_hour: per_node_hour * nodes as f64,
+            bake_hours: f64::from(w.bake_h),
+            max_bake_hours: f64::from(w.max_bake_h),
+            must_detect: w.xid_must_detect,
+        })
+        .collect();
+    let p = catch_by_wave_end(&waves, ratio, policy.nulls[0], alpha, beta, 1.0).ok()?;
+    Some([*p.first()?, *p.get(1)?])
+}
+
+/// One wave's nodes as a level gate sees them: each node's change (running mean since the post-reset
+/// exclusion minus its pre-flash mean) minus the same change of the concurrent controls' mean. Node
+/// offsets and the fleet-wide confounder cancel in the change, so only the noise is simulated: each
+/// node's pre-window mean (drawn once), the sum of its hourly readings since (drawn hour by hour), and
+/// the same two for the controls' mean (sd / sqrt(controls)). Index 0 is temperature, 1 power.
+struct LevelBatch {
+    flashed: u32,
+    controls: usize,
+    hours: u32,
+    pre: Vec<[f64; 2]>,
+    post_sum: Vec<[f64; 2]>,
+    control_pre: [f64; 2],
+    control_post_sum: [f64; 2],
+}
+
+const LEVEL_HOURLY_SD: [f64; 2] = [TEMP_HOURLY_SD, POWER_HOURLY_SD];
+
+impl LevelBatch {
+    fn new(rng: &mut ChaCha8Rng, flashed: u32, nodes: usize, controls: usize) -> Self {
+        let window = f64::from(LEVEL_WINDOW_H).sqrt();
+        let controls = controls.max(2);
+        let pre = (0..nodes)
+            .map(|_| LEVEL_HOURLY_SD.map(|sd| sd / window * normal(rng)))
+            .collect();
+        let control_pre = LEVEL_HOURLY_SD.map(|sd| sd / window / (controls as f64).sqrt() * normal(rng));
+        Self {
+            flashed,
+            controls,
+            hours: 0,
+            pre,
+            post_sum: vec![[0.0; 2]; nodes],
+            control_pre,
+            control_post_sum: [0.0; 2],
+        }
+    }
+
+    /// One more hour of readings.
+    fn advance(&mut self, rng: &mut ChaCha8Rng) {
+        self.hours += 1;
+        for sums in &mut self.post_sum {
+            for (sum, sd) in sums.iter_mut().zip(LEVEL_HOURLY_SD) {
+                *sum += sd * normal(rng);
+            }
+        }
+        for (sum, sd) in self.control_post_sum.iter_mut().zip(LEVEL_HOURLY_SD) {
+            *sum += sd / (self.controls as f64).sqrt() * normal(rng);
+        }
+    }
+
+    /// Each node's difference (metric `m`, true shift `effect`) and one node's sd at this look.
+    fn differences(&self, m: usize, effect: f64) -> (Vec<f64>, f64) {
+        let t = f64::from(self.hours.max(1));
+        let control = self.control_post_sum[m] / t - self.control_pre[m];
+        let diffs = self
+            .pre
+            .iter()
+            .zip(&self.post_sum)
+            .map(|(pre, post)| effect + post[m] / t - pre[m] - control)
+            .collect();
+        let sd = LEVEL_HOURLY_SD[m] * (1.0 / t + 1.0 / f64::from(LEVEL_WINDOW_H)).sqrt();
+        (diffs, sd)
+    }
+
+    /// Information so far in nodes measured at the hourly sd (a node read for `t` hours after a
+    /// `W`-hour pre-window counts `1 / (1/t + 1/W)`; 1 at t = W = 2), the unit of the level bound.
+    fn information(&self) -> f64 {
+        let t = f64::from(self.hours.max(1));
+        self.pre.len() as f64 / (1.0 / t + 1.0 / f64::from(LEVEL_WINDOW_H))
+    }
+}
+
 /// One rollout judged by the fleet-scale method.
 pub fn run_fleet_method(cell: &Cell, policy: &BenchPolicy, seed: u64) -> Run {
     let mut world = World::new(cell, seed);
     let (alpha, beta) = policy.budget.per_gate(4);
     let mut xid = RateEProcess::new(RateEConfig::default());
     let mut aer = RateEProcess::new(RateEConfig::default());
-    let mut temp = LevelEProcess::new(LevelEConfig::default());
-    let mut power = LevelEProcess::new(LevelEConfig::default());
     let mut bound = Bound::new(cell, policy);
     // Control nodes' counts since the start, for the dispersion estimate.
     let mut control_xid = vec![0u64; NODES];
@@ -411,8 +523,8 @@ pub fn run_fleet_method(cell: &Cell, policy: &BenchPolicy, seed: u64) -> Run {
     // Phases: 0, 1 = judged waves, 2 = the rest baking, 3 = soak.
     let mut phase = 0usize;
     let mut phase_start = 0u32;
-    let mut pending_levels: Vec<(u32, Vec<usize>)> = Vec::new();
-    let start_phase = |world: &mut World, phase: usize, hour: u32, pending: &mut Vec<(u32, Vec<usize>)>| {
+    let mut level_batches: Vec<LevelBatch> = Vec::new();
+    let start_phase = |world: &mut World, phase: usize, hour: u32, batches: &mut Vec<LevelBatch>| {
         let mut taken = 0;
         for w in policy.waves.iter().take(phase) {
             taken += w.per_stratum;
@@ -430,9 +542,10 @@ pub fn run_fleet_method(cell: &Cell, policy: &BenchPolicy, seed: u64) -> Run {
             })
             .collect();
         world.update(&nodes, hour);
-        pending.push((hour + EXCLUSION_H + LEVEL_WINDOW_H, nodes));
+        let controls = world.nodes.iter().filter(|n| n.updated_at.is_none()).count();
+        batches.push(LevelBatch::new(&mut world.rng, hour, nodes.len(), controls));
     };
-    start_phase(&mut world, 0, 0, &mut pending_levels);
+    start_phase(&mut world, 0, 0, &mut level_batches);
     for hour in 0..HORIZON_H {
         let hour_end = f64::from(hour + 1);
         let mut xid_cells = vec![RateCell::default(); STRATA];
@@ -462,40 +575,27 @@ pub fn run_fleet_method(cell: &Cell, policy: &BenchPolicy, seed: u64) -> Run {
                 }
             }
         }
-        // Level batches whose window ended with this hour.
-        let mut measured = 0.0;
+        // Level gates: every wave's nodes, re-measured at every look from their first hour after the
+        // reset exclusion (as the engine's judge does), so a level gate can fail inside the bake.
         let (temp_effect, power_effect) = world.level_effect();
-        let due: Vec<(u32, Vec<usize>)> = pending_levels.extract_if(.., |(at, _)| *at == hour + 1).collect();
-        for (_, batch) in due {
-            let flashed = hour + 1 - EXCLUSION_H - LEVEL_WINDOW_H;
-            let pre = world.level_confounder(flashed.saturating_sub(LEVEL_WINDOW_H), flashed);
-            let post = world.level_confounder(flashed + EXCLUSION_H, hour + 1);
-            let noise = |rng: &mut ChaCha8Rng, sd: f64| sd * (2.0 / f64::from(LEVEL_WINDOW_H)).sqrt() * normal(rng);
-            let controls: Vec<usize> = (0..NODES).filter(|&i| world.nodes[i].updated_at.is_none()).collect();
-            // Each control node's change (post - pre) over the same windows: offsets cancel.
-            let mut ctrl = (Vec::new(), Vec::new());
-            for _ in &controls {
-                ctrl.0.push(post.0 - pre.0 + noise(&mut world.rng, TEMP_HOURLY_SD));
-                ctrl.1.push(post.1 - pre.1 + noise(&mut world.rng, POWER_HOURLY_SD));
+        let mut temp = LevelEProcess::new(LevelEConfig::default());
+        let mut power = LevelEProcess::new(LevelEConfig::default());
+        let mut level_info = 0.0;
+        for batch in &mut level_batches {
+            if hour < batch.flashed + EXCLUSION_H {
+                continue;
             }
-            let (tm, tsd) = mean_sd(&ctrl.0);
-            let (pm, psd) = mean_sd(&ctrl.1);
-            let td: Vec<f64> = batch
-                .iter()
-                .map(|_| temp_effect + post.0 - pre.0 + noise(&mut world.rng, TEMP_HOURLY_SD) - tm)
-                .collect();
-            let pd: Vec<f64> = batch
-                .iter()
-                .map(|_| power_effect + post.1 - pre.1 + noise(&mut world.rng, POWER_HOURLY_SD) - pm)
-                .collect();
+            batch.advance(&mut world.rng);
+            let (td, tsd) = batch.differences(0, temp_effect);
+            let (pd, psd) = batch.differences(1, power_effect);
             // The simulation's own inputs are always valid; an error here would be a bench bug.
-            let _ = temp.observe_batch(&td, tsd, controls.len());
-            let _ = power.observe_batch(&pd, psd, controls.len());
-            measured += batch.len() as f64;
+            let _ = temp.observe_batch(&td, tsd, batch.controls);
+            let _ = power.observe_batch(&pd, psd, batch.controls);
+            level_info += batch.information();
         }
         let _ = xid.observe_bin(&xid_cells);
         let _ = aer.observe_bin(&aer_cells);
-        bound.add(hour_end, baseline, measured);
+        bound.add(hour_end, baseline, level_info);
         let phi = quasi_poisson_dispersion(
             &(0..NODES)
                 .filter(|&i| world.nodes[i].updated_at.is_none() && control_hours[i] > 0)
@@ -572,7 +672,7 @@ pub fn run_fleet_method(cell: &Cell, policy: &BenchPolicy, seed: u64) -> Run {
                         wave_pass_h[phase] = Some(elapsed);
                         phase += 1;
                         phase_start = hour + 1;
-                        start_phase(&mut world, phase, hour + 1, &mut pending_levels);
+                        start_phase(&mut world, phase, hour + 1, &mut level_batches);
                     }
                     WaveDecision::Extend { .. } => {}
                 }
@@ -642,13 +742,6 @@ fn held(hour: f64, exposed: usize, extension: f64, wave_pass_h: [Option<f64>; 2]
         wave_pass_h,
         bound_h: bound.result(),
     }
-}
-
-fn mean_sd(values: &[f64]) -> (f64, f64) {
-    let n = values.len().max(1) as f64;
-    let mean = values.iter().sum::<f64>() / n;
-    let var = values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1.0).max(1.0);
-    (mean, var.sqrt().max(1e-9))
 }
 
 /// One rollout judged by the current method: each wave against a control sample of its own size,
@@ -878,6 +971,21 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(run.bound_h.is_some());
+    }
+
+    #[test]
+    fn policy_power_predicts_rate_cells_only_and_a_big_rise_is_predicted_caught_in_the_canary() {
+        let policy = BenchPolicy::default();
+        let p = predicted_catch(
+            &Cell {
+                base: 0.002,
+                ..cell(Effect::Rate { ratio: 6.0, share: 1.0 })
+            },
+            &policy,
+        )
+        .unwrap();
+        assert!(p[0] > 0.99 && p[1] >= p[0], "{p:?}");
+        assert!(predicted_catch(&cell(Effect::Temp(2.0)), &policy).is_none());
     }
 
     #[test]

@@ -123,6 +123,102 @@ pub fn hours_to_catch(input: &RateTimingInput, ratio: f64) -> Result<Hours, Flee
     Ok(crossing(input, ratio, input.null, input.alpha, CUMULATIVE_SHARE))
 }
 
+/// Probability that the evidence of a release at `ratio` has failed `input.null` by `hours` into the
+/// wave: the same normal approximation as [`hours_to_catch`] (its median is where this is 1/2), read
+/// the other way. Zero for a ratio at or below the null (never failed on purpose).
+pub fn catch_probability(input: &RateTimingInput, ratio: f64, hours: f64) -> Result<f64, FleetError> {
+    validate(input)?;
+    check("ratio", "finite and > 0", ratio, ratio.is_finite() && ratio > 0.0)?;
+    check("hours", ">= 0", hours, hours >= 0.0)?;
+    if ratio <= input.null {
+        return Ok(0.0);
+    }
+    let mu = input.prior_events + input.events_per_hour * hours.min(1e9);
+    if mu <= 0.0 {
+        return Ok(0.0);
+    }
+    let l = (ratio / input.null).ln();
+    let drift = ratio * l - (ratio - input.null);
+    let sd = (input.dispersion * ratio * l * l * mu).sqrt();
+    let threshold = input.dispersion * (MIX_POINTS / (input.alpha * CUMULATIVE_SHARE)).ln();
+    Ok(crate::stats::norm_sf((threshold - mu * drift) / sd))
+}
+
+/// One wave as the timing model sees it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TimedWave {
+    /// Expected baseline events per hour on the updated side during this wave (all nodes on the
+    /// release so far).
+    pub events_per_hour: f64,
+    /// Planned bake, hours.
+    pub bake_hours: f64,
+    /// `max_bake`, hours.
+    pub max_bake_hours: f64,
+    /// The ratio this wave's Pass must rule out.
+    pub must_detect: f64,
+}
+
+/// For a release at `ratio`, the probability that it has been caught by the end of each wave (the
+/// calibration `bench --only detection` checks against simulation, and what `policy power` quotes).
+///
+/// A wave ends at the median time for the evidence to rule out its `must_detect` (a release below
+/// `must_detect` passes like a healthy one, only later), no earlier than its bake; a release the wave
+/// cannot pass runs to `max_bake` and holds there, so no later wave starts and the probability stays.
+/// Evidence carries from wave to wave. One gate's view: with several gates a wave passes when the
+/// slowest is ready, so the quoted probabilities are for this gate alone.
+pub fn catch_by_wave_end(
+    waves: &[TimedWave],
+    ratio: f64,
+    null: f64,
+    alpha: f64,
+    beta: f64,
+    dispersion: f64,
+) -> Result<Vec<f64>, FleetError> {
+    let mut out = Vec::with_capacity(waves.len());
+    let mut prior = 0.0;
+    let mut caught: f64 = 0.0;
+    let mut held = false;
+    for wave in waves {
+        check(
+            "bake hours",
+            "finite, >= 0 and <= max_bake",
+            wave.bake_hours,
+            wave.bake_hours.is_finite() && wave.bake_hours >= 0.0 && wave.bake_hours <= wave.max_bake_hours,
+        )?;
+        check(
+            "max_bake hours",
+            "finite",
+            wave.max_bake_hours,
+            wave.max_bake_hours.is_finite(),
+        )?;
+        let input = RateTimingInput {
+            prior_events: prior,
+            events_per_hour: wave.events_per_hour,
+            null,
+            must_detect: wave.must_detect,
+            alpha,
+            beta,
+            dispersion,
+        };
+        validate(&input)?;
+        if held {
+            out.push(caught);
+            continue;
+        }
+        let pass = if ratio < wave.must_detect {
+            crossing(&input, ratio, wave.must_detect, beta, 1.0).median
+        } else {
+            f64::INFINITY
+        };
+        held = pass > wave.max_bake_hours;
+        let end = pass.clamp(wave.bake_hours, wave.max_bake_hours);
+        caught = caught.max(catch_probability(&input, ratio, end)?);
+        out.push(caught);
+        prior += wave.events_per_hour * end;
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -229,5 +325,43 @@ mod tests {
             })
             .is_err()
         );
+    }
+
+    #[test]
+    fn catch_probability_is_one_half_at_the_median_and_waves_carry_evidence() {
+        let input = RateTimingInput {
+            prior_events: 0.0,
+            events_per_hour: 0.5,
+            null: 1.1,
+            must_detect: 2.0,
+            alpha: 0.005,
+            beta: 0.0125,
+            dispersion: 1.0,
+        };
+        let median = hours_to_catch(&input, 3.0).unwrap().median;
+        assert!((catch_probability(&input, 3.0, median).unwrap() - 0.5).abs() < 1e-9);
+        assert!(catch_probability(&input, 3.0, 2.0 * median).unwrap() > 0.9);
+        assert_eq!(catch_probability(&input, 1.05, 1e6).unwrap(), 0.0);
+        let waves = [
+            TimedWave {
+                events_per_hour: 0.5,
+                bake_hours: 12.0,
+                max_bake_hours: 240.0,
+                must_detect: 2.0,
+            },
+            TimedWave {
+                events_per_hour: 2.0,
+                bake_hours: 8.0,
+                max_bake_hours: 168.0,
+                must_detect: 1.5,
+            },
+        ];
+        // 3x cannot pass the canary: caught there or held, so the second wave adds nothing.
+        let p = catch_by_wave_end(&waves, 3.0, 1.1, 0.005, 0.0125, 1.0).unwrap();
+        assert!(p[0] > 0.99 && p[1] == p[0], "{p:?}");
+        // 1.4x passes the canary (below its 2x) and is more likely caught by the end of the second wave.
+        let p = catch_by_wave_end(&waves, 1.4, 1.1, 0.005, 0.0125, 1.0).unwrap();
+        assert!(p[1] > p[0], "{p:?}");
+        assert!(catch_by_wave_end(&waves, 1.4, 1.1, 0.005, 0.0125, 0.5).is_err());
     }
 }

@@ -205,9 +205,20 @@ pub fn exposure_by_window(
     out
 }
 
+/// How close XID entries of one node must be to the first of their episode to be counted with it.
+///
+/// XIDs burst and cascade over a node's GPUs (one NVLink or power fault logs an XID on several GPUs
+/// within a second or two), so counting log entries makes the counts over-dispersed and a
+/// GPU-level Poisson test anti-conservative (issue 22). Counting episodes makes the unit the fault.
+/// 5 s covers a cascade with second-resolution `Created` stamps and merges independent XIDs rarely:
+/// at a base of 0.002 per GPU-hour on 8 GPUs the chance that another falls within 5 s is about 2e-5.
+/// A cascade split across two polls counts twice (the poll cursor keeps no time of the last XID);
+/// with 30 min polls that is rare.
+pub const XID_EPISODE: chrono::TimeDelta = chrono::TimeDelta::seconds(5);
+
 /// Builds one poll's window deltas from the classified events (already
 /// filtered to the node's exposure period), the exposure period, and the
-/// level readings taken at `now`. An event attributed to a GPU is also
+/// level readings taken at `now`. XID entries count once per episode ([`XID_EPISODE`]). An event attributed to a GPU is also
 /// counted in that GPU's unit of its window (a reading of 1, so the unit's
 /// `n` is the GPU's event count): the evidence then shows which GPU erred.
 pub fn poll_deltas(
@@ -235,9 +246,23 @@ pub fn poll_deltas(
                 for (window, exposure) in exposure_by_window(metric, gpus, exposure_from, now) {
                     entry(&mut deltas, metric, window).exposure += exposure;
                 }
-                for (_, at, gpu) in events.iter().filter(|(m, _, _)| *m == metric) {
-                    let delta = entry(&mut deltas, metric, window_start(*at));
-                    delta.events += 1;
+                let mut times: Vec<(DateTime<Utc>, Option<&String>)> = events
+                    .iter()
+                    .filter(|(m, _, _)| *m == metric)
+                    .map(|(_, at, gpu)| (*at, gpu.as_ref()))
+                    .collect();
+                times.sort_by_key(|(at, _)| *at);
+                let mut episode_start: Option<DateTime<Utc>> = None;
+                for (at, gpu) in times {
+                    let delta = entry(&mut deltas, metric, window_start(at));
+                    // An XID cascade over a node's GPUs is one episode (one event); every other
+                    // metric counts each entry. The unit counts below still show each GPU's entries.
+                    let new_episode = metric != RedfishMetric::XidErrorsPerGpuHour
+                        || episode_start.is_none_or(|start| at - start > XID_EPISODE);
+                    if new_episode {
+                        episode_start = Some(at);
+                        delta.events += 1;
+                    }
                     if let Some(gpu) = gpu {
                         delta
                             .units
@@ -428,6 +453,53 @@ mod tests {
         let total: f64 = day.iter().map(|p| p.1).sum();
         assert!((total - 1.5 / 24.0).abs() < 1e-9);
         assert!(exposure_by_window(RedfishMetric::GpuTempC, 8, from, to).is_empty());
+    }
+
+    #[test]
+    fn an_xid_cascade_over_a_nodes_gpus_counts_as_one_episode() {
+        let from = Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap();
+        let now = from + chrono::Duration::hours(1);
+        let xid = |at: DateTime<Utc>, gpu: &str| (RedfishMetric::XidErrorsPerGpuHour, at, Some(gpu.to_owned()));
+        let aer = |at: DateTime<Utc>| (RedfishMetric::PcieAerPerNodeHour, at, None);
+        let t = from + chrono::Duration::minutes(10);
+        let events = [
+            // One cascade over four GPUs within two seconds, listed out of order ...
+            xid(t + chrono::Duration::seconds(2), "GPU_SXM_3"),
+            xid(t, "GPU_SXM_1"),
+            xid(t + chrono::Duration::seconds(1), "GPU_SXM_2"),
+            xid(t + chrono::Duration::seconds(2), "GPU_SXM_4"),
+            // ... an XID 6 s after the cascade began is a new episode, and so is one 20 minutes later.
+            xid(t + chrono::Duration::seconds(6), "GPU_SXM_1"),
+            xid(t + chrono::Duration::minutes(20), "GPU_SXM_5"),
+            // AER entries are not de-duplicated: two at the same second are two events.
+            aer(t),
+            aer(t),
+        ];
+        let deltas = poll_deltas(
+            &[RedfishMetric::XidErrorsPerGpuHour, RedfishMetric::PcieAerPerNodeHour],
+            &events,
+            8,
+            from,
+            now,
+            &BTreeMap::new(),
+        );
+        let of = |metric: &str| {
+            deltas
+                .iter()
+                .filter(|d| d.metric == metric)
+                .map(|d| d.events)
+                .sum::<u64>()
+        };
+        assert_eq!(of("xid_errors_per_gpu_hour"), 3);
+        assert_eq!(of("pcie_aer_per_node_hour"), 2);
+        // Each GPU's entries are still shown under it.
+        let units: u64 = deltas
+            .iter()
+            .filter(|d| d.metric == "xid_errors_per_gpu_hour")
+            .flat_map(|d| d.units.values())
+            .map(|a| a.n)
+            .sum();
+        assert_eq!(units, 6);
     }
 
     #[test]

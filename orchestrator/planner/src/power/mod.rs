@@ -695,6 +695,11 @@ pub struct FleetGateTiming {
     pub likely_hold: bool,
     /// `(ratio, median hours, p95 hours)` to fail, for `must_detect` and 1.5x, 2x, 3x, 6x above the null.
     pub catch_hours: Vec<(f64, f64, f64)>,
+    /// `(ratio, probability)` that a release at `ratio` has been caught by the end of this wave (the
+    /// same ratios as `catch_hours`; `orchestrator_detect::fleet::catch_by_wave_end`: a release the
+    /// wave cannot pass holds at `max_bake`, so later waves add nothing). `bench --only detection`
+    /// checks these against simulation.
+    pub catch_by_end: Vec<(f64, f64)>,
 }
 
 /// [`FleetGateTiming`] for every judged rate gate of every wave, from the fleet's base rates (given or
@@ -703,8 +708,10 @@ pub struct FleetGateTiming {
 /// `max_bake`). Counts are assumed Poisson (dispersion 1); bursty metrics take longer, by about their
 /// dispersion. Kept apart from [`power_table`]: it is the fleet-scale method's timing, not the per-wave test's power.
 pub fn fleet_timing(policy: &Policy, waves: &[WaveShape], options: &PowerOptions) -> Vec<FleetGateTiming> {
-    use orchestrator_detect::fleet::{RateTimingInput, hours_to_catch, hours_to_pass};
-    let mut out = Vec::new();
+    use orchestrator_detect::fleet::{RateTimingInput, TimedWave, catch_by_wave_end, hours_to_catch, hours_to_pass};
+    let mut out: Vec<FleetGateTiming> = Vec::new();
+    // Per gate: its waves as the timing model sees them, with the index of each one's row in `out`.
+    let mut timed: BTreeMap<String, Vec<(usize, TimedWave, f64, f64)>> = BTreeMap::new();
     // Per gate: baseline events gathered by earlier waves, and nodes on the release so far.
     let mut prior: BTreeMap<String, f64> = BTreeMap::new();
     let mut updated_nodes = 0usize;
@@ -762,6 +769,17 @@ pub fn fleet_timing(policy: &Policy, waves: &[WaveShape], options: &PowerOptions
                 .collect();
             let baked = pass.median.max(bake_hours).min(max_bake_hours.max(bake_hours));
             prior.insert(gate.name.clone(), before + events_per_hour * baked);
+            timed.entry(gate.name.clone()).or_default().push((
+                out.len(),
+                TimedWave {
+                    events_per_hour,
+                    bake_hours,
+                    max_bake_hours: max_bake_hours.max(bake_hours),
+                    must_detect: gate.must_detect,
+                },
+                alpha,
+                beta,
+            ));
             out.push(FleetGateTiming {
                 wave: wave.name.clone(),
                 gate: gate.name.clone(),
@@ -770,7 +788,24 @@ pub fn fleet_timing(policy: &Policy, waves: &[WaveShape], options: &PowerOptions
                 pass_hours: (pass.median, pass.p95),
                 likely_hold: pass.p95 > max_bake_hours,
                 catch_hours,
+                catch_by_end: Vec::new(),
             });
+        }
+    }
+    for rows in timed.values() {
+        let Some(&(first, _, alpha, beta)) = rows.first() else {
+            continue;
+        };
+        let waves: Vec<TimedWave> = rows.iter().map(|r| r.1).collect();
+        let null = policy.health.gate(&out[first].gate).map_or(1.0, |g| g.min_effect);
+        let ratios: Vec<f64> = out[first].catch_hours.iter().map(|c| c.0).collect();
+        for ratio in ratios {
+            let Ok(by_end) = catch_by_wave_end(&waves, ratio, null, alpha, beta, 1.0) else {
+                continue;
+            };
+            for (row, p) in rows.iter().zip(by_end) {
+                out[row.0].catch_by_end.push((ratio, p));
+            }
         }
     }
     out

@@ -510,17 +510,9 @@ impl DetectorJudge {
                 beta,
                 information_fraction: (elapsed.num_seconds() as f64 / max_bake.num_seconds().max(1) as f64).min(1.0),
                 now,
-                bake_over: elapsed >= Duration::seconds(wave.bake_seconds),
             };
             let look = self
-                .fleet_gate_look(
-                    wave,
-                    gate,
-                    health_gate,
-                    &watch,
-                    samples.as_deref().unwrap_or_default(),
-                    &ctx,
-                )
+                .fleet_gate_look(gate, health_gate, &watch, samples.as_deref().unwrap_or_default(), &ctx)
                 .await;
             // A look that could not be evaluated (no Prometheus answer) is not recorded: a later pass
             // asks again.
@@ -716,7 +708,6 @@ impl DetectorJudge {
     /// Evaluates one gate at this look (not recorded yet).
     async fn fleet_gate_look(
         &self,
-        wave: &ExecWave,
         gate: &Gate,
         health_gate: &HealthGate,
         watch: &FleetWatch,
@@ -855,7 +846,7 @@ impl DetectorJudge {
                     Direction::IncreaseIsBad => 1.0,
                     Direction::DecreaseIsBad => -1.0,
                 };
-                let batches = level_batches(samples, &key, &watch.updated, wave, ctx.bake_over, sign);
+                let batches = level_batches(samples, &key, &watch.updated, sign);
                 let mut process = LevelEProcess::new(LevelEConfig::default());
                 let (mut updated, mut control) = (0usize, 0usize);
                 let mut sum = 0.0;
@@ -955,7 +946,6 @@ struct LookContext {
     beta: f64,
     information_fraction: f64,
     now: DateTime<Utc>,
-    bake_over: bool,
 }
 
 fn gate_outcome(fail: bool, pass_ready: bool) -> Outcome {
@@ -1002,27 +992,36 @@ pub(crate) struct LevelBatch {
     pub(crate) controls: usize,
 }
 
-/// A level gate's batches: for each wave of the rollout up to this one whose planned bake is over,
-/// the nodes updated in that wave (each counts once, in its own wave), each one's mean over the
-/// wave's watch minus the mean of that wave's concurrent controls (harmful direction positive via
-/// `sign`), with the controls' spread as the sd. The current wave joins once its planned bake is
-/// over (`bake_over`); while it extends, its batch is re-measured at each look (a plug-in).
+/// A level gate's batches: for each wave of the rollout up to this one, the nodes updated in that
+/// wave (each counts once, in its own wave), each one's mean over its hours of the wave's watch of
+/// its level minus the mean of that wave's controls in the same hour (harmful direction positive via
+/// `sign`), with the controls' spread of the same statistic as the sd.
+///
+/// The current wave joins from its first closed hour, so a level gate can fail at any look, inside
+/// the planned bake too (issue 22: Fail at any look; only Pass waits for the bake). Its batch is
+/// re-measured at each look over the longer window (a plug-in: the node means of one wave at two looks
+/// are correlated, not new nodes). Why that keeps the false-rollback share: the normal-mixture boundary
+/// at the canary's size sits near z = 4.7 at a gate's alpha of 0.005 (`LevelEProcess::look`), whose
+/// one-look tail is about 1e-6; a running mean re-read over a bake of up to a few hundred hours has a
+/// few tens of nearly independent looks at most, far inside 0.005 (orchestrator-detect's
+/// `tests/fleet_looks.rs` checks the rate by simulation).
 pub(crate) fn level_batches(
     samples: &[HealthSample],
     key: &str,
     updated: &BTreeMap<NodeId, orchestrator_types::WaveId>,
-    wave: &ExecWave,
-    bake_over: bool,
     sign: f64,
 ) -> Vec<LevelBatch> {
-    // wave -> cohort -> node -> unit -> aggregate
+    // wave -> (cohort, node) -> hourly window -> unit -> aggregate
     type Units = BTreeMap<String, LevelAgg>;
-    let mut by_wave: BTreeMap<orchestrator_types::WaveId, BTreeMap<(Cohort, NodeId), Units>> = BTreeMap::new();
+    type Windows = BTreeMap<DateTime<Utc>, Units>;
+    let mut by_wave: BTreeMap<orchestrator_types::WaveId, BTreeMap<(Cohort, NodeId), Windows>> = BTreeMap::new();
     for s in samples.iter().filter(|s| s.metric == key) {
         let units = by_wave
             .entry(s.wave_id)
             .or_default()
             .entry((s.cohort, s.node_id))
+            .or_default()
+            .entry(s.window_start)
             .or_default();
         for (unit, agg) in &s.units {
             units.entry(unit.clone()).and_modify(|a| a.merge(agg)).or_insert(*agg);
@@ -1030,13 +1029,36 @@ pub(crate) fn level_batches(
     }
     let mut batches = Vec::new();
     for (wave_id, nodes) in by_wave {
-        if wave_id == wave.id && !bake_over {
-            continue;
+        // The controls' mean level per hour: each node is compared with the controls of the same
+        // hours only (concurrent), so a fleet-wide hot hour that an updated node's watch (which starts
+        // after its reset) covers differently from the controls' cannot pass for an effect.
+        let mut per_window: BTreeMap<DateTime<Utc>, (f64, usize)> = BTreeMap::new();
+        for (_, windows) in nodes.iter().filter(|((c, _), _)| *c == Cohort::Control) {
+            for (window, units) in windows {
+                if let Some(v) = node_level(units) {
+                    let entry = per_window.entry(*window).or_insert((0.0, 0));
+                    entry.0 += v;
+                    entry.1 += 1;
+                }
+            }
         }
+        let control_mean: BTreeMap<DateTime<Utc>, f64> = per_window
+            .into_iter()
+            .map(|(w, (sum, n))| (w, sum / n as f64))
+            .collect();
+        // One node's value: its mean over its hours of (its level - the controls' mean that hour).
+        let difference = |windows: &Windows| -> Option<f64> {
+            let diffs: Vec<f64> = windows
+                .iter()
+                .filter_map(|(w, units)| Some(node_level(units)? - control_mean.get(w)?))
+                .collect();
+            (!diffs.is_empty()).then(|| diffs.iter().sum::<f64>() / diffs.len() as f64)
+        };
+        // The controls' own values of the same statistic give the sd of one node's value.
         let controls: Vec<f64> = nodes
             .iter()
             .filter(|((c, _), _)| *c == Cohort::Control)
-            .filter_map(|(_, units)| node_level(units))
+            .filter_map(|(_, windows)| difference(windows))
             .collect();
         if controls.len() < 2 {
             continue;
@@ -1047,8 +1069,8 @@ pub(crate) fn level_batches(
         let differences: Vec<f64> = nodes
             .iter()
             .filter(|((c, node), _)| *c == Cohort::Canary && updated.get(node) == Some(&wave_id))
-            .filter_map(|(_, units)| node_level(units))
-            .map(|v| sign * (v - mean))
+            .filter_map(|(_, windows)| difference(windows))
+            .map(|v| sign * v)
             .collect();
         if differences.is_empty() {
             continue;
@@ -1196,39 +1218,92 @@ mod tests {
             sample(2, 11, Cohort::Control, 60.0),
         ];
         let updated: BTreeMap<NodeId, WaveId> = [(NodeId(1), WaveId(1)), (NodeId(2), WaveId(2))].into();
-        let wave = |id: i64| ExecWave {
-            id: WaveId(id),
-            rollout_id: RolloutId(1),
-            position: 1,
-            name: "w".into(),
-            kind: orchestrator_types::WaveKind::Update,
-            state: orchestrator_types::WaveState::Baking,
-            state_reason: None,
-            node_count: 1,
-            bake_seconds: 3600,
-            approvals_required: 0,
-            max_in_flight: 1,
-            gates: vec![],
-            control_nodes: vec![],
-            started_at: None,
-            bake_started_at: None,
-            ended_at: None,
-            decision: None,
-            verdict: None,
-            scope: None,
-            blockers: vec![],
-        };
-        // Wave 2 still in its planned bake: only wave 1's batch.
-        let b = level_batches(&samples, "gpu_temp_c", &updated, &wave(2), false, 1.0);
-        assert_eq!(b.len(), 1);
-        assert_eq!(b[0].differences, vec![3.0]);
-        // Once its bake is over, wave 2's own node joins (node 1 is not counted again).
-        let b = level_batches(&samples, "gpu_temp_c", &updated, &wave(2), true, 1.0);
+        // Wave 2 is still in its planned bake and its own node is in the evidence already (a level
+        // gate fails at any look); node 1 counts once, in wave 1.
+        let b = level_batches(&samples, "gpu_temp_c", &updated, 1.0);
         assert_eq!(b.len(), 2);
+        assert_eq!(b[0].differences, vec![3.0]);
         assert_eq!(b[1].differences, vec![1.0]);
         // Lower-is-worse metrics are negated.
-        let b = level_batches(&samples, "gpu_temp_c", &updated, &wave(2), false, -1.0);
+        let b = level_batches(&samples, "gpu_temp_c", &updated, -1.0);
         assert_eq!(b[0].differences, vec![-3.0]);
+    }
+
+    #[test]
+    fn a_level_gate_fails_inside_the_canarys_planned_bake() {
+        use orchestrator_types::{RolloutId, WaveId};
+        // The canary's first closed hour: 32 updated nodes 3 °C above 64 controls (spread 1 °C). Only
+        // the canary's own data exist, and nothing here knows about the bake: the look can fail.
+        let sample = |node: i64, cohort: Cohort, value: f64| {
+            let mut units = BTreeMap::new();
+            units.insert("GPU_0".to_owned(), LevelAgg::of(value));
+            HealthSample {
+                rollout_id: RolloutId(1),
+                wave_id: WaveId(1),
+                node_id: NodeId(node),
+                cohort,
+                metric: "gpu_temp_c".into(),
+                window_start: hour(0),
+                events: 0,
+                exposure: 0.0,
+                readings: 1,
+                sum: value,
+                min: Some(value),
+                max: Some(value),
+                units,
+            }
+        };
+        let wobble = |i: i64| if i % 2 == 0 { 1.0 } else { -1.0 };
+        let mut samples: Vec<HealthSample> = (0..32).map(|i| sample(i, Cohort::Canary, 63.0 + wobble(i))).collect();
+        samples.extend((100..164).map(|i| sample(i, Cohort::Control, 60.0 + wobble(i))));
+        let updated: BTreeMap<NodeId, WaveId> = (0..32).map(|i| (NodeId(i), WaveId(1))).collect();
+        let batches = level_batches(&samples, "gpu_temp_c", &updated, 1.0);
+        assert_eq!(batches.len(), 1);
+        let mut process = LevelEProcess::new(LevelEConfig::default());
+        for b in &batches {
+            process.observe_batch(&b.differences, b.sd, b.controls).unwrap();
+        }
+        let look = process.look(1.0, 2.0, 0.005, 0.0125).unwrap();
+        assert!(look.fail, "{look:?}");
+        assert_eq!(gate_outcome(look.fail, look.pass_ready), Outcome::Fail);
+    }
+
+    #[test]
+    fn a_level_is_compared_with_the_controls_of_the_same_hours() {
+        use orchestrator_types::{RolloutId, WaveId};
+        let sample = |node: i64, cohort: Cohort, h: i64, value: f64| {
+            let mut units = BTreeMap::new();
+            units.insert("GPU_0".to_owned(), LevelAgg::of(value));
+            HealthSample {
+                rollout_id: RolloutId(1),
+                wave_id: WaveId(1),
+                node_id: NodeId(node),
+                cohort,
+                metric: "gpu_temp_c".into(),
+                window_start: hour(h),
+                events: 0,
+                exposure: 0.0,
+                readings: 1,
+                sum: value,
+                min: Some(value),
+                max: Some(value),
+                units,
+            }
+        };
+        // A fleet-wide hot hour 0 (+8 °C) that the updated node's watch, starting after its reset,
+        // does not cover: against the controls' whole-watch mean it would look 4 °C cooler.
+        let samples = vec![
+            sample(1, Cohort::Canary, 1, 60.0),
+            sample(10, Cohort::Control, 0, 68.0),
+            sample(10, Cohort::Control, 1, 60.0),
+            sample(11, Cohort::Control, 0, 69.0),
+            sample(11, Cohort::Control, 1, 61.0),
+        ];
+        let updated: BTreeMap<NodeId, WaveId> = [(NodeId(1), WaveId(1))].into();
+        let b = level_batches(&samples, "gpu_temp_c", &updated, 1.0);
+        assert_eq!(b.len(), 1);
+        assert_eq!(b[0].differences, vec![-0.5]);
+        assert!((b[0].sd - 2.0f64.sqrt() / 2.0).abs() < 1e-9, "{:?}", b[0]);
     }
 
     #[test]
