@@ -15,8 +15,8 @@ use orchestrator_db::execution::{
 use orchestrator_db::{Db, DbError};
 use orchestrator_policy::{Policy, RollbackScope, next_window_start, window_open_at};
 use orchestrator_types::{
-    ComponentKind, Outcome, QualificationState, RolloutClock, RolloutId, TransitionRequest, WaveId, WaveVerdict,
-    qualification_hold,
+    ComponentKind, Outcome, QualificationState, RolloutClock, RolloutId, StepId, TransitionRequest, WaveId,
+    WaveVerdict, qualification_hold,
 };
 use serde_json::json;
 
@@ -128,6 +128,26 @@ impl Load {
     }
 }
 
+/// The open steps as the moves left them: each moved step replaced by the
+/// last row its transitions wrote, the finished ones dropped. A change made
+/// meanwhile by anyone else is read at the next pass, as it would be had it
+/// landed just after a fresh read.
+fn after_moves(mut open: Vec<PlacedStep>, moved: Vec<ExecStep>) -> Vec<PlacedStep> {
+    if moved.is_empty() {
+        return open;
+    }
+    // Later rows of a step supersede earlier ones: one step's transitions
+    // are made one after the other by the task moving it.
+    let mut latest: HashMap<StepId, ExecStep> = moved.into_iter().map(|s| (s.id, s)).collect();
+    for placed in &mut open {
+        if let Some(step) = latest.remove(&placed.step.id) {
+            placed.step = step;
+        }
+    }
+    open.retain(|p| !p.step.state.is_terminal());
+    open
+}
+
 fn is_fenced(err: &DbError) -> bool {
     matches!(err, DbError::Fenced { .. })
 }
@@ -207,6 +227,7 @@ impl Executor {
             config: self.config.clone(),
             fence: fence.clone(),
             health: self.health.clone(),
+            moved: Arc::default(),
         };
         // A controller short of descriptors (or its image source) would fail
         // every BMC call the same way and blame nothing but itself: while it
@@ -263,7 +284,9 @@ impl Executor {
 
         // 2. Drains through the workload scheduler (when one is
         // configured): confirm, wait for empty nodes, resume after updates.
-        let open = self.db.open_steps().await?;
+        // The moves returned the rows they wrote, so the open steps are not
+        // read again (thousands of unchanged pending rows in a big wave).
+        let open = after_moves(open, ctx.take_moved());
         let drains = self.config.scheduler.as_ref().map(|seam| Drains {
             seam,
             health: &self.health,
@@ -1026,6 +1049,7 @@ impl Executor {
                     config: self.config.clone(),
                     fence: fence.clone(),
                     health: self.health.clone(),
+                    moved: Arc::default(),
                 }
                 .fail_unaddressable(
                     &added,

@@ -25,6 +25,10 @@ pub(crate) struct StepCtx {
     pub config: EngineConfig,
     pub fence: Fence,
     pub health: Arc<ControllerHealth>,
+    /// Every step row this context's transitions wrote, in commit order per
+    /// step: the pass continues from these instead of reading every open
+    /// step again after the moves.
+    pub moved: Arc<std::sync::Mutex<Vec<ExecStep>>>,
 }
 
 /// What a step's moves need to know of its rollout.
@@ -197,9 +201,20 @@ impl StepCtx {
         change: StepChange,
         details: serde_json::Value,
     ) -> Result<ExecStep, DbError> {
-        self.db
+        let moved = self
+            .db
             .transition_step(&self.fence, step.id, step.state, &change, details)
-            .await
+            .await?;
+        self.moved
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(moved.clone());
+        Ok(moved)
+    }
+
+    /// The rows written since the last call.
+    pub fn take_moved(&self) -> Vec<ExecStep> {
+        std::mem::take(&mut *self.moved.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
     }
 
     async fn fail(&self, step: &ExecStep, reason: String) -> Result<(), DbError> {
@@ -920,6 +935,7 @@ fleet:
                 config,
                 fence,
                 health: Arc::new(ControllerHealth::default()),
+                moved: Arc::default(),
             }
         }
 

@@ -4,14 +4,10 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use orchestrator_types::{NodeId, RolloutId, StepId, WaveId};
-use sea_orm::{
-    ColumnTrait, EntityTrait, JoinType, QueryFilter, QueryOrder, QuerySelect, Select, Set, TransactionTrait,
-};
+use sea_orm::{ColumnTrait, EntityTrait, JoinType, QueryFilter, QueryOrder, QuerySelect, Select, Set};
 use serde::{Deserialize, Serialize};
 
-use super::lease::{Fence, check_fence};
-use super::{ENGINE_ACTOR, StepPurpose, StepState, from_json, parse, set_opt, to_json};
-use crate::audit;
+use super::{StepPurpose, StepState, from_json, parse, set_opt, to_json};
 use crate::entity::{node_components, nodes, update_steps};
 use crate::{Db, DbError};
 
@@ -386,104 +382,44 @@ impl Db {
             .map(|(cluster, n)| (cluster, u64::try_from(n).unwrap_or(0)))
             .collect())
     }
+}
 
-    /// Moves a step that is still in `from`, with its audit entry when the
-    /// state changes, under the fence. `Stale` when the step moved already.
-    pub async fn transition_step(
-        &self,
-        fence: &Fence,
-        step: StepId,
-        from: StepState,
-        change: &StepChange,
-        details: serde_json::Value,
-    ) -> Result<ExecStep, DbError> {
-        let now = self.clock.now();
-        let txn = self.conn.begin().await?;
-        check_fence(&txn, fence).await?;
-        let mut active = update_steps::ActiveModel {
-            updated_at: Set(now),
-            ..Default::default()
-        };
-        if let Some(state) = change.state.filter(|to| *to != from) {
-            active.state = Set(state.as_str().to_owned());
-            active.state_entered_at = Set(Some(now));
-        }
-        set_opt(&mut active.task_uri, &change.task_uri);
-        if let Some(attempts) = change.attempts {
-            active.attempts = Set(attempts);
-        }
-        set_opt(&mut active.next_attempt_at, &change.next_attempt_at);
-        set_opt(&mut active.error, &change.error);
-        if let Some(targets) = &change.targets {
-            active.targets = Set(Some(to_json(targets)));
-        }
-        if let Some(known) = &change.known_tasks {
-            active.known_tasks = Set(known.as_ref().map(to_json));
-        }
-        if let Some(previous) = &change.previous_version {
-            active.previous_version = Set(Some(previous.clone()));
-        }
-        set_opt(&mut active.push_started_at, &change.push_started_at);
-        set_opt(&mut active.reset_issued_at, &change.reset_issued_at);
-        set_opt(&mut active.unreachable_since, &change.unreachable_since);
-        if let Some(at) = change.started_at {
-            active.started_at = Set(Some(at));
-        }
-        if let Some(at) = change.finished_at {
-            active.finished_at = Set(Some(at));
-        }
-        let result = update_steps::Entity::update_many()
-            .set(active)
-            .filter(update_steps::Column::Id.eq(step.0))
-            .filter(update_steps::Column::State.eq(from.as_str()))
-            .exec(&txn)
-            .await?;
-        if result.rows_affected != 1 {
-            return Err(DbError::Stale {
-                what: "step",
-                key: step.to_string(),
-                expected: from.to_string(),
-            });
-        }
-        let row = update_steps::Entity::find_by_id(step.0)
-            .one(&txn)
-            .await?
-            .ok_or_else(|| DbError::NotFound {
-                what: "step",
-                key: step.to_string(),
-            })?;
-        let moved = change.state.filter(|to| *to != from);
-        // A retry is a decision too (and the evidence of a flaky BMC).
-        let retried = matches!(change.next_attempt_at, Some(Some(_)));
-        if moved.is_some() || retried {
-            let to = moved.unwrap_or(from);
-            let mut details = details;
-            if let Some(obj) = details.as_object_mut() {
-                obj.insert("from".into(), from.as_str().into());
-                obj.insert("to".into(), to.as_str().into());
-                obj.insert("node_id".into(), row.node_id.into());
-                obj.insert("rollout_id".into(), row.rollout_id.into());
-                obj.insert("purpose".into(), row.purpose.clone().into());
-            }
-            audit::append(
-                &txn,
-                now,
-                ENGINE_ACTOR,
-                if moved.is_some() {
-                    "step.transition"
-                } else {
-                    "step.retry"
-                },
-                "step",
-                &step.to_string(),
-                details,
-            )
-            .await?;
-        }
-        txn.commit().await?;
-        self.steps_changed();
-        to_exec_step(row)
+/// The columns a transition from `from` sets at `now`: the change's fields,
+/// the state (and when it was entered) when it moves, and `updated_at`.
+pub(super) fn step_update(from: StepState, change: &StepChange, now: DateTime<Utc>) -> update_steps::ActiveModel {
+    let mut active = update_steps::ActiveModel {
+        updated_at: Set(now),
+        ..Default::default()
+    };
+    if let Some(state) = change.state.filter(|to| *to != from) {
+        active.state = Set(state.as_str().to_owned());
+        active.state_entered_at = Set(Some(now));
     }
+    set_opt(&mut active.task_uri, &change.task_uri);
+    if let Some(attempts) = change.attempts {
+        active.attempts = Set(attempts);
+    }
+    set_opt(&mut active.next_attempt_at, &change.next_attempt_at);
+    set_opt(&mut active.error, &change.error);
+    if let Some(targets) = &change.targets {
+        active.targets = Set(Some(to_json(targets)));
+    }
+    if let Some(known) = &change.known_tasks {
+        active.known_tasks = Set(known.as_ref().map(to_json));
+    }
+    if let Some(previous) = &change.previous_version {
+        active.previous_version = Set(Some(previous.clone()));
+    }
+    set_opt(&mut active.push_started_at, &change.push_started_at);
+    set_opt(&mut active.reset_issued_at, &change.reset_issued_at);
+    set_opt(&mut active.unreachable_since, &change.unreachable_since);
+    if let Some(at) = change.started_at {
+        active.started_at = Set(Some(at));
+    }
+    if let Some(at) = change.finished_at {
+        active.finished_at = Set(Some(at));
+    }
+    active
 }
 
 fn step_node_relation() -> sea_orm::RelationDef {
