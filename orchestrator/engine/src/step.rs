@@ -666,7 +666,22 @@ impl StepCtx {
         };
         let step = self.contact_restored(step).await?;
         if matches!(read_components(&step, &inventory), Reading::AtTarget) {
-            return self.to_verifying(&step).await;
+            // This reading, taken after the activation, is the read-back
+            // that verification asks for: record `verifying` and then its
+            // outcome from it, rather than read the whole inventory again
+            // (one request per component) on the next pass. A crash between
+            // the two writes leaves `verifying`, which reads it again.
+            let step = self
+                .transition(
+                    &step,
+                    StepChange {
+                        state: Some(StepState::Verifying),
+                        ..Default::default()
+                    },
+                    json!({}),
+                )
+                .await?;
+            return self.verified(&step, inventory).await;
         }
         if !self.lease_covers_side_effect() {
             return Ok(());
@@ -748,6 +763,13 @@ impl StepCtx {
             Err(err) if err.is_transient() => return self.unreachable(placed, &err).await,
             Err(err) => return self.fail(step, format!("verification: {}", error_chain(&err))).await,
         };
+        self.verified(step, inventory).await
+    }
+
+    /// verifying, with the inventory read after activation: succeeded (and
+    /// the reading recorded as the node's inventory) when it shows the
+    /// target, failed otherwise.
+    async fn verified(&self, step: &ExecStep, inventory: Vec<FirmwareComponent>) -> Result<(), DbError> {
         match read_components(step, &inventory) {
             Reading::AtTarget => {
                 self.transition(

@@ -29,9 +29,13 @@ use super::{ENGINE_ACTOR, ExecStep, StepState};
 use crate::entity::{audit_log, update_steps};
 use crate::{Db, DbError};
 
-/// Most audit rows one insert carries (SQLite binds at most 32,766
-/// parameters a statement; an audit row takes six).
-const AUDIT_ROWS_PER_INSERT: usize = 1000;
+/// The row counts audit inserts come in, largest first. The driver keeps
+/// each distinct statement prepared per connection (a small LRU cache);
+/// inserts of every count from 1 to 512 would each be a new statement and
+/// push the steady ones out, so a batch's entries go in chunks of these
+/// few sizes (at most 2 + 3 + 3 + 3 inserts for any count below 1,024).
+/// The largest binds 1,536 parameters, far below SQLite's limit.
+const AUDIT_CHUNKS: [usize; 5] = [256, 64, 16, 4, 1];
 
 /// Transitions waiting for a commit, and the right to commit them.
 #[derive(Default)]
