@@ -42,6 +42,16 @@ pub(crate) struct Executor {
     kinds: Mutex<HashMap<RolloutId, ComponentKind>>,
 }
 
+/// Pending steps a pass reads of each running wave, per step the fleet cap
+/// lets in flight: admission walks them in id order and stops at the caps,
+/// so a few times the cap leaves room for steps skipped by the per-rack,
+/// per-domain and per-node caps without reading a 100,000-step wave's
+/// every pending row each pass. A wave whose first rows are all held by
+/// those caps admits fewer this pass, never more than the caps allow.
+const PENDING_READ_PER_CAP: u64 = 8;
+/// Pending steps read per running wave however small the fleet cap.
+const MIN_PENDING_READ: u64 = 1024;
+
 /// Longest evidence text put into a release's block reason; the whole
 /// verdict stays on the wave.
 const MAX_BLOCK_EVIDENCE: usize = 4000;
@@ -252,7 +262,14 @@ impl Executor {
 
         // 1. Every admitted step moves once, whatever its rollout's state:
         // paused, aborted and halted rollouts let in-flight flashes finish.
-        let open = self.db.open_steps().await?;
+        let open = if self.config.scheduler.is_some() {
+            // Drains follow pending steps of any wave (one being drained
+            // stays pending until its node is empty): read them all.
+            self.db.open_steps().await?
+        } else {
+            let pending = u64::from(self.config.fleet_max_in_flight).saturating_mul(PENDING_READ_PER_CAP);
+            self.db.open_steps_for_pass(pending.max(MIN_PENDING_READ)).await?
+        };
         let in_flight: Vec<&PlacedStep> = if degraded {
             Vec::new()
         } else {

@@ -8,7 +8,7 @@ use sea_orm::{ColumnTrait, EntityTrait, JoinType, QueryFilter, QueryOrder, Query
 use serde::{Deserialize, Serialize};
 
 use super::{StepPurpose, StepState, from_json, parse, set_opt, to_json};
-use crate::entity::{node_components, nodes, update_steps};
+use crate::entity::{node_components, nodes, update_steps, waves};
 use crate::{Db, DbError};
 
 #[cfg(feature = "openapi")]
@@ -230,26 +230,59 @@ impl Db {
             .filter(|s| s.is_terminal())
             .map(|s| s.as_str())
             .collect();
-        let rows = update_steps::Entity::find()
-            .filter(update_steps::Column::State.is_not_in(terminal))
-            .join(JoinType::LeftJoin, step_node_relation())
-            .select_also(nodes::Entity)
+        placed(
+            update_steps::Entity::find()
+                .filter(update_steps::Column::State.is_not_in(terminal))
+                .join(JoinType::LeftJoin, step_node_relation())
+                .select_also(nodes::Entity)
+                .all(&self.conn)
+                .await?,
+        )
+    }
+
+    /// What one executor pass works from: every step in flight (all of
+    /// them: the caps count them) and, of each running wave, its first
+    /// `pending_per_wave` pending steps by id (the ones admission can
+    /// reach this pass), by step id. Pending steps of waves that are not
+    /// running cannot be admitted, and a wave admits at most its caps a
+    /// pass, so reading all of a 100,000-step wave's pending rows every
+    /// pass (as [`Db::open_steps`] does) costs without changing anything.
+    pub async fn open_steps_for_pass(&self, pending_per_wave: u64) -> Result<Vec<PlacedStep>, DbError> {
+        let not_in_flight: Vec<&str> = StepState::ALL
+            .iter()
+            .filter(|s| !s.is_in_flight())
+            .map(|s| s.as_str())
+            .collect();
+        let mut open = placed(
+            update_steps::Entity::find()
+                .filter(update_steps::Column::State.is_not_in(not_in_flight))
+                .join(JoinType::LeftJoin, step_node_relation())
+                .select_also(nodes::Entity)
+                .all(&self.conn)
+                .await?,
+        )?;
+        let running: Vec<i64> = waves::Entity::find()
+            .select_only()
+            .column(waves::Column::Id)
+            .filter(waves::Column::State.eq(orchestrator_types::WaveState::Running.as_str()))
+            .into_tuple()
             .all(&self.conn)
             .await?;
-        rows.into_iter()
-            .map(|(step, node)| {
-                let node = node.ok_or_else(|| DbError::corrupt("step", format!("step {} has no node", step.id)))?;
-                Ok(PlacedStep {
-                    step: to_exec_step(step)?,
-                    node_name: node.name,
-                    bmc_url: node.bmc_url,
-                    credential_ref: node.credential_ref,
-                    rack: node.rack,
-                    nvlink_domain: node.nvlink_domain,
-                    cluster: node.cluster,
-                })
-            })
-            .collect()
+        for wave in running {
+            open.extend(placed(
+                update_steps::Entity::find()
+                    .filter(update_steps::Column::WaveId.eq(wave))
+                    .filter(update_steps::Column::State.eq(StepState::Pending.as_str()))
+                    .order_by_asc(update_steps::Column::Id)
+                    .limit(pending_per_wave.max(1))
+                    .join(JoinType::LeftJoin, step_node_relation())
+                    .select_also(nodes::Entity)
+                    .all(&self.conn)
+                    .await?,
+            )?);
+        }
+        open.sort_by_key(|p| p.step.id.0);
+        Ok(open)
     }
 
     /// Step counts by state for a rollout, or for one wave.
@@ -420,6 +453,24 @@ pub(super) fn step_update(from: StepState, change: &StepChange, now: DateTime<Ut
         active.finished_at = Set(Some(at));
     }
     active
+}
+
+/// Steps joined with their nodes, as [`PlacedStep`]s.
+fn placed(rows: Vec<(update_steps::Model, Option<nodes::Model>)>) -> Result<Vec<PlacedStep>, DbError> {
+    rows.into_iter()
+        .map(|(step, node)| {
+            let node = node.ok_or_else(|| DbError::corrupt("step", format!("step {} has no node", step.id)))?;
+            Ok(PlacedStep {
+                step: to_exec_step(step)?,
+                node_name: node.name,
+                bmc_url: node.bmc_url,
+                credential_ref: node.credential_ref,
+                rack: node.rack,
+                nvlink_domain: node.nvlink_domain,
+                cluster: node.cluster,
+            })
+        })
+        .collect()
 }
 
 fn step_node_relation() -> sea_orm::RelationDef {
