@@ -218,12 +218,16 @@ impl Db {
         }
         // Entries in the order of the changes they describe, as when each
         // change had its own transaction.
-        let mut entries = audit.into_iter().peekable();
-        while entries.peek().is_some() {
-            let chunk: Vec<_> = entries.by_ref().take(AUDIT_ROWS_PER_INSERT).collect();
-            audit_log::Entity::insert_many(chunk)
-                .exec_without_returning(&txn)
-                .await?;
+        let mut left = audit.len();
+        let mut entries = audit.into_iter();
+        for size in AUDIT_CHUNKS {
+            while left >= size {
+                let chunk: Vec<_> = entries.by_ref().take(size).collect();
+                audit_log::Entity::insert_many(chunk)
+                    .exec_without_returning(&txn)
+                    .await?;
+                left -= size;
+            }
         }
         txn.commit().await?;
         Ok(results)
