@@ -60,7 +60,7 @@ pub struct Db {
     /// Aggregates kept between requests (`cache`).
     pub(crate) caches: Arc<crate::cache::Caches>,
     /// Step transitions waiting to be committed together (`execution::step_batch`).
-    pub(crate) step_writes: Arc<crate::execution::StepWrites>,
+    pub(crate) step_writes: Arc<crate::group_commit::GroupCommit>,
 }
 
 impl Db {

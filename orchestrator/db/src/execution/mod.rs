@@ -40,7 +40,6 @@ pub use step::{
     ExecStep, MAX_STEP_PAGE_ROWS, NamedStep, PlacedStep, StepChange, StepCounts, StepFilter, StepPageQuery,
     StepRevision, StepTarget,
 };
-pub(crate) use step_batch::StepWrites;
 pub use step_page::total_counts;
 pub use wave::{ExecWave, WaveChange};
 

@@ -15,8 +15,6 @@
 //! state = from` is checked per step, so a stale step fails alone while the
 //! rest of the batch commits.
 
-use std::sync::{Mutex, PoisonError};
-
 use orchestrator_types::StepId;
 use sea_orm::{
     ColumnTrait, ConnectionTrait, EntityTrait, FromQueryResult, QueryFilter, QueryTrait, Set, TransactionTrait,
@@ -36,22 +34,6 @@ use crate::{Db, DbError};
 /// few sizes (at most 2 + 3 + 3 + 3 inserts for any count below 1,024).
 /// The largest binds 1,536 parameters, far below SQLite's limit.
 const AUDIT_CHUNKS: [usize; 5] = [256, 64, 16, 4, 1];
-
-/// Transitions waiting for a commit, and the right to commit them.
-#[derive(Default)]
-pub(crate) struct StepWrites {
-    queue: Mutex<Vec<Queued>>,
-    /// Held by the caller committing a batch; the others wait for it and
-    /// then find their result, or commit the next batch themselves.
-    committer: tokio::sync::Mutex<()>,
-}
-
-impl std::fmt::Debug for StepWrites {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let queued = self.queue.lock().unwrap_or_else(PoisonError::into_inner).len();
-        f.debug_struct("StepWrites").field("queued", &queued).finish()
-    }
-}
 
 /// One transition of [`Db::transition_step`], queued.
 struct Queued {
@@ -98,26 +80,29 @@ impl Db {
         details: serde_json::Value,
     ) -> Result<ExecStep, DbError> {
         let (done, mut outcome) = oneshot::channel();
-        self.step_writes
-            .queue
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(Queued {
-                fence: fence.clone(),
-                step,
-                from,
-                change: change.clone(),
-                details,
-                done,
-            });
-        let _committer = self.step_writes.committer.lock().await;
+        self.step_writes.push(Box::new(Queued {
+            fence: fence.clone(),
+            step,
+            from,
+            change: change.clone(),
+            details,
+            done,
+        }));
+        let _committer = self.step_writes.committer().await;
         // Queued before the lock was taken: either a caller that held it
         // since has committed this transition (the answer is here), or it
         // is still in the queue and this caller commits it now.
         if let Ok(result) = outcome.try_recv() {
             return result;
         }
-        let batch = std::mem::take(&mut *self.step_writes.queue.lock().unwrap_or_else(PoisonError::into_inner));
+        // Only this module queues on `step_writes`, so every write is one
+        // of ours (anything else would be dropped, failing its caller).
+        let batch = self
+            .step_writes
+            .take()
+            .into_iter()
+            .filter_map(|write| write.downcast::<Queued>().ok().map(|queued| *queued))
+            .collect();
         self.commit_transitions(batch).await;
         outcome.try_recv().unwrap_or_else(|_| {
             // Only a committer cancelled mid-batch drops an answer; its
