@@ -3,7 +3,6 @@
 //! fleet by the real engine), and what the process used doing it, read from
 //! `/proc`. The command prints them.
 
-use std::sync::Arc;
 use std::time::{Duration as StdDuration, Instant};
 
 use bmc_sim::{Scenario, ScenarioError};
