@@ -59,6 +59,8 @@ pub struct Db {
     backend: Backend,
     /// Aggregates kept between requests (`cache`).
     pub(crate) caches: Arc<crate::cache::Caches>,
+    /// Step transitions waiting to be committed together (`execution::step_batch`).
+    pub(crate) step_writes: Arc<crate::group_commit::GroupCommit>,
 }
 
 impl Db {
@@ -115,6 +117,7 @@ impl Db {
             clock: RolloutClock::new(clock),
             backend,
             caches: Arc::default(),
+            step_writes: Arc::default(),
         })
     }
 

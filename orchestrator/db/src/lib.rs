@@ -14,6 +14,7 @@ mod entity;
 mod error;
 pub mod execution;
 pub mod fleet_file;
+mod group_commit;
 pub mod health;
 pub mod model;
 mod nodes;

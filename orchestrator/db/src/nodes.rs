@@ -411,25 +411,43 @@ impl Db {
         components: &[DiscoveredComponent],
     ) -> Result<(), DbError> {
         let now = self.clock.now();
+        // One upsert of every component (a node's nine rows were nine
+        // statements). Within one statement a row may be upserted only
+        // once, so a component listed twice keeps its last reading, as
+        // the one-by-one upserts it replaces did.
+        let mut latest: Vec<&DiscoveredComponent> = Vec::with_capacity(components.len());
+        for component in components {
+            match latest
+                .iter_mut()
+                .find(|c| c.reading.inventory_id == component.reading.inventory_id)
+            {
+                Some(seen) => *seen = component,
+                None => latest.push(component),
+            }
+        }
+        let rows: Vec<node_components::ActiveModel> = latest
+            .into_iter()
+            .map(
+                |DiscoveredComponent {
+                     reading,
+                     lowest_supported_version,
+                 }| node_components::ActiveModel {
+                    node_id: Set(id.0),
+                    inventory_id: Set(reading.inventory_id.clone()),
+                    kind: Set(reading.kind.as_str().to_owned()),
+                    version: Set(reading.version.as_str().to_owned()),
+                    updateable: Set(reading.updateable),
+                    software_id: Set(reading.software_id.clone()),
+                    health: Set(reading.health.clone()),
+                    lowest_supported_version: Set(lowest_supported_version.clone()),
+                    last_read_at: Set(now),
+                    ..Default::default()
+                },
+            )
+            .collect();
         let txn = self.conn.begin().await?;
-        for DiscoveredComponent {
-            reading,
-            lowest_supported_version,
-        } in components
-        {
-            let row = node_components::ActiveModel {
-                node_id: Set(id.0),
-                inventory_id: Set(reading.inventory_id.clone()),
-                kind: Set(reading.kind.as_str().to_owned()),
-                version: Set(reading.version.as_str().to_owned()),
-                updateable: Set(reading.updateable),
-                software_id: Set(reading.software_id.clone()),
-                health: Set(reading.health.clone()),
-                lowest_supported_version: Set(lowest_supported_version.clone()),
-                last_read_at: Set(now),
-                ..Default::default()
-            };
-            node_components::Entity::insert(row)
+        if !rows.is_empty() {
+            node_components::Entity::insert_many(rows)
                 .on_conflict(
                     OnConflict::columns([node_components::Column::NodeId, node_components::Column::InventoryId])
                         .update_columns([
@@ -443,7 +461,7 @@ impl Db {
                         ])
                         .to_owned(),
                 )
-                .exec(&txn)
+                .exec_without_returning(&txn)
                 .await?;
         }
         nodes::Entity::update_many()

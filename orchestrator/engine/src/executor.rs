@@ -15,8 +15,8 @@ use orchestrator_db::execution::{
 use orchestrator_db::{Db, DbError};
 use orchestrator_policy::{Policy, RollbackScope, next_window_start, window_open_at};
 use orchestrator_types::{
-    ComponentKind, Outcome, QualificationState, RolloutClock, RolloutId, TransitionRequest, WaveId, WaveVerdict,
-    qualification_hold,
+    ComponentKind, Outcome, QualificationState, RolloutClock, RolloutId, StepId, TransitionRequest, WaveId,
+    WaveVerdict, qualification_hold,
 };
 use serde_json::json;
 
@@ -41,6 +41,16 @@ pub(crate) struct Executor {
     policies: Mutex<HashMap<RolloutId, Arc<Policy>>>,
     kinds: Mutex<HashMap<RolloutId, ComponentKind>>,
 }
+
+/// Pending steps a pass reads of each running wave, per step the fleet cap
+/// lets in flight: admission walks them in id order and stops at the caps,
+/// so a few times the cap leaves room for steps skipped by the per-rack,
+/// per-domain and per-node caps without reading a 100,000-step wave's
+/// every pending row each pass. A wave whose first rows are all held by
+/// those caps admits fewer this pass, never more than the caps allow.
+const PENDING_READ_PER_CAP: u64 = 8;
+/// Pending steps read per running wave however small the fleet cap.
+const MIN_PENDING_READ: u64 = 1024;
 
 /// Longest evidence text put into a release's block reason; the whole
 /// verdict stays on the wave.
@@ -128,6 +138,26 @@ impl Load {
     }
 }
 
+/// The open steps as the moves left them: each moved step replaced by the
+/// last row its transitions wrote, the finished ones dropped. A change made
+/// meanwhile by anyone else is read at the next pass, as it would be had it
+/// landed just after a fresh read.
+fn after_moves(mut open: Vec<PlacedStep>, moved: Vec<ExecStep>) -> Vec<PlacedStep> {
+    if moved.is_empty() {
+        return open;
+    }
+    // Later rows of a step supersede earlier ones: one step's transitions
+    // are made one after the other by the task moving it.
+    let mut latest: HashMap<StepId, ExecStep> = moved.into_iter().map(|s| (s.id, s)).collect();
+    for placed in &mut open {
+        if let Some(step) = latest.remove(&placed.step.id) {
+            placed.step = step;
+        }
+    }
+    open.retain(|p| !p.step.state.is_terminal());
+    open
+}
+
 fn is_fenced(err: &DbError) -> bool {
     matches!(err, DbError::Fenced { .. })
 }
@@ -207,6 +237,7 @@ impl Executor {
             config: self.config.clone(),
             fence: fence.clone(),
             health: self.health.clone(),
+            moved: Arc::default(),
         };
         // A controller short of descriptors (or its image source) would fail
         // every BMC call the same way and blame nothing but itself: while it
@@ -231,7 +262,14 @@ impl Executor {
 
         // 1. Every admitted step moves once, whatever its rollout's state:
         // paused, aborted and halted rollouts let in-flight flashes finish.
-        let open = self.db.open_steps().await?;
+        let open = if self.config.scheduler.is_some() {
+            // Drains follow pending steps of any wave (one being drained
+            // stays pending until its node is empty): read them all.
+            self.db.open_steps().await?
+        } else {
+            let pending = u64::from(self.config.fleet_max_in_flight).saturating_mul(PENDING_READ_PER_CAP);
+            self.db.open_steps_for_pass(pending.max(MIN_PENDING_READ)).await?
+        };
         let in_flight: Vec<&PlacedStep> = if degraded {
             Vec::new()
         } else {
@@ -263,7 +301,9 @@ impl Executor {
 
         // 2. Drains through the workload scheduler (when one is
         // configured): confirm, wait for empty nodes, resume after updates.
-        let open = self.db.open_steps().await?;
+        // The moves returned the rows they wrote, so the open steps are not
+        // read again (thousands of unchanged pending rows in a big wave).
+        let open = after_moves(open, ctx.take_moved());
         let drains = self.config.scheduler.as_ref().map(|seam| Drains {
             seam,
             health: &self.health,
@@ -1026,6 +1066,7 @@ impl Executor {
                     config: self.config.clone(),
                     fence: fence.clone(),
                     health: self.health.clone(),
+                    moved: Arc::default(),
                 }
                 .fail_unaddressable(
                     &added,

@@ -25,6 +25,10 @@ pub(crate) struct StepCtx {
     pub config: EngineConfig,
     pub fence: Fence,
     pub health: Arc<ControllerHealth>,
+    /// Every step row this context's transitions wrote, in commit order per
+    /// step: the pass continues from these instead of reading every open
+    /// step again after the moves.
+    pub moved: Arc<std::sync::Mutex<Vec<ExecStep>>>,
 }
 
 /// What a step's moves need to know of its rollout.
@@ -197,9 +201,20 @@ impl StepCtx {
         change: StepChange,
         details: serde_json::Value,
     ) -> Result<ExecStep, DbError> {
-        self.db
+        let moved = self
+            .db
             .transition_step(&self.fence, step.id, step.state, &change, details)
-            .await
+            .await?;
+        self.moved
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(moved.clone());
+        Ok(moved)
+    }
+
+    /// The rows written since the last call.
+    pub fn take_moved(&self) -> Vec<ExecStep> {
+        std::mem::take(&mut *self.moved.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
     }
 
     async fn fail(&self, step: &ExecStep, reason: String) -> Result<(), DbError> {
@@ -651,7 +666,22 @@ impl StepCtx {
         };
         let step = self.contact_restored(step).await?;
         if matches!(read_components(&step, &inventory), Reading::AtTarget) {
-            return self.to_verifying(&step).await;
+            // This reading, taken after the activation, is the read-back
+            // that verification asks for: record `verifying` and then its
+            // outcome from it, rather than read the whole inventory again
+            // (one request per component) on the next pass. A crash between
+            // the two writes leaves `verifying`, which reads it again.
+            let step = self
+                .transition(
+                    &step,
+                    StepChange {
+                        state: Some(StepState::Verifying),
+                        ..Default::default()
+                    },
+                    json!({}),
+                )
+                .await?;
+            return self.verified(&step, inventory).await;
         }
         if !self.lease_covers_side_effect() {
             return Ok(());
@@ -735,6 +765,13 @@ impl StepCtx {
             Err(err) if err.is_transient() => return self.unreachable(placed, &err).await,
             Err(err) => return self.fail(step, format!("verification: {}", error_chain(&err))).await,
         };
+        self.verified(step, inventory).await
+    }
+
+    /// verifying, with the inventory read after activation: succeeded (and
+    /// the reading recorded as the node's inventory) when it shows the
+    /// target, failed otherwise.
+    async fn verified(&self, step: &ExecStep, inventory: Vec<FirmwareComponent>) -> Result<(), DbError> {
         match read_components(step, &inventory) {
             Reading::AtTarget => {
                 self.transition(
@@ -922,6 +959,7 @@ fleet:
                 config,
                 fence,
                 health: Arc::new(ControllerHealth::default()),
+                moved: Arc::default(),
             }
         }
 

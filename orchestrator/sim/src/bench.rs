@@ -3,19 +3,18 @@
 //! fleet by the real engine), and what the process used doing it, read from
 //! `/proc`. The command prints them.
 
-use std::sync::Arc;
 use std::time::{Duration as StdDuration, Instant};
 
 use bmc_sim::{Scenario, ScenarioError};
 use orchestrator_db::DbError;
 use orchestrator_db::execution::{RolloutState, StepFilter, StepState};
-use orchestrator_engine::{EngineError, GatelessJudge, StartRollout};
+use orchestrator_engine::{EngineError, StartRollout};
 use orchestrator_types::{ComponentKind, FirmwareVersion, VersionError};
 
 use crate::error::SimError;
 use crate::fleet::FleetPlacement;
 use crate::watch::{WatchOptions, watch};
-use crate::world::{SIM_AUTHOR, SimWorld, WorldError, WorldOptions};
+use crate::world::{SIM_AUTHOR, SimWorld, WorldError, WorldOptions, judge_for};
 
 /// With the fleet in this process every simulated BMC holds a listening
 /// socket for the whole run. Its BMCs close each connection after one
@@ -196,8 +195,17 @@ bmc_faults:
     )
 }
 
+/// The throughput run's policy, by the name it prints: GPU firmware canary
+/// (100) -> the rest of the fleet, with the Redfish health gates of
+/// `policies/gpu-fast-canary.yaml` (an XID rate and a GPU temperature level)
+/// judged by the detector against each wave's control cohort. The collector
+/// polls the wave's updated nodes and its controls every `interval` through
+/// the bake, as `waveguard serve` does, so the run pays for health polling
+/// (the bakes' real time is in the wall time too, and printed apart).
+pub const THROUGHPUT_POLICY_NAME: &str = "bench-throughput-gated";
+
 const THROUGHPUT_POLICY: &str = r#"
-name: bench-throughput
+name: bench-throughput-gated
 target:
   component: gpu
   inventory_id: "HGX_FW_GPU_*"
@@ -210,15 +218,32 @@ waves:
   - name: canary
     count: 100
     stratify_by: [rack]
-    bake: 1m
+    bake: 20m
     max_in_flight: 100
   - name: fleet
     rest: true
-    bake: 1m
+    bake: 20m
     max_in_flight: 512
 concurrency:
   max_in_flight: 512
   per_rack: 20
+health:
+  alpha: 0.05
+  gates:
+    - name: xid_errors
+      source: redfish
+      metric: xid_errors_per_gpu_hour
+      kind: rate
+      direction: increase_is_bad
+      min_effect: 1.5
+      interval: 5m
+    - name: gpu_temp
+      source: redfish
+      metric: gpu_temp_c
+      kind: level
+      direction: increase_is_bad
+      min_effect: 3
+      interval: 5m
 failure_budget:
   max_failed_percent: 1
 rollback:
@@ -226,9 +251,19 @@ rollback:
   scope: rollout
 "#;
 
+/// Simulated seconds per real second in the throughput run: a 20-minute
+/// bake lasts 2 real seconds, a 5-minute poll interval half a second.
+const THROUGHPUT_SPEEDUP: f64 = 600.0;
+
 /// What the throughput run measured.
 #[derive(Debug, Clone)]
 pub struct Throughput {
+    /// The policy's name.
+    pub policy: &'static str,
+    /// Health polls the collector recorded (updated nodes and controls).
+    pub health_polls: u64,
+    /// Real time the waves spent baking (in `wall`).
+    pub baking: StdDuration,
     /// Fleet start, import, inventory and release registration.
     pub setup: StdDuration,
     /// The rollout's state at the end.
@@ -237,7 +272,7 @@ pub struct Throughput {
     pub succeeded: usize,
     /// Planning and storing the plan.
     pub planned: StdDuration,
-    /// From `start_rollout` to the end, bakes skipped.
+    /// From `start_rollout` to the end, bakes included.
     pub wall: StdDuration,
     /// CPU seconds of the controller's threads and of bmc-sim's.
     pub controller_cpu: f64,
@@ -292,7 +327,7 @@ pub async fn throughput(
         .enable_all()
         .build()
         .map_err(BenchError::Runtime)?;
-    let mut options = WorldOptions::new(60.0);
+    let mut options = WorldOptions::new(THROUGHPUT_SPEEDUP);
     options.db_url = postgres.map(str::to_owned);
     match fleet_processes {
         Some(processes) => {
@@ -339,14 +374,17 @@ async fn measure_throughput(world: &SimWorld, setup: Instant) -> Result<Throughp
     .await
     .map_err(BenchError::Start)?;
     let planned = started.elapsed();
-    let engine = world.start_engine("bench", Arc::new(GatelessJudge));
+    // The detector with its collector, as `simulate` and `serve` judge: the
+    // bakes are watched (not skipped) and every poll is paid for.
+    let judge = judge_for(world);
+    let engine = world.start_engine("bench", judge.judge);
     let watched = watch(
         world,
         &rollout,
         WatchOptions {
             approve: true,
-            skip_bake: true,
-            timeout: StdDuration::from_secs(1800),
+            skip_bake: !judge.watches_health,
+            timeout: StdDuration::from_secs(3600),
         },
     )
     .await;
@@ -365,7 +403,24 @@ async fn measure_throughput(world: &SimWorld, setup: Instant) -> Result<Throughp
             ..Default::default()
         })
         .await?;
+    let mut health_polls = 0;
+    let mut baking = 0.0;
+    for wave in world.db.rollout_waves(rollout.id).await? {
+        health_polls += world
+            .db
+            .health_cursors(wave.id)
+            .await?
+            .iter()
+            .map(|c| u64::try_from(c.polls).unwrap_or(0))
+            .sum::<u64>();
+        if let (Some(from), Some(to)) = (wave.bake_started_at, wave.ended_at) {
+            baking += (to - from).num_milliseconds().max(0) as f64 / 1000.0 / THROUGHPUT_SPEEDUP;
+        }
+    }
     Ok(Throughput {
+        policy: THROUGHPUT_POLICY_NAME,
+        health_polls,
+        baking: StdDuration::from_secs_f64(baking),
         setup,
         state: watched.rollout.state,
         steps: steps.len(),

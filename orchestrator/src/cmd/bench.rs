@@ -176,6 +176,10 @@ async fn throughput(nodes: usize, postgres: Option<&str>, processes: Option<usiz
     );
     let run = orchestrator_sim::bench::throughput(nodes, postgres, processes).await?;
     println!(
+        "policy: {} (Redfish health gates xid_errors and gpu_temp, judged against control cohorts)",
+        run.policy
+    );
+    println!(
         "setup (fleet start, import, inventory, release): {:.1}s",
         run.setup.as_secs_f64()
     );
@@ -185,14 +189,22 @@ async fn throughput(nodes: usize, postgres: Option<&str>, processes: Option<usiz
     );
     println!("planning + storing the plan: {:.2}s", run.planned.as_secs_f64());
     println!(
-        "wall time (start_rollout -> completed, bakes skipped): {:.1}s; node-updates/s: {:.0}",
+        "wall time (start_rollout -> completed, bakes included): {:.1}s; node-updates/s: {:.0}",
         run.wall.as_secs_f64(),
         run.succeeded as f64 / run.wall.as_secs_f64()
     );
     println!(
-        "CPU seconds: controller {:.1}, bmc-sim {:.1}",
-        run.controller_cpu, run.sim_cpu
+        "of which baking: {:.1}s; health polls recorded: {}",
+        run.baking.as_secs_f64(),
+        run.health_polls
     );
+    println!(
+        "CPU seconds: controller {:.1}, bmc-sim {:.1}; controller CPU per node-update: {:.2} ms",
+        run.controller_cpu,
+        run.sim_cpu,
+        run.controller_cpu * 1000.0 / run.succeeded.max(1) as f64
+    );
+    println!("load average at the end: {}", load_average());
     match run.fleet_processes {
         Some(n) => {
             println!("peak RSS of the controller process: {:.0} MiB", run.peak_rss_mib);
@@ -212,6 +224,13 @@ async fn throughput(nodes: usize, postgres: Option<&str>, processes: Option<usiz
     }
     println!("BMC connection bound: {}", run.connection_limit);
     Ok(())
+}
+
+/// The machine's 1/5/15-minute load averages, for reading the wall-clock figures.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into())
 }
 
 // ---------------------------------------------------------------------------

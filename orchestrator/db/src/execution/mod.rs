@@ -12,7 +12,7 @@
 //!
 //! One submodule per concern: `lease` (the fence), `plan` (storing a plan
 //! with its rollout), `rollout`, `wave` and `step` (records, reads and
-//! transitions of each; `step_page`: paged steps with node names and
+//! transitions of each; `step_batch`: step transitions committed in groups; `step_page`: paged steps with node names and
 //! counts for the pages and the API), `approval` (the two-person rule) and `rollback`.
 
 mod approval;
@@ -21,6 +21,7 @@ mod plan;
 mod rollback;
 mod rollout;
 mod step;
+mod step_batch;
 mod step_page;
 mod wave;
 

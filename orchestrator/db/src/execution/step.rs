@@ -4,15 +4,11 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use orchestrator_types::{NodeId, RolloutId, StepId, WaveId};
-use sea_orm::{
-    ColumnTrait, EntityTrait, JoinType, QueryFilter, QueryOrder, QuerySelect, Select, Set, TransactionTrait,
-};
+use sea_orm::{ColumnTrait, EntityTrait, JoinType, QueryFilter, QueryOrder, QuerySelect, Select, Set};
 use serde::{Deserialize, Serialize};
 
-use super::lease::{Fence, check_fence};
-use super::{ENGINE_ACTOR, StepPurpose, StepState, from_json, parse, set_opt, to_json};
-use crate::audit;
-use crate::entity::{node_components, nodes, update_steps};
+use super::{StepPurpose, StepState, from_json, parse, set_opt, to_json};
+use crate::entity::{node_components, nodes, update_steps, waves};
 use crate::{Db, DbError};
 
 #[cfg(feature = "openapi")]
@@ -234,26 +230,59 @@ impl Db {
             .filter(|s| s.is_terminal())
             .map(|s| s.as_str())
             .collect();
-        let rows = update_steps::Entity::find()
-            .filter(update_steps::Column::State.is_not_in(terminal))
-            .join(JoinType::LeftJoin, step_node_relation())
-            .select_also(nodes::Entity)
+        placed(
+            update_steps::Entity::find()
+                .filter(update_steps::Column::State.is_not_in(terminal))
+                .join(JoinType::LeftJoin, step_node_relation())
+                .select_also(nodes::Entity)
+                .all(&self.conn)
+                .await?,
+        )
+    }
+
+    /// What one executor pass works from: every step in flight (all of
+    /// them: the caps count them) and, of each running wave, its first
+    /// `pending_per_wave` pending steps by id (the ones admission can
+    /// reach this pass), by step id. Pending steps of waves that are not
+    /// running cannot be admitted, and a wave admits at most its caps a
+    /// pass, so reading all of a 100,000-step wave's pending rows every
+    /// pass (as [`Db::open_steps`] does) costs without changing anything.
+    pub async fn open_steps_for_pass(&self, pending_per_wave: u64) -> Result<Vec<PlacedStep>, DbError> {
+        let not_in_flight: Vec<&str> = StepState::ALL
+            .iter()
+            .filter(|s| !s.is_in_flight())
+            .map(|s| s.as_str())
+            .collect();
+        let mut open = placed(
+            update_steps::Entity::find()
+                .filter(update_steps::Column::State.is_not_in(not_in_flight))
+                .join(JoinType::LeftJoin, step_node_relation())
+                .select_also(nodes::Entity)
+                .all(&self.conn)
+                .await?,
+        )?;
+        let running: Vec<i64> = waves::Entity::find()
+            .select_only()
+            .column(waves::Column::Id)
+            .filter(waves::Column::State.eq(orchestrator_types::WaveState::Running.as_str()))
+            .into_tuple()
             .all(&self.conn)
             .await?;
-        rows.into_iter()
-            .map(|(step, node)| {
-                let node = node.ok_or_else(|| DbError::corrupt("step", format!("step {} has no node", step.id)))?;
-                Ok(PlacedStep {
-                    step: to_exec_step(step)?,
-                    node_name: node.name,
-                    bmc_url: node.bmc_url,
-                    credential_ref: node.credential_ref,
-                    rack: node.rack,
-                    nvlink_domain: node.nvlink_domain,
-                    cluster: node.cluster,
-                })
-            })
-            .collect()
+        for wave in running {
+            open.extend(placed(
+                update_steps::Entity::find()
+                    .filter(update_steps::Column::WaveId.eq(wave))
+                    .filter(update_steps::Column::State.eq(StepState::Pending.as_str()))
+                    .order_by_asc(update_steps::Column::Id)
+                    .limit(pending_per_wave.max(1))
+                    .join(JoinType::LeftJoin, step_node_relation())
+                    .select_also(nodes::Entity)
+                    .all(&self.conn)
+                    .await?,
+            )?);
+        }
+        open.sort_by_key(|p| p.step.id.0);
+        Ok(open)
     }
 
     /// Step counts by state for a rollout, or for one wave.
@@ -386,104 +415,62 @@ impl Db {
             .map(|(cluster, n)| (cluster, u64::try_from(n).unwrap_or(0)))
             .collect())
     }
+}
 
-    /// Moves a step that is still in `from`, with its audit entry when the
-    /// state changes, under the fence. `Stale` when the step moved already.
-    pub async fn transition_step(
-        &self,
-        fence: &Fence,
-        step: StepId,
-        from: StepState,
-        change: &StepChange,
-        details: serde_json::Value,
-    ) -> Result<ExecStep, DbError> {
-        let now = self.clock.now();
-        let txn = self.conn.begin().await?;
-        check_fence(&txn, fence).await?;
-        let mut active = update_steps::ActiveModel {
-            updated_at: Set(now),
-            ..Default::default()
-        };
-        if let Some(state) = change.state.filter(|to| *to != from) {
-            active.state = Set(state.as_str().to_owned());
-            active.state_entered_at = Set(Some(now));
-        }
-        set_opt(&mut active.task_uri, &change.task_uri);
-        if let Some(attempts) = change.attempts {
-            active.attempts = Set(attempts);
-        }
-        set_opt(&mut active.next_attempt_at, &change.next_attempt_at);
-        set_opt(&mut active.error, &change.error);
-        if let Some(targets) = &change.targets {
-            active.targets = Set(Some(to_json(targets)));
-        }
-        if let Some(known) = &change.known_tasks {
-            active.known_tasks = Set(known.as_ref().map(to_json));
-        }
-        if let Some(previous) = &change.previous_version {
-            active.previous_version = Set(Some(previous.clone()));
-        }
-        set_opt(&mut active.push_started_at, &change.push_started_at);
-        set_opt(&mut active.reset_issued_at, &change.reset_issued_at);
-        set_opt(&mut active.unreachable_since, &change.unreachable_since);
-        if let Some(at) = change.started_at {
-            active.started_at = Set(Some(at));
-        }
-        if let Some(at) = change.finished_at {
-            active.finished_at = Set(Some(at));
-        }
-        let result = update_steps::Entity::update_many()
-            .set(active)
-            .filter(update_steps::Column::Id.eq(step.0))
-            .filter(update_steps::Column::State.eq(from.as_str()))
-            .exec(&txn)
-            .await?;
-        if result.rows_affected != 1 {
-            return Err(DbError::Stale {
-                what: "step",
-                key: step.to_string(),
-                expected: from.to_string(),
-            });
-        }
-        let row = update_steps::Entity::find_by_id(step.0)
-            .one(&txn)
-            .await?
-            .ok_or_else(|| DbError::NotFound {
-                what: "step",
-                key: step.to_string(),
-            })?;
-        let moved = change.state.filter(|to| *to != from);
-        // A retry is a decision too (and the evidence of a flaky BMC).
-        let retried = matches!(change.next_attempt_at, Some(Some(_)));
-        if moved.is_some() || retried {
-            let to = moved.unwrap_or(from);
-            let mut details = details;
-            if let Some(obj) = details.as_object_mut() {
-                obj.insert("from".into(), from.as_str().into());
-                obj.insert("to".into(), to.as_str().into());
-                obj.insert("node_id".into(), row.node_id.into());
-                obj.insert("rollout_id".into(), row.rollout_id.into());
-                obj.insert("purpose".into(), row.purpose.clone().into());
-            }
-            audit::append(
-                &txn,
-                now,
-                ENGINE_ACTOR,
-                if moved.is_some() {
-                    "step.transition"
-                } else {
-                    "step.retry"
-                },
-                "step",
-                &step.to_string(),
-                details,
-            )
-            .await?;
-        }
-        txn.commit().await?;
-        self.steps_changed();
-        to_exec_step(row)
+/// The columns a transition from `from` sets at `now`: the change's fields,
+/// the state (and when it was entered) when it moves, and `updated_at`.
+pub(super) fn step_update(from: StepState, change: &StepChange, now: DateTime<Utc>) -> update_steps::ActiveModel {
+    let mut active = update_steps::ActiveModel {
+        updated_at: Set(now),
+        ..Default::default()
+    };
+    if let Some(state) = change.state.filter(|to| *to != from) {
+        active.state = Set(state.as_str().to_owned());
+        active.state_entered_at = Set(Some(now));
     }
+    set_opt(&mut active.task_uri, &change.task_uri);
+    if let Some(attempts) = change.attempts {
+        active.attempts = Set(attempts);
+    }
+    set_opt(&mut active.next_attempt_at, &change.next_attempt_at);
+    set_opt(&mut active.error, &change.error);
+    if let Some(targets) = &change.targets {
+        active.targets = Set(Some(to_json(targets)));
+    }
+    if let Some(known) = &change.known_tasks {
+        active.known_tasks = Set(known.as_ref().map(to_json));
+    }
+    if let Some(previous) = &change.previous_version {
+        active.previous_version = Set(Some(previous.clone()));
+    }
+    set_opt(&mut active.push_started_at, &change.push_started_at);
+    set_opt(&mut active.reset_issued_at, &change.reset_issued_at);
+    set_opt(&mut active.unreachable_since, &change.unreachable_since);
+    if let Some(at) = change.started_at {
+        active.started_at = Set(Some(at));
+    }
+    if let Some(at) = change.finished_at {
+        active.finished_at = Set(Some(at));
+    }
+    active
+}
+
+/// Steps joined with their nodes, as [`PlacedStep`]s.
+fn placed(rows: Vec<(update_steps::Model, Option<nodes::Model>)>) -> Result<Vec<PlacedStep>, DbError> {
+    rows.into_iter()
+        .map(|(step, node)| {
+            let node = node.ok_or_else(|| DbError::corrupt("step", format!("step {} has no node", step.id)))?;
+            Ok(PlacedStep {
+                step: to_exec_step(step)?,
+                node_name: node.name,
+                bmc_url: node.bmc_url,
+                credential_ref: node.credential_ref,
+                rack: node.rack,
+                nvlink_domain: node.nvlink_domain,
+                cluster: node.cluster,
+            })
+        })
+        .collect()
 }
 
 fn step_node_relation() -> sea_orm::RelationDef {

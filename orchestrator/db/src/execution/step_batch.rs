@@ -1,0 +1,220 @@
+//! Group commit of step transitions: the engine moves hundreds of steps a
+//! pass, each from its own task, and each move used to be a transaction of
+//! its own (begin, fence check, update, re-read, audit insert, commit). Here
+//! the transitions that arrive while one transaction commits queue up and
+//! the next caller commits all of them in one transaction: one fence check,
+//! one `UPDATE ... RETURNING` per step (the re-read folded in), one
+//! multi-row audit insert and one commit for the lot.
+//!
+//! Invariant: a caller of [`Db::transition_step`] still returns only after
+//! its own write is committed (or known not to be), so the engine's
+//! "intent before effect" holds per step exactly as with one transaction
+//! per step; batching changes how many steps share a commit, never the
+//! order of a step's write and its side effect. Every write still passes
+//! its fence in the transaction that makes it, and each step's `WHERE
+//! state = from` is checked per step, so a stale step fails alone while the
+//! rest of the batch commits.
+
+use orchestrator_types::StepId;
+use sea_orm::{
+    ColumnTrait, ConnectionTrait, EntityTrait, FromQueryResult, QueryFilter, QueryTrait, Set, TransactionTrait,
+};
+use tokio::sync::oneshot;
+
+use super::lease::{Fence, check_fence};
+use super::step::{StepChange, step_update, to_exec_step};
+use super::{ENGINE_ACTOR, ExecStep, StepState};
+use crate::entity::{audit_log, update_steps};
+use crate::{Db, DbError};
+
+/// The row counts audit inserts come in, largest first. The driver keeps
+/// each distinct statement prepared per connection (a small LRU cache);
+/// inserts of every count from 1 to 512 would each be a new statement and
+/// push the steady ones out, so a batch's entries go in chunks of these
+/// few sizes (at most 2 + 3 + 3 + 3 inserts for any count below 1,024).
+/// The largest binds 1,536 parameters, far below SQLite's limit.
+const AUDIT_CHUNKS: [usize; 5] = [256, 64, 16, 4, 1];
+
+/// One transition of [`Db::transition_step`], queued.
+struct Queued {
+    fence: Fence,
+    step: StepId,
+    from: StepState,
+    change: StepChange,
+    details: serde_json::Value,
+    done: oneshot::Sender<Result<ExecStep, DbError>>,
+}
+
+impl DbError {
+    /// The same failure for another caller of a batch that failed as a
+    /// whole (the fence was lost, the database went away): fencing and
+    /// controller faults keep their kind, so every caller reacts as it
+    /// would to its own transaction failing.
+    fn for_batch_member(&self) -> DbError {
+        match self {
+            DbError::Fenced { lease, token } => DbError::Fenced {
+                lease: lease.clone(),
+                token: *token,
+            },
+            DbError::Query(err) => DbError::Query(err.clone()),
+            DbError::Connect { url, source } => DbError::Connect {
+                url: url.clone(),
+                source: source.clone(),
+            },
+            other => DbError::Query(sea_orm::DbErr::Custom(other.to_string())),
+        }
+    }
+}
+
+impl Db {
+    /// Moves a step that is still in `from`, with its audit entry when the
+    /// state changes (or a retry is scheduled), under the fence. `Stale`
+    /// when the step moved already. Returns once the write is committed,
+    /// possibly in one transaction with other steps' (see the module docs).
+    pub async fn transition_step(
+        &self,
+        fence: &Fence,
+        step: StepId,
+        from: StepState,
+        change: &StepChange,
+        details: serde_json::Value,
+    ) -> Result<ExecStep, DbError> {
+        let (done, mut outcome) = oneshot::channel();
+        self.step_writes.push(Box::new(Queued {
+            fence: fence.clone(),
+            step,
+            from,
+            change: change.clone(),
+            details,
+            done,
+        }));
+        let _committer = self.step_writes.committer().await;
+        // Queued before the lock was taken: either a caller that held it
+        // since has committed this transition (the answer is here), or it
+        // is still in the queue and this caller commits it now.
+        if let Ok(result) = outcome.try_recv() {
+            return result;
+        }
+        // Only this module queues on `step_writes`, so every write is one
+        // of ours (anything else would be dropped, failing its caller).
+        let batch = self
+            .step_writes
+            .take()
+            .into_iter()
+            .filter_map(|write| write.downcast::<Queued>().ok().map(|queued| *queued))
+            .collect();
+        self.commit_transitions(batch).await;
+        outcome.try_recv().unwrap_or_else(|_| {
+            // Only a committer cancelled mid-batch drops an answer; its
+            // transaction rolled back with it, so nothing was written.
+            Err(DbError::Query(sea_orm::DbErr::Custom(format!(
+                "the transition of step {step} was abandoned before it committed"
+            ))))
+        })
+    }
+
+    /// Commits `batch`, one transaction per fence (in practice there is one
+    /// fence, the executor's), and answers every caller.
+    async fn commit_transitions(&self, batch: Vec<Queued>) {
+        let mut groups: Vec<(Fence, Vec<Queued>)> = Vec::new();
+        for queued in batch {
+            match groups.iter_mut().find(|(fence, _)| *fence == queued.fence) {
+                Some((_, members)) => members.push(queued),
+                None => groups.push((queued.fence.clone(), vec![queued])),
+            }
+        }
+        for (fence, members) in groups {
+            match self.commit_group(&fence, &members).await {
+                Ok(results) => {
+                    self.steps_changed();
+                    for (member, result) in members.into_iter().zip(results) {
+                        // A caller that stopped waiting needs no answer.
+                        let _ = member.done.send(result);
+                    }
+                }
+                Err(err) => {
+                    for member in members {
+                        let _ = member.done.send(Err(err.for_batch_member()));
+                    }
+                }
+            }
+        }
+    }
+
+    /// One transaction: the fence, each step's conditional update with its
+    /// row returned, the audit entries, the commit. `Err` only when the
+    /// transaction as a whole failed; a step no longer in its `from` state
+    /// is a `Stale` result of its own.
+    async fn commit_group(&self, fence: &Fence, members: &[Queued]) -> Result<Vec<Result<ExecStep, DbError>>, DbError> {
+        let now = self.clock.now();
+        let txn = self.conn.begin().await?;
+        check_fence(&txn, fence).await?;
+        let backend = txn.get_database_backend();
+        let mut results = Vec::with_capacity(members.len());
+        let mut audit = Vec::new();
+        for member in members {
+            let mut update = update_steps::Entity::update_many()
+                .set(step_update(member.from, &member.change, now))
+                .filter(update_steps::Column::Id.eq(member.step.0))
+                .filter(update_steps::Column::State.eq(member.from.as_str()))
+                .into_query();
+            // The updated row comes back with the update: no second read.
+            update.returning_all();
+            let row = update_steps::Model::find_by_statement(backend.build(&update))
+                .one(&txn)
+                .await?;
+            let Some(row) = row else {
+                results.push(Err(DbError::Stale {
+                    what: "step",
+                    key: member.step.to_string(),
+                    expected: member.from.to_string(),
+                }));
+                continue;
+            };
+            let moved = member.change.state.filter(|to| *to != member.from);
+            // A retry is a decision too (and the evidence of a flaky BMC).
+            let retried = matches!(member.change.next_attempt_at, Some(Some(_)));
+            if moved.is_some() || retried {
+                let to = moved.unwrap_or(member.from);
+                let mut details = member.details.clone();
+                if let Some(obj) = details.as_object_mut() {
+                    obj.insert("from".into(), member.from.as_str().into());
+                    obj.insert("to".into(), to.as_str().into());
+                    obj.insert("node_id".into(), row.node_id.into());
+                    obj.insert("rollout_id".into(), row.rollout_id.into());
+                    obj.insert("purpose".into(), row.purpose.clone().into());
+                }
+                audit.push(audit_log::ActiveModel {
+                    at: Set(now),
+                    actor: Set(ENGINE_ACTOR.to_owned()),
+                    action: Set(if moved.is_some() {
+                        "step.transition"
+                    } else {
+                        "step.retry"
+                    }
+                    .to_owned()),
+                    subject_type: Set("step".to_owned()),
+                    subject_id: Set(member.step.to_string()),
+                    details: Set(details),
+                    ..Default::default()
+                });
+            }
+            results.push(to_exec_step(row));
+        }
+        // Entries in the order of the changes they describe, as when each
+        // change had its own transaction.
+        let mut left = audit.len();
+        let mut entries = audit.into_iter();
+        for size in AUDIT_CHUNKS {
+            while left >= size {
+                let chunk: Vec<_> = entries.by_ref().take(size).collect();
+                audit_log::Entity::insert_many(chunk)
+                    .exec_without_returning(&txn)
+                    .await?;
+                left -= size;
+            }
+        }
+        txn.commit().await?;
+        Ok(results)
+    }
+}

@@ -1,0 +1,174 @@
+//! Step transitions committed in groups (issue 23): many concurrent callers
+//! share transactions, yet each gets exactly its own outcome, a stale step
+//! fails alone, every move is audited once, and a lost fence refuses the
+//! whole group. On every backend.
+
+use std::sync::Arc;
+
+use chrono::{Duration, TimeZone, Utc};
+use orchestrator_db::AuditFilter;
+use orchestrator_db::DbError;
+use orchestrator_db::execution::{NewStep, StepChange, StepFilter, StepState};
+use orchestrator_db::model::{NewNode, NodeLabels};
+use orchestrator_db::testing::TestDb;
+use orchestrator_db::testing::fixtures::{GPU_FROM, GPU_TO, release, store_rollout, wave};
+use orchestrator_types::{ManualClock, StepId};
+use tokio::task::JoinSet;
+
+const NODES: usize = 40;
+
+fn node(i: usize) -> NewNode {
+    NewNode {
+        name: format!("n{i:03}"),
+        bmc_url: format!("https://10.0.{}.{}", i / 200, i % 200 + 1),
+        credential_ref: "lab".into(),
+        platform_sku: "hgx-h100-8gpu".into(),
+        labels: NodeLabels {
+            region: "us-east-1".into(),
+            cluster: "c1".into(),
+            rack: format!("r{}", i / 10),
+            nvlink_domain: String::new(),
+        },
+    }
+}
+
+async fn steps_of(db: &orchestrator_db::Db) -> Vec<StepId> {
+    db.import_nodes(&(0..NODES).map(node).collect::<Vec<_>>(), "test")
+        .await
+        .unwrap();
+    let release = db.add_release(&release(GPU_TO), "alice").await.unwrap();
+    let mut steps = Vec::new();
+    for i in 0..NODES {
+        steps.push(NewStep {
+            node_id: db.node_by_name(&format!("n{i:03}")).await.unwrap().id,
+            inventory_id: "HGX_FW_GPU_*".into(),
+            expected_from_version: GPU_FROM.into(),
+        });
+    }
+    let rollout = store_rollout(db, release.id, vec![wave("all", 60, 0, 100, steps)], "alice")
+        .await
+        .unwrap();
+    db.steps(&StepFilter {
+        rollout_id: Some(rollout.id),
+        ..Default::default()
+    })
+    .await
+    .unwrap()
+    .into_iter()
+    .map(|s| s.id)
+    .collect()
+}
+
+fn precheck() -> StepChange {
+    StepChange {
+        state: Some(StepState::Prechecked),
+        attempts: Some(0),
+        error: Some(None),
+        previous_version: Some(GPU_FROM.into()),
+        ..Default::default()
+    }
+}
+
+async fn step_transitions(db: &orchestrator_db::Db) -> usize {
+    db.audit_entries(&AuditFilter {
+        action: Some("step.transition".into()),
+        limit: Some(1000),
+        ..Default::default()
+    })
+    .await
+    .unwrap()
+    .len()
+}
+
+#[tokio::test]
+async fn concurrent_transitions_each_get_their_own_outcome() {
+    let clock = Arc::new(ManualClock::new(Utc.with_ymd_and_hms(2026, 12, 6, 12, 0, 0).unwrap()));
+    for t in TestDb::all_backends_with_clock(clock.clone()).await {
+        let db = t.db.clone();
+        let ids = steps_of(&db).await;
+        let fence = db
+            .acquire_lease("executor", "test", Duration::hours(1))
+            .await
+            .unwrap()
+            .unwrap();
+        // Every step moved once, and the first ten twice from the same state:
+        // of each such pair exactly one wins, however the calls are grouped.
+        let mut calls = JoinSet::new();
+        for (n, id) in ids.iter().chain(ids.iter().take(10)).enumerate() {
+            let (db, fence, id) = (db.clone(), fence.clone(), *id);
+            calls.spawn(async move {
+                let details = serde_json::json!({ "call": n });
+                (
+                    id,
+                    db.transition_step(&fence, id, StepState::Pending, &precheck(), details)
+                        .await,
+                )
+            });
+        }
+        let mut moved = std::collections::HashMap::new();
+        let mut stale = 0;
+        while let Some(joined) = calls.join_next().await {
+            match joined.unwrap() {
+                (id, Ok(step)) => {
+                    assert_eq!(step.id, id, "a caller got another step's row");
+                    assert_eq!(step.state, StepState::Prechecked);
+                    assert_eq!(step.previous_version.as_deref(), Some(GPU_FROM));
+                    assert!(moved.insert(id, step).is_none(), "step {id} moved twice");
+                }
+                (_, Err(DbError::Stale { .. })) => stale += 1,
+                (id, Err(err)) => panic!("step {id}: {err}"),
+            }
+        }
+        assert_eq!(moved.len(), NODES);
+        assert_eq!(stale, 10);
+        // What each caller got back is what was stored.
+        for id in &ids {
+            assert_eq!(&db.step(*id).await.unwrap(), &moved[id]);
+        }
+        assert_eq!(step_transitions(&db).await, NODES, "one audit entry per move");
+    }
+}
+
+#[tokio::test]
+async fn a_lost_fence_refuses_every_transition_of_the_group() {
+    let clock = Arc::new(ManualClock::new(Utc.with_ymd_and_hms(2026, 12, 6, 12, 0, 0).unwrap()));
+    for t in TestDb::all_backends_with_clock(clock.clone()).await {
+        let db = t.db.clone();
+        let ids = steps_of(&db).await;
+        let old = db
+            .acquire_lease("executor", "old", Duration::minutes(1))
+            .await
+            .unwrap()
+            .unwrap();
+        clock.advance(Duration::minutes(2));
+        let new = db
+            .acquire_lease("executor", "new", Duration::minutes(1))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(new.token > old.token);
+        let mut calls = JoinSet::new();
+        for id in ids.clone() {
+            let (db, old) = (db.clone(), old.clone());
+            calls.spawn(async move {
+                db.transition_step(&old, id, StepState::Pending, &precheck(), serde_json::json!({}))
+                    .await
+            });
+        }
+        while let Some(joined) = calls.join_next().await {
+            let err = joined.unwrap().unwrap_err();
+            assert!(matches!(err, DbError::Fenced { .. }), "{err}");
+        }
+        for id in &ids {
+            assert_eq!(db.step(*id).await.unwrap().state, StepState::Pending);
+        }
+        assert_eq!(step_transitions(&db).await, 0);
+        // The holder's own writes still go through.
+        let step = db
+            .transition_step(&new, ids[0], StepState::Pending, &precheck(), serde_json::json!({}))
+            .await
+            .unwrap();
+        assert_eq!(step.state, StepState::Prechecked);
+        clock.advance(Duration::minutes(-2));
+    }
+}
