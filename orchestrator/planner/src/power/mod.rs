@@ -21,8 +21,10 @@ use orchestrator_types::{FirmwareVersion, NodeId, NodeState, QualificationState,
 use serde::Serialize;
 
 mod baselines;
+mod soak;
 
 pub use baselines::{BaselineError, parse_baselines};
+pub use soak::{DEFAULT_HOLDBACK_PERCENT, MAX_HOLDBACK_PERCENT, SoakSizing, holdback_nodes, soak_sizing};
 
 /// GPUs per node unless told otherwise: the HGX baseboards this product
 /// targets carry eight. The engine's health collector assumes the same for a
