@@ -543,10 +543,12 @@ async fn a_passing_soak_proves_the_release_then_the_holdback_is_updated_once() {
     {
         let counted_from = finished[&s.node_id] + exclusion;
         let window_end = s.window_start + chrono::Duration::hours(1);
-        let allowed_hours = (window_end - counted_from.max(s.window_start)).num_seconds().max(0) as f64 / 3600.0;
-        // Eight GPUs per node: GPU-hours within the counted part of the window, no more.
+        let allowed_hours =
+            (window_end - counted_from.max(s.window_start)).num_milliseconds().max(0) as f64 / 3_600_000.0;
+        // Eight GPUs per node: GPU-hours within the counted part of the window, no more (a second
+        // of slack for the instants' rounding; the excluded window is 10 minutes, 1.3 GPU-hours).
         assert!(
-            s.exposure <= 8.0 * allowed_hours + 1e-6,
+            s.exposure <= 8.0 * (allowed_hours + 1.0 / 3600.0),
             "exposure inside the post-reset window: {s:?} counted from {counted_from}"
         );
         checked += 1;
