@@ -74,20 +74,35 @@ async fn versions_round_trip_exactly_and_keep_their_order() {
 async fn only_a_soak_makes_a_release_fleet_proven_once_and_audited() {
     use QualificationState::*;
     for t in TestDb::all_backends().await {
-        let created = t.db.add_release(&release(ComponentKind::Gpu, "96.1.0"), "test").await.unwrap();
+        let created =
+            t.db.add_release(&release(ComponentKind::Gpu, "96.1.0"), "test")
+                .await
+                .unwrap();
         // Not qualified: a soak proves nothing, and nothing changes.
-        let err = t.db.mark_fleet_proven(created.id, RolloutId(7), "engine").await.unwrap_err();
+        let err =
+            t.db.mark_fleet_proven(created.id, RolloutId(7), "engine")
+                .await
+                .unwrap_err();
         assert!(matches!(err, DbError::Transition(_)), "{err}");
         assert_eq!(t.db.release(created.id).await.unwrap().qualification_state, Registered);
         for step in path_to(Qualified) {
             t.db.transition_release(created.id, &step, "setup").await.unwrap();
         }
-        assert!(t.db.mark_fleet_proven(created.id, RolloutId(7), "engine").await.unwrap());
+        assert!(
+            t.db.mark_fleet_proven(created.id, RolloutId(7), "engine")
+                .await
+                .unwrap()
+        );
         let proven = t.db.release(created.id).await.unwrap();
         assert_eq!(proven.qualification_state, FleetProven);
         assert_eq!(proven.fleet_proven_by, Some(RolloutId(7)));
         // A replay (a crash between proving and promoting) changes nothing and records nothing.
-        assert!(!t.db.mark_fleet_proven(created.id, RolloutId(7), "engine").await.unwrap());
+        assert!(
+            !t.db
+                .mark_fleet_proven(created.id, RolloutId(7), "engine")
+                .await
+                .unwrap()
+        );
         let audit =
             t.db.audit_entries(&AuditFilter {
                 subject_type: Some("release".into()),
@@ -101,10 +116,18 @@ async fn only_a_soak_makes_a_release_fleet_proven_once_and_audited() {
         assert_eq!(audit[0].action, "release.fleet_proven");
         assert_eq!(audit[0].details["rollout"], 7);
         // A person moves it on to the default; the proof is kept.
-        let default = t.db.transition_release(created.id, &request(Default, None), "alice").await.unwrap();
+        let default =
+            t.db.transition_release(created.id, &request(Default, None), "alice")
+                .await
+                .unwrap();
         assert_eq!(default.qualification_state, Default);
         assert_eq!(default.fleet_proven_by, Some(RolloutId(7)));
-        assert!(!t.db.mark_fleet_proven(created.id, RolloutId(8), "engine").await.unwrap());
+        assert!(
+            !t.db
+                .mark_fleet_proven(created.id, RolloutId(8), "engine")
+                .await
+                .unwrap()
+        );
     }
 }
 

@@ -15,8 +15,8 @@ use orchestrator_db::execution::{
 use orchestrator_db::{Db, DbError};
 use orchestrator_policy::{Policy, RollbackScope, next_window_start, window_open_at};
 use orchestrator_types::{
-    ComponentKind, Outcome, QualificationState, RolloutClock, RolloutId, TransitionRequest, WaveId, WaveRole, WaveVerdict,
-    qualification_hold,
+    ComponentKind, Outcome, QualificationState, RolloutClock, RolloutId, TransitionRequest, WaveId, WaveRole,
+    WaveVerdict, qualification_hold,
 };
 use serde_json::json;
 

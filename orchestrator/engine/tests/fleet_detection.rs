@@ -491,13 +491,24 @@ async fn a_passing_soak_proves_the_release_then_the_holdback_is_updated_once() {
     assert_eq!(soak.decision.as_deref(), Some("promote"));
     let verdict = soak.verdict.clone().unwrap();
     assert_eq!(verdict.outcome, Outcome::Pass, "{verdict:#?}");
-    assert!(verdict.summary.starts_with("soak against the holdback"), "{}", verdict.summary);
+    assert!(
+        verdict.summary.starts_with("soak against the holdback"),
+        "{}",
+        verdict.summary
+    );
     let evidence = fleet_evidence(&verdict);
     assert!(evidence.soak);
     // The whole fleet on the release against the holdback, and the soak ran at least its minimum.
-    assert_eq!((evidence.updated_nodes, evidence.control_nodes), (32, 8), "{evidence:#?}");
+    assert_eq!(
+        (evidence.updated_nodes, evidence.control_nodes),
+        (32, 8),
+        "{evidence:#?}"
+    );
     assert!(evidence.elapsed_seconds >= 3600, "{evidence:#?}");
-    assert_eq!(evidence.max_bake_seconds, 7200, "the soak's max is the wave's longest bake");
+    assert_eq!(
+        evidence.max_bake_seconds, 7200,
+        "the soak's max is the wave's longest bake"
+    );
 
     // Fleet-proven only after the soak passed, by this rollout; default is still a person's call.
     let release = h.db.release(done.release_id).await.unwrap();
@@ -511,10 +522,16 @@ async fn a_passing_soak_proves_the_release_then_the_holdback_is_updated_once() {
         holdback.started_at.unwrap() >= soak.ended_at.unwrap(),
         "the holdback started only after the soak ended"
     );
-    assert!(release.updated_at <= holdback.started_at.unwrap(), "proven before the holdback moved");
+    assert!(
+        release.updated_at <= holdback.started_at.unwrap(),
+        "proven before the holdback moved"
+    );
     let held = wave_steps(&h, holdback.id).await;
     assert_eq!(held.len(), 8);
-    assert!(held.iter().all(|s| s.state == orchestrator_db::execution::StepState::Succeeded));
+    assert!(
+        held.iter()
+            .all(|s| s.state == orchestrator_db::execution::StepState::Succeeded)
+    );
 
     // The holdback was the soak's control until its own flash, never after it.
     let samples = h.db.health_samples(SampleScope::Wave(soak.id)).await.unwrap();
@@ -543,8 +560,10 @@ async fn a_passing_soak_proves_the_release_then_the_holdback_is_updated_once() {
     {
         let counted_from = finished[&s.node_id] + exclusion;
         let window_end = s.window_start + chrono::Duration::hours(1);
-        let allowed_hours =
-            (window_end - counted_from.max(s.window_start)).num_milliseconds().max(0) as f64 / 3_600_000.0;
+        let allowed_hours = (window_end - counted_from.max(s.window_start))
+            .num_milliseconds()
+            .max(0) as f64
+            / 3_600_000.0;
         // Eight GPUs per node: GPU-hours within the counted part of the window, no more (a second
         // of slack for the instants' rounding; the excluded window is 10 minutes, 1.3 GPU-hours).
         assert!(
@@ -558,7 +577,10 @@ async fn a_passing_soak_proves_the_release_then_the_holdback_is_updated_once() {
     // Crash safety: no look is recorded twice; proving again is a no-op; a restarted engine finds
     // nothing to do and flashes nothing again (every node, the holdback included, flashed once).
     let looks = h.db.health_looks(SampleScope::Wave(soak.id)).await.unwrap();
-    let mut keys: Vec<_> = looks.iter().map(|l| (l.look.gate.clone(), l.look.look_number)).collect();
+    let mut keys: Vec<_> = looks
+        .iter()
+        .map(|l| (l.look.gate.clone(), l.look.look_number))
+        .collect();
     let before = keys.len();
     keys.sort();
     keys.dedup();
@@ -573,9 +595,8 @@ async fn a_passing_soak_proves_the_release_then_the_holdback_is_updated_once() {
     }
     // A person cannot make a release fleet-proven; the default is still theirs to set.
     let other = h.add_release("96.00.70.00.01", true).await;
-    let err = h
-        .db
-        .transition_release(
+    let err =
+        h.db.transition_release(
             other.id,
             &orchestrator_types::TransitionRequest {
                 to: QualificationState::FleetProven,
@@ -586,9 +607,8 @@ async fn a_passing_soak_proves_the_release_then_the_holdback_is_updated_once() {
         .await
         .unwrap_err();
     assert!(err.to_string().contains("soak"), "{err}");
-    let default = h
-        .db
-        .transition_release(
+    let default =
+        h.db.transition_release(
             release.id,
             &orchestrator_types::TransitionRequest {
                 to: QualificationState::Default,
@@ -638,9 +658,8 @@ async fn a_regression_only_the_soak_sees_rolls_back_blocks_and_the_holdback_is_n
     assert_eq!(release.qualification_state, QualificationState::Blocked);
     assert_eq!(release.fleet_proven_by, None);
     // Rolled back per the policy's scope (the wave): the soak wave's nodes are back on the old version.
-    let rollback = h
-        .db
-        .steps(&StepFilter {
+    let rollback =
+        h.db.steps(&StepFilter {
             rollout_id: Some(id),
             purpose: Some(StepPurpose::Rollback),
             ..Default::default()

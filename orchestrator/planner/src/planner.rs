@@ -207,7 +207,12 @@ pub fn plan(input: &PlanInput<'_>) -> Result<Plan, PlanError> {
     let wave_count = assigned.len();
     let wave_names: Vec<&str> = assigned
         .iter()
-        .map(|a| policy.waves.get(a.policy_index).map_or(HOLDBACK_WAVE, |w| w.name.as_str()))
+        .map(|a| {
+            policy
+                .waves
+                .get(a.policy_index)
+                .map_or(HOLDBACK_WAVE, |w| w.name.as_str())
+        })
         .collect();
     for (w, a) in assigned.iter().enumerate() {
         let k = a.policy_index;

@@ -419,7 +419,11 @@ fn a_soak_holds_back_a_stratified_last_wave_that_every_earlier_wave_is_compared_
     let held: BTreeSet<NodeId> = soak.holdback.iter().copied().collect();
     assert!(plan.waves[0].control.members().iter().any(|m| held.contains(&m.node)));
     // The plan says how the holdback was sized, and the soak changes the fingerprint.
-    assert!(plan.notes.iter().any(|n| n.starts_with("soak: holdback")), "{:?}", plan.notes);
+    assert!(
+        plan.notes.iter().any(|n| n.starts_with("soak: holdback")),
+        "{:?}",
+        plan.notes
+    );
     assert_ne!(plan.fingerprint, without.fingerprint);
     // Sized from the power target instead: at least one node, never all.
     let sized = run(&fleet, &hgx_with_soak(None), &release, 5).expect("plan");

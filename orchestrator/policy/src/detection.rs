@@ -321,7 +321,7 @@ DETECTION";
         check(
             "12h",
             "detection:\n  soak:\n    min: 1d\n    max: 2d\n    detect: 1\n",
-            &["p.yaml:25:13", "detection.soak.detect is a rate ratio"],
+            &["p.yaml:24:13", "detection.soak.detect is a rate ratio"],
         );
         check(
             "12h",

@@ -65,10 +65,18 @@ impl SoakSizing {
         } else {
             format!("{:.1}%, sized from the power target", self.holdback_percent)
         };
-        let need = match (&self.gate, self.base_per_node_hour, self.events_needed, self.hours_needed) {
+        let need = match (
+            &self.gate,
+            self.base_per_node_hour,
+            self.events_needed,
+            self.hours_needed,
+        ) {
             (Some(gate), Some(rate), Some(events), Some(hours)) => {
                 let fits = if hours > self.max_hours {
-                    format!("; LONGER than the soak's max {:.0} h, so a healthy soak may hold", self.max_hours)
+                    format!(
+                        "; LONGER than the soak's max {:.0} h, so a healthy soak may hold",
+                        self.max_hours
+                    )
                 } else {
                     String::new()
                 };
@@ -106,33 +114,39 @@ pub fn soak_sizing(policy: &Policy, eligible: usize, options: &PowerOptions) -> 
         .map(|w| w.gates.iter().map(String::as_str).collect())
         .unwrap_or_default();
     let alpha = policy.detection.false_rollback / gates.len().max(1) as f64;
-    let rate_gate = gates.iter().filter_map(|name| policy.health.gate(name)).find_map(|gate| {
-        let GateSource::Redfish { metric } = gate.source else {
-            return None;
-        };
-        if gate.kind != GateKind::Rate {
-            return None;
-        }
-        let rate = lookup(&options.baselines.rates, gate, Some(metric))
-            .copied()
-            .or_else(|| default_baseline(metric))?;
-        let (unit, _, per_hour) = rate_exposure_unit(metric);
-        let per_node = if unit == "gpu" {
-            f64::from(options.gpus_per_node.max(1))
-        } else {
-            1.0
-        };
-        Some((gate.name.clone(), rate * per_hour * per_node))
-    });
+    let rate_gate = gates
+        .iter()
+        .filter_map(|name| policy.health.gate(name))
+        .find_map(|gate| {
+            let GateSource::Redfish { metric } = gate.source else {
+                return None;
+            };
+            if gate.kind != GateKind::Rate {
+                return None;
+            }
+            let rate = lookup(&options.baselines.rates, gate, Some(metric))
+                .copied()
+                .or_else(|| default_baseline(metric))?;
+            let (unit, _, per_hour) = rate_exposure_unit(metric);
+            let per_node = if unit == "gpu" {
+                f64::from(options.gpus_per_node.max(1))
+            } else {
+                1.0
+            };
+            Some((gate.name.clone(), rate * per_hour * per_node))
+        });
     let events_needed = rate_gate
         .as_ref()
         .and_then(|_| holdback_events_needed(soak.detect, alpha, soak.power).ok());
     let sized = match (&rate_gate, events_needed) {
-        (Some((_, per_node_hour)), Some(events)) => {
-            holdback_fraction(events, *per_node_hour, eligible.max(1) as f64, max_hours.max(f64::MIN_POSITIVE))
-                .ok()
-                .map(|f| (f * 100.0).min(MAX_HOLDBACK_PERCENT))
-        }
+        (Some((_, per_node_hour)), Some(events)) => holdback_fraction(
+            events,
+            *per_node_hour,
+            eligible.max(1) as f64,
+            max_hours.max(f64::MIN_POSITIVE),
+        )
+        .ok()
+        .map(|f| (f * 100.0).min(MAX_HOLDBACK_PERCENT)),
         _ => None,
     };
     let percent = soak.holdback_percent.or(sized).unwrap_or(DEFAULT_HOLDBACK_PERCENT);
@@ -232,7 +246,10 @@ detection:
         assert!((75.0..85.0).contains(&hours), "{hours}");
         let line = s.statement();
         assert!(line.contains("holdback 50 of 1000"), "{line}");
-        assert!(line.contains("catching 1.5x at 75% power needs ~64 holdback events"), "{line}");
+        assert!(
+            line.contains("catching 1.5x at 75% power needs ~64 holdback events"),
+            "{line}"
+        );
         assert!(line.contains("~80 h of soak"), "{line}");
     }
 
@@ -248,7 +265,10 @@ detection:
         let s = soak_sizing(&p, 1000, &at_issue_rate()).unwrap();
         assert!((1.8..2.2).contains(&s.holdback_percent), "{s:?}");
         // A tighter target needs a bigger holdback.
-        let p = policy("  soak: {min: 24h, max: 200h, detect: 1.3, power: 0.9}\n", "xid, aer, temp, power");
+        let p = policy(
+            "  soak: {min: 24h, max: 200h, detect: 1.3, power: 0.9}\n",
+            "xid, aer, temp, power",
+        );
         let tight = soak_sizing(&p, 1000, &at_issue_rate()).unwrap();
         assert!(tight.holdback_percent > s.holdback_percent * 2.0, "{tight:?}");
         // No rate gate: the default share.
