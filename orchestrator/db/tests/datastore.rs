@@ -72,7 +72,7 @@ async fn versions_round_trip_exactly_and_keep_their_order() {
 
 #[tokio::test]
 async fn only_a_soak_makes_a_release_fleet_proven_once_and_audited() {
-    use QualificationState::*;
+    use QualificationState::{FleetProven, Qualified, Registered};
     for t in TestDb::all_backends().await {
         let created =
             t.db.add_release(&release(ComponentKind::Gpu, "96.1.0"), "test")
@@ -117,10 +117,10 @@ async fn only_a_soak_makes_a_release_fleet_proven_once_and_audited() {
         assert_eq!(audit[0].details["rollout"], 7);
         // A person moves it on to the default; the proof is kept.
         let default =
-            t.db.transition_release(created.id, &request(Default, None), "alice")
+            t.db.transition_release(created.id, &request(QualificationState::Default, None), "alice")
                 .await
                 .unwrap();
-        assert_eq!(default.qualification_state, Default);
+        assert_eq!(default.qualification_state, QualificationState::Default);
         assert_eq!(default.fleet_proven_by, Some(RolloutId(7)));
         assert!(
             !t.db
