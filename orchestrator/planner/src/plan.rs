@@ -59,7 +59,7 @@ pub struct SoakPlan {
     /// Longest soak before a hold for a human.
     pub max_seconds: i64,
     /// How the holdback was sized, with the statement `policy lint` and `policy power` print.
-    pub sizing: crate::power::SoakSizing,
+    pub sizing: crate::soak::SoakSizing,
     /// The held-back nodes.
     pub holdback: Vec<NodeId>,
 }

@@ -97,7 +97,14 @@ pub fn plan(input: &PlanInput<'_>) -> Result<Plan, PlanError> {
     // The soak's holdback is chosen first, stratified like the canary (the same labels, its own
     // shuffle), so it mirrors the fleet's composition whatever the waves take; it becomes the last
     // wave, and until then every wave's fleet-scale control includes it.
-    let sizing = crate::power::soak_sizing(policy, eligible.len(), &crate::power::PowerOptions::default());
+    // Sized at the default base rates: the plan takes no measured rates (`policy power` states the
+    // soak time at given ones).
+    let sizing = crate::soak::soak_sizing(
+        policy,
+        eligible.len(),
+        &BTreeMap::new(),
+        crate::baseline::DEFAULT_GPUS_PER_NODE,
+    );
     let mut holdback: Option<Assigned> = None;
     if let Some(sizing) = &sizing {
         if sizing.holdback_nodes == 0 {

@@ -530,7 +530,7 @@ fn power(args: &PowerArgs) -> anyhow::Result<String> {
     let waves = power_table(&policy, &shapes, &options);
     let timing = power::fleet_timing(&policy, &shapes, &options);
     let eligible: usize = shapes.iter().map(|s| s.canary_nodes).sum();
-    let soak = power::soak_sizing(&policy, eligible, &PowerOptions::default());
+    let soak = power::soak_sizing(&policy, eligible, &BTreeMap::new(), power::DEFAULT_GPUS_PER_NODE);
     if args.json {
         let doc = serde_json::json!({
             "policy": policy.name,
@@ -699,7 +699,8 @@ fn soak_text(
     options: Option<&power::PowerOptions>,
 ) -> Option<String> {
     let n = eligible.unwrap_or(NOMINAL_FLEET);
-    let planned = power::soak_sizing(policy, n, &power::PowerOptions::default())?;
+    let defaults = BTreeMap::new();
+    let planned = power::soak_sizing(policy, n, &defaults, power::DEFAULT_GPUS_PER_NODE)?;
     let mut out = planned.statement();
     if eligible.is_none() {
         out.push_str(&format!(
@@ -711,7 +712,7 @@ fn soak_text(
         if let Some(soak) = fixed.detection.soak.as_mut() {
             soak.holdback_percent = Some(planned.holdback_percent);
         }
-        if let Some(given) = power::soak_sizing(&fixed, n, options)
+        if let Some(given) = power::soak_sizing(&fixed, n, &options.baselines.rates, options.gpus_per_node)
             && let (Some(gate), Some(rate), Some(hours)) = (&given.gate, given.base_per_node_hour, given.hours_needed)
         {
             out.push_str(&format!(
@@ -792,6 +793,40 @@ mod tests {
 
     fn examples() -> PathBuf {
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../policies")
+    }
+
+    #[test]
+    fn lint_and_power_state_the_holdback_and_the_soak_time() {
+        let source = std::fs::read_to_string(examples().join("hgx-gpu-firmware.yaml"))
+            .unwrap()
+            .replace(
+                "  reset_exclusion: 1h\n",
+                "  reset_exclusion: 1h\n  soak: {min: 24h, max: 14d, holdback_percent: 5}\n",
+            );
+        let policy = orchestrator_policy::parse_policy(&source).unwrap();
+        let line = soak_text(&policy, Some(1000), None).expect("a soak line");
+        assert!(
+            line.starts_with("soak: holdback 50 of 1000 eligible nodes (5%, stated)"),
+            "{line}"
+        );
+        assert!(line.contains("power needs ~"), "{line}");
+        assert!(line.contains("h of soak"), "{line}");
+        // Without a fleet file the line says it is for a nominal fleet; given rates change the time.
+        let nominal = soak_text(&policy, None, None).unwrap();
+        assert!(nominal.contains("nominal 1000 eligible nodes"), "{nominal}");
+        let mut options = power::PowerOptions::default();
+        options.baselines.rates.insert("xid_errors".into(), 0.002);
+        let given = soak_text(&policy, Some(1000), Some(&options)).unwrap();
+        assert!(
+            given.contains("at the given base rates (xid_errors at 0.016/node-hour)"),
+            "{given}"
+        );
+        // No soak: nothing to state.
+        let plain = orchestrator_policy::parse_policy(
+            &std::fs::read_to_string(examples().join("hgx-gpu-firmware.yaml")).unwrap(),
+        )
+        .unwrap();
+        assert!(soak_text(&plain, Some(1000), None).is_none());
     }
 
     #[test]

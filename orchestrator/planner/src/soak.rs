@@ -14,7 +14,9 @@ use orchestrator_detect::fleet::{holdback_events_needed, holdback_fraction};
 use orchestrator_policy::{GateKind, GateSource, Policy};
 use serde::{Deserialize, Serialize};
 
-use super::{PowerOptions, default_baseline, lookup, rate_exposure_unit};
+use std::collections::BTreeMap;
+
+use crate::baseline::{default_baseline, lookup, rate_exposure_unit};
 
 /// Holdback share when the policy states none and no rate gate gives a base rate to size it from:
 /// issue 22's 5% example.
@@ -98,9 +100,15 @@ impl SoakSizing {
 }
 
 /// The holdback for `policy` over `eligible` nodes, or `None` when the policy has no soak (or no
-/// `detection` block: then the engine runs no soak). Base rates come from `options` (the command
-/// line) or the defaults the power analysis uses.
-pub fn soak_sizing(policy: &Policy, eligible: usize, options: &PowerOptions) -> Option<SoakSizing> {
+/// `detection` block: then the engine runs no soak). Base rates come from `rates` (the command
+/// line's, by gate or metric name) or the defaults the power analysis uses; `gpus_per_node` counts
+/// per-GPU metrics per node.
+pub fn soak_sizing(
+    policy: &Policy,
+    eligible: usize,
+    rates: &BTreeMap<String, f64>,
+    gpus_per_node: u32,
+) -> Option<SoakSizing> {
     if !policy.detection.enabled {
         return None;
     }
@@ -124,12 +132,12 @@ pub fn soak_sizing(policy: &Policy, eligible: usize, options: &PowerOptions) -> 
             if gate.kind != GateKind::Rate {
                 return None;
             }
-            let rate = lookup(&options.baselines.rates, gate, Some(metric))
+            let rate = lookup(rates, gate, Some(metric))
                 .copied()
                 .or_else(|| default_baseline(metric))?;
             let (unit, _, per_hour) = rate_exposure_unit(metric);
             let per_node = if unit == "gpu" {
-                f64::from(options.gpus_per_node.max(1))
+                f64::from(gpus_per_node.max(1))
             } else {
                 1.0
             };
@@ -224,10 +232,12 @@ detection:
         orchestrator_policy::parse_policy(&source).unwrap_or_else(|e| panic!("{e:?}"))
     }
 
-    fn at_issue_rate() -> PowerOptions {
-        let mut options = PowerOptions::default();
-        options.baselines.rates.insert("xid".into(), 0.002);
-        options
+    fn at_issue_rate() -> BTreeMap<String, f64> {
+        [("xid".to_owned(), 0.002)].into()
+    }
+
+    fn sizing(p: &Policy) -> Option<SoakSizing> {
+        soak_sizing(p, 1000, &at_issue_rate(), crate::baseline::DEFAULT_GPUS_PER_NODE)
     }
 
     #[test]
@@ -238,7 +248,7 @@ detection:
             "  soak: {min: 24h, max: 14d, holdback_percent: 5}\n",
             "xid, aer, temp, power",
         );
-        let s = soak_sizing(&p, 1000, &at_issue_rate()).unwrap();
+        let s = sizing(&p).unwrap();
         assert_eq!((s.holdback_nodes, s.stated), (50, true));
         let events = s.events_needed.unwrap();
         assert!((60.0..68.0).contains(&events), "{events}");
@@ -257,28 +267,28 @@ detection:
     fn without_a_stated_share_the_holdback_is_sized_to_the_soaks_max() {
         // 80 h max: the 5% of the example; 200 h: about 2%.
         let p = policy("  soak: {min: 24h, max: 80h}\n", "xid, aer, temp, power");
-        let s = soak_sizing(&p, 1000, &at_issue_rate()).unwrap();
+        let s = sizing(&p).unwrap();
         assert!(!s.stated);
         assert!((4.5..5.5).contains(&s.holdback_percent), "{s:?}");
         assert!(s.hours_needed.unwrap() <= 80.0 + 1e-9, "{s:?}");
         let p = policy("  soak: {min: 24h, max: 200h}\n", "xid, aer, temp, power");
-        let s = soak_sizing(&p, 1000, &at_issue_rate()).unwrap();
+        let s = sizing(&p).unwrap();
         assert!((1.8..2.2).contains(&s.holdback_percent), "{s:?}");
         // A tighter target needs a bigger holdback.
         let p = policy(
             "  soak: {min: 24h, max: 200h, detect: 1.3, power: 0.9}\n",
             "xid, aer, temp, power",
         );
-        let tight = soak_sizing(&p, 1000, &at_issue_rate()).unwrap();
+        let tight = sizing(&p).unwrap();
         assert!(tight.holdback_percent > s.holdback_percent * 2.0, "{tight:?}");
         // No rate gate: the default share.
         let p = policy("  soak: {min: 24h, max: 200h}\n", "temp");
-        let s = soak_sizing(&p, 1000, &at_issue_rate()).unwrap();
+        let s = sizing(&p).unwrap();
         assert_eq!((s.holdback_percent, s.gate.clone()), (DEFAULT_HOLDBACK_PERCENT, None));
         assert!(s.statement().contains("default share"), "{}", s.statement());
         // No soak, or no detection: no holdback.
         let p = policy("", "xid");
-        assert!(soak_sizing(&p, 1000, &at_issue_rate()).is_none());
+        assert!(sizing(&p).is_none());
     }
 
     #[test]
