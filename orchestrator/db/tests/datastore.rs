@@ -449,7 +449,8 @@ async fn migrations_are_idempotent() {
                 "m0012_rma_cases",
                 "m0013_rma_parts",
                 "m0014_page_indexes",
-                "m0015_soak"
+                "m0015_health_retention",
+                "m0016_soak"
             ]
         );
     }
