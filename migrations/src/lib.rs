@@ -22,6 +22,7 @@ mod m0012_rma_cases;
 mod m0013_rma_parts;
 mod m0014_page_indexes;
 mod m0015_health_retention;
+mod m0016_soak;
 
 /// Every migration, oldest first.
 #[derive(Debug)]
@@ -46,6 +47,7 @@ impl MigratorTrait for Migrator {
             Box::new(m0013_rma_parts::Migration),
             Box::new(m0014_page_indexes::Migration),
             Box::new(m0015_health_retention::Migration),
+            Box::new(m0016_soak::Migration),
         ]
     }
 }

@@ -124,6 +124,7 @@ async fn fixture_on(test_db: TestDb, clock: Arc<ManualClock>, policy_source: &st
         max_in_flight: 2,
         gates: vec![],
         control_nodes: vec![],
+        role: None,
         steps,
     };
     let rollout = db

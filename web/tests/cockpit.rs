@@ -104,6 +104,7 @@ async fn rollout(db: &Db, release: ReleaseId, nodes: &[orchestrator_types::NodeI
                 max_in_flight: 2,
                 gates: vec![],
                 control_nodes: vec![],
+                role: None,
                 steps: nodes
                     .iter()
                     .map(|n| NewStep {
@@ -760,6 +761,7 @@ async fn gated(f: &Fixture, first: usize) -> Gated {
                         max_in_flight: 2,
                         gates: vec!["xid".into(), "temp".into()],
                         control_nodes: (first + 2..first + 12).map(id).collect(),
+                        role: None,
                         steps: steps(first..first + 2),
                     },
                     NewWave {
@@ -769,6 +771,7 @@ async fn gated(f: &Fixture, first: usize) -> Gated {
                         max_in_flight: 8,
                         gates: vec!["xid".into()],
                         control_nodes: (first + 52..first + 72).map(id).collect(),
+                        role: None,
                         steps: steps(first + 12..first + 52),
                     },
                 ],

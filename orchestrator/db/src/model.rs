@@ -205,6 +205,11 @@ pub struct Release {
     pub created_by: String,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+    /// The rollout whose passing soak made the release fleet-proven (issue 22); kept when a person
+    /// later makes it the default.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<i64>))]
+    pub fleet_proven_by: Option<RolloutId>,
 }
 
 /// A qualification gate's outcome to record.

@@ -1,4 +1,4 @@
-use orchestrator_types::{ComponentKind, FirmwareVersion, QualificationState, ReleaseId, TransitionRequest};
+use orchestrator_types::{ComponentKind, FirmwareVersion, QualificationState, ReleaseId, RolloutId, TransitionRequest};
 use sea_orm::sea_query::Expr;
 use sea_orm::{ActiveModelTrait, ColumnTrait, EntityTrait, QueryFilter, QueryOrder, Set, TransactionTrait};
 use serde_json::json;
@@ -39,6 +39,7 @@ fn to_release(row: releases::Model) -> Result<Release, DbError> {
         created_by: row.created_by,
         created_at: row.created_at,
         updated_at: row.updated_at,
+        fleet_proven_by: row.fleet_proven_by.map(RolloutId),
     })
 }
 
@@ -221,6 +222,55 @@ impl Db {
         .await?;
         txn.commit().await?;
         self.release(id).await
+    }
+
+    /// The engine's one way to `fleet-proven`: `rollout`'s soak against its holdback passed
+    /// (`QualificationState::prove_in_fleet`). Conditional on the state read and audited; a release
+    /// already fleet-proven or the default is left as it is and `Ok(false)` returned, so a pass
+    /// replayed after a crash changes nothing. People cannot ask for this state
+    /// ([`Db::transition_release`] refuses it).
+    pub async fn mark_fleet_proven(&self, id: ReleaseId, rollout: RolloutId, actor: &str) -> Result<bool, DbError> {
+        let now = self.clock.now();
+        let txn = self.conn.begin().await?;
+        let row = releases::Entity::find_by_id(id.0)
+            .one(&txn)
+            .await?
+            .ok_or_else(|| DbError::NotFound {
+                what: "release",
+                key: id.to_string(),
+            })?;
+        let current = to_release(row)?.qualification_state;
+        let Some(next) = current.prove_in_fleet()? else {
+            return Ok(false);
+        };
+        let reason = format!("rollout {rollout}: the soak against the holdback passed");
+        let updated = releases::Entity::update_many()
+            .col_expr(releases::Column::QualificationState, Expr::value(next.as_str()))
+            .col_expr(releases::Column::StateReason, Expr::value(Some(reason.clone())))
+            .col_expr(releases::Column::FleetProvenBy, Expr::value(Some(rollout.0)))
+            .col_expr(releases::Column::UpdatedAt, Expr::value(now))
+            .filter(releases::Column::Id.eq(id.0))
+            .filter(releases::Column::QualificationState.eq(current.as_str()))
+            .exec(&txn)
+            .await?;
+        if updated.rows_affected != 1 {
+            return Err(DbError::Invalid {
+                field: "qualification_state".into(),
+                reason: "the release changed state concurrently; reload and retry".into(),
+            });
+        }
+        audit::append(
+            &txn,
+            now,
+            actor,
+            "release.fleet_proven",
+            "release",
+            &id.to_string(),
+            json!({ "from": current, "to": next, "rollout": rollout, "reason": reason }),
+        )
+        .await?;
+        txn.commit().await?;
+        Ok(true)
     }
 
     /// Records one qualification gate outcome for a release, audited.

@@ -7,7 +7,8 @@ use orchestrator_db::model::{
 use orchestrator_db::testing::TestDb;
 use orchestrator_db::{AuditFilter, DbError};
 use orchestrator_types::{
-    ComponentKind, FirmwareVersion, NodeState, ORDERED_EXAMPLES, QualificationState, ReleaseId, Role, TransitionRequest,
+    ComponentKind, FirmwareVersion, NodeState, ORDERED_EXAMPLES, QualificationState, ReleaseId, Role, RolloutId,
+    TransitionRequest,
 };
 
 fn node(name: &str, rack: &str) -> NewNode {
@@ -69,6 +70,67 @@ async fn versions_round_trip_exactly_and_keep_their_order() {
     }
 }
 
+#[tokio::test]
+async fn only_a_soak_makes_a_release_fleet_proven_once_and_audited() {
+    use QualificationState::{FleetProven, Qualified, Registered};
+    for t in TestDb::all_backends().await {
+        let created =
+            t.db.add_release(&release(ComponentKind::Gpu, "96.1.0"), "test")
+                .await
+                .unwrap();
+        // Not qualified: a soak proves nothing, and nothing changes.
+        let err =
+            t.db.mark_fleet_proven(created.id, RolloutId(7), "engine")
+                .await
+                .unwrap_err();
+        assert!(matches!(err, DbError::Transition(_)), "{err}");
+        assert_eq!(t.db.release(created.id).await.unwrap().qualification_state, Registered);
+        for step in path_to(Qualified) {
+            t.db.transition_release(created.id, &step, "setup").await.unwrap();
+        }
+        assert!(
+            t.db.mark_fleet_proven(created.id, RolloutId(7), "engine")
+                .await
+                .unwrap()
+        );
+        let proven = t.db.release(created.id).await.unwrap();
+        assert_eq!(proven.qualification_state, FleetProven);
+        assert_eq!(proven.fleet_proven_by, Some(RolloutId(7)));
+        // A replay (a crash between proving and promoting) changes nothing and records nothing.
+        assert!(
+            !t.db
+                .mark_fleet_proven(created.id, RolloutId(7), "engine")
+                .await
+                .unwrap()
+        );
+        let audit =
+            t.db.audit_entries(&AuditFilter {
+                subject_type: Some("release".into()),
+                subject_id: Some(created.id.to_string()),
+                actor: Some("engine".into()),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(audit.len(), 1, "{audit:#?}");
+        assert_eq!(audit[0].action, "release.fleet_proven");
+        assert_eq!(audit[0].details["rollout"], 7);
+        // A person moves it on to the default; the proof is kept.
+        let default =
+            t.db.transition_release(created.id, &request(QualificationState::Default, None), "alice")
+                .await
+                .unwrap();
+        assert_eq!(default.qualification_state, QualificationState::Default);
+        assert_eq!(default.fleet_proven_by, Some(RolloutId(7)));
+        assert!(
+            !t.db
+                .mark_fleet_proven(created.id, RolloutId(8), "engine")
+                .await
+                .unwrap()
+        );
+    }
+}
+
 /// Each state is reached from `registered` by legal steps.
 fn path_to(state: QualificationState) -> Vec<TransitionRequest> {
     use QualificationState::*;
@@ -76,6 +138,8 @@ fn path_to(state: QualificationState) -> Vec<TransitionRequest> {
         Registered => &[],
         Qualifying => &[Qualifying],
         Qualified => &[Qualifying, Qualified],
+        // Then proven by a soak (`Db::mark_fleet_proven`): no person's transition reaches it.
+        FleetProven => &[Qualifying, Qualified],
         Default => &[Qualifying, Qualified, Default],
         Deprecated => &[Qualifying, Qualified, Default, Deprecated],
         Blocked => &[Blocked],
@@ -97,6 +161,9 @@ async fn every_qualification_transition_matches_the_state_machine_and_is_audited
                             .unwrap();
                     for step in path_to(*from) {
                         t.db.transition_release(created.id, &step, "setup").await.unwrap();
+                    }
+                    if *from == QualificationState::FleetProven {
+                        assert!(t.db.mark_fleet_proven(created.id, RolloutId(1), "setup").await.unwrap());
                     }
                     let expected = from.transition(*to, reason);
                     let outcome =
@@ -381,7 +448,9 @@ async fn migrations_are_idempotent() {
                 "m0011_scheduler_drains",
                 "m0012_rma_cases",
                 "m0013_rma_parts",
-                "m0014_page_indexes"
+                "m0014_page_indexes",
+                "m0015_health_retention",
+                "m0016_soak"
             ]
         );
     }

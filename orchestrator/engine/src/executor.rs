@@ -15,7 +15,7 @@ use orchestrator_db::execution::{
 use orchestrator_db::{Db, DbError};
 use orchestrator_policy::{Policy, RollbackScope, next_window_start, window_open_at};
 use orchestrator_types::{
-    ComponentKind, Outcome, QualificationState, RolloutClock, RolloutId, StepId, TransitionRequest, WaveId,
+    ComponentKind, Outcome, QualificationState, RolloutClock, RolloutId, StepId, TransitionRequest, WaveId, WaveRole,
     WaveVerdict, qualification_hold,
 };
 use serde_json::json;
@@ -26,7 +26,7 @@ use crate::controller::ControllerHealth;
 use crate::drain::{DrainView, Drains, Started};
 use crate::health::HealthJudge;
 use crate::step::{StepCtx, StepRules};
-use crate::wave::{ReleaseStanding, WaveAction, WaveFacts, decide};
+use crate::wave::{Decision, ReleaseStanding, WaveAction, WaveFacts, decide};
 
 /// Long-lived state of the executor: caches that are safe to lose.
 #[derive(Debug)]
@@ -627,6 +627,16 @@ impl Executor {
                 verdict,
                 approvers,
             } => {
+                // A passing soak proves the release in the fleet, before the wave moves on: a crash
+                // between the two replays the same recorded looks, and a release already proven
+                // stays as it is. Promoting anyway over a soak that did not pass proves nothing.
+                let passed = verdict
+                    .as_ref()
+                    .or(wave.verdict.as_ref())
+                    .is_some_and(|v| v.outcome == Outcome::Pass);
+                if wave.role == Some(WaveRole::Soak) && decision == Decision::Promote && passed {
+                    self.prove_release(rollout, wave).await?;
+                }
                 let details = json!({
                     "decision": decision.as_str(),
                     "verdict": verdict.as_ref().or(wave.verdict.as_ref()).map(|v| v.outcome),
@@ -797,6 +807,29 @@ impl Executor {
             )
             .await?;
         Ok(())
+    }
+
+    /// The soak passed: the release becomes fleet-proven (from qualified only; `default` is still a
+    /// person's decision). A release that cannot be proven (blocked or deprecated meanwhile by a
+    /// person) is left as it is and the refusal logged: the wave still moves on, as its verdict says.
+    async fn prove_release(&self, rollout: &ExecRollout, wave: &ExecWave) -> Result<(), DbError> {
+        match self
+            .db
+            .mark_fleet_proven(rollout.release_id, rollout.id, crate::ENGINE_ACTOR)
+            .await
+        {
+            Ok(changed) => {
+                if changed {
+                    tracing::info!(release = %rollout.release_id, rollout = %rollout.id, wave = %wave.name, "soak passed: release fleet-proven");
+                }
+                Ok(())
+            }
+            Err(err) if err.is_caller_error() => {
+                tracing::warn!(error = %orchestrator_types::error_chain(&err), "the release was not made fleet-proven");
+                Ok(())
+            }
+            Err(err) => Err(err),
+        }
     }
 
     /// A failed verdict blocks the release for every rollout, with the

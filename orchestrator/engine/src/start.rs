@@ -151,6 +151,7 @@ pub fn plan_to_rows(plan: &Plan) -> NewPlan {
                 gates: wave.gates.clone(),
                 control_nodes: wave.control.members().iter().map(|m| m.node).collect(),
                 steps,
+                role: wave.role,
             }
         })
         .collect();

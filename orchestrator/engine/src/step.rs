@@ -913,6 +913,7 @@ fleet:
                         max_in_flight: 1,
                         gates: vec![],
                         control_nodes: vec![],
+                        role: None,
                         steps: vec![NewStep {
                             node_id: node.id,
                             inventory_id: "HGX_FW_GPU_0".into(),

@@ -6,6 +6,13 @@
 //! (the last wave, with no control of its own, is judged by the pooled evidence) and the rollout
 //! completes; a gate whose evidence is too thin extends the bake to `max_bake` and then holds for a
 //! human, who promotes anyway (recorded); a node in maintenance or quarantined is never a control.
+//!
+//! The soak (a policy with `detection.soak`): a stratified holdback stays on the old version as the
+//! last wave's control; a passing soak makes the release fleet-proven, then the holdback is updated
+//! with its own steps, each node flashed once even when the engine runs again; the reset rule
+//! keeps each flash's first `reset_exclusion` out of the evidence; a regression that starts after
+//! the early waves passed fails the soak, rolls back and blocks the release, and the holdback is
+//! never flashed.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,7 +24,9 @@ use orchestrator_db::health::{Cohort, SampleScope};
 use orchestrator_engine::HealthJudge;
 use orchestrator_engine::watch::DetectorJudge;
 use orchestrator_engine::{StartRollout, start_rollout};
-use orchestrator_types::{FleetEvidence, FleetGateLook, NodeState, Outcome, QualificationState, RolloutId};
+use orchestrator_types::{
+    FleetEvidence, FleetGateLook, HOLDBACK_WAVE, NodeState, Outcome, QualificationState, RolloutId, WaveRole,
+};
 
 /// A firmware whose effect triples the XID rate on every node.
 const GPU_BAD: &str = "96.00.66.00.01";
@@ -50,6 +59,20 @@ fn policy() -> String {
 
 /// [`policy`] with the canary's gates line and `max_bake`.
 fn policy_with(canary_gates: &str, canary_max_bake: &str) -> String {
+    policy_detection(canary_gates, canary_max_bake, "")
+}
+
+/// [`policy`] with a soak of `min`..`max` against a 20% holdback (8 of the 40 nodes).
+fn soak_policy(min: &str, max: &str) -> String {
+    policy_detection(
+        "gates: [xid_errors, gpu_temp]",
+        "3h",
+        &format!("  soak: {{min: {min}, max: {max}, holdback_percent: 20}}\n"),
+    )
+}
+
+/// The policy, with `soak` (YAML under `detection:`, or empty) added to its detection block.
+fn policy_detection(canary_gates: &str, canary_max_bake: &str, soak: &str) -> String {
     let gates = "gates: [xid_errors, gpu_temp]";
     let health = health_section(
         0.05,
@@ -80,7 +103,7 @@ fn policy_with(canary_gates: &str, canary_max_bake: &str) -> String {
         ])
         .concurrency(20, &["per_rack: 10", "per_nvlink_domain: 5"])
         .health(&format!(
-            "{health}detection:\n  false_rollback: 0.02\n  false_pass: 0.05\n  reset_exclusion: 10m\n"
+            "{health}detection:\n  false_rollback: 0.02\n  false_pass: 0.05\n  reset_exclusion: 10m\n{soak}"
         ))
         .max_failed(2)
         .rollback_scope("wave")
@@ -399,5 +422,264 @@ async fn a_node_in_maintenance_or_quarantined_is_not_a_control() {
         .collect();
     assert_eq!(controls.len(), 28);
     assert!(!controls.contains(&maintenance) && !controls.contains(&quarantined));
+    h.shutdown().await;
+}
+
+/// A firmware that is healthy for three hours after its flash and then multiplies XID errors tenfold:
+/// the canary and the early wave pass before it shows, and only the soak can catch it.
+const GPU_LATE: &str = "96.00.67.00.01";
+
+fn late_scenario() -> String {
+    format!(
+        r#"  - kind: gpu
+    version: "{GPU_LATE}"
+    flash_time: {{min: 2m, max: 4m}}
+    effects:
+      - {{metric: xid_errors_per_gpu_hour, multiply: 10.0, share: 1.0, onset: 3h}}
+{}"#,
+        scenario_extra()
+    )
+}
+
+async fn wave_steps(h: &Harness, wave: orchestrator_types::WaveId) -> Vec<orchestrator_db::execution::ExecStep> {
+    h.db.steps(&StepFilter {
+        wave_id: Some(wave),
+        purpose: Some(StepPurpose::Update),
+        ..Default::default()
+    })
+    .await
+    .unwrap()
+}
+
+fn flashes(h: &Harness, name: &str) -> u32 {
+    h.fleet.flash_counts(name).expect("sim node").values().sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_passing_soak_proves_the_release_then_the_holdback_is_updated_once() {
+    let Some(mut h) = Harness::start(40, &scenario_extra(), false).await else {
+        return;
+    };
+    let policy_source = soak_policy("1h", "2h");
+    let id = start_with(&mut h, GPU_TO, policy_source.clone()).await;
+    // The plan: a stratified holdback of 8 (20% of 40) as the last wave, after the soak wave.
+    let waves = h.db.rollout_waves(id).await.unwrap();
+    let names: Vec<(&str, Option<WaveRole>, i32)> =
+        waves.iter().map(|w| (w.name.as_str(), w.role, w.node_count)).collect();
+    assert_eq!(
+        names,
+        [
+            ("canary", None, 10),
+            ("early", None, 10),
+            ("rest", Some(WaveRole::Soak), 12),
+            (HOLDBACK_WAVE, Some(WaveRole::Holdback), 8)
+        ]
+    );
+    run_engine(&mut h);
+    let done = h
+        .wait_for(
+            id,
+            &[RolloutState::RolledBack, RolloutState::Halted, RolloutState::Completed],
+            Duration::from_secs(180),
+        )
+        .await;
+    h.stop_engine().await;
+    // A good rollout does not stop at 100% waiting for a human: the soak judges the last wave.
+    assert_eq!(done.state, RolloutState::Completed, "{:?}", done.state_reason);
+
+    let soak = wave_named(&h, id, "rest").await;
+    assert_eq!(soak.decision.as_deref(), Some("promote"));
+    let verdict = soak.verdict.clone().unwrap();
+    assert_eq!(verdict.outcome, Outcome::Pass, "{verdict:#?}");
+    assert!(
+        verdict.summary.starts_with("soak against the holdback"),
+        "{}",
+        verdict.summary
+    );
+    let evidence = fleet_evidence(&verdict);
+    assert!(evidence.soak);
+    // The whole fleet on the release against the holdback, and the soak ran at least its minimum.
+    assert_eq!(
+        (evidence.updated_nodes, evidence.control_nodes),
+        (32, 8),
+        "{evidence:#?}"
+    );
+    assert!(evidence.elapsed_seconds >= 3600, "{evidence:#?}");
+    assert_eq!(
+        evidence.max_bake_seconds, 7200,
+        "the soak's max is the wave's longest bake"
+    );
+
+    // Fleet-proven only after the soak passed, by this rollout; default is still a person's call.
+    let release = h.db.release(done.release_id).await.unwrap();
+    assert_eq!(release.qualification_state, QualificationState::FleetProven);
+    assert_eq!(release.fleet_proven_by, Some(id));
+
+    // The holdback is updated afterwards, with its own steps.
+    let holdback = wave_named(&h, id, HOLDBACK_WAVE).await;
+    assert_eq!(holdback.state, WaveState::Promoted);
+    assert!(
+        holdback.started_at.unwrap() >= soak.ended_at.unwrap(),
+        "the holdback started only after the soak ended"
+    );
+    assert!(
+        release.updated_at <= holdback.started_at.unwrap(),
+        "proven before the holdback moved"
+    );
+    let held = wave_steps(&h, holdback.id).await;
+    assert_eq!(held.len(), 8);
+    assert!(
+        held.iter()
+            .all(|s| s.state == orchestrator_db::execution::StepState::Succeeded)
+    );
+
+    // The holdback was the soak's control until its own flash, never after it.
+    let samples = h.db.health_samples(SampleScope::Wave(soak.id)).await.unwrap();
+    let held_at: std::collections::HashMap<_, _> = held.iter().map(|s| (s.node_id, s.started_at)).collect();
+    let controls: Vec<_> = samples.iter().filter(|s| s.cohort == Cohort::Control).collect();
+    assert!(!controls.is_empty());
+    for s in &controls {
+        let started = held_at.get(&s.node_id).copied().flatten();
+        assert!(started.is_some(), "only holdback nodes are the soak's controls: {s:?}");
+        assert!(s.window_start < started.unwrap(), "{s:?}");
+    }
+
+    // The reset rule: no updated node's first reset_exclusion (10 minutes) after its flash counts.
+    let mut finished = std::collections::HashMap::new();
+    for wave in ["canary", "early", "rest"] {
+        let w = wave_named(&h, id, wave).await;
+        for s in wave_steps(&h, w.id).await {
+            finished.insert(s.node_id, s.finished_at.unwrap());
+        }
+    }
+    let exclusion = chrono::Duration::minutes(10);
+    let mut checked = 0;
+    for s in samples
+        .iter()
+        .filter(|s| s.cohort == Cohort::Canary && s.metric == "xid_errors_per_gpu_hour")
+    {
+        let counted_from = finished[&s.node_id] + exclusion;
+        let window_end = s.window_start + chrono::Duration::hours(1);
+        let allowed_hours = (window_end - counted_from.max(s.window_start))
+            .num_milliseconds()
+            .max(0) as f64
+            / 3_600_000.0;
+        // Eight GPUs per node: GPU-hours within the counted part of the window, no more (a second
+        // of slack for the instants' rounding; the excluded window is 10 minutes, 1.3 GPU-hours).
+        assert!(
+            s.exposure <= 8.0 * (allowed_hours + 1.0 / 3600.0),
+            "exposure inside the post-reset window: {s:?} counted from {counted_from}"
+        );
+        checked += 1;
+    }
+    assert!(checked > 0);
+
+    // Crash safety: no look is recorded twice; proving again is a no-op; a restarted engine finds
+    // nothing to do and flashes nothing again (every node, the holdback included, flashed once).
+    let looks = h.db.health_looks(SampleScope::Wave(soak.id)).await.unwrap();
+    let mut keys: Vec<_> = looks
+        .iter()
+        .map(|l| (l.look.gate.clone(), l.look.look_number))
+        .collect();
+    let before = keys.len();
+    keys.sort();
+    keys.dedup();
+    assert_eq!(before, keys.len(), "a look recorded twice");
+    assert!(!h.db.mark_fleet_proven(release.id, id, "replay").await.unwrap());
+    run_engine(&mut h);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    h.stop_engine().await;
+    assert_eq!(h.db.exec_rollout(id).await.unwrap().state, RolloutState::Completed);
+    for e in h.fleet.endpoints() {
+        assert_eq!(flashes(&h, &e.name), 1, "{}: flashed exactly once", e.name);
+    }
+    // A person cannot make a release fleet-proven; the default is still theirs to set.
+    let other = h.add_release("96.00.70.00.01", true).await;
+    let err =
+        h.db.transition_release(
+            other.id,
+            &orchestrator_types::TransitionRequest {
+                to: QualificationState::FleetProven,
+                reason: None,
+            },
+            "alice",
+        )
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("soak"), "{err}");
+    let default =
+        h.db.transition_release(
+            release.id,
+            &orchestrator_types::TransitionRequest {
+                to: QualificationState::Default,
+                reason: None,
+            },
+            "alice",
+        )
+        .await
+        .unwrap();
+    assert_eq!(default.qualification_state, QualificationState::Default);
+    assert_eq!(default.fleet_proven_by, Some(id), "the proof is kept");
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_regression_only_the_soak_sees_rolls_back_blocks_and_the_holdback_is_never_flashed() {
+    let Some(mut h) = Harness::start(40, &late_scenario(), false).await else {
+        return;
+    };
+    let id = start_with(&mut h, GPU_LATE, soak_policy("3h", "5h")).await;
+    run_engine(&mut h);
+    let done = h
+        .wait_for(
+            id,
+            &[RolloutState::RolledBack, RolloutState::Halted, RolloutState::Completed],
+            Duration::from_secs(240),
+        )
+        .await;
+    h.stop_engine().await;
+    assert_eq!(done.state, RolloutState::RolledBack, "{:?}", done.state_reason);
+    // The early waves passed before the effect began; the soak failed on the pooled evidence.
+    for name in ["canary", "early"] {
+        let wave = wave_named(&h, id, name).await;
+        assert_eq!(wave.decision.as_deref(), Some("promote"), "{name}: {:?}", wave.verdict);
+    }
+    let soak = wave_named(&h, id, "rest").await;
+    let verdict = soak.verdict.clone().expect("the soak's verdict");
+    assert_eq!(verdict.outcome, Outcome::Fail, "{verdict:#?}");
+    let evidence = fleet_evidence(&verdict);
+    assert!(evidence.soak);
+    assert_eq!(evidence.control_nodes, 8, "the holdback is the control");
+    let xid = gate(&evidence, "xid_errors");
+    assert!(xid.lower.is_some_and(|l| l > xid.null), "{xid:#?}");
+    assert_eq!(soak.decision.as_deref(), Some("rollback"));
+    // Blocked, never fleet-proven.
+    let release = h.db.release(done.release_id).await.unwrap();
+    assert_eq!(release.qualification_state, QualificationState::Blocked);
+    assert_eq!(release.fleet_proven_by, None);
+    // Rolled back per the policy's scope (the wave): the soak wave's nodes are back on the old version.
+    let rollback =
+        h.db.steps(&StepFilter {
+            rollout_id: Some(id),
+            purpose: Some(StepPurpose::Rollback),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let soak_nodes: std::collections::BTreeSet<_> =
+        wave_steps(&h, soak.id).await.into_iter().map(|s| s.node_id).collect();
+    let rolled: std::collections::BTreeSet<_> = rollback
+        .iter()
+        .filter(|s| s.state == orchestrator_db::execution::StepState::Succeeded)
+        .map(|s| s.node_id)
+        .collect();
+    assert_eq!(rolled, soak_nodes, "the wave scope rolls back the soak wave's nodes");
+    // The holdback never left the old version.
+    let holdback = wave_named(&h, id, HOLDBACK_WAVE).await;
+    assert_eq!(holdback.state, WaveState::Planned);
+    for step in wave_steps(&h, holdback.id).await {
+        let node = h.db.node(step.node_id).await.unwrap();
+        assert_eq!(flashes(&h, &node.name), 0, "{} is in the holdback", node.name);
+    }
     h.shutdown().await;
 }

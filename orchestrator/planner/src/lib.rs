@@ -72,6 +72,7 @@
 //! purpose (`wave k`, `control of wave k`), kept in this crate so a plan is
 //! reproducible from its seed across dependency upgrades.
 
+mod baseline;
 mod eligibility;
 mod error;
 mod input;
@@ -80,6 +81,7 @@ mod planner;
 pub mod power;
 mod rng;
 mod select;
+mod soak;
 mod strata;
 
 pub use error::PlanError;

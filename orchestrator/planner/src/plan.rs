@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use chrono::{DateTime, Utc};
-use orchestrator_types::{ComponentKind, FirmwareVersion, NodeId, NodeState, QualificationState, ReleaseId};
+use orchestrator_types::{ComponentKind, FirmwareVersion, NodeId, NodeState, QualificationState, ReleaseId, WaveRole};
 use serde::{Deserialize, Serialize};
 
 /// Bumped whenever the algorithm changes what it produces for the same
@@ -41,6 +41,27 @@ pub struct Plan {
     pub eligibility: Vec<NodeEligibility>,
     /// Remarks for humans (empty waves, relaxed caps, short control cohorts).
     pub notes: Vec<String>,
+    /// The soak and its holdback (issue 22), when the policy has a `detection.soak`; absent from
+    /// plans without one, so their rendering is unchanged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub soak: Option<SoakPlan>,
+}
+
+/// The soak after the last wave: the fleet on the release against a stratified holdback on the old
+/// version. The holdback is the plan's last wave ([`orchestrator_types::HOLDBACK_WAVE`]), updated
+/// with its own steps once the soak passed; the soak is the bake of the wave before it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SoakPlan {
+    /// The wave whose bake is the soak (the last wave of the policy the plan reaches).
+    pub soak_wave: String,
+    /// Shortest soak: the soak wave bakes at least this long (and at least its own bake).
+    pub min_seconds: i64,
+    /// Longest soak before a hold for a human.
+    pub max_seconds: i64,
+    /// How the holdback was sized, with the statement `policy lint` and `policy power` print.
+    pub sizing: crate::soak::SoakSizing,
+    /// The held-back nodes.
+    pub holdback: Vec<NodeId>,
 }
 
 impl Plan {
@@ -359,6 +380,9 @@ pub struct WavePlan {
     pub nodes: Vec<NodePlan>,
     /// Who the wave's health is compared against.
     pub control: ControlPlan,
+    /// The wave's part in the soak, if any (absent for most waves and from older plans).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<WaveRole>,
 }
 
 /// One node of a wave.

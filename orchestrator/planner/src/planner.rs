@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{DateTime, Utc};
 use orchestrator_policy::{Approval, Policy, RollbackScope, WaveSize, format_duration};
-use orchestrator_types::{NodeState, QualificationState};
+use orchestrator_types::{HOLDBACK_WAVE, NodeState, QualificationState, WaveRole};
 use sha2::{Digest, Sha256};
 
 use crate::eligibility::{Eligible, assess, matching_components};
@@ -13,7 +13,7 @@ use crate::input::{FleetSnapshot, NodeSnapshot, ReleaseSpec};
 use crate::plan::{
     ApprovalRule, CapRelaxation, ControlMember, ControlPlan, ControlShortfall, ControlSource, ExclusionReason,
     NodeEligibility, NodePlan, Outcome, PLAN_FORMAT_VERSION, Plan, PlanSummary, ReleaseSummary, RollbackAssessment,
-    RollbackBlocker, SizeRule, WaveBlocker, WaveCaps, WavePlan,
+    RollbackBlocker, SizeRule, SoakPlan, WaveBlocker, WaveCaps, WavePlan,
 };
 use crate::rng::SplitMix64;
 use crate::select::select_with_caps;
@@ -51,9 +51,12 @@ type Idx = usize;
 /// versions of its target components.
 type ClassKey = (String, Vec<String>);
 
+/// `Assigned::policy_index` of the holdback wave, which no policy wave names.
+const HOLDBACK_INDEX: usize = usize::MAX;
+
 /// A wave as chosen, before its control cohort.
 struct Assigned {
-    /// Index of the wave in the policy.
+    /// Index of the wave in the policy ([`HOLDBACK_INDEX`] for the holdback).
     policy_index: usize,
     nodes: Vec<Idx>,
     caps: Option<WaveCaps>,
@@ -91,6 +94,43 @@ pub fn plan(input: &PlanInput<'_>) -> Result<Plan, PlanError> {
         *cluster_sizes.entry(node.cluster.as_str()).or_default() += 1;
     }
     let mut remaining: Vec<Idx> = eligible.clone();
+    // The soak's holdback is chosen first, stratified like the canary (the same labels, its own
+    // shuffle), so it mirrors the fleet's composition whatever the waves take; it becomes the last
+    // wave, and until then every wave's fleet-scale control includes it.
+    // Sized at the default base rates: the plan takes no measured rates (`policy power` states the
+    // soak time at given ones).
+    let sizing = crate::soak::soak_sizing(
+        policy,
+        eligible.len(),
+        &BTreeMap::new(),
+        crate::baseline::DEFAULT_GPUS_PER_NODE,
+    );
+    let mut holdback: Option<Assigned> = None;
+    if let Some(sizing) = &sizing {
+        if sizing.holdback_nodes == 0 {
+            notes.push(format!(
+                "no holdback: {} eligible node(s) cannot spare one, so the soak has no control and the release is \
+                 never fleet-proven by this rollout",
+                eligible.len()
+            ));
+        } else {
+            let stratify = policy.waves.first().map(|w| w.stratify_by.clone()).unwrap_or_default();
+            let pool: Vec<&NodeSnapshot> = remaining.iter().map(|&i| nodes[i]).collect();
+            let dims = choose_dims(&stratify, &pool);
+            let mut rng = SplitMix64::derive(seed, "holdback", 0);
+            let order = stratified_order(remaining.clone(), &nodes, &dims, &mut rng);
+            let selected: Vec<Idx> = order.into_iter().take(sizing.holdback_nodes).collect();
+            let chosen: BTreeSet<Idx> = selected.iter().copied().collect();
+            remaining.retain(|i| !chosen.contains(i));
+            holdback = Some(Assigned {
+                policy_index: HOLDBACK_INDEX,
+                nodes: selected,
+                caps: None,
+                relaxations: Vec::new(),
+                dims: dims.iter().map(|d| d.name().to_owned()).collect(),
+            });
+        }
+    }
     let mut assigned: Vec<Assigned> = Vec::new();
     for (k, wave) in policy.waves.iter().enumerate() {
         if remaining.is_empty() {
@@ -147,6 +187,11 @@ pub fn plan(input: &PlanInput<'_>) -> Result<Plan, PlanError> {
         });
     }
 
+    // The soak is the bake of the last wave the plan reaches; the holdback follows it.
+    let soak_wave = holdback.as_ref().and(assigned.len().checked_sub(1));
+    if let (Some(h), Some(_)) = (holdback.take(), soak_wave) {
+        assigned.push(h);
+    }
     let mut wave_of: BTreeMap<Idx, usize> = BTreeMap::new();
     for (w, a) in assigned.iter().enumerate() {
         for &i in &a.nodes {
@@ -169,12 +214,20 @@ pub fn plan(input: &PlanInput<'_>) -> Result<Plan, PlanError> {
     let wave_count = assigned.len();
     let wave_names: Vec<&str> = assigned
         .iter()
-        .map(|a| policy.waves[a.policy_index].name.as_str())
+        .map(|a| {
+            policy
+                .waves
+                .get(a.policy_index)
+                .map_or(HOLDBACK_WAVE, |w| w.name.as_str())
+        })
         .collect();
     for (w, a) in assigned.iter().enumerate() {
         let k = a.policy_index;
         let selected = &a.nodes;
-        let spec = &policy.waves[k];
+        let Some(spec) = policy.waves.get(k) else {
+            waves.push(holdback_wave(a, &nodes, &verdicts, policy, later_blocker.clone()));
+            continue;
+        };
         let control = control_cohort(
             &CohortInputs {
                 wave_count,
@@ -201,6 +254,12 @@ pub fn plan(input: &PlanInput<'_>) -> Result<Plan, PlanError> {
             }
         }
         let blocked = if k > 0 { later_blocker.clone() } else { None };
+        let is_soak = soak_wave == Some(w);
+        // The soak wave bakes at least the soak's minimum: its bake is the soak.
+        let bake = match (&policy.detection.soak, is_soak) {
+            (Some(soak), true) => spec.bake.max(soak.min),
+            _ => spec.bake,
+        };
         waves.push(WavePlan {
             index: k,
             name: spec.name.clone(),
@@ -210,8 +269,8 @@ pub fn plan(input: &PlanInput<'_>) -> Result<Plan, PlanError> {
                 WaveSize::Rest => SizeRule::Rest,
             },
             blocked,
-            bake_seconds: spec.bake.num_seconds(),
-            bake: format_duration(spec.bake),
+            bake_seconds: bake.num_seconds(),
+            bake: format_duration(bake),
             approval: match spec.approval {
                 Approval::Auto => ApprovalRule::Auto,
                 Approval::Manual { approvers } => ApprovalRule::Manual { approvers },
@@ -226,8 +285,22 @@ pub fn plan(input: &PlanInput<'_>) -> Result<Plan, PlanError> {
                 .filter_map(|&i| node_plan(nodes[i], &verdicts[i]))
                 .collect(),
             control,
+            role: is_soak.then_some(WaveRole::Soak),
         });
     }
+    let soak = match (&policy.detection.soak, sizing, soak_wave, waves.last()) {
+        (Some(spec), Some(sizing), Some(w), Some(last)) if last.role == Some(WaveRole::Holdback) => {
+            notes.push(sizing.statement());
+            Some(SoakPlan {
+                soak_wave: waves[w].name.clone(),
+                min_seconds: spec.min.num_seconds(),
+                max_seconds: spec.max.num_seconds(),
+                holdback: last.nodes.iter().map(|n| n.node).collect(),
+                sizing,
+            })
+        }
+        _ => None,
+    };
     if let Some(WaveBlocker::AwaitingQualification { state, missing_gates }) = &later_blocker
         && waves.len() > 1
     {
@@ -289,7 +362,53 @@ pub fn plan(input: &PlanInput<'_>) -> Result<Plan, PlanError> {
         waves,
         eligibility,
         notes,
+        soak,
     })
+}
+
+/// The holdback wave: its nodes stay on the old version through every wave and the soak (they are
+/// the soak's control), then are updated with their own steps once the soak passed. It has no gates
+/// and no bake of its own: the release is fleet-proven by then, and the nodes' update is watched
+/// by the step machine like every other (intent before effect, the version expected before and
+/// read back after).
+fn holdback_wave(
+    a: &Assigned,
+    nodes: &[&NodeSnapshot],
+    verdicts: &[Result<Eligible, ExclusionReason>],
+    policy: &Policy,
+    blocked: Option<WaveBlocker>,
+) -> WavePlan {
+    // The last policy wave's rate: the holdback is the end of the rollout, like the wave before it.
+    let max_in_flight = policy
+        .waves
+        .last()
+        .map_or(policy.concurrency.max_in_flight, |w| w.max_in_flight)
+        .min(policy.concurrency.max_in_flight);
+    WavePlan {
+        index: policy.waves.len(),
+        name: HOLDBACK_WAVE.to_owned(),
+        size_rule: SizeRule::Count {
+            count: u32::try_from(a.nodes.len()).unwrap_or(u32::MAX),
+        },
+        blocked,
+        bake_seconds: 0,
+        bake: format_duration(chrono::TimeDelta::zero()),
+        approval: ApprovalRule::Auto,
+        max_in_flight,
+        gates: Vec::new(),
+        stratified_by: a.dims.clone(),
+        caps: None,
+        cap_relaxations: Vec::new(),
+        nodes: a
+            .nodes
+            .iter()
+            .filter_map(|&i| node_plan(nodes[i], &verdicts[i]))
+            .collect(),
+        control: ControlPlan::Unavailable {
+            reason: "the holdback is the soak's control; it is updated once the soak passed".to_owned(),
+        },
+        role: Some(WaveRole::Holdback),
+    }
 }
 
 /// Refuses releases no rollout may use; returns the blocker for waves after
@@ -592,14 +711,20 @@ fn fingerprint(
         nodes: canonical_nodes,
         release,
         policy: format!(
-            "{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}",
+            "{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}{}",
             policy.name,
             policy.target,
             policy.versions,
             policy.qualification,
             policy.waves,
             policy.concurrency,
-            policy.rollback
+            policy.rollback,
+            // The soak shapes the plan (the holdback); without one the rendering, and every
+            // fingerprint of a policy without a soak, is unchanged.
+            match (&policy.detection.soak, policy.detection.enabled) {
+                (Some(soak), true) => format!("\n{soak:?}"),
+                _ => String::new(),
+            }
         ),
         seed,
         planned_at,

@@ -368,3 +368,66 @@ fn crossing_racks_and_domains_still_keep_the_caps() {
         "both perfect choices of the six-cycle occur across seeds"
     );
 }
+
+/// The hgx policy with a soak holding back `percent` of the eligible nodes (or sized from the power
+/// target when `None`).
+fn hgx_with_soak(percent: Option<f64>) -> Policy {
+    let mut policy = hgx();
+    policy.detection.soak = Some(orchestrator_policy::Soak {
+        min: chrono::TimeDelta::hours(24),
+        max: chrono::TimeDelta::days(14),
+        holdback_percent: percent,
+        detect: 1.5,
+        power: 0.75,
+    });
+    policy
+}
+
+#[test]
+fn a_soak_holds_back_a_stratified_last_wave_that_every_earlier_wave_is_compared_with() {
+    use orchestrator_types::{HOLDBACK_WAVE, WaveRole};
+    let fleet = fleet60();
+    let release = gpu_release(QualificationState::Qualified);
+    let without = run(&fleet, &hgx(), &release, 5).expect("plan");
+    assert!(without.soak.is_none());
+    assert!(without.waves.iter().all(|w| w.role.is_none()));
+    let plan = run(&fleet, &hgx_with_soak(Some(20.0)), &release, 5).expect("plan");
+    let eligible = without.summary.planned;
+    assert_eq!(plan.summary.planned, eligible, "the holdback is planned, not excluded");
+    let soak = plan.soak.clone().expect("a soak plan");
+    let holdback = plan.waves.last().unwrap();
+    assert_eq!(holdback.name, HOLDBACK_WAVE);
+    assert_eq!(holdback.role, Some(WaveRole::Holdback));
+    assert_eq!(holdback.nodes.len(), eligible.div_ceil(5), "20%, rounded up");
+    assert_eq!(soak.holdback, holdback.nodes.iter().map(|n| n.node).collect::<Vec<_>>());
+    assert!(holdback.gates.is_empty() && holdback.bake_seconds == 0);
+    // The soak is the last policy wave: it bakes at least the soak's minimum.
+    let soak_wave = &plan.waves[plan.waves.len() - 2];
+    assert_eq!(soak_wave.role, Some(WaveRole::Soak));
+    assert_eq!(soak.soak_wave, soak_wave.name);
+    assert_eq!(soak_wave.bake_seconds, 24 * 3600);
+    // Stratified: the holdback spans every cluster, like the fleet.
+    let clusters: BTreeSet<&str> = holdback.nodes.iter().map(|n| n.cluster.as_str()).collect();
+    assert_eq!(clusters.len(), 3, "{clusters:?}");
+    // No node in two waves; the canary's controls include holdback nodes (a later wave).
+    let mut seen = BTreeSet::new();
+    for wave in &plan.waves {
+        for n in &wave.nodes {
+            assert!(seen.insert(n.node), "{} planned twice", n.name);
+        }
+    }
+    let held: BTreeSet<NodeId> = soak.holdback.iter().copied().collect();
+    assert!(plan.waves[0].control.members().iter().any(|m| held.contains(&m.node)));
+    // The plan says how the holdback was sized, and the soak changes the fingerprint.
+    assert!(
+        plan.notes.iter().any(|n| n.starts_with("soak: holdback")),
+        "{:?}",
+        plan.notes
+    );
+    assert_ne!(plan.fingerprint, without.fingerprint);
+    // Sized from the power target instead: at least one node, never all.
+    let sized = run(&fleet, &hgx_with_soak(None), &release, 5).expect("plan");
+    let held = sized.waves.last().unwrap().nodes.len();
+    assert!((1..eligible).contains(&held), "{held}");
+    assert!(!sized.soak.unwrap().sizing.stated);
+}

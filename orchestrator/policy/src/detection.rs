@@ -15,6 +15,10 @@ pub const DEFAULT_FALSE_ROLLBACK: f64 = 0.02;
 pub const DEFAULT_FALSE_PASS: f64 = 0.05;
 /// Default hours excluded after any reset of a node, on both sides of a comparison.
 pub const DEFAULT_RESET_EXCLUSION_SECONDS: i64 = 3600;
+/// Default soak power target: the rate ratio the soak must be able to catch (issue 22's example).
+pub const DEFAULT_SOAK_DETECT: f64 = 1.5;
+/// Default probability that the soak catches [`DEFAULT_SOAK_DETECT`] by `soak.max`.
+pub const DEFAULT_SOAK_POWER: f64 = 0.75;
 
 /// The rollout's detection settings.
 #[derive(Debug, Clone, PartialEq)]
@@ -53,8 +57,13 @@ pub struct Soak {
     pub min: TimeDelta,
     /// Longest soak before a hold for a human.
     pub max: TimeDelta,
-    /// Share of the eligible fleet held back, in percent (size it with `policy power`).
-    pub holdback_percent: f64,
+    /// Share of the eligible fleet held back, in percent, when the policy states it; `None`: the
+    /// planner sizes the holdback from the power target below (`policy power` states the size).
+    pub holdback_percent: Option<f64>,
+    /// The soak's power target: the rate ratio it must be able to catch by `max` (default 1.5).
+    pub detect: f64,
+    /// ... with this probability (default 0.75).
+    pub power: f64,
 }
 
 fn budget(sink: &mut Sink, what: &str, raw: Option<&S<f64>>, default: f64) -> Option<f64> {
@@ -127,18 +136,46 @@ fn soak(sink: &mut Sink, raw: &RawSoak) -> Option<Soak> {
         );
         return None;
     }
-    let p = raw.holdback_percent.value;
-    if !(p.is_finite() && p > 0.0 && p < 50.0) {
+    let mut ok = true;
+    let holdback_percent = raw.holdback_percent.as_ref().map(|raw| raw.value);
+    if let (Some(raw), Some(p)) = (&raw.holdback_percent, holdback_percent)
+        && !(p.is_finite() && p > 0.0 && p < 50.0)
+    {
         sink.error(
-            at(&raw.holdback_percent),
+            at(raw),
             format!("detection.soak.holdback_percent must be a percentage in (0, 50), got {p}"),
         );
+        ok = false;
+    }
+    let detect = raw.detect.as_ref().map_or(DEFAULT_SOAK_DETECT, |d| d.value);
+    if let Some(raw) = &raw.detect
+        && !(detect.is_finite() && detect > 1.0 && detect <= 100.0)
+    {
+        sink.error(
+            at(raw),
+            format!("detection.soak.detect is a rate ratio and must be in (1, 100], got {detect}"),
+        );
+        ok = false;
+    }
+    let power = raw.power.as_ref().map_or(DEFAULT_SOAK_POWER, |d| d.value);
+    if let Some(raw) = &raw.power
+        && !(power.is_finite() && power > 0.5 && power < 1.0)
+    {
+        sink.error(
+            at(raw),
+            format!("detection.soak.power is a probability and must be in (0.5, 1), got {power}"),
+        );
+        ok = false;
+    }
+    if !ok {
         return None;
     }
     Some(Soak {
         min: min?,
         max: max?,
-        holdback_percent: p,
+        holdback_percent,
+        detect,
+        power,
     })
 }
 
@@ -226,7 +263,40 @@ DETECTION";
         );
         let policy = crate::parse_policy(&source).unwrap();
         assert_eq!(policy.waves[0].max_bake, chrono::TimeDelta::days(3));
-        assert_eq!(policy.detection.soak.unwrap().holdback_percent, 2.0);
+        let soak = policy.detection.soak.unwrap();
+        assert_eq!(soak.holdback_percent, Some(2.0));
+        // The power target defaults to issue 22's example.
+        assert_eq!((soak.detect, soak.power), (1.5, 0.75));
+        // Without holdback_percent the planner sizes the holdback from the power target.
+        let source = BASE.replace("MAXBAKE", "3d").replace(
+            "DETECTION",
+            "detection:\n  soak: {min: 1d, max: 10d, detect: 2, power: 0.9}\n",
+        );
+        let soak = crate::parse_policy(&source).unwrap().detection.soak.unwrap();
+        assert_eq!((soak.holdback_percent, soak.detect, soak.power), (None, 2.0, 0.9));
+    }
+
+    #[test]
+    fn a_wave_may_not_take_the_holdback_name_when_there_is_a_soak() {
+        let soak = "detection:\n  soak: {min: 1d, max: 10d}\n";
+        let source = BASE.replace("MAXBAKE", "3d").replace("DETECTION", soak);
+        assert!(crate::parse_policy(&source).is_ok());
+        let named = source.replace("name: rest", "name: holdback");
+        let checked = check_source(&named);
+        assert!(
+            checked
+                .diagnostics
+                .iter()
+                .any(|d| d.is_error() && d.render("p.yaml").contains("the holdback wave's name")),
+            "{:#?}",
+            checked.diagnostics
+        );
+        // Without a soak the name keeps its meaning.
+        let plain = BASE
+            .replace("MAXBAKE", "3d")
+            .replace("DETECTION", "")
+            .replace("name: rest", "name: holdback");
+        assert!(crate::parse_policy(&plain).is_ok());
     }
 
     #[test]
@@ -247,6 +317,16 @@ DETECTION";
             "12h",
             "detection:\n  soak:\n    min: 1d\n    max: 2d\n    holdback_percent: 70\n",
             &["holdback_percent must be a percentage in (0, 50)"],
+        );
+        check(
+            "12h",
+            "detection:\n  soak:\n    min: 1d\n    max: 2d\n    detect: 1\n",
+            &["p.yaml:24:13", "detection.soak.detect is a rate ratio"],
+        );
+        check(
+            "12h",
+            "detection:\n  soak:\n    min: 1d\n    max: 2d\n    power: 0.3\n",
+            &["detection.soak.power is a probability"],
         );
     }
 }

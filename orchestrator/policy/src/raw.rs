@@ -291,5 +291,10 @@ pub(crate) struct RawDetection {
 pub(crate) struct RawSoak {
     pub min: S<String>,
     pub max: S<String>,
-    pub holdback_percent: S<f64>,
+    #[serde(default)]
+    pub holdback_percent: Option<S<f64>>,
+    #[serde(default)]
+    pub detect: Option<S<f64>>,
+    #[serde(default)]
+    pub power: Option<S<f64>>,
 }

@@ -135,6 +135,21 @@ pub(crate) fn validate(raw: &RawPolicy, sink: &mut Sink) -> Option<Policy> {
     let rollback = rollback(&raw.rollback.value);
     let detection = crate::detection::detection(sink, raw.detection.as_ref());
     let update = update(raw.update.as_ref().map(|u| &u.value));
+    // The planner appends the holdback wave under its own name; a policy wave of that name would
+    // make the two indistinguishable on the rollout page and in the engine.
+    if detection.as_ref().is_some_and(|d| d.soak.is_some()) {
+        for wave in &raw.waves.value {
+            if wave.value.name.value == orchestrator_types::HOLDBACK_WAVE {
+                sink.error(
+                    at(&wave.value.name),
+                    format!(
+                        "wave name {:?} is the holdback wave's name when the policy has a detection.soak; rename the wave",
+                        orchestrator_types::HOLDBACK_WAVE
+                    ),
+                );
+            }
+        }
+    }
     if sink.has_errors() {
         return None;
     }

@@ -58,6 +58,8 @@ pub struct Report {
     /// image server failing). The engine never charges them to a node: it pauses flashing while
     /// they last, so a run can show faults here with no node failed.
     pub controller: ControllerReport,
+    /// Added (issue 22): the soak against the holdback, when the policy has one (else null).
+    pub soak: Option<SoakReport>,
 }
 
 /// The controller's own faults, from the engine's `ControllerStatus` at the end of the run.
@@ -69,6 +71,26 @@ pub struct ControllerReport {
     pub degraded_episodes: u64,
     /// What the last fault was (an error kind), if any.
     pub last_fault: Option<String>,
+}
+
+/// The soak: the last wave's bake with the whole fleet on the release against the holdback, then
+/// the holdback's own update.
+#[derive(Debug, Clone, Serialize)]
+pub struct SoakReport {
+    /// The wave whose bake is the soak.
+    pub wave: String,
+    /// How the soak ended: promote (passed), promote_anyway (a person, over a hold), rollback, halt,
+    /// or null while it runs.
+    pub decision: Option<String>,
+    /// Simulated seconds the soak ran (its bake, from its start to its decision); null if it never
+    /// started.
+    pub soak_seconds: Option<i64>,
+    /// Whether the release ended fleet-proven by this rollout.
+    pub fleet_proven: bool,
+    /// Nodes held back on the old version during the soak.
+    pub holdback_nodes: i64,
+    /// Holdback nodes updated after the soak (succeeded update steps of the holdback wave).
+    pub holdback_updated: u64,
 }
 
 /// One wave.
@@ -86,6 +108,8 @@ pub struct WaveReport {
     pub decision: Option<String>,
     /// Per-gate verdicts of the wave's last judgement.
     pub verdicts: Vec<GateVerdict>,
+    /// Added (issue 22): `soak` or `holdback` for the soak's waves, else null.
+    pub role: Option<String>,
 }
 
 /// One gate's verdict.
@@ -226,6 +250,7 @@ pub async fn build_report(
             ended_at_s: seconds_since(start, w.ended_at),
             decision: decision_name(w),
             verdicts: gate_verdicts(policy, w.verdict.as_ref()),
+            role: w.role.map(|r| r.as_str().to_owned()),
         })
         .collect();
     // The first wave whose verdict failed is the detection.
@@ -335,6 +360,7 @@ pub async fn build_report(
     }
     updates.bricked = bricked_count(world).await;
     let release_now = db.release(release.id).await?;
+    let soak = soak_report(&waves, &steps, &release_now, rollout);
     let outcome = match watched.rollout.state {
         RolloutState::Completed => "completed",
         RolloutState::RolledBack => "rolled_back",
@@ -374,6 +400,35 @@ pub async fn build_report(
             degraded_episodes: controller.episodes_total,
             last_fault: controller.reason.clone(),
         },
+        soak,
+    })
+}
+
+/// The soak's part of the report, from the waves the planner marked; `None` without a soak.
+fn soak_report(
+    waves: &[ExecWave],
+    steps: &[orchestrator_db::execution::ExecStep],
+    release: &Release,
+    rollout: &ExecRollout,
+) -> Option<SoakReport> {
+    use orchestrator_types::WaveRole;
+    let soak = waves.iter().find(|w| w.role == Some(WaveRole::Soak))?;
+    let holdback = waves.iter().find(|w| w.role == Some(WaveRole::Holdback));
+    let holdback_updated = holdback.map_or(0, |h| {
+        steps
+            .iter()
+            .filter(|s| s.wave_id == h.id && s.purpose == StepPurpose::Update && s.state == StepState::Succeeded)
+            .count() as u64
+    });
+    Some(SoakReport {
+        wave: soak.name.clone(),
+        decision: soak.decision.clone(),
+        soak_seconds: soak
+            .bake_started_at
+            .map(|from| (soak.ended_at.unwrap_or(from) - from).num_seconds().max(0)),
+        fleet_proven: release.fleet_proven_by == Some(rollout.id),
+        holdback_nodes: holdback.map_or(0, |h| i64::from(h.node_count)),
+        holdback_updated,
     })
 }
 

@@ -430,7 +430,21 @@ fn lint(
             report.add_gate_findings(findings);
         }
     }
-    let (code, mut out) = render(&reports);
+    // The soak's holdback and time per policy (issue 22), on the fleet file's eligible nodes when
+    // one is given.
+    let soak_lines: BTreeMap<String, String> = reports
+        .iter()
+        .filter_map(|report| {
+            let policy = report.checked.policy.as_ref()?;
+            let eligible = fleet.as_deref().and_then(|nodes| {
+                power::fleet_shapes(policy, nodes, None, 0)
+                    .ok()
+                    .map(|(shapes, _)| shapes.iter().map(|s| s.canary_nodes).sum())
+            });
+            Some((report.file.clone(), soak_text(policy, eligible, None)?))
+        })
+        .collect();
+    let (code, mut out) = render(&reports, &soak_lines);
     // A policy repository's CI runs one lint: its RMA criteria are checked with it.
     let rma_dirs: Vec<PathBuf> = paths.iter().map(|p| p.join("rma")).filter(|d| d.is_dir()).collect();
     if rma_dirs.is_empty() {
@@ -515,6 +529,8 @@ fn power(args: &PowerArgs) -> anyhow::Result<String> {
     })?;
     let waves = power_table(&policy, &shapes, &options);
     let timing = power::fleet_timing(&policy, &shapes, &options);
+    let eligible: usize = shapes.iter().map(|s| s.canary_nodes).sum();
+    let soak = power::soak_sizing(&policy, eligible, &BTreeMap::new(), power::DEFAULT_GPUS_PER_NODE);
     if args.json {
         let doc = serde_json::json!({
             "policy": policy.name,
@@ -530,6 +546,7 @@ fn power(args: &PowerArgs) -> anyhow::Result<String> {
             "waves": waves,
             "fleet_timing": timing,
             "fleet_detection": policy.detection.enabled,
+            "soak": soak,
         });
         return Ok(format!("{}\n", serde_json::to_string_pretty(&doc)?));
     }
@@ -607,6 +624,9 @@ fn power(args: &PowerArgs) -> anyhow::Result<String> {
         }
     }
     out.push_str(&fleet_timing_text(&policy, &timing));
+    if let Some(line) = soak_text(&policy, Some(eligible), Some(&options)) {
+        out.push_str(&format!("\n{line}\n"));
+    }
     Ok(out)
 }
 
@@ -673,7 +693,43 @@ fn detection_method(policy: &orchestrator_policy::Policy) -> String {
     }
 }
 
-fn render(reports: &[FileReport]) -> (ExitCode, String) {
+/// A fleet size for the soak statement when no fleet file is given.
+const NOMINAL_FLEET: usize = 1000;
+
+/// The soak's holdback and time (issue 22) as the planner sizes the holdback (at the default base
+/// rates, as the rollout will), and, when the command was given base rates, the soak time at those.
+/// `None` when the policy has no soak.
+fn soak_text(
+    policy: &orchestrator_policy::Policy,
+    eligible: Option<usize>,
+    options: Option<&power::PowerOptions>,
+) -> Option<String> {
+    let n = eligible.unwrap_or(NOMINAL_FLEET);
+    let defaults = BTreeMap::new();
+    let planned = power::soak_sizing(policy, n, &defaults, power::DEFAULT_GPUS_PER_NODE)?;
+    let mut out = planned.statement();
+    if eligible.is_none() {
+        out.push_str(&format!(
+            " (for a nominal {NOMINAL_FLEET} eligible nodes; --fleet FILE for yours)"
+        ));
+    }
+    if let Some(options) = options.filter(|o| !o.baselines.rates.is_empty()) {
+        let mut fixed = policy.clone();
+        if let Some(soak) = fixed.detection.soak.as_mut() {
+            soak.holdback_percent = Some(planned.holdback_percent);
+        }
+        if let Some(given) = power::soak_sizing(&fixed, n, &options.baselines.rates, options.gpus_per_node)
+            && let (Some(gate), Some(rate), Some(hours)) = (&given.gate, given.base_per_node_hour, given.hours_needed)
+        {
+            out.push_str(&format!(
+                "; at the given base rates ({gate} at {rate:.3}/node-hour) the same holdback needs ~{hours:.0} h"
+            ));
+        }
+    }
+    Some(out)
+}
+
+fn render(reports: &[FileReport], soak_lines: &BTreeMap<String, String>) -> (ExitCode, String) {
     let mut out = String::new();
     let (mut errors, mut warnings) = (0usize, 0usize);
     for report in reports {
@@ -689,6 +745,9 @@ fn render(reports: &[FileReport]) -> (ExitCode, String) {
         }
         if let Some(policy) = report.checked.policy.as_ref().filter(|p| !p.health.gates.is_empty()) {
             out.push_str(&format!("{}: {}\n", report.file, detection_method(policy)));
+            if let Some(line) = soak_lines.get(&report.file) {
+                out.push_str(&format!("{}: {line}\n", report.file));
+            }
         }
     }
     out.push_str(&format!(
@@ -740,6 +799,40 @@ mod tests {
 
     fn examples() -> PathBuf {
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../policies")
+    }
+
+    #[test]
+    fn lint_and_power_state_the_holdback_and_the_soak_time() {
+        let source = std::fs::read_to_string(examples().join("hgx-gpu-firmware.yaml"))
+            .unwrap()
+            .replace(
+                "  reset_exclusion: 1h\n",
+                "  reset_exclusion: 1h\n  soak: {min: 24h, max: 14d, holdback_percent: 5}\n",
+            );
+        let policy = orchestrator_policy::parse_policy(&source).unwrap();
+        let line = soak_text(&policy, Some(1000), None).expect("a soak line");
+        assert!(
+            line.starts_with("soak: holdback 50 of 1000 eligible nodes (5%, stated)"),
+            "{line}"
+        );
+        assert!(line.contains("power needs ~"), "{line}");
+        assert!(line.contains("h of soak"), "{line}");
+        // Without a fleet file the line says it is for a nominal fleet; given rates change the time.
+        let nominal = soak_text(&policy, None, None).unwrap();
+        assert!(nominal.contains("nominal 1000 eligible nodes"), "{nominal}");
+        let mut options = power::PowerOptions::default();
+        options.baselines.rates.insert("xid_errors".into(), 0.002);
+        let given = soak_text(&policy, Some(1000), Some(&options)).unwrap();
+        assert!(
+            given.contains("at the given base rates (xid_errors at 0.016/node-hour)"),
+            "{given}"
+        );
+        // No soak: nothing to state.
+        let plain = orchestrator_policy::parse_policy(
+            &std::fs::read_to_string(examples().join("hgx-gpu-firmware.yaml")).unwrap(),
+        )
+        .unwrap();
+        assert!(soak_text(&plain, Some(1000), None).is_none());
     }
 
     #[test]

@@ -33,7 +33,9 @@ pub enum ReleaseCommand {
         json: bool,
     },
     /// Move a release through qualification:
-    /// registered -> qualifying -> qualified -> default -> deprecated;
+    /// registered -> qualifying -> qualified -> fleet-proven -> default -> deprecated;
+    /// fleet-proven is reached only when a rollout's soak passes (never by hand), and a
+    /// qualified release may be made the default without one;
     /// any -> blocked (reason required); blocked -> qualifying|qualified
     /// (unblock, reason required).
     Transition {
@@ -175,6 +177,9 @@ pub async fn run(command: ReleaseCommand, context: &Context) -> anyhow::Result<E
                 println!("  state:     {}", release.qualification_state);
                 if let Some(reason) = &release.state_reason {
                     println!("  reason:    {reason}");
+                }
+                if let Some(rollout) = release.fleet_proven_by {
+                    println!("  fleet-proven by rollout {rollout} (its soak against the holdback passed)");
                 }
                 println!(
                     "  image:     {} ({} bytes, sha256 {})",

@@ -263,6 +263,21 @@ string_enum!(
     }
 );
 
+string_enum!(
+    /// The part an update wave plays in a rollout's soak (issue 22); most waves play none.
+    WaveRole {
+        /// The last wave of the policy: its bake is the soak, the whole fleet on the release against
+        /// the holdback, and only its pass makes the release fleet-proven.
+        Soak => "soak",
+        /// The holdback: nodes kept on the old version as the soak's control, updated after the soak
+        /// passed with their own steps.
+        Holdback => "holdback",
+    }
+);
+
+/// The name the planner gives the holdback wave; a policy with a soak may not name a wave so.
+pub const HOLDBACK_WAVE: &str = "holdback";
+
 /// Why something is not moving, as data the UI shows ("waiting on: ...").
 /// A closed set: the engine never reports a free-text wait.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

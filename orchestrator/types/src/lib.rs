@@ -17,7 +17,9 @@ mod version;
 
 pub use clock::{AcceleratedClock, Clock, ManualClock, RolloutClock, SystemClock, WallClock};
 pub use error::{error_chain, error_sources};
-pub use execution::{Blocker, DrainPhase, RolloutState, StepPurpose, StepState, WaveKind, WaveState};
+pub use execution::{
+    Blocker, DrainPhase, HOLDBACK_WAVE, RolloutState, StepPurpose, StepState, WaveKind, WaveRole, WaveState,
+};
 pub use ids::{NodeId, ReleaseId, RolloutId, StepId, UserId, WaveId};
 pub use kinds::{ComponentKind, NodeState, ParseEnumError, Role};
 pub use qualification::{QualificationState, TransitionError, TransitionRequest, qualification_hold};

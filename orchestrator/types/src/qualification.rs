@@ -1,10 +1,16 @@
 //! The release qualification state machine.
 //!
-//! registered → qualifying → qualified → default → deprecated; a qualified
-//! release may also be deprecated directly when it is superseded before it
-//! ever became the default. Any state may go to blocked with a reason; only
-//! an explicit unblock, again with a reason, returns a blocked release to
-//! qualifying or qualified. Everything else is an [`TransitionError`].
+//! registered → qualifying → qualified → fleet-proven → default → deprecated.
+//! `fleet-proven` is reached only when a rollout's soak against its holdback
+//! passes ([`QualificationState::prove_in_fleet`], the engine's one way in;
+//! [`QualificationState::transition`], what people ask for, refuses it), and
+//! `default` is still set by a person. A qualified release may also be made
+//! the default by a person without a soak (a policy without one never proves
+//! a release in the fleet) and be deprecated directly when it is superseded
+//! before it ever became the default. Any state may go to blocked with a
+//! reason; only an explicit unblock, again with a reason, returns a blocked
+//! release to qualifying or qualified. Everything else is an
+//! [`TransitionError`].
 
 use serde::{Deserialize, Serialize};
 
@@ -20,6 +26,10 @@ text_enum!(
         Qualifying = "qualifying",
         /// Every gate required by policy passed.
         Qualified = "qualified",
+        /// A rollout's soak passed: the whole fleet on this release was compared with a holdback on
+        /// the old version and every effect that must be caught was ruled out (issue 22).
+        #[serde(rename = "fleet-proven")]
+        FleetProven = "fleet-proven",
         /// The fleet default for its platforms.
         Default = "default",
         /// Superseded; kept for history and rollback.
@@ -54,6 +64,9 @@ pub enum TransitionError {
     },
     #[error("the release is already {0}")]
     AlreadyInState(QualificationState),
+    /// Only a passing soak makes a release fleet-proven; no person can.
+    #[error("a release becomes fleet-proven only when a rollout's soak against its holdback passes")]
+    SoakOnly,
 }
 
 impl QualificationState {
@@ -67,6 +80,9 @@ impl QualificationState {
         if self == to {
             return Err(TransitionError::AlreadyInState(self));
         }
+        if to == FleetProven {
+            return Err(TransitionError::SoakOnly);
+        }
         let has_reason = reason.is_some_and(|r| !r.trim().is_empty());
         let needs_reason = matches!((self, to), (_, Blocked) | (Blocked, _));
         let allowed = matches!(
@@ -75,6 +91,8 @@ impl QualificationState {
                 | (Qualifying, Qualified)
                 | (Qualified, Default)
                 | (Qualified, Deprecated)
+                | (FleetProven, Default)
+                | (FleetProven, Deprecated)
                 | (Default, Deprecated)
                 | (_, Blocked)
                 | (Blocked, Qualifying)
@@ -89,9 +107,24 @@ impl QualificationState {
         Ok(to)
     }
 
+    /// The engine's one transition: a rollout's soak passed. From `qualified` only; a release
+    /// already fleet-proven or the default stays where it is (`Ok(None)`: a replayed pass after a
+    /// crash is harmless), and a blocked, deprecated or unqualified release is not proven by a soak.
+    pub fn prove_in_fleet(self) -> Result<Option<QualificationState>, TransitionError> {
+        use QualificationState::*;
+        match self {
+            Qualified => Ok(Some(FleetProven)),
+            FleetProven | Default => Ok(None),
+            from => Err(TransitionError::Illegal { from, to: FleetProven }),
+        }
+    }
+
     /// True when a rollout may take this release past its canary wave.
     pub fn may_roll_out_to_fleet(self) -> bool {
-        matches!(self, QualificationState::Qualified | QualificationState::Default)
+        matches!(
+            self,
+            QualificationState::Qualified | QualificationState::FleetProven | QualificationState::Default
+        )
     }
 }
 
@@ -126,6 +159,7 @@ mod tests {
             NeedsReason,
             Illegal,
             Same,
+            SoakOnly,
         }
         use Want::*;
         let table: &[(QualificationState, QualificationState, Want)] = &[
@@ -142,6 +176,19 @@ mod tests {
             (Qualifying, Blocked, NeedsReason),
             (Qualified, Qualifying, Illegal),
             (Qualified, Default, Ok),
+            (Qualified, FleetProven, SoakOnly),
+            (Registered, FleetProven, SoakOnly),
+            (Qualifying, FleetProven, SoakOnly),
+            (Default, FleetProven, SoakOnly),
+            (Deprecated, FleetProven, SoakOnly),
+            (Blocked, FleetProven, SoakOnly),
+            (FleetProven, FleetProven, Same),
+            (FleetProven, Registered, Illegal),
+            (FleetProven, Qualifying, Illegal),
+            (FleetProven, Qualified, Illegal),
+            (FleetProven, Default, Ok),
+            (FleetProven, Deprecated, Ok),
+            (FleetProven, Blocked, NeedsReason),
             (Qualified, Deprecated, Ok),
             (Qualified, Blocked, NeedsReason),
             (Default, Qualified, Illegal),
@@ -185,6 +232,10 @@ mod tests {
                     assert_eq!(reasoned, Err(TransitionError::Illegal { from: *from, to: *to }));
                 }
                 Same => assert_eq!(reasoned, Err(TransitionError::AlreadyInState(*from))),
+                SoakOnly => {
+                    assert_eq!(bare, Err(TransitionError::SoakOnly), "{from} -> {to}");
+                    assert_eq!(reasoned, Err(TransitionError::SoakOnly), "{from} -> {to}");
+                }
             }
         }
         let pairs: std::collections::BTreeSet<_> = table.iter().map(|(from, to, _)| (*from, *to)).collect();
@@ -215,6 +266,23 @@ mod tests {
             .iter()
             .filter(|s| s.may_roll_out_to_fleet())
             .collect();
-        assert_eq!(allowed, [&Qualified, &Default]);
+        assert_eq!(allowed, [&Qualified, &FleetProven, &Default]);
+    }
+
+    #[test]
+    fn only_a_qualified_release_is_proven_by_a_soak_and_a_replay_is_harmless() {
+        assert_eq!(Qualified.prove_in_fleet(), Ok(Some(FleetProven)));
+        assert_eq!(FleetProven.prove_in_fleet(), Ok(None));
+        assert_eq!(Default.prove_in_fleet(), Ok(None));
+        for from in [Registered, Qualifying, Deprecated, Blocked] {
+            assert_eq!(
+                from.prove_in_fleet(),
+                Err(TransitionError::Illegal { from, to: FleetProven })
+            );
+        }
+        // Text and wire forms agree, so the stored state and the API's JSON are the same word.
+        assert_eq!(FleetProven.as_str(), "fleet-proven");
+        assert_eq!(serde_json::to_string(&FleetProven).unwrap(), "\"fleet-proven\"");
+        assert_eq!("fleet-proven".parse::<QualificationState>(), Ok(FleetProven));
     }
 }

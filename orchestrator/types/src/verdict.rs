@@ -116,6 +116,10 @@ pub struct WaveVerdict {
 pub struct FleetEvidence {
     /// Always `"fleet"`: tells this shape from the per-wave judge's.
     pub method: String,
+    /// The soak (issue 22): the whole fleet on the release against the holdback; its pass makes the
+    /// release fleet-proven. False for every other wave (and in evidence stored before soaks).
+    #[serde(default)]
+    pub soak: bool,
     /// The rollout's false-rollback budget (policy `detection.false_rollback`), shared by all gates,
     /// waves and the soak.
     pub false_rollback: f64,

@@ -31,7 +31,8 @@ pub struct NewReleaseBody {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TransitionBody {
-    /// `registered`, `qualifying`, `qualified`, `default`, `deprecated` or `blocked`.
+    /// `registered`, `qualifying`, `qualified`, `default`, `deprecated` or `blocked` (`fleet-proven` is
+    /// refused: only a rollout's passing soak reaches it).
     #[schema(example = "qualifying")]
     to: String,
     /// Required to block and to unblock.

@@ -107,7 +107,12 @@ pub(crate) async fn release(
             ..Default::default()
         })
         .await?;
-    let states: Vec<&str> = QualificationState::ALL.iter().map(|s| s.as_str()).collect();
+    // What a person may ask for: fleet-proven is reached only when a rollout's soak passes.
+    let states: Vec<&str> = QualificationState::ALL
+        .iter()
+        .filter(|s| **s != QualificationState::FleetProven)
+        .map(|s| s.as_str())
+        .collect();
     // The policies in force a rollout of this release could run under: the
     // ones targeting its component (the planner checks the rest).
     let policies: Vec<(String, String)> = state

@@ -56,8 +56,15 @@ fn pretty(text: &str) -> String {
 /// them marked so they stand out among step moves.
 fn is_decision(entry: &AuditEntry) -> bool {
     match entry.action.as_str() {
-        "wave.approve" | "release.transition" | "release.block" | "release.unblock" | "node.state"
-        | "rollout.start" | "alert.action" | "rma.transition" => true,
+        "wave.approve"
+        | "release.transition"
+        | "release.block"
+        | "release.unblock"
+        | "release.fleet_proven"
+        | "node.state"
+        | "rollout.start"
+        | "alert.action"
+        | "rma.transition" => true,
         "wave.transition" => matches!(
             field(&entry.details, "to").as_deref(),
             Some("promoted" | "halted" | "awaiting_approval" | "rolled_back")

@@ -19,6 +19,7 @@ pub struct Model {
     pub created_by: String,
     pub created_at: DateTimeUtc,
     pub updated_at: DateTimeUtc,
+    pub fleet_proven_by: Option<i64>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

@@ -24,6 +24,7 @@ pub struct Model {
     pub verdict: Option<Json>,
     pub scope: Option<Json>,
     pub max_in_flight: i32,
+    pub role: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

@@ -1,7 +1,7 @@
 //! Storing a plan with its rollout: waves and per-node steps, all or nothing.
 
 use chrono::{DateTime, Utc};
-use orchestrator_types::NodeId;
+use orchestrator_types::{NodeId, WaveRole};
 use sea_orm::{ActiveModelTrait, EntityTrait, Set, TransactionTrait};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -37,6 +37,9 @@ pub struct NewWave {
     /// Comparable nodes that stay on the old version while the wave bakes.
     pub control_nodes: Vec<NodeId>,
     pub steps: Vec<NewStep>,
+    /// The wave's part in the rollout's soak, if any (the planner's `WavePlan::role`).
+    #[serde(default)]
+    pub role: Option<WaveRole>,
 }
 
 /// A plan to store with a new rollout; never edited afterwards.
@@ -106,6 +109,7 @@ impl Db {
                 verdict: Set(None),
                 scope: Set(None),
                 max_in_flight: Set(i32::try_from(wave.max_in_flight).unwrap_or(i32::MAX)),
+                role: Set(wave.role.map(|r| r.as_str().to_owned())),
                 ..Default::default()
             }
             .insert(&txn)

@@ -1,7 +1,7 @@
 //! Stored waves: reads, fenced transitions and status.
 
 use chrono::{DateTime, Utc};
-use orchestrator_types::{NodeId, RolloutId, WaveId, WaveVerdict};
+use orchestrator_types::{NodeId, RolloutId, WaveId, WaveRole, WaveVerdict};
 use sea_orm::sea_query::Expr;
 use sea_orm::{
     ActiveModelTrait, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder, Set, TransactionTrait,
@@ -47,6 +47,10 @@ pub struct ExecWave {
     /// For rollback waves: what is rolled back.
     pub scope: Option<serde_json::Value>,
     pub blockers: Vec<Blocker>,
+    /// The wave's part in its rollout's soak (issue 22): the soak wave or the holdback; `None` for
+    /// every other wave and for waves stored before soaks existed.
+    #[serde(default)]
+    pub role: Option<WaveRole>,
 }
 
 /// A change to a wave; `None` fields are left alone.
@@ -87,6 +91,7 @@ pub(super) fn to_exec_wave(row: waves::Model) -> Result<ExecWave, DbError> {
             Some(v) => Some(serde_json::from_value(v).map_err(|e| DbError::corrupt("wave verdict", e))?),
         },
         scope: row.scope,
+        role: row.role.as_deref().map(|r| parse("wave role", r)).transpose()?,
     })
 }
 

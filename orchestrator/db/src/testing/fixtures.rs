@@ -581,6 +581,7 @@ pub fn wave(name: &str, bake_seconds: i64, approvals: u32, max_in_flight: u32, s
         max_in_flight,
         gates: Vec::new(),
         control_nodes: Vec::new(),
+        role: None,
         steps,
     }
 }

@@ -30,7 +30,7 @@ use orchestrator_detect::fleet::{
 };
 use orchestrator_policy::{Direction, GateKind, GateSource, HealthGate, Policy, RedfishMetric};
 use orchestrator_types::{
-    FleetCohort, FleetEvidence, FleetGateLook, NodeId, NodeInError, NodeState, Outcome, StepId, WaveVerdict,
+    FleetCohort, FleetEvidence, FleetGateLook, NodeId, NodeInError, NodeState, Outcome, StepId, WaveRole, WaveVerdict,
 };
 use serde_json::json;
 
@@ -42,13 +42,19 @@ use crate::watch::collector::{Member, canary_exposure_start};
 const BIN: Duration = Duration::hours(1);
 
 /// The longest a wave of `policy` may bake, in seconds: the policy wave's `max_bake` (never less
-/// than the stored bake; the bake itself when the policy names no such wave).
+/// than the stored bake; the bake itself when the policy names no such wave). The soak wave may
+/// also run to the soak's `max`: its bake is the soak.
 pub fn max_bake_seconds(policy: &Policy, wave: &ExecWave) -> i64 {
+    let soak_max = match (&policy.detection.soak, wave.role) {
+        (Some(soak), Some(WaveRole::Soak)) => soak.max.num_seconds(),
+        _ => 0,
+    };
     policy
         .waves
         .iter()
         .find(|w| w.name == wave.name)
         .map_or(wave.bake_seconds, |w| w.max_bake.num_seconds())
+        .max(soak_max)
         .max(wave.bake_seconds)
         .max(0)
 }
@@ -626,8 +632,15 @@ impl DetectorJudge {
                 .collect::<Vec<_>>()
                 .join("; ")
         };
+        let soak = wave.role == Some(WaveRole::Soak);
+        let summary = if soak {
+            format!("soak against the holdback: {summary}")
+        } else {
+            summary
+        };
         let evidence = FleetEvidence {
             method: "fleet".into(),
+            soak,
             false_rollback: budget.false_rollback,
             false_pass: budget.false_pass,
             reset_exclusion_seconds: detection.reset_exclusion.num_seconds(),
