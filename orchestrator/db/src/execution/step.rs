@@ -207,7 +207,7 @@ impl Db {
     pub async fn steps(&self, filter: &StepFilter) -> Result<Vec<ExecStep>, DbError> {
         filtered(filter)
             .order_by_asc(update_steps::Column::Id)
-            .all(&self.conn)
+            .all(&self.reader)
             .await?
             .into_iter()
             .map(to_exec_step)
@@ -217,7 +217,7 @@ impl Db {
     /// One step.
     pub async fn step(&self, id: StepId) -> Result<ExecStep, DbError> {
         let row = update_steps::Entity::find_by_id(id.0)
-            .one(&self.conn)
+            .one(&self.reader)
             .await?
             .ok_or_else(|| DbError::NotFound {
                 what: "step",
@@ -238,7 +238,7 @@ impl Db {
             .filter(update_steps::Column::State.is_not_in(terminal))
             .join(JoinType::LeftJoin, step_node_relation())
             .select_also(nodes::Entity)
-            .all(&self.conn)
+            .all(&self.reader)
             .await?;
         rows.into_iter()
             .map(|(step, node)| {
@@ -267,7 +267,7 @@ impl Db {
         if let Some(wave) = wave {
             query = query.filter(update_steps::Column::WaveId.eq(wave.0));
         }
-        let rows: Vec<(String, i64)> = query.into_tuple().all(&self.conn).await?;
+        let rows: Vec<(String, i64)> = query.into_tuple().all(&self.reader).await?;
         let mut counts = StepCounts::new();
         for (state, n) in rows {
             counts.insert(parse("step state", &state)?, u64::try_from(n).unwrap_or(0));
@@ -304,7 +304,7 @@ impl Db {
             .order_by_asc(update_steps::Column::Id)
             .offset(query.offset)
             .limit(query.limit.clamp(1, MAX_STEP_PAGE_ROWS))
-            .all(&self.conn)
+            .all(&self.reader)
             .await?
             .into_iter()
             .map(|(step, node)| {
@@ -327,7 +327,7 @@ impl Db {
             .order_by_desc(update_steps::Column::UpdatedAt)
             .limit(1)
             .into_tuple()
-            .one(&self.conn)
+            .one(&self.reader)
             .await?;
         Ok(StepRevision { counts, last_update })
     }
@@ -341,7 +341,7 @@ impl Db {
             .select_only()
             .column(nodes::Column::Id)
             .into_tuple()
-            .all(&self.conn)
+            .all(&self.reader)
             .await?;
         let gpus: Vec<(i64, i64)> = node_components::Entity::find()
             .select_only()
@@ -350,7 +350,7 @@ impl Db {
             .filter(node_components::Column::Kind.eq(orchestrator_types::ComponentKind::Gpu.as_str()))
             .group_by(node_components::Column::NodeId)
             .into_tuple()
-            .all(&self.conn)
+            .all(&self.reader)
             .await?;
         let mut weights: std::collections::HashMap<i64, u64> = ids.into_iter().map(|id| (id, 1)).collect();
         for (node, n) in gpus {
@@ -366,7 +366,7 @@ impl Db {
             .column(nodes::Column::Id)
             .column(nodes::Column::Cluster)
             .into_tuple()
-            .all(&self.conn)
+            .all(&self.reader)
             .await?;
         Ok(rows.into_iter().collect())
     }
@@ -379,7 +379,7 @@ impl Db {
             .column_as(nodes::Column::Id.count(), "n")
             .group_by(nodes::Column::Cluster)
             .into_tuple()
-            .all(&self.conn)
+            .all(&self.reader)
             .await?;
         Ok(rows
             .into_iter()
@@ -398,7 +398,7 @@ impl Db {
         details: serde_json::Value,
     ) -> Result<ExecStep, DbError> {
         let now = self.clock.now();
-        let txn = self.conn.begin().await?;
+        let txn = self.writer.begin().await?;
         check_fence(&txn, fence).await?;
         let mut active = update_steps::ActiveModel {
             updated_at: Set(now),
