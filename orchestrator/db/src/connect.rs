@@ -252,6 +252,22 @@ pub fn redact_url(url: &str) -> String {
 mod tests {
     use super::redact_url;
 
+    /// A write sent to the reader pool by mistake fails at once rather
+    /// than becoming a second SQLite writer.
+    #[cfg(feature = "testing")]
+    #[tokio::test]
+    async fn sqlite_readers_refuse_writes() {
+        use sea_orm::ConnectionTrait as _;
+        let t = crate::testing::TestDb::sqlite(std::sync::Arc::new(orchestrator_types::SystemClock)).await;
+        let write = "UPDATE nodes SET state = state";
+        let refused = t.db.reader.execute_unprepared(write).await;
+        assert!(
+            refused.as_ref().is_err_and(|e| e.to_string().contains("readonly")),
+            "{refused:?}"
+        );
+        t.db.writer.execute_unprepared(write).await.unwrap();
+    }
+
     #[test]
     fn passwords_never_leave_in_urls() {
         assert_eq!(
