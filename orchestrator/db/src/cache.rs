@@ -25,8 +25,7 @@ use chrono::NaiveDate;
 use chrono::{DateTime, Utc};
 use orchestrator_types::{RolloutId, StepState, WaveId};
 
-use crate::model::Node;
-use crate::overview::NodeCounts;
+use crate::model::{Node, NodeCounts};
 
 /// What a cached value was read from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -74,13 +74,8 @@ pub struct NodePage {
     pub total: u64,
 }
 
-/// Nodes per state, and how many failed their last inventory read.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct NodeCounts {
-    pub total: u64,
-    pub by_state: BTreeMap<String, u64>,
-    pub discovery_errors: u64,
-}
+// In `model`, below the kept aggregates (`cache`) that hold it.
+pub use crate::model::NodeCounts;
 
 /// Finished update steps to one firmware version on one day.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
