@@ -101,6 +101,9 @@ impl<K: Eq + Hash, V: Clone> Marked<K, V> {
     }
 }
 
+/// Finished steps counted per (target version, UTC day, failed).
+pub(crate) type FinishedByDay = Vec<(String, NaiveDate, bool, u64)>;
+
 /// Rollouts whose step counts are kept (a handful are watched at a time).
 const COUNTED_ROLLOUTS: usize = 32;
 
@@ -117,7 +120,7 @@ pub(crate) struct Caches {
     pub step_counts: Marked<RolloutId, BTreeMap<WaveId, BTreeMap<StepState, u64>>>,
     /// Finished steps per (target version, day, failed), per (since,
     /// updates only).
-    pub finished_by_day: Marked<(DateTime<Utc>, bool), Vec<(String, NaiveDate, bool, u64)>>,
+    pub finished_by_day: Marked<(DateTime<Utc>, bool), FinishedByDay>,
 }
 
 impl Default for Caches {

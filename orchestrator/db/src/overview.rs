@@ -10,7 +10,7 @@ use sea_orm::sea_query::{Expr, Func, Query};
 use sea_orm::{ColumnTrait, EntityTrait, JoinType, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect};
 use serde::{Deserialize, Serialize};
 
-use crate::cache::Mark;
+use crate::cache::{FinishedByDay, Mark};
 use crate::entity::{node_components, nodes, update_steps};
 use crate::model::Node;
 use crate::nodes::to_node;
@@ -253,11 +253,7 @@ impl Db {
     /// (the leading column of an index) or this process's step writes move.
     /// (A finish another controller stamps older than the newest one, its
     /// clock being behind, shows with the next finish.)
-    async fn finished_steps_by_day(
-        &self,
-        since: DateTime<Utc>,
-        updates_only: bool,
-    ) -> Result<Vec<(String, NaiveDate, bool, u64)>, DbError> {
+    async fn finished_steps_by_day(&self, since: DateTime<Utc>, updates_only: bool) -> Result<FinishedByDay, DbError> {
         let cache = &self.caches.finished_by_day;
         let generation = cache.generation();
         let newest: Option<Option<DateTime<Utc>>> = update_steps::Entity::find()
@@ -282,7 +278,7 @@ impl Db {
         &self,
         since: DateTime<Utc>,
         updates_only: bool,
-    ) -> Result<Vec<(String, NaiveDate, bool, u64)>, DbError> {
+    ) -> Result<FinishedByDay, DbError> {
         // The UTC day as `YYYY-MM-DD` text on both backends.
         let day = match self.backend() {
             Backend::Sqlite => "date(finished_at)",
