@@ -21,6 +21,7 @@ mod m0011_scheduler_drains;
 mod m0012_rma_cases;
 mod m0013_rma_parts;
 mod m0014_page_indexes;
+mod m0015_health_retention;
 
 /// Every migration, oldest first.
 #[derive(Debug)]
@@ -44,6 +45,7 @@ impl MigratorTrait for Migrator {
             Box::new(m0012_rma_cases::Migration),
             Box::new(m0013_rma_parts::Migration),
             Box::new(m0014_page_indexes::Migration),
+            Box::new(m0015_health_retention::Migration),
         ]
     }
 }

@@ -53,6 +53,68 @@ pub struct FileConfig {
     pub rma: Option<RmaSection>,
     /// `[bmc]`: the bound on the controller's open BMC connections.
     pub bmc: Option<BmcSection>,
+    /// `[retention]`: when health samples are reduced to daily aggregates.
+    pub retention: Option<RetentionSection>,
+}
+
+/// `[retention]`: health-sample retention (`orchestrator_engine::retention`), run by the
+/// executor-lease holder. Hourly health windows nothing refers to any more (a finished rollout
+/// whose evidence package is stored, no open RMA case on the node, no pre-period baseline of an
+/// unfinished rollout) are reduced to per-node daily aggregates once older than `raw_days`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetentionSection {
+    /// Days hourly windows are kept before they may be reduced (default 14, at least 1).
+    pub raw_days: Option<u32>,
+    /// How far before an unfinished rollout's start its nodes' windows are kept as a pre-period
+    /// baseline, e.g. `7d` (the default).
+    pub pre_period: Option<String>,
+    /// Real time between passes, e.g. `10m` (the default).
+    pub interval: Option<String>,
+    /// Hourly windows reduced per transaction (default 2000).
+    pub batch: Option<u64>,
+    /// Transactions per pass (default 10): bounds one pass's work.
+    pub batches_per_pass: Option<u32>,
+}
+
+impl RetentionSection {
+    /// The job's configuration: the defaults with the section's keys over them.
+    pub fn job_config(
+        section: Option<&RetentionSection>,
+    ) -> anyhow::Result<orchestrator_engine::retention::RetentionConfig> {
+        let mut config = orchestrator_engine::retention::RetentionConfig::default();
+        let Some(section) = section else {
+            return Ok(config);
+        };
+        if let Some(days) = section.raw_days {
+            anyhow::ensure!(days >= 1, "[retention] raw_days: must be at least 1");
+            config.raw_days = days;
+        }
+        let duration = |key: &str, text: &Option<String>| -> anyhow::Result<Option<chrono::TimeDelta>> {
+            text.as_deref()
+                .map(|t| orchestrator_policy::parse_duration(t).map_err(|e| anyhow::anyhow!("[retention] {key}: {e}")))
+                .transpose()
+        };
+        if let Some(d) = duration("pre_period", &section.pre_period)? {
+            config.pre_period = d;
+        }
+        if let Some(d) = duration("interval", &section.interval)? {
+            config.pass_interval = d
+                .to_std()
+                .ok()
+                .filter(|d| !d.is_zero())
+                .context("[retention] interval: must be positive")?;
+        }
+        if let Some(batch) = section.batch {
+            anyhow::ensure!(batch >= 1, "[retention] batch: must be at least 1");
+            config.batch = batch;
+        }
+        if let Some(batches) = section.batches_per_pass {
+            anyhow::ensure!(batches >= 1, "[retention] batches_per_pass: must be at least 1");
+            config.batches_per_pass = batches;
+        }
+        Ok(config)
+    }
 }
 
 /// `[bmc]`: how many connections to BMCs the controller keeps open at once, fleet-wide (the engine,
@@ -219,6 +281,7 @@ pub struct Config {
     pub scheduler: Option<orchestrator_scheduler::config::SchedulerSettings>,
     pub rma: Option<RmaSection>,
     pub bmc: Option<BmcSection>,
+    pub retention: Option<RetentionSection>,
 }
 
 /// Values given on the command line or in the environment (clap merges
@@ -255,6 +318,7 @@ impl Config {
             scheduler: file.scheduler,
             rma: file.rma,
             bmc: file.bmc,
+            retention: file.retention,
         })
     }
 }
@@ -274,6 +338,29 @@ mod tests {
         let err = BmcSection::connection_limit(Some(&section), Some(1)).unwrap_err();
         assert!(format!("{err:#}").contains("at least 2"), "{err:#}");
         assert!(toml::from_str::<FileConfig>("[bmc]\nmax_conections = 5\n").is_err());
+    }
+
+    #[test]
+    fn the_retention_section_sets_the_job_and_refuses_nonsense() {
+        let section = |text: &str| toml::from_str::<FileConfig>(text).unwrap().retention;
+        let default = RetentionSection::job_config(None).unwrap();
+        assert_eq!(default.raw_days, orchestrator_engine::retention::DEFAULT_RAW_DAYS);
+        let set = section("[retention]\nraw_days = 3\npre_period = \"2d\"\ninterval = \"1m\"\nbatch = 10\n");
+        let config = RetentionSection::job_config(set.as_ref()).unwrap();
+        assert_eq!(config.raw_days, 3);
+        assert_eq!(config.pre_period, chrono::TimeDelta::days(2));
+        assert_eq!(config.pass_interval, std::time::Duration::from_secs(60));
+        assert_eq!(config.batch, 10);
+        for bad in [
+            "raw_days = 0",
+            "pre_period = \"soon\"",
+            "interval = \"0s\"",
+            "batch = 0",
+        ] {
+            let err = RetentionSection::job_config(section(&format!("[retention]\n{bad}\n")).as_ref()).unwrap_err();
+            assert!(err.to_string().starts_with("[retention] "), "{err}");
+        }
+        assert!(toml::from_str::<FileConfig>("[retention]\nraw_day = 3\n").is_err());
     }
 
     #[test]

@@ -66,7 +66,7 @@ impl Cohort {
         }
     }
 
-    fn parse(raw: &str) -> Result<Self, DbError> {
+    pub(crate) fn parse(raw: &str) -> Result<Self, DbError> {
         match raw {
             "canary" => Ok(Cohort::Canary),
             "control" => Ok(Cohort::Control),
@@ -89,6 +89,14 @@ pub struct LevelAgg {
 }
 
 impl LevelAgg {
+    /// No readings: what [`LevelAgg::merge`] starts from.
+    pub const EMPTY: LevelAgg = LevelAgg {
+        n: 0,
+        sum: 0.0,
+        min: 0.0,
+        max: 0.0,
+    };
+
     /// A summary of one reading.
     pub fn of(value: f64) -> Self {
         Self {
@@ -188,6 +196,26 @@ pub struct HealthSample {
     pub units: BTreeMap<String, LevelAgg>,
 }
 
+/// A scope's health history: the hourly windows still stored, and the days
+/// retention has reduced (`crate::retention`), each day standing as one
+/// sample whose `window_start` is the day's start (UTC).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct HealthHistory {
+    /// Hourly windows, as [`Db::health_samples`] returns them.
+    pub hourly: Vec<HealthSample>,
+    /// Per-node daily aggregates of reduced days, in the same order.
+    pub daily: Vec<HealthSample>,
+}
+
+impl HealthHistory {
+    /// Every sample, hourly first, then daily. Sums over both count each
+    /// reading once: an hourly window is deleted in the transaction that
+    /// folds it into its day.
+    pub fn all(&self) -> impl Iterator<Item = &HealthSample> + Clone {
+        self.hourly.iter().chain(self.daily.iter())
+    }
+}
+
 /// Which samples to read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SampleScope {
@@ -235,7 +263,7 @@ fn to_cursor(row: health_cursors::Model) -> Result<HealthCursor, DbError> {
     })
 }
 
-fn to_sample(row: health_samples::Model) -> Result<HealthSample, DbError> {
+pub(crate) fn to_sample(row: health_samples::Model) -> Result<HealthSample, DbError> {
     let units = match row.units {
         None | Some(serde_json::Value::Null) => BTreeMap::new(),
         Some(v) => serde_json::from_value(v).map_err(|e| DbError::corrupt("health sample units", e))?,
@@ -276,7 +304,7 @@ fn to_look(row: health_looks::Model) -> Result<HealthLook, DbError> {
     })
 }
 
-fn units_json(units: &BTreeMap<String, LevelAgg>) -> Option<serde_json::Value> {
+pub(crate) fn units_json(units: &BTreeMap<String, LevelAgg>) -> Option<serde_json::Value> {
     if units.is_empty() {
         None
     } else {
@@ -285,7 +313,7 @@ fn units_json(units: &BTreeMap<String, LevelAgg>) -> Option<serde_json::Value> {
     }
 }
 
-fn saturating_i64(n: u64) -> i64 {
+pub(crate) fn saturating_i64(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
@@ -308,12 +336,7 @@ async fn fold_deltas<C: sea_orm::ConnectionTrait>(
             .filter(health_samples::Column::WindowStart.eq(delta.window_start))
             .one(txn)
             .await?;
-        let mut node_total = LevelAgg {
-            n: 0,
-            sum: 0.0,
-            min: 0.0,
-            max: 0.0,
-        };
+        let mut node_total = LevelAgg::EMPTY;
         for agg in delta.units.values() {
             node_total.merge(agg);
         }
@@ -524,6 +547,16 @@ impl Db {
             .into_iter()
             .map(to_sample)
             .collect()
+    }
+
+    /// Stored samples with the days retention has reduced: what every
+    /// reader of a finished rollout's history (its page's charts, its
+    /// evidence package) reads, since its old hourly windows may be gone.
+    pub async fn health_history(&self, scope: SampleScope) -> Result<HealthHistory, DbError> {
+        Ok(HealthHistory {
+            hourly: self.health_samples(scope).await?,
+            daily: self.health_daily(scope).await?,
+        })
     }
 
     /// Records one gate's evaluation at one look, with its audit entry, in

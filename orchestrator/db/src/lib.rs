@@ -21,9 +21,11 @@ pub mod overview;
 pub mod parts;
 pub mod policies;
 mod releases;
+pub mod retention;
 pub mod rma;
 pub mod rma_evidence;
 pub mod rma_views;
+pub mod rollout_evidence;
 pub mod rollouts;
 #[cfg(feature = "testing")]
 pub mod testing;

@@ -17,6 +17,11 @@
 //!    which spends its whole alpha per scan), so repeated passes never re-test the same data.
 //! 5. **Retention.** Samples older than `retention` are deleted, except those of open cases.
 //!
+//! Only the executor-lease holder runs passes ([`RmaMonitor::run`] checks the lease before each
+//! pass and again before the candidates open cases and reach BMCs for their diagnostics), so one
+//! controller reads the fleet however many replicas run; every write is idempotent in case a pass
+//! outlives the lease.
+//!
 //! Faults: a node whose BMC cannot be read is reported in the pass and skipped; nothing is charged
 //! to it. A datastore fault ends the pass (the next one starts over; every write is idempotent).
 
@@ -37,6 +42,7 @@ use tokio::sync::Mutex;
 
 use crate::connector::HealthBmcs;
 use crate::prometheus::{NodeIndex, PrometheusClient};
+use crate::runner::LeaseHolder;
 use crate::watch::classify::{event_gpu, xid_code};
 
 /// Who the monitor's writes are audited as.
@@ -192,12 +198,13 @@ impl RmaMonitor {
         }
     }
 
-    /// Runs passes every `pass_interval` until `stop` resolves.
-    pub async fn run(self, stop: impl std::future::Future<Output = ()>) {
+    /// Runs a pass every `pass_interval` while `lease` is held, until `stop` resolves.
+    pub async fn run(self, lease: LeaseHolder, stop: impl std::future::Future<Output = ()>) {
         tokio::pin!(stop);
         loop {
-            match self.pass().await {
-                Ok(report) => {
+            match self.pass_if_holder(&lease).await {
+                Ok(None) => {}
+                Ok(Some(report)) => {
                     if !report.cases_opened.is_empty() || !report.node_errors.is_empty() {
                         tracing::info!(
                             cases_opened = report.cases_opened.len(),
@@ -215,8 +222,28 @@ impl RmaMonitor {
         }
     }
 
-    /// One pass (see the module docs).
+    /// One pass (see the module docs), whoever holds the lease: for tests and the bench. A
+    /// controller runs [`RmaMonitor::pass_if_holder`].
     pub async fn pass(&self) -> Result<RmaPassReport, DbError> {
+        Ok(self.pass_guarded(None).await?.unwrap_or_default())
+    }
+
+    /// A pass when `lease` is held now, `None` otherwise: no BMC is read and nothing is written.
+    /// The lease is read again before candidates open cases, and a pass that lost it stops there.
+    pub async fn pass_if_holder(&self, lease: &LeaseHolder) -> Result<Option<RmaPassReport>, DbError> {
+        self.pass_guarded(Some(lease)).await
+    }
+
+    async fn pass_guarded(&self, lease: Option<&LeaseHolder>) -> Result<Option<RmaPassReport>, DbError> {
+        let held = || async {
+            match lease {
+                Some(lease) => lease.current().await.map(|fence| fence.is_some()),
+                None => Ok(true),
+            }
+        };
+        if !held().await? {
+            return Ok(None);
+        }
         let now = self.db.clock().now();
         let mut report = RmaPassReport::default();
         let nodes = self.db.all_nodes().await?;
@@ -298,7 +325,10 @@ impl RmaMonitor {
         }
         report.observations_new = self.db.record_part_observations(&observed).await?;
 
-        // 3: candidates and cases.
+        // 3: candidates and cases, only while still the lease holder (reads take a while).
+        if !held().await? {
+            return Ok(None);
+        }
         let criteria = self.db.rma_criteria().await?;
         if !criteria.is_empty() {
             self.judge(&criteria, &parts, &nodes, now, &mut report).await?;
@@ -313,7 +343,7 @@ impl RmaMonitor {
             report.observations_pruned = self.db.prune_part_observations(now - self.config.retention).await?;
             memo.last_prune = Some(now);
         }
-        Ok(report)
+        Ok(Some(report))
     }
 
     async fn read_node(

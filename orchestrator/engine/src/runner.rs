@@ -39,6 +39,44 @@ impl Nudge {
     }
 }
 
+/// Whether this process holds the executor lease now, for the duties only
+/// the lease holder runs beside the engine's passes (the RMA monitor,
+/// health-sample retention): one controller reads the fleet's BMCs and
+/// reduces samples, however many replicas run. The engine's loop takes and
+/// renews the lease ([`Engine`]); a duty only reads the lease row, so it
+/// stands down within one of its passes of the engine losing it, and its
+/// writes are idempotent (or fenced, for retention) in case a pass outlives it.
+#[derive(Debug, Clone)]
+pub struct LeaseHolder {
+    db: Db,
+    holder: String,
+}
+
+impl LeaseHolder {
+    /// The lease as held by `holder` (the engine's `EngineConfig::holder`).
+    pub fn new(db: Db, holder: impl Into<String>) -> Self {
+        Self {
+            db,
+            holder: holder.into(),
+        }
+    }
+
+    /// The fence while this holder has the executor lease and it has not
+    /// expired on the database's clock; `None` otherwise.
+    pub async fn current(&self) -> Result<Option<Fence>, orchestrator_db::DbError> {
+        let now = self.db.clock().now();
+        Ok(match self.db.lease_holder(EXECUTOR_LEASE).await? {
+            Some((holder, token, expires_at)) if holder == self.holder && expires_at > now => Some(Fence {
+                lease: EXECUTOR_LEASE.to_owned(),
+                holder,
+                token,
+                expires_at,
+            }),
+            _ => None,
+        })
+    }
+}
+
 /// A running engine.
 #[derive(Debug)]
 pub struct Engine {
@@ -46,6 +84,7 @@ pub struct Engine {
     stop: Arc<Notify>,
     task: JoinHandle<()>,
     connector: Arc<dyn BmcConnector>,
+    lease: LeaseHolder,
 }
 
 impl Engine {
@@ -58,6 +97,7 @@ impl Engine {
         judge: Arc<dyn HealthJudge>,
     ) -> Engine {
         let stop = Arc::new(Notify::new());
+        let lease = LeaseHolder::new(db.clone(), config.holder.clone());
         let executor = Executor::new(db, config, connector.clone(), judge);
         let nudge = Nudge(Arc::new(Notify::new()), executor.health.clone());
         let task = tokio::spawn(run(executor, nudge.clone(), stop.clone()));
@@ -66,7 +106,14 @@ impl Engine {
             stop,
             task,
             connector,
+            lease,
         }
+    }
+
+    /// Whether this engine holds the executor lease: what the duties run
+    /// only on the lease holder check before each of their passes.
+    pub fn lease(&self) -> LeaseHolder {
+        self.lease.clone()
     }
 
     /// A handle to wake the engine.

@@ -453,7 +453,7 @@ async fn demo(options: &Options) -> anyhow::Result<()> {
     config.scheduler = Some(workload);
     let engine = orchestrator_engine::Engine::start(db.clone(), config, world.connector(), judge.judge);
     let (rma_stop, mut rma_stopped) = tokio::sync::watch::channel(false);
-    tokio::spawn(world.rma_monitor().run(async move {
+    tokio::spawn(world.rma_monitor().run(engine.lease(), async move {
         let _ = rma_stopped.wait_for(|stop| *stop).await;
     }));
     let web_db = db.clone().with_session_clock(WallClock::system());

@@ -103,7 +103,7 @@ pub async fn run(args: DemoArgs, _context: &Context) -> anyhow::Result<ExitCode>
     let engine = orchestrator_engine::Engine::start(db.clone(), config, world.connector(), judge.judge);
     // GPUs that fail in the simulated fleet become RMA candidates and cases, as under `serve`.
     let (rma_stop, mut rma_stopped) = tokio::sync::watch::channel(false);
-    tokio::spawn(world.rma_monitor().run(async move {
+    tokio::spawn(world.rma_monitor().run(engine.lease(), async move {
         let _ = rma_stopped.wait_for(|stop| *stop).await;
     }));
     // Sessions run on real time: on the accelerated rollout clock a 12-hour

@@ -190,6 +190,8 @@ pub async fn run(args: ServeArgs, context: Context) -> anyhow::Result<ExitCode> 
     };
     let rma = crate::config::RmaSection::monitor_config(context.config.rma.as_ref())
         .map_err(|e| super::BadInput(e.to_string()))?;
+    let retention = crate::config::RetentionSection::job_config(context.config.retention.as_ref())
+        .map_err(|e| super::BadInput(e.to_string()))?;
     let connections =
         crate::config::BmcSection::connection_limit(context.config.bmc.as_ref(), args.bmc_max_connections)
             .map_err(|e| super::BadInput(format!("{e:#}")))?;
@@ -203,10 +205,14 @@ pub async fn run(args: ServeArgs, context: Context) -> anyhow::Result<ExitCode> 
         Some(config) => {
             let health: std::sync::Arc<dyn orchestrator_engine::watch::HealthBmcs> = bmcs.clone();
             let monitor = orchestrator_engine::rma::RmaMonitor::new(db.clone(), health, prometheus.clone(), config);
-            tokio::spawn(monitor.run(shutdown_signal()));
+            // Every replica runs the task; only the executor-lease holder's passes act.
+            tokio::spawn(monitor.run(engine.lease(), shutdown_signal()));
         }
         None => tracing::info!("the RMA monitor is disabled ([rma] enabled = false)"),
     }
+    // Health-sample retention, on the executor-lease holder too.
+    let retention = orchestrator_engine::retention::RetentionJob::new(db.clone(), retention);
+    tokio::spawn(retention.run(engine.lease(), shutdown_signal()));
     // API commands (approve, pause, ...) wake the engine at once.
     let state = AppState::new(db.clone())
         .with_engine_nudge(engine.nudge())

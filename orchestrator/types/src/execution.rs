@@ -239,6 +239,18 @@ impl RolloutState {
     pub fn is_active(self) -> bool {
         matches!(self, RolloutState::Running | RolloutState::Paused)
     }
+
+    /// Whether the rollout is over for good: completed or rolled back. An
+    /// unfinished rollout (halted and aborted ones too: a human may still
+    /// roll them back) still refers to its health samples, and its evidence
+    /// package still changes, so health-sample retention keeps its samples.
+    ///
+    /// Hook for the soak (issue 22, built on its own branch): a rollout in its
+    /// soak is not finished, so whatever state the soak adds belongs outside
+    /// this list, and the soak's samples are kept until the rollout ends.
+    pub fn is_finished(self) -> bool {
+        matches!(self, RolloutState::Completed | RolloutState::RolledBack)
+    }
 }
 
 string_enum!(

@@ -149,7 +149,10 @@ pub(crate) async fn live_context(
         let deferred = count(&counts, StepState::Deferred);
         let in_flight: u64 = counts.iter().filter(|(s, _)| s.is_in_flight()).map(|(_, n)| n).sum();
         let (charts, tables) = if wave.verdict.is_some() || wave.state == WaveState::Baking {
-            let samples = db.health_samples(SampleScope::Wave(wave.id)).await?;
+            // Days retention has reduced chart as one point each.
+            let history = db.health_history(SampleScope::Wave(wave.id)).await?;
+            let mut samples = history.hourly;
+            samples.extend(history.daily);
             let marks = verdicts::chart_marks(wave.id.0, &wave.gates, &looks, policy.as_ref());
             let errors = match (&wave.verdict, wave.state) {
                 (Some(verdict), _) => verdicts::verdict_poll_errors(verdict),
