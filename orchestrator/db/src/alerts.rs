@@ -233,7 +233,7 @@ impl Db {
     /// earlier delivery stored (same fingerprint, status and start).
     pub async fn record_alert(&self, new: &NewAlert, actor: &str) -> Result<RecordedAlert, DbError> {
         let now = self.clock.now();
-        let txn = self.conn.begin().await?;
+        let txn = self.writer.begin().await?;
         let inserted = alerts::ActiveModel {
             fingerprint: Set(new.fingerprint.clone()),
             status: Set(new.status.as_str().to_owned()),
@@ -282,7 +282,7 @@ impl Db {
                     .filter(alerts::Column::Fingerprint.eq(new.fingerprint.as_str()))
                     .filter(alerts::Column::Status.eq(new.status.as_str()))
                     .filter(alerts::Column::StartsAt.eq(new.starts_at))
-                    .one(&self.conn)
+                    .one(&self.reader)
                     .await?
                     .ok_or_else(|| DbError::NotFound {
                         what: "alert",
@@ -301,7 +301,7 @@ impl Db {
     /// reprocessed redelivery) replaces the outcome.
     pub async fn finish_alert(&self, id: i64, outcome: &serde_json::Value) -> Result<StoredAlert, DbError> {
         let row = alerts::Entity::find_by_id(id)
-            .one(&self.conn)
+            .one(&self.reader)
             .await?
             .ok_or_else(|| DbError::NotFound {
                 what: "alert",
@@ -310,13 +310,13 @@ impl Db {
         let mut active: alerts::ActiveModel = row.into();
         active.processed_at = Set(Some(self.clock.now()));
         active.outcome = Set(Some(outcome.clone()));
-        to_stored(active.update(&self.conn).await?)
+        to_stored(active.update(&self.writer).await?)
     }
 
     /// One stored alert.
     pub async fn alert(&self, id: i64) -> Result<StoredAlert, DbError> {
         let row = alerts::Entity::find_by_id(id)
-            .one(&self.conn)
+            .one(&self.reader)
             .await?
             .ok_or_else(|| DbError::NotFound {
                 what: "alert",
@@ -337,7 +337,7 @@ impl Db {
         query
             .order_by_desc(alerts::Column::Id)
             .limit(filter.limit.unwrap_or(100).min(MAX_ALERT_PAGE))
-            .all(&self.conn)
+            .all(&self.reader)
             .await?
             .into_iter()
             .map(to_stored)
@@ -362,7 +362,7 @@ impl Db {
                 .column(nodes::Column::Name)
                 .filter(nodes::Column::Name.is_in(chunk.iter().copied()))
                 .into_tuple()
-                .all(&self.conn)
+                .all(&self.reader)
                 .await?;
             node_names_by_id.extend(rows);
         }
@@ -390,7 +390,7 @@ impl Db {
                         ),
                 )
                 .order_by_asc(update_steps::Column::Id)
-                .all(&self.conn)
+                .all(&self.reader)
                 .await?;
             steps.extend(rows);
         }
@@ -403,7 +403,7 @@ impl Db {
             .filter(rollouts::Column::Id.is_in(rollout_ids))
             .filter(rollouts::Column::State.is_in(concerned))
             .order_by_asc(rollouts::Column::Id)
-            .all(&self.conn)
+            .all(&self.reader)
             .await?;
         let mut exposures = Vec::new();
         for row in rollouts {

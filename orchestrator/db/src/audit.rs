@@ -94,7 +94,7 @@ impl Db {
         let rows = query
             .order_by_desc(audit_log::Column::Id)
             .limit(limit)
-            .all(&self.conn)
+            .all(&self.reader)
             .await?;
         Ok(rows
             .into_iter()
@@ -153,7 +153,7 @@ impl Db {
         details: serde_json::Value,
     ) -> Result<(), DbError> {
         append(
-            &self.conn,
+            &self.writer,
             self.clock.now(),
             actor,
             action,

@@ -18,6 +18,10 @@ use crate::error::is_unique_violation;
 use crate::model::User;
 use crate::{Db, DbError};
 
+/// How stale an API token's recorded last use may be: a use within this
+/// of the recorded one is not written again.
+pub const TOKEN_USE_PRECISION: Duration = Duration::minutes(1);
+
 /// A live browser session.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Session {
@@ -89,7 +93,7 @@ impl Db {
     async fn user_row(&self, username: &str) -> Result<users::Model, DbError> {
         users::Entity::find()
             .filter(users::Column::Username.eq(username))
-            .one(&self.conn)
+            .one(&self.reader)
             .await?
             .ok_or_else(|| DbError::NotFound {
                 what: "user",
@@ -113,7 +117,7 @@ impl Db {
     ) -> Result<Session, DbError> {
         let now = self.clock.now();
         let session_now = self.session_clock.now();
-        let txn = self.conn.begin().await?;
+        let txn = self.writer.begin().await?;
         let user_row = users::Entity::find_by_id(user.0)
             .one(&txn)
             .await?
@@ -150,7 +154,7 @@ impl Db {
     pub async fn session(&self, token_hash: &str) -> Result<Option<(Session, User)>, DbError> {
         let Some(row) = sessions::Entity::find()
             .filter(sessions::Column::TokenHash.eq(token_hash))
-            .one(&self.conn)
+            .one(&self.reader)
             .await?
         else {
             return Ok(None);
@@ -158,7 +162,7 @@ impl Db {
         if row.expires_at <= self.session_clock.now() {
             return Ok(None);
         }
-        let Some(user) = users::Entity::find_by_id(row.user_id).one(&self.conn).await? else {
+        let Some(user) = users::Entity::find_by_id(row.user_id).one(&self.reader).await? else {
             return Ok(None);
         };
         if user.disabled {
@@ -171,7 +175,7 @@ impl Db {
     /// that logging out twice is harmless.
     pub async fn delete_session(&self, token_hash: &str) -> Result<(), DbError> {
         let now = self.clock.now();
-        let txn = self.conn.begin().await?;
+        let txn = self.writer.begin().await?;
         if let Some(row) = sessions::Entity::find()
             .filter(sessions::Column::TokenHash.eq(token_hash))
             .one(&txn)
@@ -193,7 +197,7 @@ impl Db {
     pub async fn delete_expired_sessions(&self) -> Result<u64, DbError> {
         let result = sessions::Entity::delete_many()
             .filter(sessions::Column::ExpiresAt.lte(self.session_clock.now()))
-            .exec(&self.conn)
+            .exec(&self.writer)
             .await?;
         Ok(result.rows_affected)
     }
@@ -214,7 +218,7 @@ impl Db {
             });
         }
         let now = self.clock.now();
-        let txn = self.conn.begin().await?;
+        let txn = self.writer.begin().await?;
         let user = users::Entity::find()
             .filter(users::Column::Username.eq(username))
             .one(&txn)
@@ -259,11 +263,12 @@ impl Db {
     }
 
     /// The user an API token (by hash) acts as, if the token is live and
-    /// the user enabled. Records when the token was last used.
+    /// the user enabled. Records when the token was last used, to within
+    /// [`TOKEN_USE_PRECISION`].
     pub async fn user_by_api_token(&self, token_hash: &str) -> Result<Option<User>, DbError> {
         let Some(row) = api_tokens::Entity::find()
             .filter(api_tokens::Column::TokenHash.eq(token_hash))
-            .one(&self.conn)
+            .one(&self.reader)
             .await?
         else {
             return Ok(None);
@@ -271,17 +276,25 @@ impl Db {
         if row.revoked {
             return Ok(None);
         }
-        let Some(user) = users::Entity::find_by_id(row.user_id).one(&self.conn).await? else {
+        let Some(user) = users::Entity::find_by_id(row.user_id).one(&self.reader).await? else {
             return Ok(None);
         };
         if user.disabled {
             return Ok(None);
         }
-        api_tokens::Entity::update_many()
-            .col_expr(api_tokens::Column::LastUsedAt, Expr::value(Some(self.clock.now())))
-            .filter(api_tokens::Column::Id.eq(row.id))
-            .exec(&self.conn)
-            .await?;
+        // To the minute: writing on every request would put each API read
+        // in the queue for the one SQLite writer, behind the engine.
+        let now = self.clock.now();
+        if row
+            .last_used_at
+            .is_none_or(|last| now - last >= TOKEN_USE_PRECISION || now < last)
+        {
+            api_tokens::Entity::update_many()
+                .col_expr(api_tokens::Column::LastUsedAt, Expr::value(Some(now)))
+                .filter(api_tokens::Column::Id.eq(row.id))
+                .exec(&self.writer)
+                .await?;
+        }
         Ok(Some(to_user(user)?))
     }
 
@@ -291,7 +304,7 @@ impl Db {
         Ok(api_tokens::Entity::find()
             .filter(api_tokens::Column::UserId.eq(user.id))
             .order_by_asc(api_tokens::Column::Id)
-            .all(&self.conn)
+            .all(&self.reader)
             .await?
             .into_iter()
             .map(to_token)
@@ -301,7 +314,7 @@ impl Db {
     /// Revokes one token of a user; audited.
     pub async fn revoke_api_token(&self, username: &str, token_id: i64, actor: &str) -> Result<(), DbError> {
         let now = self.clock.now();
-        let txn = self.conn.begin().await?;
+        let txn = self.writer.begin().await?;
         let user = users::Entity::find()
             .filter(users::Column::Username.eq(username))
             .one(&txn)
@@ -348,7 +361,7 @@ impl Db {
         actor: &str,
     ) -> Result<User, DbError> {
         let now = self.clock.now();
-        let txn = self.conn.begin().await?;
+        let txn = self.writer.begin().await?;
         let row = users::Entity::find()
             .filter(users::Column::Username.eq(username))
             .one(&txn)

@@ -46,10 +46,29 @@ impl Default for ConnectTuning {
     }
 }
 
+/// How many read-only SQLite connections serve reads beside the one
+/// writer. WAL lets each read a committed snapshot while the writer writes,
+/// so a page or a status read never queues behind an engine transaction;
+/// more than a few only queue on the machine's cores instead.
+const SQLITE_READERS: u32 = 4;
+
 /// A handle on the datastore; cheap to clone.
+///
+/// Invariant: every statement outside a transaction that only reads goes
+/// to `reader`, every write and every transaction to `writer`. A read sees
+/// every write committed before it started (WAL snapshots on SQLite, read
+/// committed on PostgreSQL), so a request that writes and then reads sees
+/// its own write; what a read never sees is a transaction still open, and
+/// no code reads through `reader` inside one of its own transactions.
 #[derive(Debug, Clone)]
 pub struct Db {
-    pub(crate) conn: DatabaseConnection,
+    /// Writes and transactions. SQLite: one connection, the one writer.
+    pub(crate) writer: DatabaseConnection,
+    /// Plain reads. SQLite (file): a pool of `query_only` connections to
+    /// the same file; SQLite in memory and PostgreSQL: the writer's pool
+    /// (an in-memory database is private to its connection, and a
+    /// PostgreSQL pool already reads beside its writes).
+    pub(crate) reader: DatabaseConnection,
     pub(crate) clock: RolloutClock,
     /// What browser sessions and login throttles run on. The same clock as
     /// `clock` unless set apart: a demo on an accelerated rollout clock
@@ -106,13 +125,38 @@ impl Db {
                     opts.options([("idle_in_transaction_session_timeout", idle_ms.as_str())])
                 });
         }
-        let conn = Database::connect(options).await.map_err(|source| DbError::Connect {
+        let writer = Database::connect(options).await.map_err(|source| DbError::Connect {
             url: redact_url(url),
             source,
         })?;
+        // The readers open the file the writer created and switched to WAL.
+        let reader = if backend == Backend::Sqlite && !is_sqlite_memory(url) {
+            let mut options = ConnectOptions::new(url.to_owned());
+            options
+                .sqlx_logging(false)
+                .connect_timeout(Duration::from_secs(10))
+                .max_connections(SQLITE_READERS)
+                .min_connections(1)
+                .acquire_timeout(Duration::from_secs(30))
+                .map_sqlx_sqlite_opts(|opts| {
+                    // `query_only` makes a write sent here by mistake fail
+                    // at once instead of becoming a second writer that
+                    // could meet the first with SQLITE_BUSY.
+                    opts.foreign_keys(true)
+                        .busy_timeout(SQLITE_BUSY_TIMEOUT)
+                        .pragma("query_only", "ON")
+                });
+            Database::connect(options).await.map_err(|source| DbError::Connect {
+                url: redact_url(url),
+                source,
+            })?
+        } else {
+            writer.clone()
+        };
         tracing::debug!(url = %redact_url(url), ?backend, "connected to database");
         Ok(Db {
-            conn,
+            writer,
+            reader,
             session_clock: WallClock::new(clock.clone()),
             clock: RolloutClock::new(clock),
             backend,
@@ -139,12 +183,12 @@ impl Db {
 
     /// Applies every pending migration; a no-op when the schema is current.
     pub async fn migrate(&self) -> Result<(), DbError> {
-        Migrator::up(&self.conn, None).await.map_err(DbError::Migrate)
+        Migrator::up(&self.writer, None).await.map_err(DbError::Migrate)
     }
 
     /// Names of the migrations already applied, oldest first.
     pub async fn applied_migrations(&self) -> Result<Vec<String>, DbError> {
-        let applied = Migrator::get_applied_migrations(&self.conn)
+        let applied = Migrator::get_applied_migrations(&self.writer)
             .await
             .map_err(DbError::Migrate)?;
         Ok(applied.iter().map(|m| m.name().to_owned()).collect())
@@ -173,15 +217,24 @@ impl Db {
         self
     }
 
-    /// A cheap round trip, for health checks.
+    /// A cheap round trip on the writer, for health checks: the writer is
+    /// what the controller cannot work without.
     pub async fn ping(&self) -> Result<(), DbError> {
-        self.conn.ping().await.map_err(DbError::Query)
+        self.writer.ping().await.map_err(DbError::Query)
     }
 
-    /// Closes the pool, waiting for connections to return.
+    /// Closes the pools, waiting for connections to return.
     pub async fn close(self) -> Result<(), DbError> {
-        self.conn.close().await.map_err(DbError::Query)
+        // Where the reader is the writer's pool, closing it twice is harmless.
+        self.reader.close_by_ref().await.map_err(DbError::Query)?;
+        self.writer.close().await.map_err(DbError::Query)
     }
+}
+
+/// Whether a SQLite URL names an in-memory database, which exists only
+/// inside the connection that opened it.
+fn is_sqlite_memory(url: &str) -> bool {
+    url.contains(":memory:") || url.contains("mode=memory")
 }
 
 /// The URL with its password replaced, safe for logs and error messages.
@@ -201,6 +254,22 @@ pub fn redact_url(url: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::redact_url;
+
+    /// A write sent to the reader pool by mistake fails at once rather
+    /// than becoming a second SQLite writer.
+    #[cfg(feature = "testing")]
+    #[tokio::test]
+    async fn sqlite_readers_refuse_writes() {
+        use sea_orm::ConnectionTrait as _;
+        let t = crate::testing::TestDb::sqlite(std::sync::Arc::new(orchestrator_types::SystemClock)).await;
+        let write = "UPDATE nodes SET state = state";
+        let refused = t.db.reader.execute_unprepared(write).await;
+        assert!(
+            refused.as_ref().is_err_and(|e| e.to_string().contains("readonly")),
+            "{refused:?}"
+        );
+        t.db.writer.execute_unprepared(write).await.unwrap();
+    }
 
     #[test]
     fn passwords_never_leave_in_urls() {

@@ -109,7 +109,7 @@ impl Db {
     /// (another rollout owns its drain, or a quarantine waits for a human).
     pub async fn record_drain_intent(&self, fence: &Fence, new: &NewDrain) -> Result<DrainRow, DbError> {
         let now = self.clock.now();
-        let txn = self.conn.begin().await?;
+        let txn = self.writer.begin().await?;
         check_fence(&txn, fence).await?;
         let existing = scheduler_drains::Entity::find()
             .filter(scheduler_drains::Column::NodeId.eq(new.node_id.0))
@@ -180,7 +180,7 @@ impl Db {
         note: Option<&str>,
     ) -> Result<DrainRow, DbError> {
         let now = self.clock.now();
-        let txn = self.conn.begin().await?;
+        let txn = self.writer.begin().await?;
         check_fence(&txn, fence).await?;
         let mut active = scheduler_drains::ActiveModel {
             phase: Set(to.as_str().to_owned()),
@@ -241,7 +241,7 @@ impl Db {
     /// Stores the last scheduler state read for drain `id` (for pages; no
     /// audit entry: it is an observation, not a decision).
     pub async fn set_drain_seen(&self, fence: &Fence, id: i64, seen: serde_json::Value) -> Result<(), DbError> {
-        let txn = self.conn.begin().await?;
+        let txn = self.writer.begin().await?;
         check_fence(&txn, fence).await?;
         scheduler_drains::Entity::update_many()
             .set(scheduler_drains::ActiveModel {
@@ -281,7 +281,7 @@ impl Db {
             scheduler_drains::Entity::find()
                 .filter(condition)
                 .order_by(scheduler_drains::Column::Id, order)
-                .all(&self.conn)
+                .all(&self.reader)
                 .await?,
         )
     }

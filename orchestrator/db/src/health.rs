@@ -421,7 +421,7 @@ impl Db {
         health_cursors::Entity::find()
             .filter(health_cursors::Column::WaveId.eq(wave.0))
             .order_by_asc(health_cursors::Column::NodeId)
-            .all(&self.conn)
+            .all(&self.reader)
             .await?
             .into_iter()
             .map(to_cursor)
@@ -436,7 +436,7 @@ impl Db {
             .filter(health_cursors::Column::WaveId.eq(wave.0))
             .filter(health_cursors::Column::LastError.is_not_null())
             .order_by_asc(health_cursors::Column::NodeId)
-            .all(&self.conn)
+            .all(&self.reader)
             .await?
             .into_iter()
             .map(to_cursor)
@@ -454,7 +454,7 @@ impl Db {
             key: format!("wave {} node {}", c.wave_id, c.node_id),
             expected: format!("at poll {}", c.polls),
         };
-        let txn = self.conn.begin().await?;
+        let txn = self.writer.begin().await?;
         let gpus = i32::try_from(c.gpus).unwrap_or(i32::MAX);
         if poll.first {
             let inserted = health_cursors::ActiveModel {
@@ -508,7 +508,7 @@ impl Db {
             .col_expr(health_cursors::Column::UpdatedAt, Expr::value(self.clock.now()))
             .filter(health_cursors::Column::WaveId.eq(wave.0))
             .filter(health_cursors::Column::NodeId.eq(node.0))
-            .exec(&self.conn)
+            .exec(&self.writer)
             .await?;
         Ok(())
     }
@@ -523,7 +523,7 @@ impl Db {
         cohort: Cohort,
         deltas: &[WindowDelta],
     ) -> Result<(), DbError> {
-        let txn = self.conn.begin().await?;
+        let txn = self.writer.begin().await?;
         fold_deltas(&txn, self.clock.now(), rollout, wave, node, cohort, deltas).await?;
         txn.commit().await?;
         Ok(())
@@ -542,7 +542,7 @@ impl Db {
             .order_by_asc(health_samples::Column::NodeId)
             .order_by_asc(health_samples::Column::Metric)
             .order_by_asc(health_samples::Column::WindowStart)
-            .all(&self.conn)
+            .all(&self.reader)
             .await?
             .into_iter()
             .map(to_sample)
@@ -565,7 +565,7 @@ impl Db {
     /// restarted controller never spends a boundary twice.
     pub async fn record_health_look(&self, look: &NewHealthLook, actor: &str) -> Result<HealthLook, DbError> {
         let now = self.clock.now();
-        let txn = self.conn.begin().await?;
+        let txn = self.writer.begin().await?;
         let inserted = health_looks::ActiveModel {
             rollout_id: Set(look.rollout_id.0),
             wave_id: Set(look.wave_id.0),
@@ -621,7 +621,7 @@ impl Db {
         };
         query
             .order_by_asc(health_looks::Column::Id)
-            .all(&self.conn)
+            .all(&self.reader)
             .await?
             .into_iter()
             .map(to_look)

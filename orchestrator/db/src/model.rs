@@ -469,3 +469,12 @@ impl NewGateResult {
         errors
     }
 }
+
+/// Nodes per state, and how many failed their last inventory read (the
+/// overview's counts, `overview`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeCounts {
+    pub total: u64,
+    pub by_state: std::collections::BTreeMap<String, u64>,
+    pub discovery_errors: u64,
+}

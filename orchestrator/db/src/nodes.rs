@@ -118,7 +118,7 @@ impl Db {
             }
         }
         let now = self.clock.now();
-        let txn = self.conn.begin().await?;
+        let txn = self.writer.begin().await?;
         // Every stored node's address, to refuse one that another node has.
         let stored: Vec<(String, String)> = nodes::Entity::find()
             .select_only()
@@ -266,7 +266,7 @@ impl Db {
         )
         .await?;
         txn.commit().await?;
-        self.inventory_changed();
+        self.nodes_changed();
         Ok(summary)
     }
 
@@ -316,21 +316,21 @@ impl Db {
             // offset is past every row anyway.
             .offset(filter.offset.map(|offset| offset.min(i64::MAX as u64)))
             .limit(filter.limit.unwrap_or(MAX_NODE_PAGE).min(MAX_NODE_PAGE))
-            .all(&self.conn)
+            .all(&self.reader)
             .await?;
         rows.into_iter().map(to_node).collect()
     }
 
     /// How many nodes there are.
     pub async fn count_nodes(&self) -> Result<u64, DbError> {
-        Ok(nodes::Entity::find().count(&self.conn).await?)
+        Ok(nodes::Entity::find().count(&self.reader).await?)
     }
 
     /// One node by name.
     pub async fn node_by_name(&self, name: &str) -> Result<Node, DbError> {
         let row = nodes::Entity::find()
             .filter(nodes::Column::Name.eq(name))
-            .one(&self.conn)
+            .one(&self.reader)
             .await?
             .ok_or_else(|| DbError::NotFound {
                 what: "node",
@@ -342,7 +342,7 @@ impl Db {
     /// One node by id.
     pub async fn node(&self, id: NodeId) -> Result<Node, DbError> {
         let row = nodes::Entity::find_by_id(id.0)
-            .one(&self.conn)
+            .one(&self.reader)
             .await?
             .ok_or_else(|| DbError::NotFound {
                 what: "node",
@@ -360,7 +360,7 @@ impl Db {
         actor: &str,
     ) -> Result<Node, DbError> {
         let now = self.clock.now();
-        let txn = self.conn.begin().await?;
+        let txn = self.writer.begin().await?;
         let row = nodes::Entity::find_by_id(id.0)
             .one(&txn)
             .await?
@@ -385,6 +385,7 @@ impl Db {
         )
         .await?;
         txn.commit().await?;
+        self.nodes_changed();
         to_node(row)
     }
 
@@ -445,7 +446,7 @@ impl Db {
                 },
             )
             .collect();
-        let txn = self.conn.begin().await?;
+        let txn = self.writer.begin().await?;
         if !rows.is_empty() {
             node_components::Entity::insert_many(rows)
                 .on_conflict(
@@ -474,22 +475,27 @@ impl Db {
             .exec(&txn)
             .await?;
         txn.commit().await?;
-        self.inventory_changed();
+        self.nodes_changed();
         Ok(())
     }
 
     /// Records why a node could not be read; its last good inventory stays.
+    /// Stamps `updated_at` as every change of a node row does: that stamp
+    /// is what tells the kept node counts (`overview`) that the failed
+    /// reads may have changed.
     pub async fn record_discovery_error(&self, id: NodeId, error: &str) -> Result<(), DbError> {
         let now = self.clock.now();
         nodes::Entity::update_many()
             .col_expr(nodes::Column::LastDiscoveredAt, sea_orm::sea_query::Expr::value(now))
+            .col_expr(nodes::Column::UpdatedAt, sea_orm::sea_query::Expr::value(now))
             .col_expr(
                 nodes::Column::LastDiscoveryError,
                 sea_orm::sea_query::Expr::value(error.to_owned()),
             )
             .filter(nodes::Column::Id.eq(id.0))
-            .exec(&self.conn)
+            .exec(&self.writer)
             .await?;
+        self.nodes_changed();
         Ok(())
     }
 
@@ -498,7 +504,7 @@ impl Db {
         let rows = node_components::Entity::find()
             .filter(node_components::Column::NodeId.eq(id.0))
             .order_by_asc(node_components::Column::InventoryId)
-            .all(&self.conn)
+            .all(&self.reader)
             .await?;
         rows.into_iter()
             .map(|row| {
@@ -603,7 +609,7 @@ impl Db {
         let rows = credential_host_bindings::Entity::find()
             .order_by_asc(credential_host_bindings::Column::Profile)
             .order_by_asc(credential_host_bindings::Column::Host)
-            .all(&self.conn)
+            .all(&self.reader)
             .await?;
         let mut map = std::collections::BTreeMap::<String, Vec<String>>::new();
         for row in rows {
@@ -645,7 +651,7 @@ impl Db {
             });
         }
         let now = self.clock.now();
-        let txn = self.conn.begin().await?;
+        let txn = self.writer.begin().await?;
         insert_bindings(&txn, now, actor, profile, &parsed).await?;
         audit::append(
             &txn,

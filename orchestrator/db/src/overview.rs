@@ -10,7 +10,7 @@ use sea_orm::sea_query::{Expr, Func, Query};
 use sea_orm::{ColumnTrait, EntityTrait, JoinType, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect};
 use serde::{Deserialize, Serialize};
 
-use crate::cache::Mark;
+use crate::cache::{FinishedByDay, Mark};
 use crate::entity::{node_components, nodes, update_steps};
 use crate::model::Node;
 use crate::nodes::to_node;
@@ -74,13 +74,8 @@ pub struct NodePage {
     pub total: u64,
 }
 
-/// Nodes per state, and how many failed their last inventory read.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct NodeCounts {
-    pub total: u64,
-    pub by_state: BTreeMap<String, u64>,
-    pub discovery_errors: u64,
-}
+// In `model`, below the kept aggregates (`cache`) that hold it.
+pub use crate::model::NodeCounts;
 
 /// Finished update steps to one firmware version on one day.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -117,12 +112,12 @@ impl Db {
                 ),
             );
         }
-        let total = select.clone().count(&self.conn).await?;
+        let total = select.clone().count(&self.reader).await?;
         let rows = select
             .order_by_asc(nodes::Column::Name)
             .offset(query.offset)
             .limit(query.limit.clamp(1, MAX_NODE_PAGE_ROWS))
-            .all(&self.conn)
+            .all(&self.reader)
             .await?;
         let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
         let mut versions = self.versions_of(&ids).await?;
@@ -158,7 +153,7 @@ impl Db {
             .order_by_asc(node_components::Column::Kind)
             .order_by_asc(node_components::Column::Version)
             .into_tuple()
-            .all(&self.conn)
+            .all(&self.reader)
             .await?;
         for (node, kind, version, n) in rows {
             out.entry(node).or_default().push(NodeVersion {
@@ -171,15 +166,24 @@ impl Db {
     }
 
     /// Node counts per state and of failed inventory reads: two grouped
-    /// counts instead of listing nodes.
+    /// counts instead of listing nodes, kept until a node may have changed
+    /// (the same mark as [`Db::version_distribution`]): at 100,000 nodes
+    /// the discovery errors are a full scan, and the dashboard asks on
+    /// every request.
     pub async fn node_counts(&self) -> Result<NodeCounts, DbError> {
+        let cache = &self.caches.node_counts;
+        let mark = self.fleet_mark(cache.generation()).await?;
+        cache.get_or_read((), mark, || self.read_node_counts()).await
+    }
+
+    async fn read_node_counts(&self) -> Result<NodeCounts, DbError> {
         let rows: Vec<(String, i64)> = nodes::Entity::find()
             .select_only()
             .column(nodes::Column::State)
             .column_as(nodes::Column::Id.count(), "n")
             .group_by(nodes::Column::State)
             .into_tuple()
-            .all(&self.conn)
+            .all(&self.reader)
             .await?;
         let by_state: BTreeMap<String, u64> = rows
             .into_iter()
@@ -187,7 +191,7 @@ impl Db {
             .collect();
         let discovery_errors = nodes::Entity::find()
             .filter(nodes::Column::LastDiscoveryError.is_not_null())
-            .count(&self.conn)
+            .count(&self.reader)
             .await?;
         Ok(NodeCounts {
             total: by_state.values().sum(),
@@ -196,13 +200,23 @@ impl Db {
         })
     }
 
-    /// Up to `limit` nodes whose last inventory read failed, by name.
+    /// Up to `limit` nodes whose last inventory read failed, by name; kept
+    /// as [`Db::node_counts`] is (finding them scans every node).
     pub async fn nodes_with_discovery_errors(&self, limit: u64) -> Result<Vec<Node>, DbError> {
+        let limit = limit.min(MAX_NODE_PAGE_ROWS);
+        let cache = &self.caches.discovery_errors;
+        let mark = self.fleet_mark(cache.generation()).await?;
+        cache
+            .get_or_read(limit, mark, || self.read_nodes_with_discovery_errors(limit))
+            .await
+    }
+
+    async fn read_nodes_with_discovery_errors(&self, limit: u64) -> Result<Vec<Node>, DbError> {
         nodes::Entity::find()
             .filter(nodes::Column::LastDiscoveryError.is_not_null())
             .order_by_asc(nodes::Column::Name)
-            .limit(limit.min(MAX_NODE_PAGE_ROWS))
-            .all(&self.conn)
+            .limit(limit)
+            .all(&self.reader)
             .await?
             .into_iter()
             .map(to_node)
@@ -235,12 +249,36 @@ impl Db {
     /// Finished steps since `since` counted by the database per target
     /// version, UTC day and outcome (failed or succeeded): a few rows for
     /// the trends, however many steps finished. Update steps only when
-    /// `updates_only`.
-    async fn finished_steps_by_day(
+    /// `updates_only`. Kept until a step finishes: the newest finish time
+    /// (the leading column of an index) or this process's step writes move.
+    /// (A finish another controller stamps older than the newest one, its
+    /// clock being behind, shows with the next finish.)
+    async fn finished_steps_by_day(&self, since: DateTime<Utc>, updates_only: bool) -> Result<FinishedByDay, DbError> {
+        let cache = &self.caches.finished_by_day;
+        let generation = cache.generation();
+        let newest: Option<Option<DateTime<Utc>>> = update_steps::Entity::find()
+            .select_only()
+            .column_as(update_steps::Column::FinishedAt.max(), "m")
+            .into_tuple()
+            .one(&self.reader)
+            .await?;
+        let mark = Mark {
+            generation,
+            stamps: [newest.flatten(), None],
+            max_id: None,
+        };
+        cache
+            .get_or_read((since, updates_only), mark, || {
+                self.read_finished_steps_by_day(since, updates_only)
+            })
+            .await
+    }
+
+    async fn read_finished_steps_by_day(
         &self,
         since: DateTime<Utc>,
         updates_only: bool,
-    ) -> Result<Vec<(String, NaiveDate, bool, u64)>, DbError> {
+    ) -> Result<FinishedByDay, DbError> {
         // The UTC day as `YYYY-MM-DD` text on both backends.
         let day = match self.backend() {
             Backend::Sqlite => "date(finished_at)",
@@ -262,7 +300,7 @@ impl Db {
             .group_by(Expr::cust(day))
             .group_by(update_steps::Column::State)
             .into_tuple()
-            .all(&self.conn)
+            .all(&self.reader)
             .await?;
         rows.into_iter()
             .filter_map(|(version, day, state, n)| {
@@ -287,7 +325,7 @@ impl Db {
                 .column(nodes::Column::Name)
                 .filter(nodes::Column::Id.is_in(chunk.iter().map(|id| id.0).collect::<Vec<_>>()))
                 .into_tuple()
-                .all(&self.conn)
+                .all(&self.reader)
                 .await?;
             out.extend(rows.into_iter().map(|(id, name)| (NodeId(id), name)));
         }
@@ -305,15 +343,9 @@ impl Db {
     /// controller's), or when this process wrote inventory or nodes itself
     /// (a manual clock need not move between two writes).
     pub async fn version_distribution(&self) -> Result<Vec<VersionCount>, DbError> {
-        let mark = self.inventory_mark().await?;
-        let rows = match self.caches.versions.get(&(), &mark) {
-            Some(rows) => rows,
-            None => {
-                let rows = self.read_version_distribution().await?;
-                self.caches.versions.put((), mark, rows.clone());
-                rows
-            }
-        };
+        let cache = &self.caches.versions;
+        let mark = self.fleet_mark(cache.generation()).await?;
+        let rows = cache.get_or_read((), mark, || self.read_version_distribution()).await?;
         Ok(rows
             .into_iter()
             .map(|(platform_sku, kind, version, nodes)| VersionCount {
@@ -325,20 +357,23 @@ impl Db {
             .collect())
     }
 
-    async fn inventory_mark(&self) -> Result<Mark, DbError> {
-        let generation = self.caches.versions.generation();
+    /// The mark of everything kept about the nodes (versions, counts,
+    /// failed reads): the newest inventory reading, the newest node change
+    /// and the highest node id, with `generation`, read first from the
+    /// cache the mark is for.
+    async fn fleet_mark(&self, generation: u64) -> Result<Mark, DbError> {
         let last_read: Option<Option<DateTime<Utc>>> = node_components::Entity::find()
             .select_only()
             .column_as(node_components::Column::LastReadAt.max(), "m")
             .into_tuple()
-            .one(&self.conn)
+            .one(&self.reader)
             .await?;
         let (node_updated, max_node): (Option<DateTime<Utc>>, Option<i64>) = nodes::Entity::find()
             .select_only()
             .column_as(nodes::Column::UpdatedAt.max(), "u")
             .column_as(nodes::Column::Id.max(), "i")
             .into_tuple()
-            .one(&self.conn)
+            .one(&self.reader)
             .await?
             .unwrap_or((None, None));
         Ok(Mark {
@@ -349,9 +384,13 @@ impl Db {
     }
 
     /// Says the inventory or the nodes changed, so the next
-    /// [`Db::version_distribution`] reads them again.
-    pub(crate) fn inventory_changed(&self) {
+    /// [`Db::version_distribution`], [`Db::node_counts`] and
+    /// [`Db::nodes_with_discovery_errors`] read them again. Every writer of
+    /// nodes or inventory calls it after committing.
+    pub(crate) fn nodes_changed(&self) {
         self.caches.versions.changed();
+        self.caches.node_counts.changed();
+        self.caches.discovery_errors.changed();
     }
 
     async fn read_version_distribution(&self) -> Result<Vec<(String, String, String, u64)>, DbError> {
@@ -372,7 +411,7 @@ impl Db {
             .group_by(node_components::Column::Kind)
             .group_by(node_components::Column::Version)
             .into_tuple()
-            .all(&self.conn)
+            .all(&self.reader)
             .await?;
         let mut counts: Vec<(String, String, String, u64)> = rows
             .into_iter()

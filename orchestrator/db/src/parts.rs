@@ -246,7 +246,7 @@ impl Db {
     /// removed.
     pub async fn record_node_parts(&self, node: &str, found: &[DiscoveredPart]) -> Result<PartsChange, DbError> {
         let now = self.clock.now();
-        let txn = self.conn.begin().await?;
+        let txn = self.writer.begin().await?;
         let serials: Vec<&str> = found.iter().map(|p| p.serial.as_str()).collect();
         let known: HashMap<String, parts::Model> = parts::Entity::find()
             .filter(parts::Column::Serial.is_in(serials.iter().copied()))
@@ -346,7 +346,7 @@ impl Db {
     /// `parts.manifest`.
     pub async fn import_parts_manifest(&self, rows: &[ManifestRow], actor: &str) -> Result<ManifestImport, DbError> {
         let now = self.clock.now();
-        let txn = self.conn.begin().await?;
+        let txn = self.writer.begin().await?;
         let mut out = ManifestImport::default();
         for chunk in rows.chunks(500) {
             let known: HashMap<String, parts::Model> = parts::Entity::find()
@@ -415,13 +415,13 @@ impl Db {
         if !filter.include_removed {
             query = query.filter(parts::Column::RemovedAt.is_null());
         }
-        Ok(query.all(&self.conn).await?.into_iter().map(to_part).collect())
+        Ok(query.all(&self.reader).await?.into_iter().map(to_part).collect())
     }
 
     /// One part by serial.
     pub async fn part(&self, serial: &str) -> Result<Part, DbError> {
         parts::Entity::find_by_id(serial.to_owned())
-            .one(&self.conn)
+            .one(&self.reader)
             .await?
             .map(to_part)
             .ok_or_else(|| DbError::NotFound {
@@ -453,7 +453,7 @@ impl Db {
                         .do_nothing()
                         .to_owned(),
                 )
-                .exec_without_returning(&self.conn)
+                .exec_without_returning(&self.writer)
                 .await?;
             inserted += result;
         }
@@ -473,7 +473,7 @@ impl Db {
                 .filter(part_observations::Column::At.gte(since))
                 .order_by_asc(part_observations::Column::At)
                 .order_by_asc(part_observations::Column::Id)
-                .all(&self.conn)
+                .all(&self.reader)
                 .await?;
             for m in rows {
                 out.entry(m.serial).or_default().push(Observation {
@@ -495,7 +495,7 @@ impl Db {
             .filter(part_observations::Column::At.gte(since))
             .distinct()
             .into_tuple()
-            .all(&self.conn)
+            .all(&self.reader)
             .await?;
         Ok(rows)
     }
@@ -516,7 +516,7 @@ impl Db {
         let result = part_observations::Entity::delete_many()
             .filter(part_observations::Column::At.lt(before))
             .filter(part_observations::Column::Serial.is_not_in(keep))
-            .exec(&self.conn)
+            .exec(&self.writer)
             .await?;
         Ok(result.rows_affected)
     }
@@ -544,7 +544,7 @@ impl Db {
                     .filter(update_steps::Column::State.eq("succeeded"))
                     .order_by_asc(update_steps::Column::FinishedAt)
                     .order_by_asc(update_steps::Column::Id)
-                    .all(&self.conn)
+                    .all(&self.reader)
                     .await?,
             );
         }
@@ -559,7 +559,7 @@ impl Db {
         rollout_ids.dedup();
         let rollouts: HashMap<i64, rollouts::Model> = rollouts::Entity::find()
             .filter(rollouts::Column::Id.is_in(rollout_ids))
-            .all(&self.conn)
+            .all(&self.reader)
             .await?
             .into_iter()
             .map(|r| (r.id, r))
@@ -567,7 +567,7 @@ impl Db {
         let release_ids: Vec<i64> = rollouts.values().map(|r| r.release_id).collect();
         let releases: HashMap<i64, releases::Model> = releases::Entity::find()
             .filter(releases::Column::Id.is_in(release_ids))
-            .all(&self.conn)
+            .all(&self.reader)
             .await?
             .into_iter()
             .map(|r| (r.id, r))

@@ -240,7 +240,7 @@ impl Db {
     pub async fn record_policy_sync(&self, sync: &PolicySync, actor: &str) -> Result<RecordedSync, DbError> {
         sync.validate()?;
         let now = self.clock.now();
-        let txn = self.conn.begin().await?;
+        let txn = self.writer.begin().await?;
 
         let mut version_ids = BTreeMap::new();
         for policy in &sync.in_force {
@@ -338,14 +338,14 @@ impl Db {
     /// The version of `name` that new rollouts use.
     pub async fn policy_in_force(&self, name: &str) -> Result<PolicyInForce, DbError> {
         let found = policy_in_force::Entity::find_by_id(name.to_owned())
-            .one(&self.conn)
+            .one(&self.reader)
             .await?
             .ok_or_else(|| DbError::NotFound {
                 what: "policy",
                 key: name.to_owned(),
             })?;
         let version = policy_versions::Entity::find_by_id(found.version_id)
-            .one(&self.conn)
+            .one(&self.reader)
             .await?
             .ok_or_else(|| DbError::corrupt("policy in force", format!("version {} is missing", found.version_id)))?;
         to_in_force(found, version)
@@ -355,12 +355,12 @@ impl Db {
     pub async fn policies_in_force(&self) -> Result<Vec<PolicyInForce>, DbError> {
         let rows = policy_in_force::Entity::find()
             .order_by_asc(policy_in_force::Column::Name)
-            .all(&self.conn)
+            .all(&self.reader)
             .await?;
         let ids: Vec<i64> = rows.iter().map(|r| r.version_id).collect();
         let mut versions: BTreeMap<i64, policy_versions::Model> = policy_versions::Entity::find()
             .filter(policy_versions::Column::Id.is_in(ids))
-            .all(&self.conn)
+            .all(&self.reader)
             .await?
             .into_iter()
             .map(|v| (v.id, v))
@@ -383,7 +383,7 @@ impl Db {
             .filter(policy_versions::Column::CommitId.eq(commit_id))
             .filter(policy_versions::Column::BlobId.eq(blob_id))
             .order_by_asc(policy_versions::Column::Id)
-            .one(&self.conn)
+            .one(&self.reader)
             .await?
             .map(to_version)
             .ok_or_else(|| DbError::NotFound {
@@ -395,7 +395,7 @@ impl Db {
     /// Where the last sync got to; `None` before the first.
     pub async fn policy_sync_state(&self) -> Result<Option<PolicySyncState>, DbError> {
         Ok(policy_sync_state::Entity::find_by_id(SYNC_STATE_ID)
-            .one(&self.conn)
+            .one(&self.reader)
             .await?
             .map(|row| PolicySyncState {
                 source: row.source,

@@ -89,7 +89,7 @@ impl Db {
             .map(str::to_owned);
         let rollback_floor = rollback.rollback_floor.as_ref().map(|v| v.as_str().to_owned());
         let now = self.clock.now();
-        let txn = self.conn.begin().await?;
+        let txn = self.writer.begin().await?;
         let inserted = releases::ActiveModel {
             component_kind: Set(new.component_kind.as_str().to_owned()),
             version: Set(new.version.as_str().to_owned()),
@@ -139,7 +139,7 @@ impl Db {
     pub async fn list_releases(&self) -> Result<Vec<Release>, DbError> {
         let rows = releases::Entity::find()
             .order_by_desc(releases::Column::Id)
-            .all(&self.conn)
+            .all(&self.reader)
             .await?;
         rows.into_iter().map(to_release).collect()
     }
@@ -147,7 +147,7 @@ impl Db {
     /// One release by id.
     pub async fn release(&self, id: ReleaseId) -> Result<Release, DbError> {
         let row = releases::Entity::find_by_id(id.0)
-            .one(&self.conn)
+            .one(&self.reader)
             .await?
             .ok_or_else(|| DbError::NotFound {
                 what: "release",
@@ -161,7 +161,7 @@ impl Db {
         let row = releases::Entity::find()
             .filter(releases::Column::ComponentKind.eq(kind.as_str()))
             .filter(releases::Column::Version.eq(version.as_str()))
-            .one(&self.conn)
+            .one(&self.reader)
             .await?
             .ok_or_else(|| DbError::NotFound {
                 what: "release",
@@ -180,7 +180,7 @@ impl Db {
         actor: &str,
     ) -> Result<Release, DbError> {
         let now = self.clock.now();
-        let txn = self.conn.begin().await?;
+        let txn = self.writer.begin().await?;
         let row = releases::Entity::find_by_id(id.0)
             .one(&txn)
             .await?
@@ -231,7 +231,7 @@ impl Db {
     /// ([`Db::transition_release`] refuses it).
     pub async fn mark_fleet_proven(&self, id: ReleaseId, rollout: RolloutId, actor: &str) -> Result<bool, DbError> {
         let now = self.clock.now();
-        let txn = self.conn.begin().await?;
+        let txn = self.writer.begin().await?;
         let row = releases::Entity::find_by_id(id.0)
             .one(&txn)
             .await?
@@ -284,7 +284,7 @@ impl Db {
     ) -> Result<GateResult, DbError> {
         invalid(result.validate())?;
         let now = self.clock.now();
-        let txn = self.conn.begin().await?;
+        let txn = self.writer.begin().await?;
         if releases::Entity::find_by_id(id.0).one(&txn).await?.is_none() {
             return Err(DbError::NotFound {
                 what: "release",
@@ -321,7 +321,7 @@ impl Db {
         let rows = qualification_results::Entity::find()
             .filter(qualification_results::Column::ReleaseId.eq(id.0))
             .order_by_asc(qualification_results::Column::Id)
-            .all(&self.conn)
+            .all(&self.reader)
             .await?;
         Ok(rows.into_iter().map(to_gate_result).collect())
     }

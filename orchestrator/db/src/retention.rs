@@ -200,7 +200,7 @@ impl Db {
             .column(rollouts::Column::State)
             .order_by_asc(rollouts::Column::Id)
             .into_tuple()
-            .all(&self.conn)
+            .all(&self.reader)
             .await?;
         Ok(rows
             .into_iter()
@@ -224,7 +224,7 @@ impl Db {
             .order_by_asc(health_daily::Column::NodeId)
             .order_by_asc(health_daily::Column::Metric)
             .order_by_asc(health_daily::Column::Day)
-            .all(&self.conn)
+            .all(&self.reader)
             .await?
             .into_iter()
             .map(to_daily_sample)
@@ -270,7 +270,7 @@ impl Db {
                 .order_by_asc(health_samples::Column::Id)
                 .limit(batch)
                 .into_tuple()
-                .all(&self.conn)
+                .all(&self.reader)
                 .await?;
             if !ids.is_empty() {
                 found = Some((rollout, ids));
@@ -282,7 +282,7 @@ impl Db {
         };
 
         let now = self.clock.now();
-        let txn = self.conn.begin().await?;
+        let txn = self.writer.begin().await?;
         check_fence(&txn, fence).await?;
         // Read again inside the transaction, under the same conditions: a
         // case opened since the search keeps its node's windows.

@@ -92,7 +92,7 @@ impl Db {
                 reason: "a case needs the part's serial number".into(),
             });
         }
-        let txn = self.conn.begin().await?;
+        let txn = self.writer.begin().await?;
         let same = rma_cases::Entity::find()
             .filter(rma_cases::Column::Serial.eq(serial))
             .filter(rma_cases::Column::Rule.eq(candidate.rule.as_str()))
@@ -184,7 +184,7 @@ impl Db {
     /// One case.
     pub async fn rma_case(&self, id: &str) -> Result<RmaCase, DbError> {
         let model = rma_cases::Entity::find_by_id(id.to_owned())
-            .one(&self.conn)
+            .one(&self.reader)
             .await?
             .ok_or_else(|| DbError::NotFound {
                 what: "rma case",
@@ -208,14 +208,14 @@ impl Db {
         if let Some(serial) = &filter.serial {
             query = query.filter(rma_cases::Column::Serial.eq(serial.as_str()));
         }
-        query.all(&self.conn).await?.into_iter().map(to_case).collect()
+        query.all(&self.reader).await?.into_iter().map(to_case).collect()
     }
 
     /// How many cases are open.
     pub async fn open_rma_case_count(&self) -> Result<u64, DbError> {
         Ok(rma_cases::Entity::find()
             .filter(rma_cases::Column::Open.eq(true))
-            .count(&self.conn)
+            .count(&self.reader)
             .await?)
     }
 
@@ -287,7 +287,7 @@ impl Db {
 
     async fn store_rma_transition(&self, current: &Case, next: &Case, actor: &str) -> Result<(), DbError> {
         let now = self.clock.now();
-        let txn = self.conn.begin().await?;
+        let txn = self.writer.begin().await?;
         let result = rma_cases::Entity::update_many()
             .set(rma_cases::ActiveModel {
                 state: Set(state_text(next.state)),
@@ -443,7 +443,7 @@ impl Db {
             })?;
         }
         let now = self.clock.now();
-        let txn = self.conn.begin().await?;
+        let txn = self.writer.begin().await?;
         rma_criteria::Entity::delete_many().exec(&txn).await?;
         for f in files {
             rma_criteria::ActiveModel {
@@ -480,7 +480,7 @@ impl Db {
     pub async fn rma_criteria_files(&self) -> Result<Vec<CriteriaFile>, DbError> {
         Ok(rma_criteria::Entity::find()
             .order_by_asc(rma_criteria::Column::Path)
-            .all(&self.conn)
+            .all(&self.reader)
             .await?
             .into_iter()
             .map(|m| CriteriaFile {
@@ -558,7 +558,7 @@ impl Db {
         self.rma_case(id).await?;
         let now = self.clock.now();
         let sha256 = orchestrator_rma::evidence::sha256_hex(content);
-        let txn = self.conn.begin().await?;
+        let txn = self.writer.begin().await?;
         let exists = rma_attachments::Entity::find()
             .filter(rma_attachments::Column::CaseId.eq(id))
             .filter(rma_attachments::Column::Name.eq(name))
@@ -624,7 +624,7 @@ impl Db {
         self.record_part_observations(&[(case.serial.clone(), observation)])
             .await?;
         audit::append(
-            &self.conn,
+            &self.writer,
             now,
             actor,
             "rma.field_diagnostic",
@@ -640,7 +640,7 @@ impl Db {
         rma_attachments::Entity::find()
             .filter(rma_attachments::Column::CaseId.eq(id))
             .order_by_asc(rma_attachments::Column::Name)
-            .all(&self.conn)
+            .all(&self.reader)
             .await?
             .iter()
             .map(attachment_of)
@@ -652,7 +652,7 @@ impl Db {
         let m = rma_attachments::Entity::find()
             .filter(rma_attachments::Column::CaseId.eq(id))
             .filter(rma_attachments::Column::Name.eq(name))
-            .one(&self.conn)
+            .one(&self.reader)
             .await?
             .ok_or_else(|| DbError::NotFound {
                 what: "rma attachment",
@@ -671,7 +671,7 @@ impl Db {
     ) -> Result<(), DbError> {
         let now = self.clock.now();
         let report = serde_json::to_value(report).map_err(|e| DbError::corrupt("cluster report", e))?;
-        let txn = self.conn.begin().await?;
+        let txn = self.writer.begin().await?;
         rma_cluster_scans::Entity::delete_many()
             .filter(rma_cluster_scans::Column::PeriodStart.eq(period_start))
             .exec(&txn)
@@ -695,7 +695,7 @@ impl Db {
         Ok(rma_cluster_scans::Entity::find()
             .order_by_desc(rma_cluster_scans::Column::PeriodStart)
             .limit(limit)
-            .all(&self.conn)
+            .all(&self.reader)
             .await?
             .into_iter()
             .map(|m| ClusterScan {

@@ -66,7 +66,7 @@ impl Db {
 
         let node = nodes::Entity::find()
             .filter(nodes::Column::Name.eq(case.node.as_str()))
-            .one(&self.conn)
+            .one(&self.reader)
             .await?;
         let node_parts = self
             .parts(&PartFilter {
@@ -139,7 +139,7 @@ impl Db {
             Some(n) => update_steps::Entity::find()
                 .filter(update_steps::Column::NodeId.eq(n.id))
                 .order_by_asc(update_steps::Column::Id)
-                .all(&self.conn)
+                .all(&self.reader)
                 .await?
                 .into_iter()
                 .map(|s| {
@@ -276,7 +276,7 @@ impl Db {
                     .filter(nodes::Column::Rack.eq(n.rack.as_str()))
                     .filter(nodes::Column::Name.ne(n.name.as_str()))
                     .order_by_asc(nodes::Column::Name)
-                    .all(&self.conn)
+                    .all(&self.reader)
                     .await?
                     .into_iter()
                     .map(|m| m.name)

@@ -114,14 +114,14 @@ impl Db {
         if !query.include_removed {
             select = select.filter(parts::Column::RemovedAt.is_null());
         }
-        let total = select.clone().count(&self.conn).await?;
+        let total = select.clone().count(&self.reader).await?;
         let rows = select
             .order_by_asc(parts::Column::NodeName)
             .order_by_asc(parts::Column::Slot)
             .order_by_asc(parts::Column::Serial)
             .offset(query.offset)
             .limit(query.limit)
-            .all(&self.conn)
+            .all(&self.reader)
             .await?;
         Ok(PartsPage {
             total,
@@ -134,12 +134,12 @@ impl Db {
     pub async fn part_detail(&self, serial: &str, samples: u64) -> Result<PartDetail, DbError> {
         let part = self.part(serial).await?;
         let select = part_observations::Entity::find().filter(part_observations::Column::Serial.eq(serial));
-        let observations_total = select.clone().count(&self.conn).await?;
+        let observations_total = select.clone().count(&self.reader).await?;
         let observations = select
             .order_by_desc(part_observations::Column::At)
             .order_by_desc(part_observations::Column::Id)
             .limit(samples)
-            .all(&self.conn)
+            .all(&self.reader)
             .await?
             .into_iter()
             .map(|m| {

@@ -260,7 +260,7 @@ impl Db {
         if !rollout.state.is_finished() {
             return self.build_rollout_evidence(id).await;
         }
-        if let Some(row) = rollout_evidence::Entity::find_by_id(id.0).one(&self.conn).await?
+        if let Some(row) = rollout_evidence::Entity::find_by_id(id.0).one(&self.reader).await?
             && row.rollout_state == rollout.state.as_str()
         {
             return Ok(row.archive);
@@ -278,7 +278,7 @@ impl Db {
         rollout_evidence::Entity::delete_many()
             .filter(rollout_evidence::Column::RolloutId.eq(id.0))
             .filter(rollout_evidence::Column::RolloutState.ne(state.as_str()))
-            .exec(&self.conn)
+            .exec(&self.writer)
             .await?;
         let inserted = rollout_evidence::ActiveModel {
             rollout_id: Set(id.0),
@@ -288,13 +288,13 @@ impl Db {
             archive: Set(archive.clone()),
             created_at: Set(now),
         }
-        .insert(&self.conn)
+        .insert(&self.writer)
         .await;
         match inserted {
             Ok(_) => Ok(archive),
             Err(err) if is_unique_violation(&err) => {
                 let row = rollout_evidence::Entity::find_by_id(id.0)
-                    .one(&self.conn)
+                    .one(&self.reader)
                     .await?
                     .ok_or_else(|| DbError::NotFound {
                         what: "rollout evidence",
@@ -331,7 +331,7 @@ impl Db {
             .column(rollout_evidence::Column::RolloutId)
             .column(rollout_evidence::Column::RolloutState)
             .into_tuple()
-            .all(&self.conn)
+            .all(&self.reader)
             .await?;
         rows.into_iter()
             .map(|(id, state)| {

@@ -31,7 +31,7 @@ impl Db {
     /// from; later policy changes never alter it.
     pub async fn create_rollout(&self, new: &NewRollout, actor: &str) -> Result<Rollout, DbError> {
         let now = self.clock.now();
-        let txn = self.conn.begin().await?;
+        let txn = self.writer.begin().await?;
         if releases::Entity::find_by_id(new.release_id.0)
             .one(&txn)
             .await?
@@ -75,7 +75,7 @@ impl Db {
     /// One rollout by id.
     pub async fn rollout(&self, id: RolloutId) -> Result<Rollout, DbError> {
         rollouts::Entity::find_by_id(id.0)
-            .one(&self.conn)
+            .one(&self.reader)
             .await?
             .map(to_rollout)
             .ok_or_else(|| DbError::NotFound {
@@ -88,7 +88,7 @@ impl Db {
     pub async fn list_rollouts(&self) -> Result<Vec<Rollout>, DbError> {
         let rows = rollouts::Entity::find()
             .order_by_desc(rollouts::Column::Id)
-            .all(&self.conn)
+            .all(&self.reader)
             .await?;
         Ok(rows.into_iter().map(to_rollout).collect())
     }

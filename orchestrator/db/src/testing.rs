@@ -147,7 +147,7 @@ fn replace_database(url: &str, database: &str) -> String {
 impl TestDb {
     /// Runs raw SQL, to prove what the schema itself refuses.
     pub async fn execute_raw(&self, sql: &str) -> Result<(), sea_orm::DbErr> {
-        self.db.conn.execute_unprepared(sql).await.map(|_| ())
+        self.db.writer.execute_unprepared(sql).await.map(|_| ())
     }
 }
 
@@ -163,7 +163,7 @@ impl Db {
     /// Locks lease `lease`'s row in a transaction that is then left idle.
     pub async fn stall_in_fenced_write(&self, lease: &str) -> Result<StalledWrite, crate::DbError> {
         use sea_orm::TransactionTrait as _;
-        let txn = self.conn.begin().await?;
+        let txn = self.writer.begin().await?;
         let lock = match self.backend() {
             Backend::Postgres => "SELECT token FROM engine_leases WHERE name = $1 FOR UPDATE",
             Backend::Sqlite => "UPDATE engine_leases SET token = token WHERE name = $1",

@@ -126,7 +126,7 @@ impl Db {
         address: &str,
     ) -> Result<Option<login_throttles::Model>, DbError> {
         Ok(login_throttles::Entity::find_by_id(key(scope, username, address))
-            .one(&self.conn)
+            .one(&self.reader)
             .await?)
     }
 
@@ -181,7 +181,7 @@ impl Db {
     ) -> Result<(), DbError> {
         let now = self.session_clock.now();
         let username = username.trim().to_lowercase();
-        let txn = self.conn.begin().await?;
+        let txn = self.writer.begin().await?;
         for (scope, user, addr) in [
             (ACCOUNT, username.as_str(), ""),
             (PAIR, username.as_str(), address),
@@ -253,7 +253,7 @@ impl Db {
                         .add(login_throttles::Column::Address.eq(address)),
                 ),
             )
-            .exec(&self.conn)
+            .exec(&self.writer)
             .await?;
         Ok(())
     }
@@ -266,7 +266,7 @@ impl Db {
             .filter(login_throttles::Column::LastFailureAt.gt(since))
             .order_by_desc(login_throttles::Column::LastFailureAt)
             .limit(MAX_LISTED)
-            .all(&self.conn)
+            .all(&self.reader)
             .await?;
         Ok(rows
             .into_iter()

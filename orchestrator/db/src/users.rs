@@ -41,7 +41,7 @@ impl Db {
             });
         }
         let now = self.clock.now();
-        let txn = self.conn.begin().await?;
+        let txn = self.writer.begin().await?;
         let inserted = users::ActiveModel {
             username: Set(username.to_owned()),
             display_name: Set(display_name.to_owned()),
@@ -72,7 +72,7 @@ impl Db {
     pub async fn user_with_password_hash(&self, username: &str) -> Result<(User, Option<String>), DbError> {
         let row = users::Entity::find()
             .filter(users::Column::Username.eq(username))
-            .one(&self.conn)
+            .one(&self.reader)
             .await?
             .ok_or_else(|| DbError::NotFound {
                 what: "user",
@@ -86,7 +86,7 @@ impl Db {
     pub async fn list_users(&self) -> Result<Vec<User>, DbError> {
         let rows = users::Entity::find()
             .order_by_asc(users::Column::Username)
-            .all(&self.conn)
+            .all(&self.reader)
             .await?;
         rows.into_iter().map(to_user).collect()
     }

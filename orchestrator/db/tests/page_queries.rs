@@ -1,7 +1,8 @@
 //! The reads the cockpit's pages make at scale, on every backend: a page of
 //! a rollout's steps with node names and filters, counts per wave in one
 //! query, the failure trends grouped by the database, and the version
-//! distribution kept between requests only while the inventory is unchanged.
+//! distribution, node counts, failed reads and trends kept between requests
+//! only while what they count is unchanged.
 
 use std::sync::Arc;
 
@@ -9,7 +10,7 @@ use chrono::Duration;
 use orchestrator_db::Db;
 use orchestrator_db::execution::{StepChange, StepFilter, StepPageQuery, StepState, total_counts};
 use orchestrator_db::testing::{TestDb, fixtures};
-use orchestrator_types::{Clock, ManualClock, NodeId};
+use orchestrator_types::{Clock, ManualClock, NodeId, NodeState};
 use serde_json::json;
 
 async fn seeded(
@@ -275,6 +276,129 @@ async fn counts_per_wave_follow_every_step_write() {
             .unwrap();
         assert_eq!(count(db.clone()).await, flashing(2));
         assert_eq!(db.count_steps(&in_state).await.unwrap(), 2);
+        other.close().await.ok();
+    }
+}
+
+#[tokio::test]
+async fn node_counts_and_failed_reads_follow_every_node_write() {
+    let clock = Arc::new(ManualClock::new(chrono::Utc::now()));
+    for t in TestDb::all_backends_with_clock(clock.clone()).await {
+        let db = &t.db;
+        let nodes = fixtures::gpu_nodes(3).seed(db).await.unwrap();
+        let seen = |db: Db| async move {
+            let counts = db.node_counts().await.unwrap();
+            let failed: Vec<String> = db
+                .nodes_with_discovery_errors(10)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|n| n.name)
+                .collect();
+            (
+                counts.by_state.get("quarantined").copied().unwrap_or(0),
+                counts.discovery_errors,
+                failed,
+            )
+        };
+        assert_eq!(seen(db.clone()).await, (0, 0, vec![]));
+        assert_eq!(seen(db.clone()).await, (0, 0, vec![]), "read again, unchanged");
+
+        // The clock has not moved: this process's own writes still show.
+        db.record_discovery_error(nodes[0].id, "timeout").await.unwrap();
+        assert_eq!(seen(db.clone()).await, (0, 1, vec![nodes[0].name.clone()]));
+        db.set_node_state(nodes[1].id, NodeState::Quarantined, Some("fan"), "test")
+            .await
+            .unwrap();
+        assert_eq!(seen(db.clone()).await, (1, 1, vec![nodes[0].name.clone()]));
+        db.record_inventory(nodes[0].id, &fixtures::gpu_inventory("96.00.61.00.01"))
+            .await
+            .unwrap();
+        assert_eq!(seen(db.clone()).await, (1, 0, vec![]), "a good read clears the error");
+
+        // Another controller's writes (its own handle) show once its time moved.
+        let other = Db::connect(&t.url, clock.clone()).await.unwrap();
+        clock.advance(Duration::seconds(1));
+        other.record_discovery_error(nodes[2].id, "refused").await.unwrap();
+        assert_eq!(seen(db.clone()).await, (1, 1, vec![nodes[2].name.clone()]));
+        clock.advance(Duration::seconds(1));
+        other
+            .set_node_state(nodes[1].id, NodeState::Active, None, "test")
+            .await
+            .unwrap();
+        assert_eq!(seen(db.clone()).await, (0, 1, vec![nodes[2].name.clone()]));
+        other.close().await.ok();
+    }
+}
+
+#[tokio::test]
+async fn trends_follow_every_finished_step() {
+    let clock = Arc::new(ManualClock::new(chrono::Utc::now()));
+    for t in TestDb::all_backends_with_clock(clock.clone()).await {
+        let db = &t.db;
+        let (rollout, _) = seeded(db, 6).await;
+        let fence = db
+            .acquire_lease("executor", "test", Duration::days(30))
+            .await
+            .unwrap()
+            .unwrap();
+        let steps = db
+            .steps(&StepFilter {
+                rollout_id: Some(rollout.id),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let since = clock.now() - Duration::days(1);
+        let totals = |db: Db| async move {
+            let days = db.daily_step_outcomes(since).await.unwrap();
+            let by_version = db.daily_outcomes_by_version(since).await.unwrap();
+            (
+                days.iter().map(|d| (d.succeeded, d.failed)).collect::<Vec<_>>(),
+                by_version.iter().map(|v| (v.succeeded, v.failed)).collect::<Vec<_>>(),
+            )
+        };
+        assert_eq!(totals(db.clone()).await, (vec![], vec![]));
+        let finish = |to: StepState, at| StepChange {
+            state: Some(to),
+            finished_at: Some(at),
+            ..Default::default()
+        };
+        // Same instant: this process's own write shows.
+        db.transition_step(
+            &fence,
+            steps[0].id,
+            StepState::Pending,
+            &finish(StepState::Succeeded, clock.now()),
+            json!({}),
+        )
+        .await
+        .unwrap();
+        assert_eq!(totals(db.clone()).await, (vec![(1, 0)], vec![(1, 0)]));
+        db.transition_step(
+            &fence,
+            steps[1].id,
+            StepState::Pending,
+            &finish(StepState::Failed, clock.now()),
+            json!({}),
+        )
+        .await
+        .unwrap();
+        assert_eq!(totals(db.clone()).await, (vec![(1, 1)], vec![(1, 1)]));
+        // Another controller's finish shows once its time moved.
+        let other = Db::connect(&t.url, clock.clone()).await.unwrap();
+        clock.advance(Duration::seconds(1));
+        other
+            .transition_step(
+                &fence,
+                steps[2].id,
+                StepState::Pending,
+                &finish(StepState::Succeeded, clock.now()),
+                json!({}),
+            )
+            .await
+            .unwrap();
+        assert_eq!(totals(db.clone()).await, (vec![(2, 1)], vec![(2, 1)]));
         other.close().await.ok();
     }
 }

@@ -421,16 +421,18 @@ impl StepWriter {
 /// A moment of the demo's story, read from its rollouts' waves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Moment {
-    /// Some wave is flashing its nodes (update or rollback).
+    /// A wave of the rollout is flashing its nodes (update or rollback).
     Flashing,
-    /// No wave flashes and some wave bakes.
+    /// No wave of the rollout flashes and one bakes.
     Baking,
 }
 
 impl Moment {
-    /// The moment the waves of every unfinished rollout are in, if any: a
-    /// flashing wave wins over a baking one, since flashing is what loads
-    /// the controller.
+    /// The moment one rollout's waves are in, if any: a flashing wave wins
+    /// over a baking one (a rollback wave flashes while the wave it undoes
+    /// may still read as baking). Judged per rollout: in the demo's story
+    /// one rollout keeps a wave running while the other bakes, so a moment
+    /// judged over both would never be "baking".
     pub fn of<'a>(waves: impl IntoIterator<Item = &'a ExecWave>) -> Option<Moment> {
         let mut baking = false;
         for wave in waves {

@@ -74,7 +74,7 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 100_000, value_name = "N")]
     rma_gpus: usize,
     /// Nodes (each with nine inventory rows and a step of the stored
-    /// rollout) in the latency run's large world.
+    /// rollout) in the latency run's large world; 0 skips it.
     #[arg(long, default_value_t = 100_000, value_name = "N")]
     latency_nodes: usize,
     /// Sequential requests per endpoint and moment in the latency run.
@@ -84,7 +84,7 @@ pub struct BenchArgs {
     /// "a rollout runs" in the large world.
     #[arg(long, default_value_t = 150.0, value_name = "N")]
     latency_write_rate: f64,
-    /// Nodes of the demo's world in the latency run.
+    /// Nodes of the demo's world in the latency run; 0 skips it.
     #[arg(long, default_value_t = 5_000, value_name = "N")]
     latency_demo_nodes: usize,
     /// Simulated seconds per real second of the latency run's demo world.
@@ -138,9 +138,11 @@ pub async fn run(args: BenchArgs, _context: &Context) -> anyhow::Result<ExitCode
         scale(args.scale_nodes).await?;
     }
     if wants(Which::Latency) {
-        if !(20..=5_000).contains(&args.latency_demo_nodes) || args.latency_nodes == 0 {
+        let demo_ok = args.latency_demo_nodes == 0 || (20..=5_000).contains(&args.latency_demo_nodes);
+        if !demo_ok || args.latency_nodes + args.latency_demo_nodes == 0 {
             return Err(super::BadInput(format!(
-                "--latency-nodes must be at least 1 and --latency-demo-nodes 20 to 5000 (got {} and {})",
+                "--latency-demo-nodes must be 20 to 5000, or 0 to skip the demo's world (--latency-nodes 0 skips \
+                 the large one; not both) (got {} and {})",
                 args.latency_nodes, args.latency_demo_nodes
             ))
             .into());

@@ -15,8 +15,9 @@
 //! - **demo**: the demo's world and story at `--latency-demo-nodes` nodes
 //!   (5,000): bmc-sim, the real engine and detector, the demo's workload
 //!   scheduler and RMA monitor; each request is tagged with the moment of
-//!   the story it ran in, read from the waves (a wave flashing, a wave
-//!   baking), and one that straddles two moments is dropped.
+//!   the story it ran in, read from the waves of the rollout whose page it
+//!   reads (a wave flashing, a wave baking; fleet-wide pages follow the
+//!   GPU rollout's), and one that straddles two moments is dropped.
 //!
 //! Requests go round-robin over the endpoints, so every endpoint sees the
 //! same moments. One table: endpoint, moment, statuses, p50, p99, requests,
@@ -78,6 +79,8 @@ struct Target {
     /// The p99 target this endpoint is held to in this world, if any.
     target_ms: Option<f64>,
     max_requests: usize,
+    /// The rollout whose moment a request is tagged with (the demo).
+    rollout: Option<i64>,
 }
 
 impl Target {
@@ -88,6 +91,7 @@ impl Target {
             stream: false,
             target_ms: None,
             max_requests: usize::MAX,
+            rollout: None,
         }
     }
     fn api(path: impl Into<String>) -> Target {
@@ -244,15 +248,16 @@ fn targets(rollout: i64, release: i64, node: &str, node_pages: u64) -> Vec<Targe
     ]
 }
 
-/// Round-robin over `targets` until each has its requests in `moment`
-/// (`None`: stop), or `until` says stop. A request whose moment changed
-/// while it ran is dropped.
+/// Round-robin over `targets` until each has its requests in every wanted
+/// moment, or `done` says stop. `moment` names the moment a target's
+/// request would run in now (`None`: none to measure). A request whose
+/// moment changed while it ran is dropped.
 async fn sweep(
     client: &Client,
     targets: &[Target],
     requests: usize,
     samples: &mut Samples,
-    moment: &dyn Fn() -> Option<String>,
+    moment: &dyn Fn(&Target) -> Option<String>,
     wanted: &BTreeSet<String>,
     done: &dyn Fn() -> bool,
 ) -> anyhow::Result<()> {
@@ -260,10 +265,6 @@ async fn sweep(
         if done() {
             return Ok(());
         }
-        let Some(now) = moment() else {
-            tokio::time::sleep(StdDuration::from_millis(50)).await;
-            continue;
-        };
         let full = |samples: &Samples, i: usize, m: &String| {
             samples
                 .get(&(i, m.clone()))
@@ -274,13 +275,14 @@ async fn sweep(
         }
         let mut any = false;
         for (i, target) in targets.iter().enumerate() {
+            let Some(now) = moment(target) else { continue };
             if full(samples, i, &now) || !wanted.contains(&now) {
                 continue;
             }
             any = true;
             let sample = client.get(target).await?;
-            if moment().as_ref() == Some(&now) {
-                samples.entry((i, now.clone())).or_default().push(sample);
+            if moment(target).as_ref() == Some(&now) {
+                samples.entry((i, now)).or_default().push(sample);
             }
         }
         if !any {
@@ -337,10 +339,16 @@ fn header() {
     );
 }
 
-/// Both worlds, one table each.
+/// Both worlds, one table each; a world sized 0 nodes is skipped (to
+/// measure the other alone).
 pub(super) async fn run(options: &Options) -> anyhow::Result<()> {
-    large(options).await?;
-    demo(options).await
+    if options.nodes > 0 {
+        large(options).await?;
+    }
+    if options.demo_nodes > 0 {
+        demo(options).await?;
+    }
+    Ok(())
 }
 
 /// Endpoints issue 23 holds to 100 ms at 100,000 nodes.
@@ -378,7 +386,7 @@ async fn large(options: &Options) -> anyhow::Result<()> {
         &targets,
         options.requests,
         &mut samples,
-        &|| Some(idle.clone()),
+        &|_| Some(idle.clone()),
         &BTreeSet::from([idle.clone()]),
         &|| false,
     )
@@ -398,7 +406,7 @@ async fn large(options: &Options) -> anyhow::Result<()> {
         &targets,
         options.requests,
         &mut loaded_samples,
-        &|| Some(loaded.clone()),
+        &|_| Some(loaded.clone()),
         &BTreeSet::from([loaded.clone()]),
         &|| false,
     )
@@ -477,32 +485,44 @@ async fn demo(options: &Options) -> anyhow::Result<()> {
     let mut targets = targets(gpu.0, gpu_release.0, &node, node_pages);
     // The BMC rollout is the one that flashes the whole fleet.
     if let Some(bmc) = chapters.first().filter(|b| **b != gpu) {
-        targets.insert(3, Target::page(format!("/rollouts/{}", bmc.0)));
-        targets.insert(17, Target::api(format!("/api/v1/rollouts/{}", bmc.0)));
+        let mut page = Target::page(format!("/rollouts/{}", bmc.0));
+        page.rollout = Some(bmc.0);
+        let mut api = Target::api(format!("/api/v1/rollouts/{}", bmc.0));
+        api.rollout = Some(bmc.0);
+        targets.insert(3, page);
+        targets.insert(17, api);
     }
     for target in &mut targets {
         target.target_ms = Some(DEMO_TARGET_MS);
+        // Pages of the BMC rollout follow its moment; every other page
+        // (the GPU rollout's and the fleet's) the GPU rollout's, the
+        // story's main one.
+        if target.rollout.is_none() {
+            target.rollout = Some(gpu.0);
+        }
     }
 
     // The story goes on beside the measurements: narration state, autopilot
-    // approvals and idle skips, as `demo` runs it; the moment is published
-    // for the sampler.
-    let moment: Mutex<Option<Moment>> = Mutex::new(None);
+    // approvals and idle skips, as `demo` runs it; each rollout's moment is
+    // published for the sampler.
+    let moments: Mutex<BTreeMap<i64, Moment>> = Mutex::new(BTreeMap::new());
     let over = AtomicBool::new(false);
     let clock_start = world.clock.now();
     let teller = async {
         loop {
-            let mut waves = Vec::new();
+            let mut now = BTreeMap::new();
             for id in &chapters {
-                waves.extend(db.rollout_waves(*id).await?);
+                if let Some(m) = Moment::of(&db.rollout_waves(*id).await?) {
+                    now.insert(id.0, m);
+                }
             }
-            *moment.lock().unwrap_or_else(PoisonError::into_inner) = Moment::of(&waves);
+            *moments.lock().unwrap_or_else(PoisonError::into_inner) = now;
             let ended = story
                 .tell(&world, clock_start, Some(DEMO_APPROVE_AFTER), &mut |_| {})
                 .await?;
             if ended || over.load(Ordering::Relaxed) {
                 over.store(true, Ordering::Relaxed);
-                *moment.lock().unwrap_or_else(PoisonError::into_inner) = None;
+                moments.lock().unwrap_or_else(PoisonError::into_inner).clear();
                 return anyhow::Ok(());
             }
             tokio::time::sleep(StdDuration::from_millis(100)).await;
@@ -512,10 +532,11 @@ async fn demo(options: &Options) -> anyhow::Result<()> {
     let mut samples = Samples::new();
     let deadline = Instant::now() + DEMO_TIMEOUT;
     let measured = {
-        let current = || {
-            moment
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
+        let current = |target: &Target| {
+            let moments = moments.lock().unwrap_or_else(PoisonError::into_inner);
+            target
+                .rollout
+                .and_then(|r| moments.get(&r))
                 .map(|m| m.as_str().to_owned())
         };
         let done = || over.load(Ordering::Relaxed) || Instant::now() > deadline;

@@ -62,7 +62,7 @@ impl Db {
         comment: Option<&str>,
     ) -> Result<Vec<Approval>, DbError> {
         let now = self.clock.now();
-        let txn = self.conn.begin().await?;
+        let txn = self.writer.begin().await?;
         let wave_row = waves::Entity::find_by_id(wave.0)
             .one(&txn)
             .await?
@@ -177,7 +177,7 @@ impl Db {
         Ok(wave_approvals::Entity::find()
             .filter(wave_approvals::Column::WaveId.eq(wave.0))
             .order_by_asc(wave_approvals::Column::Id)
-            .all(&self.conn)
+            .all(&self.reader)
             .await?
             .into_iter()
             .map(to_approval)

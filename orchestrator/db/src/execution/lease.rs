@@ -51,7 +51,7 @@ impl Db {
     pub async fn acquire_lease(&self, lease: &str, holder: &str, ttl: Duration) -> Result<Option<Fence>, DbError> {
         let now = self.clock.now();
         let expires_at = now + ttl;
-        let txn = self.conn.begin().await?;
+        let txn = self.writer.begin().await?;
         let current = engine_leases::Entity::find_by_id(lease.to_owned()).one(&txn).await?;
         let fence = match current {
             None => {
@@ -128,7 +128,7 @@ impl Db {
             .filter(engine_leases::Column::Name.eq(fence.lease.as_str()))
             .filter(engine_leases::Column::Holder.eq(fence.holder.as_str()))
             .filter(engine_leases::Column::Token.eq(fence.token))
-            .exec(&self.conn)
+            .exec(&self.writer)
             .await?;
         Ok(())
     }
@@ -136,7 +136,7 @@ impl Db {
     /// Who holds a lease now, if anyone ever did: (holder, token, expires_at).
     pub async fn lease_holder(&self, lease: &str) -> Result<Option<(String, i64, DateTime<Utc>)>, DbError> {
         Ok(engine_leases::Entity::find_by_id(lease.to_owned())
-            .one(&self.conn)
+            .one(&self.reader)
             .await?
             .map(|row| (row.holder, row.token, row.expires_at)))
     }

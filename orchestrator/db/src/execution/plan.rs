@@ -61,7 +61,7 @@ impl Db {
         actor: &str,
     ) -> Result<ExecRollout, DbError> {
         let now = self.clock.now();
-        let txn = self.conn.begin().await?;
+        let txn = self.writer.begin().await?;
         let release = releases::Entity::find_by_id(new.release_id.0)
             .one(&txn)
             .await?

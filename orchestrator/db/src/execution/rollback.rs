@@ -36,7 +36,7 @@ impl Db {
         actor: &str,
     ) -> Result<ExecWave, DbError> {
         let now = self.clock.now();
-        let txn = self.conn.begin().await?;
+        let txn = self.writer.begin().await?;
         if let Some(fence) = fence {
             check_fence(&txn, fence).await?;
         }
@@ -121,7 +121,7 @@ impl Db {
         image_sha256: &str,
     ) -> Result<ExecStep, DbError> {
         let now = self.clock.now();
-        let txn = self.conn.begin().await?;
+        let txn = self.writer.begin().await?;
         check_fence(&txn, fence).await?;
         let previous = of
             .previous_version
@@ -197,13 +197,13 @@ impl Db {
         let node_ids: Vec<i64> = steps.iter().map(|s| s.node_id.0).collect();
         let names: BTreeMap<i64, String> = nodes::Entity::find()
             .filter(nodes::Column::Id.is_in(node_ids))
-            .all(&self.conn)
+            .all(&self.reader)
             .await?
             .into_iter()
             .map(|n| (n.id, n.name))
             .collect();
         let versions = last_known_versions(&steps, &names);
-        let txn = self.conn.begin().await?;
+        let txn = self.writer.begin().await?;
         let row = set_rollout_state(
             &txn,
             RolloutMove {

@@ -93,7 +93,7 @@ impl Db {
     /// One rollout with its execution fields.
     pub async fn exec_rollout(&self, id: RolloutId) -> Result<ExecRollout, DbError> {
         let row = rollouts::Entity::find_by_id(id.0)
-            .one(&self.conn)
+            .one(&self.reader)
             .await?
             .ok_or_else(|| DbError::NotFound {
                 what: "rollout",
@@ -106,7 +106,7 @@ impl Db {
     pub async fn exec_rollouts(&self) -> Result<Vec<ExecRollout>, DbError> {
         rollouts::Entity::find()
             .order_by_desc(rollouts::Column::Id)
-            .all(&self.conn)
+            .all(&self.reader)
             .await?
             .into_iter()
             .map(to_exec_rollout)
@@ -125,7 +125,7 @@ impl Db {
         rollouts::Entity::find()
             .filter(rollouts::Column::State.is_not_in(done))
             .order_by_asc(rollouts::Column::Id)
-            .all(&self.conn)
+            .all(&self.reader)
             .await?
             .into_iter()
             .map(to_exec_rollout)
@@ -139,7 +139,7 @@ impl Db {
         rollout: RolloutId,
         blockers: &[Blocker],
     ) -> Result<(), DbError> {
-        let txn = self.conn.begin().await?;
+        let txn = self.writer.begin().await?;
         check_fence(&txn, fence).await?;
         rollouts::Entity::update_many()
             .col_expr(rollouts::Column::Blockers, Expr::value(to_json(&blockers)))
@@ -160,7 +160,7 @@ impl Db {
         reason: Option<&str>,
         details: serde_json::Value,
     ) -> Result<ExecRollout, DbError> {
-        let txn = self.conn.begin().await?;
+        let txn = self.writer.begin().await?;
         check_fence(&txn, fence).await?;
         let row = set_rollout_state(
             &txn,
@@ -190,7 +190,7 @@ impl Db {
         reason: Option<&str>,
         actor: &str,
     ) -> Result<ExecRollout, DbError> {
-        let txn = self.conn.begin().await?;
+        let txn = self.writer.begin().await?;
         let row = set_rollout_state(
             &txn,
             RolloutMove {

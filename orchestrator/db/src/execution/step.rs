@@ -203,7 +203,7 @@ impl Db {
     pub async fn steps(&self, filter: &StepFilter) -> Result<Vec<ExecStep>, DbError> {
         filtered(filter)
             .order_by_asc(update_steps::Column::Id)
-            .all(&self.conn)
+            .all(&self.reader)
             .await?
             .into_iter()
             .map(to_exec_step)
@@ -213,7 +213,7 @@ impl Db {
     /// One step.
     pub async fn step(&self, id: StepId) -> Result<ExecStep, DbError> {
         let row = update_steps::Entity::find_by_id(id.0)
-            .one(&self.conn)
+            .one(&self.reader)
             .await?
             .ok_or_else(|| DbError::NotFound {
                 what: "step",
@@ -235,7 +235,7 @@ impl Db {
                 .filter(update_steps::Column::State.is_not_in(terminal))
                 .join(JoinType::LeftJoin, step_node_relation())
                 .select_also(nodes::Entity)
-                .all(&self.conn)
+                .all(&self.reader)
                 .await?,
         )
     }
@@ -258,7 +258,7 @@ impl Db {
                 .filter(update_steps::Column::State.is_not_in(not_in_flight))
                 .join(JoinType::LeftJoin, step_node_relation())
                 .select_also(nodes::Entity)
-                .all(&self.conn)
+                .all(&self.reader)
                 .await?,
         )?;
         let running: Vec<i64> = waves::Entity::find()
@@ -266,7 +266,7 @@ impl Db {
             .column(waves::Column::Id)
             .filter(waves::Column::State.eq(orchestrator_types::WaveState::Running.as_str()))
             .into_tuple()
-            .all(&self.conn)
+            .all(&self.reader)
             .await?;
         for wave in running {
             open.extend(placed(
@@ -277,7 +277,7 @@ impl Db {
                     .limit(pending_per_wave.max(1))
                     .join(JoinType::LeftJoin, step_node_relation())
                     .select_also(nodes::Entity)
-                    .all(&self.conn)
+                    .all(&self.reader)
                     .await?,
             )?);
         }
@@ -296,7 +296,7 @@ impl Db {
         if let Some(wave) = wave {
             query = query.filter(update_steps::Column::WaveId.eq(wave.0));
         }
-        let rows: Vec<(String, i64)> = query.into_tuple().all(&self.conn).await?;
+        let rows: Vec<(String, i64)> = query.into_tuple().all(&self.reader).await?;
         let mut counts = StepCounts::new();
         for (state, n) in rows {
             counts.insert(parse("step state", &state)?, u64::try_from(n).unwrap_or(0));
@@ -333,7 +333,7 @@ impl Db {
             .order_by_asc(update_steps::Column::Id)
             .offset(query.offset)
             .limit(query.limit.clamp(1, MAX_STEP_PAGE_ROWS))
-            .all(&self.conn)
+            .all(&self.reader)
             .await?
             .into_iter()
             .map(|(step, node)| {
@@ -356,7 +356,7 @@ impl Db {
             .order_by_desc(update_steps::Column::UpdatedAt)
             .limit(1)
             .into_tuple()
-            .one(&self.conn)
+            .one(&self.reader)
             .await?;
         Ok(StepRevision { counts, last_update })
     }
@@ -370,7 +370,7 @@ impl Db {
             .select_only()
             .column(nodes::Column::Id)
             .into_tuple()
-            .all(&self.conn)
+            .all(&self.reader)
             .await?;
         let gpus: Vec<(i64, i64)> = node_components::Entity::find()
             .select_only()
@@ -379,7 +379,7 @@ impl Db {
             .filter(node_components::Column::Kind.eq(orchestrator_types::ComponentKind::Gpu.as_str()))
             .group_by(node_components::Column::NodeId)
             .into_tuple()
-            .all(&self.conn)
+            .all(&self.reader)
             .await?;
         let mut weights: std::collections::HashMap<i64, u64> = ids.into_iter().map(|id| (id, 1)).collect();
         for (node, n) in gpus {
@@ -395,7 +395,7 @@ impl Db {
             .column(nodes::Column::Id)
             .column(nodes::Column::Cluster)
             .into_tuple()
-            .all(&self.conn)
+            .all(&self.reader)
             .await?;
         Ok(rows.into_iter().collect())
     }
@@ -408,7 +408,7 @@ impl Db {
             .column_as(nodes::Column::Id.count(), "n")
             .group_by(nodes::Column::Cluster)
             .into_tuple()
-            .all(&self.conn)
+            .all(&self.reader)
             .await?;
         Ok(rows
             .into_iter()

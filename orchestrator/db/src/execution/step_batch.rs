@@ -147,7 +147,7 @@ impl Db {
     /// is a `Stale` result of its own.
     async fn commit_group(&self, fence: &Fence, members: &[Queued]) -> Result<Vec<Result<ExecStep, DbError>>, DbError> {
         let now = self.clock.now();
-        let txn = self.conn.begin().await?;
+        let txn = self.writer.begin().await?;
         check_fence(&txn, fence).await?;
         let backend = txn.get_database_backend();
         let mut results = Vec::with_capacity(members.len());

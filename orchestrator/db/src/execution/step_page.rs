@@ -30,7 +30,7 @@ impl Db {
                 .map(|(_, n)| n)
                 .sum());
         }
-        Ok(filtered(filter).count(&self.conn).await?)
+        Ok(filtered(filter).count(&self.reader).await?)
     }
 
     /// Step counts by state of every wave of a rollout, in one grouped
@@ -46,25 +46,23 @@ impl Db {
             .column_as(update_steps::Column::UpdatedAt.max(), "m")
             .filter(update_steps::Column::RolloutId.eq(rollout.0))
             .into_tuple()
-            .one(&self.conn)
+            .one(&self.reader)
             .await?;
         let mark = Mark {
             generation,
             stamps: [last_update.flatten(), None],
             max_id: None,
         };
-        if let Some(counts) = cache.get(&rollout, &mark) {
-            return Ok(counts);
-        }
-        let counts = self.read_step_counts_by_wave(rollout).await?;
-        cache.put(rollout, mark, counts.clone());
-        Ok(counts)
+        cache
+            .get_or_read(rollout, mark, || self.read_step_counts_by_wave(rollout))
+            .await
     }
 
     /// Says steps were written, so counts kept by [`Db::step_counts_by_wave`]
     /// are read again. Every writer of steps calls it after committing.
     pub(crate) fn steps_changed(&self) {
         self.caches.step_counts.changed();
+        self.caches.finished_by_day.changed();
     }
 
     async fn read_step_counts_by_wave(&self, rollout: RolloutId) -> Result<BTreeMap<WaveId, StepCounts>, DbError> {
@@ -77,7 +75,7 @@ impl Db {
             .group_by(update_steps::Column::WaveId)
             .group_by(update_steps::Column::State)
             .into_tuple()
-            .all(&self.conn)
+            .all(&self.reader)
             .await?;
         let mut out: BTreeMap<WaveId, StepCounts> = BTreeMap::new();
         for (wave, state, n) in rows {

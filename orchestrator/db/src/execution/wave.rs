@@ -101,7 +101,7 @@ impl Db {
         waves::Entity::find()
             .filter(waves::Column::RolloutId.eq(id.0))
             .order_by_asc(waves::Column::Position)
-            .all(&self.conn)
+            .all(&self.reader)
             .await?
             .into_iter()
             .map(to_exec_wave)
@@ -111,7 +111,7 @@ impl Db {
     /// One wave.
     pub async fn wave(&self, id: WaveId) -> Result<ExecWave, DbError> {
         let row = waves::Entity::find_by_id(id.0)
-            .one(&self.conn)
+            .one(&self.reader)
             .await?
             .ok_or_else(|| DbError::NotFound {
                 what: "wave",
@@ -130,7 +130,7 @@ impl Db {
         details: serde_json::Value,
     ) -> Result<ExecWave, DbError> {
         let now = self.clock.now();
-        let txn = self.conn.begin().await?;
+        let txn = self.writer.begin().await?;
         check_fence(&txn, fence).await?;
         let row = update_wave_row(&txn, wave, from, change).await?;
         if let Some(to) = change.state.filter(|to| *to != from) {
@@ -159,7 +159,7 @@ impl Db {
     /// Records what a wave is waiting on (status only: no audit entry, and
     /// only written when it changed).
     pub async fn set_wave_blockers(&self, fence: &Fence, wave: WaveId, blockers: &[Blocker]) -> Result<(), DbError> {
-        let txn = self.conn.begin().await?;
+        let txn = self.writer.begin().await?;
         check_fence(&txn, fence).await?;
         waves::Entity::update_many()
             .col_expr(waves::Column::Blockers, Expr::value(to_json(&blockers)))
