@@ -27,7 +27,7 @@ fn node(i: usize) -> NewNode {
             region: "us-east-1".into(),
             cluster: "c1".into(),
             rack: format!("r{}", i / 10),
-            nvlink_domain: String::new(),
+            nvlink_domain: format!("d{}", i / 10),
         },
     }
 }

@@ -278,7 +278,10 @@ async fn a_looping_next_link_stops_at_its_first_repeat_and_the_gate_names_the_no
             .iter()
             .filter(|s| s.node_id == c.node_id && s.metric == "xid_errors_per_gpu_hour")
         {
-            assert_eq!(s.units.values().map(|a| a.n).sum::<u64>(), s.events, "{s:?}");
+            // Each GPU's unit counts its entries; the window's events count an XID cascade over
+            // several GPUs once (one episode), so there are at most as many events as entries.
+            let entries = s.units.values().map(|a| a.n).sum::<u64>();
+            assert!(s.events <= entries && (entries == 0) == (s.events == 0), "{s:?}");
             for (unit, agg) in &s.units {
                 *stored.entry(unit.clone()).or_default() += agg.n;
             }
