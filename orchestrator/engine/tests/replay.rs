@@ -443,7 +443,9 @@ async fn reset_intent_written_but_reset_never_sent_resets_after_the_activation_t
     c.wait_task_completed(&task).await;
     c.flash_recorded().await;
     c.reset_intent().await;
-    let written = c.h.now();
+    // The stamp the engine measures from, not a clock read after it: the
+    // simulated clock runs fast enough that the two differ by seconds.
+    let written = c.step().reset_issued_at.expect("reset intent recorded");
     let timeout = c.h.config().activation_timeout;
     let step = c.recover_and_check(&HAPPY, 2).await;
     // The lost reset is reissued only after the activation timeout: the
