@@ -178,7 +178,7 @@ pub struct RedfishLayout {
     #[serde(default)]
     pub xid_origin: XidOrigin,
     /// Whether `ProtocolFeaturesSupported.ExpandQuery` is advertised and `$expand=.` / `$expand=*`
-    /// (one level) honoured on the Processors and Sensors collections.
+    /// (one level) honoured on the Processors, Sensors and FirmwareInventory collections.
     #[serde(default)]
     pub expand_query: bool,
 }

@@ -244,6 +244,10 @@ struct RawScenario {
     /// Overrides the platform's UpdateService.
     #[serde(default)]
     update_service: Option<UpdateServiceProfile>,
+    /// Overrides the platform's Redfish layout (`{expand_query: true}` alone: bmc-sim's own layout,
+    /// advertising and honouring `$expand`).
+    #[serde(default)]
+    redfish_layout: Option<crate::platform::RedfishLayout>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -876,10 +880,16 @@ fn validate(raw: RawScenario) -> Result<Scenario, ScenarioError> {
     };
     let parts = PartsSpec::from_raw(&raw.parts)?;
     let hardware = HardwareSpec::from_raw(&raw.hardware, &parts, &f.name_prefix, nodes, gpus)?;
-    let redfish_layout = profile
-        .as_ref()
-        .and_then(|p| p.redfish_layout.clone())
-        .unwrap_or_default();
+    let redfish_layout = match &raw.redfish_layout {
+        Some(layout) => {
+            layout.check().map_err(|reason| invalid("redfish_layout", reason))?;
+            layout.clone()
+        }
+        None => profile
+            .as_ref()
+            .and_then(|p| p.redfish_layout.clone())
+            .unwrap_or_default(),
+    };
     Ok(Scenario {
         redfish_layout,
         platform: raw.platform.clone(),

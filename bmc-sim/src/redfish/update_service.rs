@@ -1,19 +1,21 @@
 //! `UpdateService` and `FirmwareInventory`: the update paths the platform profile offers.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
-use axum::extract::{ConnectInfo, Multipart, Path, State};
+use axum::extract::{ConnectInfo, Multipart, Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::IntoResponse;
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::response::{RfError, RfResult, collection, link, node_of, ok, status_ok, types};
+use super::layout::wants_expand;
+use super::response::{RfError, RfResult, collection_of, link, node_of, ok, status_ok, types};
 use super::tasks::{task_accepted, task_json};
 use crate::conn::BmcConn;
 use crate::platform::DescribedBy;
-use crate::state::{FleetState, Node};
+use crate::state::{ComponentState, FleetState, Node};
 use crate::update::{self, MAX_IMAGE_BYTES};
 
 pub(super) async fn update_service(State(s): State<Arc<FleetState>>, ConnectInfo(c): ConnectInfo<BmcConn>) -> RfResult {
@@ -224,10 +226,16 @@ fn refuse_concurrent(
 pub(super) async fn firmware_inventory(
     State(s): State<Arc<FleetState>>,
     ConnectInfo(c): ConnectInfo<BmcConn>,
+    Query(query): Query<HashMap<String, String>>,
 ) -> RfResult {
     let node = node_of(&s, &c)?;
-    let m = node.lock();
-    ok(collection(
+    let expand = wants_expand(&s, &query);
+    let now = s.now();
+    let mut m = node.lock();
+    if expand {
+        node.settle(&mut m, now);
+    }
+    ok(collection_of(
         "/redfish/v1/UpdateService/FirmwareInventory",
         "#SoftwareInventoryCollection.SoftwareInventoryCollection",
         "Firmware Inventory Collection",
@@ -235,6 +243,7 @@ pub(super) async fn firmware_inventory(
             .iter()
             .map(|c| format!("/redfish/v1/UpdateService/FirmwareInventory/{}", c.id))
             .collect(),
+        expand.then(|| m.components.iter().map(|comp| entry_doc(node, comp)).collect()),
     ))
 }
 
@@ -252,6 +261,11 @@ pub(super) async fn firmware_entry(
         .iter()
         .find(|c| c.id == id)
         .ok_or_else(|| RfError::not_found("SoftwareInventory"))?;
+    ok(entry_doc(node, comp))
+}
+
+/// One SoftwareInventory document, as its own GET and an expanded collection give it.
+fn entry_doc(node: &Node, comp: &ComponentState) -> Value {
     let mut body = json!({
         "@odata.id": format!("/redfish/v1/UpdateService/FirmwareInventory/{}", comp.id),
         "@odata.type": types::SOFTWARE_INVENTORY,
@@ -267,7 +281,7 @@ pub(super) async fn firmware_entry(
     if let Some(lowest) = &comp.lowest_supported_version {
         body["LowestSupportedVersion"] = json!(lowest);
     }
-    ok(body)
+    body
 }
 
 #[derive(Deserialize)]

@@ -1616,6 +1616,112 @@ async fn a_service_without_session_login_says_so_instead_of_blaming_the_credenti
     assert_eq!(basic.firmware_inventory().await.unwrap().len(), 2);
 }
 
+/// Where the service advertises `$expand`, the firmware inventory (read before and after every
+/// flash) is one request with its entries inline, and the chassis are walked once: a later sensor
+/// read asks only for the sensor collections. A service that ignores `$expand` and lists links still
+/// has each entry read.
+#[tokio::test]
+async fn inventory_is_read_expanded_and_the_chassis_are_walked_once() {
+    let fake = Fake::default();
+    fake.script(
+        "/redfish/v1",
+        vec![answer(
+            200,
+            json!({"Chassis": {"@odata.id": "/redfish/v1/Chassis"},
+                   "UpdateService": {"@odata.id": "/redfish/v1/UpdateService"},
+                   "ProtocolFeaturesSupported": {"ExpandQuery": {"NoLinks": true, "Levels": true, "MaxLevels": 1}}})
+            .to_string(),
+        )],
+    );
+    let entry = |id: &str, version: &str| {
+        json!({"@odata.id": format!("/redfish/v1/UpdateService/FirmwareInventory/{id}"), "Id": id,
+               "Version": version, "Updateable": true})
+    };
+    fake.script(
+        "/redfish/v1/UpdateService/FirmwareInventory",
+        vec![
+            answer(
+                200,
+                json!({"Members": [entry("BMC_Firmware", "24.04.1"), entry("HGX_FW_GPU_0", "96.00.5E.00.01")]})
+                    .to_string(),
+            ),
+            // Advertised but ignored: links only.
+            answer(
+                200,
+                json!({"Members": [{"@odata.id": "/redfish/v1/UpdateService/FirmwareInventory/BMC_Firmware"}]})
+                    .to_string(),
+            ),
+        ],
+    );
+    fake.script(
+        "/redfish/v1/UpdateService/FirmwareInventory/BMC_Firmware",
+        vec![answer(200, entry("BMC_Firmware", "24.04.2").to_string())],
+    );
+    fake.script(
+        "/redfish/v1/Chassis",
+        vec![answer(
+            200,
+            json!({"Members": [{"@odata.id": "/redfish/v1/Chassis/1"}]}).to_string(),
+        )],
+    );
+    fake.script(
+        "/redfish/v1/Chassis/1",
+        vec![answer(
+            200,
+            json!({"Id": "1", "Sensors": {"@odata.id": "/redfish/v1/Chassis/1/Sensors"}}).to_string(),
+        )],
+    );
+    fake.script(
+        "/redfish/v1/Chassis/1/Sensors",
+        vec![answer(
+            200,
+            json!({"Members": [{"@odata.id": "/redfish/v1/Chassis/1/Sensors/GPU_0_Temp", "Id": "GPU_0_Temp",
+                                "Reading": 61.0, "ReadingType": "Temperature", "PhysicalContext": "GPU"}]})
+            .to_string(),
+        )],
+    );
+    let addr = start(&fake).await;
+    let bmc = bmc(addr);
+
+    let inventory = bmc.firmware_inventory().await.unwrap();
+    let versions: Vec<_> = inventory
+        .iter()
+        .map(|c| (c.id.as_str(), c.version.as_deref().unwrap_or_default()))
+        .collect();
+    assert_eq!(
+        versions,
+        [("BMC_Firmware", "24.04.1"), ("HGX_FW_GPU_0", "96.00.5E.00.01")]
+    );
+    assert_eq!(
+        fake.count(&Method::GET, "/redfish/v1/UpdateService/FirmwareInventory/BMC_Firmware"),
+        0
+    );
+    let ignored = bmc.firmware_inventory().await.unwrap();
+    assert_eq!(
+        ignored[0].version.as_deref(),
+        Some("24.04.2"),
+        "an entry listed as a link is read"
+    );
+
+    for _ in 0..3 {
+        let sensors = bmc.read_sensors().await.unwrap();
+        assert_eq!(sensors.len(), 1);
+        assert_eq!(sensors[0].reading, Some(61.0));
+    }
+    assert_eq!(
+        fake.count(&Method::GET, "/redfish/v1/Chassis"),
+        1,
+        "the chassis are listed once"
+    );
+    assert_eq!(fake.count(&Method::GET, "/redfish/v1/Chassis/1"), 1);
+    assert_eq!(fake.count(&Method::GET, "/redfish/v1/Chassis/1/Sensors"), 3);
+    let targets = fake.state.lock().unwrap().targets.clone();
+    assert!(
+        targets.contains(&"/redfish/v1/UpdateService/FirmwareInventory?$expand=.($levels=1)".to_owned()),
+        "{targets:?}"
+    );
+}
+
 /// A service that advertises `$expand` (`ProtocolFeaturesSupported.ExpandQuery`) gets its sensor
 /// collections read with `$expand=.($levels=1)`: one request where the members come back inline. One
 /// that advertises it but then refuses it (501) is read without, member by member.

@@ -24,13 +24,15 @@
 //! Invariant: a poll's deltas and the cursor that produced them are written
 //! in one transaction, and the cursor update is conditional on the poll
 //! count read before the poll, so events are never counted twice, even
-//! when two controllers poll the same node at once.
+//! when two controllers poll the same node at once. A collection round
+//! writes its polls in one transaction ([`Db::record_health_polls`]); a poll
+//! whose cursor did not move adds nothing, the others are unaffected.
 
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Duration, DurationRound, Utc};
 use orchestrator_types::{NodeId, Outcome, RolloutId, WaveId};
-use sea_orm::sea_query::Expr;
+use sea_orm::sea_query::{Expr, OnConflict};
 use sea_orm::{ActiveModelTrait, ColumnTrait, EntityTrait, QueryFilter, QueryOrder, Set, TransactionTrait};
 use serde::{Deserialize, Serialize};
 
@@ -317,81 +319,221 @@ pub(crate) fn saturating_i64(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
-/// Adds each delta into its (wave, node, metric, window) row, inside the
-/// caller's transaction.
-async fn fold_deltas<C: sea_orm::ConnectionTrait>(
-    txn: &C,
-    now: DateTime<Utc>,
+/// Nodes whose samples one statement reads and writes when a batch is folded in: two metrics a node
+/// make ~500 rows of 14 columns, well under SQLite's and PostgreSQL's bind-parameter limits.
+const FOLD_NODES_PER_STATEMENT: usize = 250;
+
+/// One node's deltas to fold into its rows.
+struct NodeDeltas<'a> {
     rollout: RolloutId,
     wave: WaveId,
     node: NodeId,
     cohort: Cohort,
-    deltas: &[WindowDelta],
+    deltas: &'a [WindowDelta],
+}
+
+/// A (wave, node, metric, window) row: the unique key of `health_samples`.
+type SampleKey = (i64, i64, String, DateTime<Utc>);
+
+/// Adds each delta into its (wave, node, metric, window) row, inside the caller's transaction: per
+/// [`FOLD_NODES_PER_STATEMENT`] nodes, one read of the rows they touch and one multi-row upsert of
+/// the merged rows (the merge of per-GPU aggregates is done here, not in SQL, so both backends
+/// share it).
+async fn fold_deltas<C: sea_orm::ConnectionTrait>(
+    txn: &C,
+    now: DateTime<Utc>,
+    items: &[NodeDeltas<'_>],
 ) -> Result<(), DbError> {
-    for delta in deltas {
-        let existing = health_samples::Entity::find()
-            .filter(health_samples::Column::WaveId.eq(wave.0))
-            .filter(health_samples::Column::NodeId.eq(node.0))
-            .filter(health_samples::Column::Metric.eq(delta.metric.as_str()))
-            .filter(health_samples::Column::WindowStart.eq(delta.window_start))
-            .one(txn)
-            .await?;
-        let mut node_total = LevelAgg::EMPTY;
-        for agg in delta.units.values() {
-            node_total.merge(agg);
-        }
-        match existing {
-            Some(row) => {
-                let mut sample = to_sample(row.clone())?;
-                for (unit, agg) in &delta.units {
-                    sample
-                        .units
-                        .entry(unit.clone())
-                        .and_modify(|a| a.merge(agg))
-                        .or_insert(*agg);
-                }
-                let mut total = LevelAgg {
-                    n: sample.readings,
-                    sum: sample.sum,
-                    min: sample.min.unwrap_or(0.0),
-                    max: sample.max.unwrap_or(0.0),
-                };
-                total.merge(&node_total);
-                let mut active: health_samples::ActiveModel = row.into();
-                active.events = Set(saturating_i64(sample.events.saturating_add(delta.events)));
-                active.exposure = Set(sample.exposure + delta.exposure);
-                active.readings = Set(saturating_i64(total.n));
-                active.sum = Set(total.sum);
-                active.min = Set((total.n > 0).then_some(total.min));
-                active.max = Set((total.n > 0).then_some(total.max));
-                active.units = Set(units_json(&sample.units));
-                active.updated_at = Set(now);
-                active.update(txn).await?;
+    for chunk in items.chunks(FOLD_NODES_PER_STATEMENT) {
+        // What the chunk adds per row; a key twice in one statement is an error on PostgreSQL
+        // (an upsert may not touch a row twice), so deltas of the same row are merged first.
+        let mut adds: BTreeMap<SampleKey, HealthSample> = BTreeMap::new();
+        for item in chunk {
+            for delta in item.deltas {
+                let key = (item.wave.0, item.node.0, delta.metric.clone(), delta.window_start);
+                let add = adds.entry(key).or_insert_with(|| HealthSample {
+                    rollout_id: item.rollout,
+                    wave_id: item.wave,
+                    node_id: item.node,
+                    cohort: item.cohort,
+                    metric: delta.metric.clone(),
+                    window_start: delta.window_start,
+                    events: 0,
+                    exposure: 0.0,
+                    readings: 0,
+                    sum: 0.0,
+                    min: None,
+                    max: None,
+                    units: BTreeMap::new(),
+                });
+                fold_into(add, delta.events, delta.exposure, &delta.units);
             }
-            None => {
+        }
+        if adds.is_empty() {
+            continue;
+        }
+        let waves: Vec<i64> = chunk
+            .iter()
+            .map(|i| i.wave.0)
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        let nodes: Vec<i64> = chunk
+            .iter()
+            .map(|i| i.node.0)
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        let windows: Vec<DateTime<Utc>> = adds
+            .keys()
+            .map(|k| k.3)
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        let mut existing: BTreeMap<SampleKey, HealthSample> = BTreeMap::new();
+        for row in health_samples::Entity::find()
+            .filter(health_samples::Column::WaveId.is_in(waves))
+            .filter(health_samples::Column::NodeId.is_in(nodes))
+            .filter(health_samples::Column::WindowStart.is_in(windows))
+            .all(txn)
+            .await?
+        {
+            let key = (row.wave_id, row.node_id, row.metric.clone(), row.window_start);
+            if adds.contains_key(&key) {
+                existing.insert(key, to_sample(row)?);
+            }
+        }
+        let rows: Vec<health_samples::ActiveModel> = adds
+            .into_iter()
+            .map(|(key, add)| {
+                // A stored row keeps its rollout and cohort; only its aggregates grow.
+                let mut row = existing.remove(&key).unwrap_or(HealthSample {
+                    events: 0,
+                    exposure: 0.0,
+                    readings: 0,
+                    sum: 0.0,
+                    min: None,
+                    max: None,
+                    units: BTreeMap::new(),
+                    ..add.clone()
+                });
+                fold_into(&mut row, add.events, add.exposure, &add.units);
                 health_samples::ActiveModel {
-                    rollout_id: Set(rollout.0),
-                    wave_id: Set(wave.0),
-                    node_id: Set(node.0),
-                    cohort: Set(cohort.as_str().to_owned()),
-                    metric: Set(delta.metric.clone()),
-                    window_start: Set(delta.window_start),
-                    events: Set(saturating_i64(delta.events)),
-                    exposure: Set(delta.exposure),
-                    readings: Set(saturating_i64(node_total.n)),
-                    sum: Set(node_total.sum),
-                    min: Set((node_total.n > 0).then_some(node_total.min)),
-                    max: Set((node_total.n > 0).then_some(node_total.max)),
-                    units: Set(units_json(&delta.units)),
+                    rollout_id: Set(row.rollout_id.0),
+                    wave_id: Set(row.wave_id.0),
+                    node_id: Set(row.node_id.0),
+                    cohort: Set(row.cohort.as_str().to_owned()),
+                    metric: Set(row.metric),
+                    window_start: Set(row.window_start),
+                    events: Set(saturating_i64(row.events)),
+                    exposure: Set(row.exposure),
+                    readings: Set(saturating_i64(row.readings)),
+                    sum: Set(row.sum),
+                    min: Set(row.min),
+                    max: Set(row.max),
+                    units: Set(units_json(&row.units)),
                     updated_at: Set(now),
                     ..Default::default()
                 }
-                .insert(txn)
-                .await?;
-            }
-        }
+            })
+            .collect();
+        health_samples::Entity::insert_many(rows)
+            .on_conflict(
+                OnConflict::columns([
+                    health_samples::Column::WaveId,
+                    health_samples::Column::NodeId,
+                    health_samples::Column::Metric,
+                    health_samples::Column::WindowStart,
+                ])
+                .update_columns([
+                    health_samples::Column::Events,
+                    health_samples::Column::Exposure,
+                    health_samples::Column::Readings,
+                    health_samples::Column::Sum,
+                    health_samples::Column::Min,
+                    health_samples::Column::Max,
+                    health_samples::Column::Units,
+                    health_samples::Column::UpdatedAt,
+                ])
+                .to_owned(),
+            )
+            .exec_without_returning(txn)
+            .await?;
     }
     Ok(())
+}
+
+/// Adds events, exposure and per-unit level readings to a sample (its node-wide level aggregate
+/// included).
+fn fold_into(sample: &mut HealthSample, events: u64, exposure: f64, units: &BTreeMap<String, LevelAgg>) {
+    let mut added = LevelAgg::EMPTY;
+    for (unit, agg) in units {
+        added.merge(agg);
+        sample
+            .units
+            .entry(unit.clone())
+            .and_modify(|a| a.merge(agg))
+            .or_insert(*agg);
+    }
+    let mut total = LevelAgg {
+        n: sample.readings,
+        sum: sample.sum,
+        min: sample.min.unwrap_or(0.0),
+        max: sample.max.unwrap_or(0.0),
+    };
+    total.merge(&added);
+    sample.events = sample.events.saturating_add(events);
+    sample.exposure += exposure;
+    sample.readings = total.n;
+    sample.sum = total.sum;
+    sample.min = (total.n > 0).then_some(total.min);
+    sample.max = (total.n > 0).then_some(total.max);
+}
+
+/// Moves one node's cursor for a poll, inside the caller's transaction: inserts it on the node's
+/// first poll, else advances it only from the poll count the poll read. `false` when another writer
+/// got there first (the poll must then add nothing). The insert does nothing on a conflict rather
+/// than failing, so one stale poll does not abort a batch's transaction on PostgreSQL.
+async fn move_cursor<C: sea_orm::ConnectionTrait>(
+    txn: &C,
+    now: DateTime<Utc>,
+    c: &HealthCursor,
+    first: bool,
+) -> Result<bool, DbError> {
+    let gpus = i32::try_from(c.gpus).unwrap_or(i32::MAX);
+    if first {
+        let inserted = health_cursors::Entity::insert(health_cursors::ActiveModel {
+            rollout_id: Set(c.rollout_id.0),
+            wave_id: Set(c.wave_id.0),
+            node_id: Set(c.node_id.0),
+            cohort: Set(c.cohort.as_str().to_owned()),
+            exposure_start: Set(c.exposure_start),
+            accounted_until: Set(c.accounted_until),
+            event_cursor: Set(c.event_cursor.clone()),
+            gpus: Set(gpus),
+            polls: Set(1),
+            last_error: Set(c.last_error.clone()),
+            updated_at: Set(now),
+            ..Default::default()
+        })
+        .on_conflict_do_nothing_on([health_cursors::Column::WaveId, health_cursors::Column::NodeId])
+        .exec_without_returning(txn)
+        .await?;
+        return Ok(matches!(inserted, sea_orm::TryInsertResult::Inserted(1)));
+    }
+    let updated = health_cursors::Entity::update_many()
+        .col_expr(health_cursors::Column::AccountedUntil, Expr::value(c.accounted_until))
+        .col_expr(health_cursors::Column::EventCursor, Expr::value(c.event_cursor.clone()))
+        .col_expr(health_cursors::Column::Gpus, Expr::value(gpus))
+        .col_expr(health_cursors::Column::Polls, Expr::value(c.polls + 1))
+        .col_expr(health_cursors::Column::LastError, Expr::value(c.last_error.clone()))
+        .col_expr(health_cursors::Column::UpdatedAt, Expr::value(now))
+        .filter(health_cursors::Column::WaveId.eq(c.wave_id.0))
+        .filter(health_cursors::Column::NodeId.eq(c.node_id.0))
+        .filter(health_cursors::Column::Polls.eq(c.polls))
+        .exec(txn)
+        .await?;
+    Ok(updated.rows_affected == 1)
 }
 
 /// The audit log's details of a `health.look` entry: written and read
@@ -447,57 +589,46 @@ impl Db {
     /// transaction. [`DbError::Stale`] when another writer recorded a poll
     /// of the node first (nothing is written then).
     pub async fn record_health_poll(&self, poll: &NodePoll) -> Result<(), DbError> {
-        let now = self.clock.now();
+        if self.record_health_polls(std::slice::from_ref(poll)).await? == [true] {
+            return Ok(());
+        }
         let c = &poll.cursor;
-        let stale = || DbError::Stale {
+        Err(DbError::Stale {
             what: "health cursor",
             key: format!("wave {} node {}", c.wave_id, c.node_id),
             expected: format!("at poll {}", c.polls),
-        };
+        })
+    }
+
+    /// Records the polls of many nodes (a collection round) in one transaction: each poll's cursor
+    /// moves under the same condition as in [`Db::record_health_poll`], and only a poll whose cursor
+    /// moved adds its deltas. Returns, in order, whether each poll was recorded (`false`: another
+    /// writer recorded a poll of that node first; nothing of it is written).
+    ///
+    /// One transaction per round rather than per node: a round of thousands of nodes was thousands
+    /// of commits on the one SQLite writer, each waited for by the other pollers and by the engine.
+    pub async fn record_health_polls(&self, polls: &[NodePoll]) -> Result<Vec<bool>, DbError> {
+        let now = self.clock.now();
         let txn = self.writer.begin().await?;
-        let gpus = i32::try_from(c.gpus).unwrap_or(i32::MAX);
-        if poll.first {
-            let inserted = health_cursors::ActiveModel {
-                rollout_id: Set(c.rollout_id.0),
-                wave_id: Set(c.wave_id.0),
-                node_id: Set(c.node_id.0),
-                cohort: Set(c.cohort.as_str().to_owned()),
-                exposure_start: Set(c.exposure_start),
-                accounted_until: Set(c.accounted_until),
-                event_cursor: Set(c.event_cursor.clone()),
-                gpus: Set(gpus),
-                polls: Set(1),
-                last_error: Set(c.last_error.clone()),
-                updated_at: Set(now),
-                ..Default::default()
-            }
-            .insert(&txn)
-            .await;
-            match inserted {
-                Ok(_) => {}
-                Err(err) if is_unique_violation(&err) => return Err(stale()),
-                Err(err) => return Err(err.into()),
-            }
-        } else {
-            let updated = health_cursors::Entity::update_many()
-                .col_expr(health_cursors::Column::AccountedUntil, Expr::value(c.accounted_until))
-                .col_expr(health_cursors::Column::EventCursor, Expr::value(c.event_cursor.clone()))
-                .col_expr(health_cursors::Column::Gpus, Expr::value(gpus))
-                .col_expr(health_cursors::Column::Polls, Expr::value(c.polls + 1))
-                .col_expr(health_cursors::Column::LastError, Expr::value(c.last_error.clone()))
-                .col_expr(health_cursors::Column::UpdatedAt, Expr::value(now))
-                .filter(health_cursors::Column::WaveId.eq(c.wave_id.0))
-                .filter(health_cursors::Column::NodeId.eq(c.node_id.0))
-                .filter(health_cursors::Column::Polls.eq(c.polls))
-                .exec(&txn)
-                .await?;
-            if updated.rows_affected != 1 {
-                return Err(stale());
-            }
+        let mut recorded = Vec::with_capacity(polls.len());
+        for poll in polls {
+            recorded.push(move_cursor(&txn, now, &poll.cursor, poll.first).await?);
         }
-        fold_deltas(&txn, now, c.rollout_id, c.wave_id, c.node_id, c.cohort, &poll.deltas).await?;
+        let items: Vec<NodeDeltas<'_>> = polls
+            .iter()
+            .zip(&recorded)
+            .filter(|(_, moved)| **moved)
+            .map(|(poll, _)| NodeDeltas {
+                rollout: poll.cursor.rollout_id,
+                wave: poll.cursor.wave_id,
+                node: poll.cursor.node_id,
+                cohort: poll.cursor.cohort,
+                deltas: &poll.deltas,
+            })
+            .collect();
+        fold_deltas(&txn, now, &items).await?;
         txn.commit().await?;
-        Ok(())
+        Ok(recorded)
     }
 
     /// Notes a failed poll on an existing cursor without moving it (the next
@@ -524,7 +655,14 @@ impl Db {
         deltas: &[WindowDelta],
     ) -> Result<(), DbError> {
         let txn = self.writer.begin().await?;
-        fold_deltas(&txn, self.clock.now(), rollout, wave, node, cohort, deltas).await?;
+        let item = NodeDeltas {
+            rollout,
+            wave,
+            node,
+            cohort,
+            deltas,
+        };
+        fold_deltas(&txn, self.clock.now(), std::slice::from_ref(&item)).await?;
         txn.commit().await?;
         Ok(())
     }

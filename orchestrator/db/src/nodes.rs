@@ -351,6 +351,24 @@ impl Db {
         to_node(row)
     }
 
+    /// The nodes with these ids, by id; an id without a node is left out. Read in pages of
+    /// [`IMPORT_BATCH`] ids: the health collector resolves every watched node of a wave each round,
+    /// and one query per node was most of a round's reads.
+    pub async fn nodes_by_id(&self, ids: &[NodeId]) -> Result<HashMap<NodeId, Node>, DbError> {
+        let mut out = HashMap::with_capacity(ids.len());
+        for chunk in ids.chunks(IMPORT_BATCH) {
+            let rows = nodes::Entity::find()
+                .filter(nodes::Column::Id.is_in(chunk.iter().map(|id| id.0)))
+                .all(&self.reader)
+                .await?;
+            for row in rows {
+                let node = to_node(row)?;
+                out.insert(node.id, node);
+            }
+        }
+        Ok(out)
+    }
+
     /// Changes whether a node may be touched (quarantine, return to service).
     pub async fn set_node_state(
         &self,

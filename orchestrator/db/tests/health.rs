@@ -119,6 +119,101 @@ async fn polls_fold_into_windows_and_a_stale_poll_writes_nothing() {
     }
 }
 
+/// A collection round's polls are one write: each moves its own cursor and adds its deltas as if
+/// written alone (into existing windows and new ones, two deltas of one window merged), and a poll
+/// another writer got ahead of (a first poll of a node that has a cursor, a poll from an old count)
+/// adds nothing while the rest of the round is recorded.
+#[tokio::test]
+async fn a_round_of_polls_is_one_write_and_a_stale_poll_in_it_adds_nothing() {
+    for t in TestDb::all_backends_with_clock(Arc::new(ManualClock::new(start()))).await {
+        let db = &t.db;
+        let at = start();
+        let later = at + Duration::hours(1);
+        for node in [7, 9] {
+            db.record_health_poll(&NodePoll {
+                cursor: cursor(node, 0, at + Duration::minutes(10)),
+                first: true,
+                deltas: vec![
+                    delta("xid_errors_per_gpu_hour", at, 1, 1.0, &[]),
+                    delta("gpu_temp_c", at, 0, 0.0, &[("GPU_0", 60.0)]),
+                ],
+            })
+            .await
+            .unwrap();
+        }
+        let round = [
+            NodePoll {
+                cursor: cursor(7, 1, at + Duration::minutes(20)),
+                first: false,
+                deltas: vec![
+                    delta("xid_errors_per_gpu_hour", at, 2, 1.0, &[]),
+                    delta("gpu_temp_c", at, 0, 0.0, &[("GPU_0", 64.0), ("GPU_1", 70.0)]),
+                ],
+            },
+            NodePoll {
+                cursor: cursor(8, 0, later),
+                first: true,
+                deltas: vec![
+                    delta("xid_errors_per_gpu_hour", at, 3, 0.5, &[]),
+                    delta("xid_errors_per_gpu_hour", at, 1, 0.25, &[]),
+                    delta("xid_errors_per_gpu_hour", later, 0, 1.0, &[]),
+                ],
+            },
+            // Node 9 already has a cursor: another controller polled it first.
+            NodePoll {
+                cursor: cursor(9, 0, at + Duration::minutes(20)),
+                first: true,
+                deltas: vec![delta("xid_errors_per_gpu_hour", at, 50, 1.0, &[])],
+            },
+            // Node 7 as read before its poll above: already counted.
+            NodePoll {
+                cursor: cursor(7, 0, at + Duration::minutes(20)),
+                first: false,
+                deltas: vec![delta("xid_errors_per_gpu_hour", at, 50, 1.0, &[])],
+            },
+        ];
+        assert_eq!(
+            db.record_health_polls(&round).await.unwrap(),
+            [true, true, false, false]
+        );
+
+        let samples = db.health_samples(SampleScope::Wave(WaveId(1))).await.unwrap();
+        let row = |node: i64, metric: &str, window: DateTime<Utc>| {
+            samples
+                .iter()
+                .find(|s| s.node_id == NodeId(node) && s.metric == metric && s.window_start == window_start(window))
+                .unwrap_or_else(|| panic!("no row for node {node} {metric} at {window}: {samples:#?}"))
+        };
+        assert_eq!(samples.len(), 6, "{samples:#?}");
+        let xid7 = row(7, "xid_errors_per_gpu_hour", at);
+        assert_eq!((xid7.events, xid7.exposure), (3, 2.0));
+        let temp7 = row(7, "gpu_temp_c", at);
+        assert_eq!(temp7.readings, 3);
+        assert_eq!((temp7.min, temp7.max), (Some(60.0), Some(70.0)));
+        assert_eq!(temp7.units["GPU_0"].mean(), Some(62.0));
+        assert_eq!(temp7.units["GPU_1"].n, 1);
+        let xid8 = row(8, "xid_errors_per_gpu_hour", at);
+        assert_eq!((xid8.events, xid8.exposure), (4, 0.75));
+        let xid8_later = row(8, "xid_errors_per_gpu_hour", later);
+        assert_eq!((xid8_later.events, xid8_later.exposure), (0, 1.0));
+        let xid9 = row(9, "xid_errors_per_gpu_hour", at);
+        assert_eq!(
+            (xid9.events, xid9.exposure),
+            (1, 1.0),
+            "the stale first poll added nothing"
+        );
+
+        let polls: Vec<(NodeId, i64)> = db
+            .health_cursors(WaveId(1))
+            .await
+            .unwrap()
+            .iter()
+            .map(|c| (c.node_id, c.polls))
+            .collect();
+        assert_eq!(polls, [(NodeId(7), 2), (NodeId(8), 1), (NodeId(9), 1)]);
+    }
+}
+
 #[tokio::test]
 async fn each_look_is_recorded_once_and_audited() {
     for t in TestDb::all_backends_with_clock(Arc::new(ManualClock::new(start()))).await {

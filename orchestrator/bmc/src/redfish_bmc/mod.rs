@@ -64,6 +64,10 @@ pub struct RedfishBmc {
     links: OnceCell<ServiceLinks>,
     update_service: OnceCell<UpdateServiceInfo>,
     systems: OnceCell<Vec<SystemScan>>,
+    /// Each chassis with sensors and its Sensors collection, found by walking the chassis once: a
+    /// health poll then reads only the sensor collections (one request each with `$expand`), not the
+    /// chassis collection and every chassis again. Forgotten when a collection is gone (404).
+    sensor_collections: std::sync::Mutex<Option<std::sync::Arc<Vec<(String, String)>>>>,
     event_log_entries: OnceCell<String>,
     /// The LogService the site named for this BMC ([`BmcEndpoint::event_log`]).
     configured_event_log: Option<String>,
@@ -77,9 +81,44 @@ impl RedfishBmc {
             links: OnceCell::new(),
             update_service: OnceCell::new(),
             systems: OnceCell::new(),
+            sensor_collections: std::sync::Mutex::new(None),
             event_log_entries: OnceCell::new(),
             configured_event_log: endpoint.event_log.clone(),
         })
+    }
+
+    /// Each chassis that has sensors, with its Sensors collection (see `sensor_collections`).
+    async fn sensor_collections(&self, budget: &ReadBudget) -> Result<std::sync::Arc<Vec<(String, String)>>, BmcError> {
+        if let Some(known) = self
+            .sensor_collections
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+        {
+            return Ok(known);
+        }
+        let chassis_uri = self.links().await?.chassis.clone();
+        let chassis = self.collection_members(&chassis_uri, budget).await?;
+        let mut found = Vec::new();
+        for member in chassis {
+            let Some(chassis_uri) = odata_id(&member) else { continue };
+            let doc: Value = self.get_json_in(chassis_uri, budget).await?;
+            let chassis_id = doc
+                .get("Id")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+                .unwrap_or_else(|| chassis_uri.rsplit('/').next().unwrap_or_default().to_string());
+            if let Some(sensors_uri) = doc.pointer("/Sensors/@odata.id").and_then(Value::as_str) {
+                found.push((chassis_id, sensors_uri.to_string()));
+            }
+        }
+        let found = std::sync::Arc::new(found);
+        // A BMC still starting up may list its chassis before their sensors: no sensors is not
+        // remembered, so the next poll looks again.
+        if !found.is_empty() {
+            *self.sensor_collections.lock().unwrap_or_else(|p| p.into_inner()) = Some(found.clone());
+        }
+        Ok(found)
     }
 
     /// Every update path this BMC offers, as read from its UpdateService (cached).
@@ -313,7 +352,9 @@ impl Bmc for RedfishBmc {
     async fn firmware_inventory(&self) -> Result<Vec<FirmwareComponent>, BmcError> {
         let inventory_uri = self.update_service().await?.firmware_inventory.clone();
         let budget = ReadBudget::new("firmware inventory");
-        let members = self.collection_members(&inventory_uri, &budget).await?;
+        // With `$expand` the whole inventory is one request instead of one per component (a GPU
+        // node lists nine or more), read before and after every flash.
+        let members = self.collection_members_expanded(&inventory_uri, &budget).await?;
         let items: Vec<SoftwareInventory> = self.expand_members(members, "Version", &inventory_uri, &budget).await?;
         items
             .into_iter()
@@ -462,22 +503,21 @@ impl Bmc for RedfishBmc {
     }
 
     async fn read_sensors(&self) -> Result<Vec<SensorReading>, BmcError> {
-        let chassis_uri = self.links().await?.chassis.clone();
         let budget = ReadBudget::new("sensors");
-        let chassis = self.collection_members(&chassis_uri, &budget).await?;
+        let collections = self.sensor_collections(&budget).await?;
         let mut readings = Vec::new();
-        for member in chassis {
-            let Some(chassis_uri) = odata_id(&member) else { continue };
-            let doc: Value = self.get_json_in(chassis_uri, &budget).await?;
-            let chassis_id = doc
-                .get("Id")
-                .and_then(Value::as_str)
-                .map(str::to_string)
-                .unwrap_or_else(|| chassis_uri.rsplit('/').next().unwrap_or_default().to_string());
-            let Some(sensors_uri) = doc.pointer("/Sensors/@odata.id").and_then(Value::as_str) else {
-                continue;
+        for (chassis_id, sensors_uri) in collections.iter() {
+            let members = match self.collection_members_expanded(sensors_uri, &budget).await {
+                Ok(members) => members,
+                Err(err) => {
+                    // The layout may have changed (a chassis replaced or renumbered): the next read
+                    // walks the chassis again.
+                    if matches!(err, BmcError::Rejected { status: 404, .. }) {
+                        *self.sensor_collections.lock().unwrap_or_else(|p| p.into_inner()) = None;
+                    }
+                    return Err(err);
+                }
             };
-            let members = self.collection_members_expanded(sensors_uri, &budget).await?;
             let sensors: Vec<Sensor> = self.expand_members(members, "Reading", sensors_uri, &budget).await?;
             readings.extend(sensors.into_iter().map(|s| {
                 let physical_context = s

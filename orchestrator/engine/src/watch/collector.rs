@@ -8,7 +8,7 @@
 //! still in its log and its exposure is added when it answers again.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
@@ -86,6 +86,13 @@ pub struct CollectReport {
     pub events: u64,
 }
 
+/// Polls whose results are written in one transaction ([`Db::record_health_polls`]): a round of up
+/// to this many nodes is one write, a larger one a write per this many, so the SQLite writer (which
+/// the engine's step transitions share) is never held for a whole fleet's polls at once, and a
+/// crash mid-round loses at most this many polls (their events are read again from the unmoved
+/// cursors).
+const POLLS_PER_WRITE: usize = 1_000;
+
 /// Polls a wave's nodes and control cohort.
 #[derive(Debug, Clone)]
 pub struct Collector {
@@ -150,20 +157,27 @@ impl Collector {
             .into_iter()
             .map(|d| (d.step_id.0, d))
             .collect();
+        let mut ids: Vec<NodeId> = steps.iter().map(|s| s.node_id).collect();
+        ids.extend(wave.control_nodes.iter().copied());
+        let mut nodes = self.db.nodes_by_id(&ids).await?;
         for step in &steps {
             let Some(start) = canary_exposure_start(step.finished_at, drains.get(&step.id.0), bake_start) else {
                 continue;
             };
-            let node = self.db.node(step.node_id).await?;
+            let Some(node) = nodes.get(&step.node_id).cloned() else {
+                return Err(DbError::NotFound {
+                    what: "node",
+                    key: step.node_id.to_string(),
+                });
+            };
             add(node, Cohort::Canary, start);
         }
         for node_id in &wave.control_nodes {
-            match self.db.node(*node_id).await {
-                Ok(node) => add(node, Cohort::Control, bake_start),
-                Err(DbError::NotFound { .. }) => {
+            match nodes.remove(node_id) {
+                Some(node) => add(node, Cohort::Control, bake_start),
+                None => {
                     tracing::warn!(node = %node_id, wave = %wave.name, "control node no longer exists");
                 }
-                Err(err) => return Err(err),
             }
         }
         Ok(members)
@@ -200,31 +214,37 @@ impl Collector {
             .into_iter()
             .map(|c| (c.node_id, c))
             .collect();
-        let report = Mutex::new(CollectReport::default());
-        let fatal: Mutex<Option<DbError>> = Mutex::new(None);
-        futures::stream::iter(members)
-            .for_each_concurrent(self.concurrency, |member| {
+        let mut report = CollectReport::default();
+        let mut polls = futures::stream::iter(members)
+            .map(|member| {
                 let cursor = cursors.get(&member.node_id).cloned();
-                let report = &report;
-                let fatal = &fatal;
-                async move {
-                    match self.poll(rollout, wave, &member, cursor, metrics, now).await {
-                        Ok(Some(events)) => {
-                            let mut r = report.lock().unwrap_or_else(|p| p.into_inner());
-                            r.polled += 1;
-                            r.events += events;
-                        }
-                        Ok(None) => report.lock().unwrap_or_else(|p| p.into_inner()).failed += 1,
-                        Err(DbError::Stale { .. }) => {}
-                        Err(err) => *fatal.lock().unwrap_or_else(|p| p.into_inner()) = Some(err),
-                    }
-                }
+                async move { self.poll(rollout, wave, &member, cursor, metrics, now).await }
             })
-            .await;
-        if let Some(err) = fatal.into_inner().unwrap_or_else(|p| p.into_inner()) {
-            return Err(err);
+            .buffer_unordered(self.concurrency)
+            .chunks(POLLS_PER_WRITE);
+        while let Some(chunk) = polls.next().await {
+            let mut read = Vec::with_capacity(chunk.len());
+            let mut events = Vec::with_capacity(chunk.len());
+            for polled in chunk {
+                match polled {
+                    Ok(Some((poll, n))) => {
+                        read.push(poll);
+                        events.push(n);
+                    }
+                    Ok(None) => report.failed += 1,
+                    Err(DbError::Stale { .. }) => {}
+                    Err(err) => return Err(err),
+                }
+            }
+            // A poll another controller recorded first is neither counted nor written.
+            for (recorded, n) in self.db.record_health_polls(&read).await?.into_iter().zip(events) {
+                if recorded {
+                    report.polled += 1;
+                    report.events += n;
+                }
+            }
         }
-        Ok(report.into_inner().unwrap_or_else(|p| p.into_inner()))
+        Ok(report)
     }
 
     /// Runs each `(metric key, PromQL)` level query at `now` over the
@@ -307,7 +327,8 @@ impl Collector {
         Ok(report)
     }
 
-    /// Polls one node; `Ok(None)` when its BMC could not be read.
+    /// Polls one node: what to record and the events it counted, `Ok(None)` when its BMC could not
+    /// be read (the failure is recorded here, at once).
     async fn poll(
         &self,
         rollout: &ExecRollout,
@@ -316,7 +337,7 @@ impl Collector {
         cursor: Option<HealthCursor>,
         metrics: &[RedfishMetric],
         now: DateTime<Utc>,
-    ) -> Result<Option<u64>, DbError> {
+    ) -> Result<Option<(NodePoll, u64)>, DbError> {
         let first = cursor.is_none();
         let mut cursor = cursor.unwrap_or(HealthCursor {
             rollout_id: rollout.id,
@@ -422,8 +443,7 @@ impl Collector {
         cursor.accounted_until = to;
         cursor.gpus = gpus;
         cursor.last_error = None;
-        self.db.record_health_poll(&NodePoll { cursor, first, deltas }).await?;
-        Ok(Some(events.len() as u64))
+        Ok(Some((NodePoll { cursor, first, deltas }, events.len() as u64)))
     }
 }
 

@@ -380,8 +380,9 @@ impl DetectorJudge {
             }
         }
         if !metrics.is_empty() {
+            let started = std::time::Instant::now();
             let report = self.collector.collect(rollout, wave, &metrics, bake_start, now).await?;
-            tracing::debug!(wave = %wave.name, ?report, "health poll");
+            tracing::debug!(wave = %wave.name, ?report, ms = started.elapsed().as_millis(), "health poll");
         }
         let queries = prometheus_level_queries(gates);
         if let (Some(client), false) = (&self.prometheus, queries.is_empty()) {
@@ -622,8 +623,12 @@ impl DetectorJudge {
                 (Some(n), Some(prev)) if prev.look.look_number >= n => state_from_look(prev),
                 (Some(n), _) => {
                     if samples.is_none() {
+                        let started = std::time::Instant::now();
                         match self.db.health_samples(SampleScope::Wave(wave.id)).await {
-                            Ok(s) => samples = Some(s),
+                            Ok(s) => {
+                                tracing::debug!(wave = %wave.name, rows = s.len(), ms = started.elapsed().as_millis(), "samples read for a look");
+                                samples = Some(s);
+                            }
                             Err(err) => {
                                 return error(format!(
                                     "cannot read samples: {}",
