@@ -28,7 +28,7 @@
 //! writes its polls in one transaction ([`Db::record_health_polls`]); a poll
 //! whose cursor did not move adds nothing, the others are unaffected.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{DateTime, Duration, DurationRound, Utc};
 use orchestrator_types::{NodeId, Outcome, RolloutId, WaveId};
@@ -319,11 +319,12 @@ pub(crate) fn saturating_i64(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
-/// Nodes whose samples one statement reads and writes when a batch is folded in: two metrics a node
-/// make ~500 rows of 14 columns, well under SQLite's and PostgreSQL's bind-parameter limits.
-const FOLD_NODES_PER_STATEMENT: usize = 250;
+/// Sample rows one statement reads and writes when deltas are folded in: 14 columns a row keep an
+/// upsert at 7,000 bind parameters, under SQLite's 32,766 and PostgreSQL's 65,535. Bounded by rows,
+/// not nodes: a node's first poll may span many hourly windows (its exposure runs from its flash).
+const FOLD_ROWS_PER_STATEMENT: usize = 500;
 
-/// One node's deltas to fold into its rows.
+/// One node's deltas to fold in.
 struct NodeDeltas<'a> {
     rollout: RolloutId,
     wave: WaveId,
@@ -336,60 +337,43 @@ struct NodeDeltas<'a> {
 type SampleKey = (i64, i64, String, DateTime<Utc>);
 
 /// Adds each delta into its (wave, node, metric, window) row, inside the caller's transaction: per
-/// [`FOLD_NODES_PER_STATEMENT`] nodes, one read of the rows they touch and one multi-row upsert of
-/// the merged rows (the merge of per-GPU aggregates is done here, not in SQL, so both backends
-/// share it).
+/// [`FOLD_ROWS_PER_STATEMENT`] rows, one read of those that exist and one multi-row upsert of the
+/// merged rows (the merge of per-GPU aggregates is done here, not in SQL, so both backends share it).
 async fn fold_deltas<C: sea_orm::ConnectionTrait>(
     txn: &C,
     now: DateTime<Utc>,
     items: &[NodeDeltas<'_>],
 ) -> Result<(), DbError> {
-    for chunk in items.chunks(FOLD_NODES_PER_STATEMENT) {
-        // What the chunk adds per row; a key twice in one statement is an error on PostgreSQL
-        // (an upsert may not touch a row twice), so deltas of the same row are merged first.
-        let mut adds: BTreeMap<SampleKey, HealthSample> = BTreeMap::new();
-        for item in chunk {
-            for delta in item.deltas {
-                let key = (item.wave.0, item.node.0, delta.metric.clone(), delta.window_start);
-                let add = adds.entry(key).or_insert_with(|| HealthSample {
-                    rollout_id: item.rollout,
-                    wave_id: item.wave,
-                    node_id: item.node,
-                    cohort: item.cohort,
-                    metric: delta.metric.clone(),
-                    window_start: delta.window_start,
-                    events: 0,
-                    exposure: 0.0,
-                    readings: 0,
-                    sum: 0.0,
-                    min: None,
-                    max: None,
-                    units: BTreeMap::new(),
-                });
-                fold_into(add, delta.events, delta.exposure, &delta.units);
-            }
+    // What is added per row; a key twice in one statement is an error on PostgreSQL (an upsert may
+    // not touch a row twice), so deltas of the same row are merged first.
+    let mut adds: BTreeMap<SampleKey, HealthSample> = BTreeMap::new();
+    for item in items {
+        for delta in item.deltas {
+            let key = (item.wave.0, item.node.0, delta.metric.clone(), delta.window_start);
+            let add = adds.entry(key).or_insert_with(|| HealthSample {
+                rollout_id: item.rollout,
+                wave_id: item.wave,
+                node_id: item.node,
+                cohort: item.cohort,
+                metric: delta.metric.clone(),
+                window_start: delta.window_start,
+                events: 0,
+                exposure: 0.0,
+                readings: 0,
+                sum: 0.0,
+                min: None,
+                max: None,
+                units: BTreeMap::new(),
+            });
+            fold_into(add, delta.events, delta.exposure, &delta.units);
         }
-        if adds.is_empty() {
-            continue;
-        }
-        let waves: Vec<i64> = chunk
-            .iter()
-            .map(|i| i.wave.0)
-            .collect::<std::collections::BTreeSet<_>>()
-            .into_iter()
-            .collect();
-        let nodes: Vec<i64> = chunk
-            .iter()
-            .map(|i| i.node.0)
-            .collect::<std::collections::BTreeSet<_>>()
-            .into_iter()
-            .collect();
-        let windows: Vec<DateTime<Utc>> = adds
-            .keys()
-            .map(|k| k.3)
-            .collect::<std::collections::BTreeSet<_>>()
-            .into_iter()
-            .collect();
+    }
+    let adds: Vec<(SampleKey, HealthSample)> = adds.into_iter().collect();
+    for chunk in adds.chunks(FOLD_ROWS_PER_STATEMENT) {
+        let waves: BTreeSet<i64> = chunk.iter().map(|(k, _)| k.0).collect();
+        let nodes: BTreeSet<i64> = chunk.iter().map(|(k, _)| k.1).collect();
+        let windows: BTreeSet<DateTime<Utc>> = chunk.iter().map(|(k, _)| k.3).collect();
+        let wanted: BTreeSet<&SampleKey> = chunk.iter().map(|(k, _)| k).collect();
         let mut existing: BTreeMap<SampleKey, HealthSample> = BTreeMap::new();
         for row in health_samples::Entity::find()
             .filter(health_samples::Column::WaveId.is_in(waves))
@@ -399,15 +383,15 @@ async fn fold_deltas<C: sea_orm::ConnectionTrait>(
             .await?
         {
             let key = (row.wave_id, row.node_id, row.metric.clone(), row.window_start);
-            if adds.contains_key(&key) {
+            if wanted.contains(&key) {
                 existing.insert(key, to_sample(row)?);
             }
         }
-        let rows: Vec<health_samples::ActiveModel> = adds
-            .into_iter()
+        let rows: Vec<health_samples::ActiveModel> = chunk
+            .iter()
             .map(|(key, add)| {
                 // A stored row keeps its rollout and cohort; only its aggregates grow.
-                let mut row = existing.remove(&key).unwrap_or(HealthSample {
+                let mut row = existing.remove(key).unwrap_or_else(|| HealthSample {
                     events: 0,
                     exposure: 0.0,
                     readings: 0,

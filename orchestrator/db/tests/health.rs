@@ -214,6 +214,43 @@ async fn a_round_of_polls_is_one_write_and_a_stale_poll_in_it_adds_nothing() {
     }
 }
 
+/// A round whose first polls reach back over many hourly windows (a canary node's exposure runs from
+/// its flash, hours before the bake) is written whole: more rows than one statement may bind.
+#[tokio::test]
+async fn a_round_spanning_many_windows_is_written_whole() {
+    for t in TestDb::all_backends_with_clock(Arc::new(ManualClock::new(start()))).await {
+        let db = &t.db;
+        let at = start();
+        let hours = 24;
+        let round: Vec<NodePoll> = (1..=100)
+            .map(|node| NodePoll {
+                cursor: cursor(node, 0, at + Duration::hours(hours)),
+                first: true,
+                deltas: (0..hours)
+                    .flat_map(|h| {
+                        let w = at + Duration::hours(h);
+                        [
+                            delta("xid_errors_per_gpu_hour", w, 1, 8.0, &[]),
+                            delta("gpu_temp_c", w, 0, 0.0, &[("GPU_0", 60.0)]),
+                        ]
+                    })
+                    .collect(),
+            })
+            .collect();
+        assert!(db.record_health_polls(&round).await.unwrap().iter().all(|r| *r));
+        let samples = db.health_samples(SampleScope::Wave(WaveId(1))).await.unwrap();
+        assert_eq!(samples.len(), 100 * 2 * 24);
+        let events: u64 = samples.iter().map(|s| s.events).sum();
+        assert_eq!(events, 100 * 24);
+        assert!(
+            samples
+                .iter()
+                .filter(|s| s.metric == "gpu_temp_c")
+                .all(|s| s.readings == 1)
+        );
+    }
+}
+
 #[tokio::test]
 async fn each_look_is_recorded_once_and_audited() {
     for t in TestDb::all_backends_with_clock(Arc::new(ManualClock::new(start()))).await {
