@@ -178,7 +178,8 @@ pub struct RedfishLayout {
     #[serde(default)]
     pub xid_origin: XidOrigin,
     /// Whether `ProtocolFeaturesSupported.ExpandQuery` is advertised and `$expand=.` / `$expand=*`
-    /// (one level) honoured on the Processors, Sensors and FirmwareInventory collections.
+    /// (one level) honoured on the Systems, Chassis, LogServices, Processors, Sensors and
+    /// FirmwareInventory collections (log entries always come inline).
     #[serde(default)]
     pub expand_query: bool,
 }

@@ -177,3 +177,56 @@ async fn a_looping_event_log_names_the_same_next_page_forever() {
     let bad = bmc_sim::Scenario::from_yaml_str(&scenario("  looping_next_link: 1.5")).unwrap_err();
     assert!(bad.to_string().contains("bmc_faults.looping_next_link"), "{bad}");
 }
+
+/// A scenario's own `redfish_layout` over bmc-sim's plain one: `$expand` advertised and honoured on
+/// every collection a controller walks (systems, chassis, log services, firmware inventory), each
+/// expanded member the document its own GET gives; without `$expand` they stay links.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scenario_layout_can_advertise_expand_on_the_plain_layout() {
+    let h = start(&format!(
+        r#"
+seed: 3
+fleet:
+  nodes: 1
+  sku: {SKU}
+  components:
+    - {{id: BMC_Firmware, kind: bmc, version: "24.04.1"}}
+    - {{id: "HGX_FW_GPU_{{0..7}}", kind: gpu, version: "96.00.5E.00.01"}}
+redfish_layout:
+  expand_query: true
+"#
+    ))
+    .await;
+    let root = h.get_json(0, "/redfish/v1").await;
+    assert_eq!(root["ProtocolFeaturesSupported"]["ExpandQuery"]["NoLinks"], json!(true));
+    for (collection, expect_key) in [
+        ("/redfish/v1/Systems", "Processors"),
+        ("/redfish/v1/Chassis", "Sensors"),
+        ("/redfish/v1/Systems/1/LogServices", "Entries"),
+        ("/redfish/v1/UpdateService/FirmwareInventory", "Version"),
+    ] {
+        let plain = h.get_json(0, collection).await;
+        assert!(
+            plain["Members"][0].get(expect_key).is_none(),
+            "{collection}: links only"
+        );
+        let expanded = h.get_json(0, &format!("{collection}?$expand=.($levels=1)")).await;
+        let members = expanded["Members"].as_array().expect("Members");
+        assert_eq!(
+            members.len(),
+            plain["Members"].as_array().unwrap().len(),
+            "{collection}"
+        );
+        for member in members {
+            let own = h.get_json(0, member["@odata.id"].as_str().unwrap()).await;
+            assert!(member.get(expect_key).is_some(), "{collection}: {member}");
+            assert_eq!(member["Id"], own["Id"], "{collection}");
+            assert_eq!(member.get(expect_key), own.get(expect_key), "{collection}");
+        }
+    }
+    let bad = bmc_sim::Scenario::from_yaml_str(&format!(
+        "fleet: {{nodes: 1, sku: {SKU}, components: [{{id: B, kind: bmc, version: \"1\"}}]}}\nredfish_layout: {{temp_sensor: T}}\n"
+    ))
+    .unwrap_err();
+    assert!(bad.to_string().contains("redfish_layout"), "{bad}");
+}

@@ -8,7 +8,7 @@ use axum::extract::{ConnectInfo, Path, Query, State};
 use serde_json::{Value, json};
 
 use super::layout::{gpu_uri, layout, sensor_chassis, system_uri, wants_expand};
-use super::response::{RfError, RfResult, collection, collection_of, link, node_of, ok, status_ok, ts, types};
+use super::response::{RfError, RfResult, collection_of, link, node_of, ok, status_ok, ts, types};
 use crate::conn::BmcConn;
 use crate::state::{FleetState, Node};
 
@@ -32,15 +32,28 @@ fn chassis_gpus(s: &FleetState, ch: &str) -> Result<Vec<usize>, RfError> {
     Ok((0..s.gpus).filter(|&g| sensor_chassis(s, g) == ch).collect())
 }
 
-pub(super) async fn chassis_collection(State(s): State<Arc<FleetState>>) -> RfResult {
-    ok(collection(
+pub(super) async fn chassis_collection(
+    State(s): State<Arc<FleetState>>,
+    ConnectInfo(c): ConnectInfo<BmcConn>,
+    Query(query): Query<HashMap<String, String>>,
+) -> RfResult {
+    let ids = chassis_ids(&s);
+    let expand = if wants_expand(&s, &query) {
+        let node = node_of(&s, &c)?;
+        Some(
+            ids.iter()
+                .map(|ch| chassis_doc(&s, node, ch))
+                .collect::<Result<Vec<_>, _>>()?,
+        )
+    } else {
+        None
+    };
+    ok(collection_of(
         "/redfish/v1/Chassis",
         "#ChassisCollection.ChassisCollection",
         "Chassis Collection",
-        chassis_ids(&s)
-            .into_iter()
-            .map(|id| format!("/redfish/v1/Chassis/{id}"))
-            .collect(),
+        ids.iter().map(|id| format!("/redfish/v1/Chassis/{id}")).collect(),
+        expand,
     ))
 }
 
@@ -49,9 +62,14 @@ pub(super) async fn chassis(
     ConnectInfo(c): ConnectInfo<BmcConn>,
     Path(ch): Path<String>,
 ) -> RfResult {
-    let gpus = chassis_gpus(&s, &ch)?;
     let node = node_of(&s, &c)?;
-    let l = layout(&s);
+    ok(chassis_doc(&s, node, &ch)?)
+}
+
+/// A Chassis document, as its own GET and an expanded Chassis collection give it.
+fn chassis_doc(s: &FleetState, node: &Node, ch: &str) -> Result<Value, RfError> {
+    let gpus = chassis_gpus(s, ch)?;
+    let l = layout(s);
     let uri = format!("/redfish/v1/Chassis/{ch}");
     let mut v = if ch == l.main_system() {
         json!({
@@ -107,7 +125,7 @@ pub(super) async fn chassis(
     if !gpus.is_empty() {
         v["Sensors"] = link(format!("{uri}/Sensors"));
     }
-    ok(v)
+    Ok(v)
 }
 
 pub(super) async fn thermal_subsystem(State(s): State<Arc<FleetState>>, Path(ch): Path<String>) -> RfResult {

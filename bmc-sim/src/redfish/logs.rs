@@ -1,5 +1,6 @@
 //! Log services and their entries: the GPU event log (XIDs and the like) and the host's logs.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -7,8 +8,8 @@ use axum::extract::{ConnectInfo, Path, Query, State};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::layout::{gpu_uri, known_system, layout, system_uri};
-use super::response::{RfError, RfResult, collection, link, node_of, ok, status_ok, ts, types};
+use super::layout::{gpu_uri, known_system, layout, system_uri, wants_expand};
+use super::response::{RfError, RfResult, collection_of, link, node_of, ok, status_ok, ts, types};
 use crate::conn::BmcConn;
 use crate::platform::XidOrigin;
 use crate::rng::{self, Purpose};
@@ -38,17 +39,21 @@ fn known_log(s: &FleetState, sys: &str, svc: &str) -> Result<(), RfError> {
     }
 }
 
-pub(super) async fn log_services(State(s): State<Arc<FleetState>>, Path(sys): Path<String>) -> RfResult {
+pub(super) async fn log_services(
+    State(s): State<Arc<FleetState>>,
+    Path(sys): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
+) -> RfResult {
     known_system(&s, &sys)?;
     let base = format!("{}/LogServices", system_uri(&sys));
-    ok(collection(
+    let ids = log_service_ids(&s, &sys);
+    let expand = wants_expand(&s, &query).then(|| ids.iter().map(|svc| log_service_doc(&s, &sys, svc)).collect());
+    ok(collection_of(
         &base,
         "#LogServiceCollection.LogServiceCollection",
         "Log Service Collection",
-        log_service_ids(&s, &sys)
-            .iter()
-            .map(|id| format!("{base}/{id}"))
-            .collect(),
+        ids.iter().map(|id| format!("{base}/{id}")).collect(),
+        expand,
     ))
 }
 
@@ -57,11 +62,16 @@ pub(super) async fn log_service(
     Path((sys, svc)): Path<(String, String)>,
 ) -> RfResult {
     known_log(&s, &sys, &svc)?;
+    ok(log_service_doc(&s, &sys, &svc))
+}
+
+/// A LogService document, as its own GET and an expanded LogServices collection give it.
+fn log_service_doc(s: &FleetState, sys: &str, svc: &str) -> Value {
     if svc == diagnostics::DUMP {
-        return ok(diagnostics::service(&s, &sys));
+        return diagnostics::service(s, sys);
     }
-    let uri = format!("{}/LogServices/{svc}", system_uri(&sys));
-    let gpu_log = sys == layout(&s).gpu_system;
+    let uri = format!("{}/LogServices/{svc}", system_uri(sys));
+    let gpu_log = sys == layout(s).gpu_system;
     let mut v = json!({
         "@odata.id": uri,
         "@odata.type": types::LOG_SERVICE,
@@ -75,10 +85,10 @@ pub(super) async fn log_service(
     });
     if !gpu_log {
         v["LogEntryType"] = json!(if svc == "SEL" { "SEL" } else { "Event" });
-    } else if layout(&s).log_entry_type {
+    } else if layout(s).log_entry_type {
         v["LogEntryType"] = json!("Event");
     }
-    ok(v)
+    v
 }
 
 pub(super) fn entry_json(s: &FleetState, e: &LogEvent) -> Value {

@@ -11,7 +11,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::layout::{gpu_index, gpu_uri, known_system, layout, system_uri, uuid_for, wants_expand};
-use super::response::{RfError, RfResult, collection, collection_of, link, node_of, ok, status_ok, types};
+use super::response::{RfError, RfResult, collection_of, link, node_of, ok, status_ok, types};
 use crate::conn::BmcConn;
 use crate::scenario::HardwareFailureMode;
 use crate::state::{EventKind, FleetState, Node};
@@ -20,12 +20,24 @@ use crate::update;
 /// CPUs of a host system distinct from the GPU system (a DGX host has two).
 const HOST_CPUS: usize = 2;
 
-pub(super) async fn systems(State(s): State<Arc<FleetState>>) -> RfResult {
-    ok(collection(
+pub(super) async fn systems(
+    State(s): State<Arc<FleetState>>,
+    ConnectInfo(c): ConnectInfo<BmcConn>,
+    Query(query): Query<HashMap<String, String>>,
+) -> RfResult {
+    let ids = layout(&s).systems();
+    let expand = if wants_expand(&s, &query) {
+        let node = node_of(&s, &c)?;
+        Some(ids.iter().map(|sys| system_doc(&s, node, sys)).collect())
+    } else {
+        None
+    };
+    ok(collection_of(
         "/redfish/v1/Systems",
         "#ComputerSystemCollection.ComputerSystemCollection",
         "Computer System Collection",
-        layout(&s).systems().into_iter().map(system_uri).collect(),
+        ids.into_iter().map(system_uri).collect(),
+        expand,
     ))
 }
 
@@ -36,11 +48,16 @@ pub(super) async fn system(
 ) -> RfResult {
     known_system(&s, &sys)?;
     let node = node_of(&s, &c)?;
-    let l = layout(&s);
-    let uri = system_uri(&sys);
+    ok(system_doc(&s, node, &sys))
+}
+
+/// A ComputerSystem document, as its own GET and an expanded Systems collection give it.
+fn system_doc(s: &FleetState, node: &Node, sys: &str) -> Value {
+    let l = layout(s);
+    let uri = system_uri(sys);
     if sys != l.main_system() {
         // The GPU baseboard of a host: its GPUs and its event log, no reset of its own here.
-        return ok(json!({
+        return json!({
             "@odata.id": uri,
             "@odata.type": types::SYSTEM,
             "Id": sys,
@@ -58,7 +75,7 @@ pub(super) async fn system(
                 "Chassis": [link(format!("/redfish/v1/Chassis/{sys}"))],
                 "ManagedBy": [link("/redfish/v1/Managers/1")],
             },
-        }));
+        });
     }
     let now = s.now();
     let mut m = node.lock();
@@ -97,7 +114,7 @@ pub(super) async fn system(
     if let Some(b) = bios {
         v["BiosVersion"] = json!(b);
     }
-    ok(v)
+    v
 }
 
 #[derive(Deserialize, Default)]

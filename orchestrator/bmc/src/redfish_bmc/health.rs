@@ -55,11 +55,15 @@ impl RedfishBmc {
             .get_or_try_init(|| async {
                 let systems_uri = self.links().await?.systems.clone();
                 let budget = ReadBudget::new("systems and GPU processors");
-                let members = self.collection_members(&systems_uri, &budget).await?;
+                let members = self.collection_members_expanded(&systems_uri, &budget).await?;
                 let mut out = Vec::new();
                 for member in members {
                     let Some(uri) = odata_id(&member) else { continue };
-                    let doc: Value = self.get_json_in(uri, &budget).await?;
+                    let doc: Value = if member.get("Id").is_some() {
+                        member.clone()
+                    } else {
+                        self.get_json_in(uri, &budget).await?
+                    };
                     let gpus = match doc.pointer("/Processors/@odata.id").and_then(Value::as_str) {
                         Some(processors) => self.gpu_processors(processors, &budget).await?,
                         None => Vec::new(),
@@ -143,15 +147,19 @@ impl RedfishBmc {
     /// that has one.
     async fn first_log_of(&self, collections: &[String], budget: &ReadBudget) -> Result<Option<String>, BmcError> {
         for services_uri in collections {
-            let services = match self.collection_members(services_uri, budget).await {
+            let services = match self.collection_members_expanded(services_uri, budget).await {
                 Ok(services) => services,
                 Err(BmcError::Rejected { status: 404, .. }) => continue,
                 Err(err) => return Err(err),
             };
-            let mut uris: Vec<&str> = services.iter().filter_map(odata_id).collect();
+            let mut services: Vec<(&str, &Value)> = services.iter().filter_map(|s| Some((odata_id(s)?, s))).collect();
             // Prefer the event log over SEL/crash-dump style services.
-            uris.sort_by_key(|u| !u.trim_end_matches('/').to_ascii_lowercase().ends_with("/eventlog"));
-            if let Some(service_uri) = uris.first() {
+            services.sort_by_key(|(u, _)| !u.trim_end_matches('/').to_ascii_lowercase().ends_with("/eventlog"));
+            if let Some((service_uri, service)) = services.first() {
+                // An expanded member names its Entries itself: no request for the service.
+                if let Some(entries) = service.pointer("/Entries/@odata.id").and_then(Value::as_str) {
+                    return Ok(Some(entries.to_string()));
+                }
                 return self.entries_of(service_uri, budget).await.map(Some);
             }
         }

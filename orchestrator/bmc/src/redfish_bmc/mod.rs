@@ -98,11 +98,15 @@ impl RedfishBmc {
             return Ok(known);
         }
         let chassis_uri = self.links().await?.chassis.clone();
-        let chassis = self.collection_members(&chassis_uri, budget).await?;
+        let chassis = self.collection_members_expanded(&chassis_uri, budget).await?;
         let mut found = Vec::new();
         for member in chassis {
             let Some(chassis_uri) = odata_id(&member) else { continue };
-            let doc: Value = self.get_json_in(chassis_uri, budget).await?;
+            let doc: Value = if member.get("Id").is_some() {
+                member.clone()
+            } else {
+                self.get_json_in(chassis_uri, budget).await?
+            };
             let chassis_id = doc
                 .get("Id")
                 .and_then(Value::as_str)
