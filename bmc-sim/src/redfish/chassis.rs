@@ -84,7 +84,7 @@ fn chassis_doc(s: &FleetState, node: &Node, ch: &str) -> Result<Value, RfError> 
             "Status": status_ok(),
             "ThermalSubsystem": link(format!("{uri}/ThermalSubsystem")),
             "Links": {
-                "ComputerSystems": [link(system_uri(&ch))],
+                "ComputerSystems": [link(system_uri(ch))],
                 "ManagedBy": [link("/redfish/v1/Managers/1")],
             },
         })
@@ -99,7 +99,7 @@ fn chassis_doc(s: &FleetState, node: &Node, ch: &str) -> Result<Value, RfError> 
             "PowerState": "On",
             "Status": status_ok(),
             "Links": {
-                "ComputerSystems": [link(system_uri(&ch))],
+                "ComputerSystems": [link(system_uri(ch))],
                 "ContainedBy": link(format!("/redfish/v1/Chassis/{}", l.main_system())),
             },
         })

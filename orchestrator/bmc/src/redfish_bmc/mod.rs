@@ -54,6 +54,9 @@ struct ServiceLinks {
     expand: Option<&'static str>,
 }
 
+/// Each chassis that holds sensors, by id, with the URI of its Sensors collection.
+type SensorCollections = std::sync::Arc<Vec<(String, String)>>;
+
 /// A [`Bmc`] reached over Redfish HTTP(S).
 ///
 /// Cheap to share: wrap it in an `Arc` and use it from many tasks; it keeps one session and one
@@ -67,7 +70,7 @@ pub struct RedfishBmc {
     /// Each chassis with sensors and its Sensors collection, found by walking the chassis once: a
     /// health poll then reads only the sensor collections (one request each with `$expand`), not the
     /// chassis collection and every chassis again. Forgotten when a collection is gone (404).
-    sensor_collections: std::sync::Mutex<Option<std::sync::Arc<Vec<(String, String)>>>>,
+    sensor_collections: std::sync::Mutex<Option<SensorCollections>>,
     event_log_entries: OnceCell<String>,
     /// The LogService the site named for this BMC ([`BmcEndpoint::event_log`]).
     configured_event_log: Option<String>,
@@ -88,7 +91,7 @@ impl RedfishBmc {
     }
 
     /// Each chassis that has sensors, with its Sensors collection (see `sensor_collections`).
-    async fn sensor_collections(&self, budget: &ReadBudget) -> Result<std::sync::Arc<Vec<(String, String)>>, BmcError> {
+    async fn sensor_collections(&self, budget: &ReadBudget) -> Result<SensorCollections, BmcError> {
         if let Some(known) = self
             .sensor_collections
             .lock()
