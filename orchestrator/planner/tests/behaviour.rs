@@ -379,6 +379,7 @@ fn hgx_with_soak(percent: Option<f64>) -> Policy {
         holdback_percent: percent,
         detect: 1.5,
         power: 0.75,
+        onset: None,
     });
     policy
 }

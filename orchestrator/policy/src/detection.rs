@@ -64,6 +64,22 @@ pub struct Soak {
     pub detect: f64,
     /// ... with this probability (default 0.75).
     pub power: f64,
+    /// The longest a regression may take to show after a flash, when the policy states it
+    /// (`soak.onset`); `None`: the policy's longest planned wave `bake` stands for it (see
+    /// [`Soak::plausible_onset`]).
+    pub onset: Option<TimeDelta>,
+}
+
+impl Soak {
+    /// The plausible onset of a delayed regression: the stated `onset`, else the longest planned
+    /// `bake` of `waves`, the policy's own statement of how long a regression may take to show
+    /// before it trusts a wave. The soak is the last wave's only judge, so a `min` not longer than
+    /// this may pass the soak before such a regression shows on the last wave's nodes (`policy
+    /// lint` warns).
+    pub fn plausible_onset(&self, waves: &[crate::Wave]) -> TimeDelta {
+        self.onset
+            .unwrap_or_else(|| waves.iter().map(|w| w.bake).max().unwrap_or(TimeDelta::zero()))
+    }
 }
 
 fn budget(sink: &mut Sink, what: &str, raw: Option<&S<f64>>, default: f64) -> Option<f64> {
@@ -167,6 +183,10 @@ fn soak(sink: &mut Sink, raw: &RawSoak) -> Option<Soak> {
         );
         ok = false;
     }
+    let onset = match &raw.onset {
+        None => Some(None),
+        Some(r) => duration(sink, "detection.soak.onset", r).map(Some),
+    };
     if !ok {
         return None;
     }
@@ -176,6 +196,7 @@ fn soak(sink: &mut Sink, raw: &RawSoak) -> Option<Soak> {
         holdback_percent,
         detect,
         power,
+        onset: onset?,
     })
 }
 
