@@ -748,3 +748,67 @@ fn detection(effect_seeds: u32, healthy_seeds: u32) -> anyhow::Result<()> {
     println!("\ndetection bench took {:.0} s", started.elapsed().as_secs_f64());
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The bench simulates the example GPU policy as written: its waves, bakes, per-wave XID
+    /// must_detect, soak, holdback, nulls and budgets (BENCHMARKS.md, "Detection").
+    #[test]
+    fn the_detection_bench_runs_the_example_gpu_policy() {
+        let (file, source) = EXAMPLE_GPU_POLICY;
+        let p = bench_policy(file, source).unwrap();
+        let [canary, early] = p.waves;
+        assert_eq!(
+            (canary.per_stratum, canary.bake_h, canary.max_bake_h, canary.xid_must_detect),
+            (8, 12, 720, 2.0)
+        );
+        assert_eq!(
+            (early.per_stratum, early.bake_h, early.max_bake_h, early.xid_must_detect),
+            (25, 8, 168, 1.5)
+        );
+        assert_eq!(p.rest_bake_h, 4);
+        // 5% of 1,000 is 50 nodes; the simulated strata take whole nodes each.
+        assert_eq!(p.holdback_per_stratum, 12);
+        assert_eq!((p.soak_h, p.soak_xid_must_detect), ((24, 400), 1.5));
+        assert_eq!(p.nulls, [1.1, 1.25, 0.5, 10.0]);
+        assert_eq!(p.must_detect, [2.0, 2.0, 40.0]);
+        assert_eq!((p.budget.false_rollback, p.budget.false_pass), (0.02, 0.05));
+        assert_eq!(p.current_alpha, 0.05);
+    }
+
+    #[test]
+    fn changing_the_example_changes_the_bench() {
+        let (file, source) = EXAMPLE_GPU_POLICY;
+        let edited = source
+            .replace("    count: 32\n", "    count: 64\n")
+            .replace("    max_bake: 168h\n", "    max_bake: 96h\n")
+            .replace("      min_effect: 1.1\n", "      min_effect: 1.2\n");
+        let p = bench_policy(file, &edited).unwrap();
+        assert_eq!(p.waves[0].per_stratum, 16);
+        assert_eq!(p.waves[1].max_bake_h, 96);
+        assert_eq!(p.nulls[0], 1.2);
+    }
+
+    #[test]
+    fn a_policy_the_world_cannot_simulate_is_refused() {
+        let (file, source) = EXAMPLE_GPU_POLICY;
+        let check = |edited: String, want: &str| {
+            let err = bench_policy(file, &edited).unwrap_err().to_string();
+            assert!(err.contains(want), "{err}");
+        };
+        check(
+            source.replace(
+                "      metric: gpu_power_w\n      kind: level\n",
+                "      metric: link_degraded_per_node_day\n      kind: rate\n",
+            ),
+            "no gate on gpu_power_w",
+        );
+        check(source.replace("detection:\n", "unknown_key:\n"), "unknown field");
+        check(
+            source.replace("    must_detect:\n      xid_errors: 1.5\n", "    must_detect:\n      pcie_aer: 3\n"),
+            "the bench takes a wave's own must_detect for the XID gate only",
+        );
+    }
+}

@@ -910,12 +910,8 @@ mod tests {
 
     #[test]
     fn lint_and_power_state_the_holdback_and_the_soak_time() {
-        let source = std::fs::read_to_string(examples().join("hgx-gpu-firmware.yaml"))
-            .unwrap()
-            .replace(
-                "  reset_exclusion: 1h\n",
-                "  reset_exclusion: 1h\n  soak: {min: 24h, max: 14d, holdback_percent: 5}\n",
-            );
+        let source = std::fs::read_to_string(examples().join("hgx-gpu-firmware.yaml")).unwrap();
+        assert!(source.contains("    holdback_percent: 5\n"), "the example holds back 5%");
         let policy = orchestrator_policy::parse_policy(&source).unwrap();
         let line = soak_text(&policy, Some(1000), None).expect("a soak line");
         assert!(
@@ -935,11 +931,66 @@ mod tests {
             "{given}"
         );
         // No soak: nothing to state.
-        let plain = orchestrator_policy::parse_policy(
-            &std::fs::read_to_string(examples().join("hgx-gpu-firmware.yaml")).unwrap(),
-        )
-        .unwrap();
+        let start = source.find("  soak:\n").unwrap();
+        let end = source.find("    holdback_percent: 5\n").unwrap() + "    holdback_percent: 5\n".len();
+        let plain = orchestrator_policy::parse_policy(&format!("{}{}", &source[..start], &source[end..])).unwrap();
+        assert!(plain.detection.soak.is_none());
         assert!(soak_text(&plain, Some(1000), None).is_none());
+    }
+
+    /// `policy lint` states `policy power`'s fleet-scale timing for each policy (issue 22): the
+    /// median / p95 hours for a healthy wave to pass and for each effect to be caught, per wave,
+    /// with each wave's own must_detect.
+    #[test]
+    fn lint_states_the_power_of_each_wave() {
+        let file = examples().join("hgx-gpu-firmware.yaml");
+        let (code, out) = lint(std::slice::from_ref(&file), None, None).unwrap();
+        assert_eq!(code, ExitCode::SUCCESS, "{out}");
+        let name = file.display().to_string();
+        assert!(
+            out.contains(&format!(
+                "{name}: power (on a nominal 1000 eligible nodes; --fleet FILE for yours; default base rates, `policy \
+                 power --baseline` for yours): fleet-scale method (in force:"
+            )),
+            "{out}"
+        );
+        let row = |wave: &str, gate: &str| {
+            out.lines()
+                .find(|l| l.starts_with(&format!("{name}: {wave:<10} {gate:<14} pass ")))
+                .unwrap_or_else(|| panic!("no {wave}/{gate} row in\n{out}"))
+                .to_owned()
+        };
+        // The canary is held to 2x, the 10% wave to its own 1.5x: the first ratio caught is must_detect.
+        assert!(row("canary", "xid_errors").contains("(bake 12 h, max_bake 720 h); catch 2x "), "{out}");
+        assert!(row("early", "xid_errors").contains("(bake 8 h, max_bake 168 h); catch 1.5x "), "{out}");
+        // The last wave's bake is the soak: at least soak.min, at most soak.max.
+        assert!(row("rest", "xid_errors").contains("(bake 24 h, max_bake 400 h); catch 1.5x "), "{out}");
+        assert!(out.contains("1 file(s) checked: 0 error(s), 0 warning(s)\n"), "{out}");
+    }
+
+    /// A fleet-scale policy whose healthy canary would likely hold at its max_bake is warned at the
+    /// gate; the per-wave judge's canary power warning, meaningless for it, is not given.
+    #[test]
+    fn lint_warns_where_a_healthy_wave_would_likely_hold() {
+        let source = std::fs::read_to_string(examples().join("hgx-gpu-firmware.yaml"))
+            .unwrap()
+            .replace("    max_bake: 720h\n", "    max_bake: 13h\n");
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("hgx-gpu-firmware.yaml");
+        std::fs::write(&file, &source).unwrap();
+        let (code, out) = lint(std::slice::from_ref(&file), None, None).unwrap();
+        assert_eq!(code, ExitCode::SUCCESS, "warnings only: {out}");
+        let line = source.lines().position(|l| l.contains("- name: xid_errors")).unwrap() + 1;
+        assert!(
+            out.contains(&format!(
+                "{}:{line}:13: warning: gate \"xid_errors\": a healthy wave \"canary\" needs ",
+                file.display()
+            )),
+            "{out}"
+        );
+        assert!(out.contains("beyond its max_bake of 13 h"), "{out}");
+        assert!(out.contains("LIKELY HOLD"), "{out}");
+        assert!(!out.contains("with 80% power over the"), "{out}");
     }
 
     #[test]
