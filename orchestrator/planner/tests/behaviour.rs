@@ -24,7 +24,7 @@ fn run(snapshot: &FleetSnapshot, policy: &Policy, release: &ReleaseSpec, seed: u
 }
 
 fn hgx() -> Policy {
-    policy_file("hgx-gpu-firmware.yaml")
+    hgx_policy()
 }
 
 fn bmc() -> Policy {

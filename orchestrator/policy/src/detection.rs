@@ -51,7 +51,7 @@ impl Default for Detection {
 }
 
 /// The soak: after the last wave, the updated fleet against a stratified holdback on the old version.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Clone, PartialEq)]
 pub struct Soak {
     /// Shortest soak (the soak's bake).
     pub min: TimeDelta,
@@ -68,6 +68,23 @@ pub struct Soak {
     /// (`soak.onset`); `None`: the policy's longest planned wave `bake` stands for it (see
     /// [`Soak::plausible_onset`]).
     pub onset: Option<TimeDelta>,
+}
+
+/// Written out so that a soak without a stated `onset` reads as it did before the key existed: the
+/// plan fingerprint hashes this text.
+impl std::fmt::Debug for Soak {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut s = f.debug_struct("Soak");
+        s.field("min", &self.min)
+            .field("max", &self.max)
+            .field("holdback_percent", &self.holdback_percent)
+            .field("detect", &self.detect)
+            .field("power", &self.power);
+        if let Some(onset) = &self.onset {
+            s.field("onset", onset);
+        }
+        s.finish()
+    }
 }
 
 impl Soak {

@@ -261,7 +261,7 @@ pub enum Approval {
 }
 
 /// One wave.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Wave {
     /// Unique within the policy.
     pub name: String,
@@ -289,6 +289,27 @@ pub struct Wave {
     pub must_detect: BTreeMap<String, f64>,
     /// Draining nodes through their workload scheduler before the flash.
     pub drain: DrainRules,
+}
+
+/// Written out so that a wave without its own `must_detect` reads as it did before the key existed:
+/// the plan fingerprint hashes this text, and a policy that does not use the key must keep its
+/// fingerprint.
+impl std::fmt::Debug for Wave {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut s = f.debug_struct("Wave");
+        s.field("name", &self.name)
+            .field("size", &self.size)
+            .field("bake", &self.bake)
+            .field("max_bake", &self.max_bake)
+            .field("approval", &self.approval)
+            .field("max_in_flight", &self.max_in_flight)
+            .field("stratify_by", &self.stratify_by)
+            .field("gates", &self.gates);
+        if !self.must_detect.is_empty() {
+            s.field("must_detect", &self.must_detect);
+        }
+        s.field("drain", &self.drain).finish()
+    }
 }
 
 /// How long a wave waits for a drained node to empty, and what then.
