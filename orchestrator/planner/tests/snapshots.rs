@@ -114,7 +114,12 @@ fn full_plan_format_for_a_small_fleet() {
     nodes[6].health.healthy = false;
     nodes[6].health.summary = Some("BMC event log: PSU 1 failed".into());
     nodes[7].components[0].version = BMC_TARGET.into();
-    let plan = make(&FleetSnapshot { nodes }, &policy_file("bmc-firmware.yaml"), &bmc_release(), 1);
+    let plan = make(
+        &FleetSnapshot { nodes },
+        &policy_file("bmc-firmware.yaml"),
+        &bmc_release(),
+        1,
+    );
     let stored = serde_json::to_string(&plan).expect("serialise");
     let loaded: Plan = serde_json::from_str(&stored).expect("a stored plan reads back");
     assert_eq!(loaded, plan, "the stored form is lossless");

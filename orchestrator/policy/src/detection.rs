@@ -88,14 +88,13 @@ impl std::fmt::Debug for Soak {
 }
 
 impl Soak {
-    /// The plausible onset of a delayed regression: the stated `onset`, else the longest planned
-    /// `bake` of `waves`, the policy's own statement of how long a regression may take to show
-    /// before it trusts a wave. The soak is the last wave's only judge, so a `min` not longer than
-    /// this may pass the soak before such a regression shows on the last wave's nodes (`policy
-    /// lint` warns).
-    pub fn plausible_onset(&self, waves: &[crate::Wave]) -> TimeDelta {
-        self.onset
-            .unwrap_or_else(|| waves.iter().map(|w| w.bake).max().unwrap_or(TimeDelta::zero()))
+    /// The plausible onset of a delayed regression: the stated `onset`, else `longest_bake` (the
+    /// longest planned `bake` of the policy's waves), the policy's own statement of how long a
+    /// regression may take to show before it trusts a wave. The soak is the last wave's only judge,
+    /// so a `min` not longer than this may pass the soak before such a regression shows on the last
+    /// wave's nodes (`policy lint` warns).
+    pub fn plausible_onset(&self, longest_bake: TimeDelta) -> TimeDelta {
+        self.onset.unwrap_or(longest_bake)
     }
 }
 

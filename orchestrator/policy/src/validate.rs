@@ -181,7 +181,7 @@ pub(crate) fn validate(raw: &RawPolicy, sink: &mut Sink) -> Option<Policy> {
 /// soak is the last wave's only judge, and it may pass at `min` on the evidence the earlier waves
 /// pooled, before a regression that starts that late after the flash shows on the last wave's nodes.
 fn soak_outlasts_onset(sink: &mut Sink, waves: &[Wave], soak: &crate::Soak, raw: &crate::raw::RawSoak) {
-    let onset = soak.plausible_onset(waves);
+    let onset = soak.plausible_onset(waves.iter().map(|w| w.bake).max().unwrap_or(TimeDelta::zero()));
     if soak.min > onset {
         return;
     }

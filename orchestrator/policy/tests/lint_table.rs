@@ -524,19 +524,28 @@ const CASES: &[Case] = &[
     ),
     (
         "a wave's must_detect names a gate the wave does not watch",
-        &[("    bake: 1h\n  - name: rest", "    bake: 1h\n    must_detect: {aer: 2}\n  - name: rest")],
+        &[(
+            "    bake: 1h\n  - name: rest",
+            "    bake: 1h\n    must_detect: {aer: 2}\n  - name: rest",
+        )],
         &["t.yaml:9:24: wave \"canary\" must_detect names gate \"aer\", which the wave does not watch; its gates: xid"],
     ),
     (
         "a wave's must_detect below the gate's min_effect",
-        &[("    bake: 1h\n  - name: rest", "    bake: 1h\n    must_detect: {xid: 1.2}\n  - name: rest")],
+        &[(
+            "    bake: 1h\n  - name: rest",
+            "    bake: 1h\n    must_detect: {xid: 1.2}\n  - name: rest",
+        )],
         &[
             "t.yaml:9:24: wave \"canary\" must_detect 1.2 for gate \"xid\" is invalid: it is a rate ratio this wave must rule out to pass and must be at least the gate's min_effect 1.5",
         ],
     ),
     (
         "a wave's own must_detect for a gate it watches",
-        &[("    bake: 1h\n  - name: rest", "    bake: 1h\n    must_detect: {xid: 2}\n  - name: rest")],
+        &[(
+            "    bake: 1h\n  - name: rest",
+            "    bake: 1h\n    must_detect: {xid: 2}\n  - name: rest",
+        )],
         &[],
     ),
     (
@@ -559,7 +568,10 @@ const CASES: &[Case] = &[
     ),
     (
         "a soak no longer than the stated onset",
-        &[("rollback:\n", "detection:\n  soak: {min: 1d, max: 10d, onset: 2d}\nrollback:\n")],
+        &[(
+            "rollback:\n",
+            "detection:\n  soak: {min: 1d, max: 10d, onset: 2d}\nrollback:\n",
+        )],
         &[
             "t.yaml:30:15: warning: detection.soak.min 1d is not longer than the plausible onset of a delayed regression (2d, detection.soak.onset): the soak may pass before such a regression shows on the last wave's nodes; make soak.min longer",
         ],

@@ -761,7 +761,12 @@ mod tests {
         let p = bench_policy(file, source).unwrap();
         let [canary, early] = p.waves;
         assert_eq!(
-            (canary.per_stratum, canary.bake_h, canary.max_bake_h, canary.xid_must_detect),
+            (
+                canary.per_stratum,
+                canary.bake_h,
+                canary.max_bake_h,
+                canary.xid_must_detect
+            ),
             (8, 12, 720, 2.0)
         );
         assert_eq!(
@@ -807,7 +812,10 @@ mod tests {
         );
         check(source.replace("detection:\n", "unknown_key:\n"), "unknown field");
         check(
-            source.replace("    must_detect:\n      xid_errors: 1.5\n", "    must_detect:\n      pcie_aer: 3\n"),
+            source.replace(
+                "    must_detect:\n      xid_errors: 1.5\n",
+                "    must_detect:\n      pcie_aer: 3\n",
+            ),
             "the bench takes a wave's own must_detect for the XID gate only",
         );
     }

@@ -38,8 +38,18 @@ pub enum PolicyCommand {
     ///
     /// Also warns, at the gate, when the first wave (the canary) cannot
     /// detect a gate's `must_detect` effect with 80% power (default
-    /// baselines; see `policy power`). A `percent` canary is only checked
-    /// with `--fleet`.
+    /// baselines; see `policy power`; policies without a `detection` block).
+    /// A `percent` canary is only checked with `--fleet`.
+    ///
+    /// Per policy it prints which method judges it, the soak's holdback and
+    /// time, and `policy power`'s fleet-scale timing: per wave and rate gate,
+    /// median / p95 hours for a healthy wave to pass and for each effect to be
+    /// caught (on the `--fleet` file, else a nominal 1,000-node fleet; default
+    /// base rates). With a `detection` block it warns at the gate where a
+    /// healthy wave's p95 time to pass is beyond its `max_bake` (LIKELY HOLD),
+    /// and at `detection.soak.min` when the soak is not longer than the
+    /// plausible onset of a delayed regression (`soak.onset`, else the
+    /// longest wave bake).
     Lint {
         /// Files or directories (default: the current directory).
         paths: Vec<PathBuf>,
@@ -911,7 +921,10 @@ mod tests {
     #[test]
     fn lint_and_power_state_the_holdback_and_the_soak_time() {
         let source = std::fs::read_to_string(examples().join("hgx-gpu-firmware.yaml")).unwrap();
-        assert!(source.contains("    holdback_percent: 5\n"), "the example holds back 5%");
+        assert!(
+            source.contains("    holdback_percent: 5\n"),
+            "the example holds back 5%"
+        );
         let policy = orchestrator_policy::parse_policy(&source).unwrap();
         let line = soak_text(&policy, Some(1000), None).expect("a soak line");
         assert!(
@@ -961,10 +974,19 @@ mod tests {
                 .to_owned()
         };
         // The canary is held to 2x, the 10% wave to its own 1.5x: the first ratio caught is must_detect.
-        assert!(row("canary", "xid_errors").contains("(bake 12 h, max_bake 720 h); catch 2x "), "{out}");
-        assert!(row("early", "xid_errors").contains("(bake 8 h, max_bake 168 h); catch 1.5x "), "{out}");
+        assert!(
+            row("canary", "xid_errors").contains("(bake 12 h, max_bake 720 h); catch 2x "),
+            "{out}"
+        );
+        assert!(
+            row("early", "xid_errors").contains("(bake 8 h, max_bake 168 h); catch 1.5x "),
+            "{out}"
+        );
         // The last wave's bake is the soak: at least soak.min, at most soak.max.
-        assert!(row("rest", "xid_errors").contains("(bake 24 h, max_bake 400 h); catch 1.5x "), "{out}");
+        assert!(
+            row("rest", "xid_errors").contains("(bake 24 h, max_bake 400 h); catch 1.5x "),
+            "{out}"
+        );
         assert!(out.contains("1 file(s) checked: 0 error(s), 0 warning(s)\n"), "{out}");
     }
 

@@ -803,13 +803,7 @@ impl DetectorJudge {
                 } else {
                     return fail("no Prometheus server is configured for this judge".into());
                 }
-                let facts = match rate_facts(
-                    &cells,
-                    health_gate.min_effect,
-                    ctx.must_detect,
-                    ctx.alpha,
-                    ctx.beta,
-                ) {
+                let facts = match rate_facts(&cells, health_gate.min_effect, ctx.must_detect, ctx.alpha, ctx.beta) {
                     Ok(f) => f,
                     Err(err) => return fail(err.to_string()),
                 };
@@ -829,13 +823,7 @@ impl DetectorJudge {
                     must_detect: ctx.must_detect,
                     alpha: ctx.alpha,
                     beta: ctx.beta,
-                    ruled_out: ruled_out(
-                        GateKind::Rate,
-                        lower,
-                        upper,
-                        health_gate.min_effect,
-                        ctx.must_detect,
-                    ),
+                    ruled_out: ruled_out(GateKind::Rate, lower, upper, health_gate.min_effect, ctx.must_detect),
                     information_fraction: ctx.information_fraction,
                     expected_baseline_events: (e0 > 0.0).then(|| e1 * x0 as f64 / e0),
                     updated: FleetCohort {
@@ -891,13 +879,7 @@ impl DetectorJudge {
                     must_detect: ctx.must_detect,
                     alpha: ctx.alpha,
                     beta: ctx.beta,
-                    ruled_out: ruled_out(
-                        GateKind::Level,
-                        lower,
-                        upper,
-                        health_gate.min_effect,
-                        ctx.must_detect,
-                    ),
+                    ruled_out: ruled_out(GateKind::Level, lower, upper, health_gate.min_effect, ctx.must_detect),
                     information_fraction: ctx.information_fraction,
                     expected_baseline_events: None,
                     updated: FleetCohort {
