@@ -368,9 +368,10 @@ fn bad_input_exits_2_with_a_clear_message() {
 
 /// `waveguard demo` tells its whole story on a small fleet: the BMC release
 /// completes after one approval, the bad GPU release is rolled back and
-/// blocked; the web UI answers and the demo user can log in; Ctrl-C stops it.
+/// blocked; the web UI answers and the demo user can log in; SIGTERM stops it and removes its
+/// temporary database.
 #[test]
-fn the_demo_tells_its_story_and_stops_on_interrupt() {
+fn the_demo_tells_its_story_and_stops_on_sigterm() {
     use std::io::{BufRead, BufReader};
     use std::process::Stdio;
     use std::time::{Duration, Instant};
@@ -542,8 +543,10 @@ fn the_demo_tells_its_story_and_stops_on_interrupt() {
         );
     });
 
+    // SIGTERM, as `kill`, systemd and container runtimes stop it (Ctrl-C's SIGINT takes the same
+    // path): the temporary database goes however the demo is stopped.
     let status = Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
+        .args(["-TERM", &child.id().to_string()])
         .status()
         .unwrap();
     assert!(status.success());

@@ -146,9 +146,7 @@ async fn trends_are_grouped_by_day_version_and_outcome() {
     let clock = Arc::new(ManualClock::new(chrono::Utc::now()));
     for t in TestDb::all_backends_with_clock(clock.clone()).await {
         let db = &t.db;
-        let Seeded {
-            rollout, steps, fence, ..
-        } = seeded(db, 6).await;
+        let Seeded { steps, fence, .. } = seeded(db, 6).await;
         let since = clock.now() - Duration::days(1);
         // Day one: two succeeded, one failed; day two: one succeeded.
         for (i, step) in steps.iter().take(4).enumerate() {
@@ -329,9 +327,7 @@ async fn trends_follow_every_finished_step() {
     let clock = Arc::new(ManualClock::new(chrono::Utc::now()));
     for t in TestDb::all_backends_with_clock(clock.clone()).await {
         let db = &t.db;
-        let Seeded {
-            rollout, steps, fence, ..
-        } = seeded(db, 6).await;
+        let Seeded { steps, fence, .. } = seeded(db, 6).await;
         let since = clock.now() - Duration::days(1);
         let totals = |db: Db| async move {
             let days = db.daily_step_outcomes(since).await.unwrap();

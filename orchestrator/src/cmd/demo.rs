@@ -159,18 +159,14 @@ pub async fn run(args: DemoArgs, _context: &Context) -> anyhow::Result<ExitCode>
 
     let started = world.clock.now();
     let approve_after = (args.approve_after > 0).then(|| StdDuration::from_secs(args.approve_after));
-    let interrupted = tokio::signal::ctrl_c();
+    // SIGTERM too: the temporary database is removed on the way out, however the demo is stopped.
+    let interrupted = super::serve::shutdown_signal();
     tokio::pin!(interrupted);
     let mut told_done = false;
     let mut drains = DrainNarrator::default();
     loop {
         tokio::select! {
-            result = &mut interrupted => {
-                if let Err(err) = result {
-                    tracing::error!(error = %err, "cannot listen for Ctrl-C");
-                }
-                break;
-            }
+            () = &mut interrupted => break,
             () = tokio::time::sleep(StdDuration::from_millis(100)) => {}
         }
         let at = world.clock.now() - started;

@@ -320,8 +320,9 @@ fn start_engine(
     (engine, connector)
 }
 
-/// Resolves on the first SIGINT (Ctrl-C) or SIGTERM.
-async fn shutdown_signal() {
+/// Resolves on the first SIGINT (Ctrl-C) or SIGTERM: `kill`, systemd and container runtimes stop
+/// with SIGTERM, and every command that cleans up on the way out must hear both.
+pub(crate) async fn shutdown_signal() {
     let interrupt = async {
         if let Err(err) = tokio::signal::ctrl_c().await {
             tracing::error!(error = %err, "cannot listen for Ctrl-C");
