@@ -10,6 +10,9 @@
 //!   the looks and the bake extensions depend on the data;
 //! - [`quasi_poisson_dispersion`]: the over-dispersion of node-level counts, estimated from the
 //!   control, which tempers the rate evidence (XIDs burst and cascade across a node's GPUs);
+//! - [`NodeMixtureProcess`]: a rate gate's node-level look, a mixture over the share of updated nodes
+//!   made worse, against the control's spread of node rates ([`node_heterogeneity`]), for effects a
+//!   pooled ratio dilutes;
 //! - [`LevelEProcess`]: a level gate's evidence, one value per updated node (its concurrent
 //!   difference from the control), with a normal-mixture confidence sequence;
 //! - [`decide_wave`] / [`decide_soak`]: the three outcomes with the right nulls — Fail when the
@@ -28,6 +31,7 @@
 mod decision;
 mod dispersion;
 mod level;
+mod nodes;
 mod rate;
 pub mod sim;
 mod soak;
@@ -36,6 +40,7 @@ mod timing;
 pub use decision::{GateLook, SoakDecision, WaveDecision, WaveTiming, decide_soak, decide_wave};
 pub use dispersion::{NodeCount, quasi_poisson_dispersion};
 pub use level::{LevelEConfig, LevelEProcess, LevelLook};
+pub use nodes::{MIN_HETEROGENEITY, NodeCell, NodeMixtureProcess, NodeObservation, node_heterogeneity};
 pub use rate::{RateCell, RateEConfig, RateEProcess, RateLook};
 pub use soak::{counted_hours, holdback_events_needed, holdback_fraction};
 pub use timing::{
