@@ -23,6 +23,8 @@
 //! - [`counted_hours`] and [`holdback_events_needed`]: the post-reset exclusion rule and the
 //!   holdback's size;
 //! - [`hours_to_pass`] / [`hours_to_catch`]: median and p95 time to decide, for `policy power`;
+//! - [`forecast_catch`]: the chance of a catch by each wave's end, by a seeded Monte Carlo of the
+//!   method's own processes on the policy's waves (what `policy power` quotes);
 //! - [`sim`]: an I/O-free 1,000-node rollout simulation (the detection bench).
 //!
 //! The method, its assumptions and its guarantees are in the crate's `README.md` ("Fleet-scale
@@ -30,6 +32,7 @@
 
 mod decision;
 mod dispersion;
+mod forecast;
 mod level;
 mod nodes;
 mod rate;
@@ -39,6 +42,7 @@ mod timing;
 
 pub use decision::{GateLook, SoakDecision, WaveDecision, WaveTiming, decide_soak, decide_wave};
 pub use dispersion::{NodeCount, quasi_poisson_dispersion};
+pub use forecast::{FORECAST_SEEDS, Forecast, ForecastGate, ForecastWave, forecast_catch};
 pub use level::{LevelEConfig, LevelEProcess, LevelLook};
 pub use nodes::{MIN_HETEROGENEITY, NodeCell, NodeMixtureProcess, NodeObservation, node_heterogeneity};
 pub use rate::{RateCell, RateEConfig, RateEProcess, RateLook};

@@ -67,6 +67,8 @@ pub struct NodeMixtureProcess {
     index: std::collections::HashMap<u32, usize>,
     /// Per node: `(X, mu)`.
     nodes: Vec<(f64, f64)>,
+    /// Whether the last bin had an event on an updated node.
+    rose: bool,
 }
 
 impl NodeMixtureProcess {
@@ -77,6 +79,7 @@ impl NodeMixtureProcess {
             null,
             index: std::collections::HashMap::new(),
             nodes: Vec::new(),
+            rose: false,
         })
     }
 
@@ -98,6 +101,7 @@ impl NodeMixtureProcess {
                 )?;
             }
         }
+        self.rose = false;
         for cell in cells {
             let updated_exposure: f64 = cell.updated.iter().map(|o| o.exposure).sum();
             if updated_exposure <= 0.0 || cell.control_exposure <= 0.0 {
@@ -113,6 +117,7 @@ impl NodeMixtureProcess {
                 }
                 let slot = &mut self.nodes[index];
                 slot.0 += o.events as f64;
+                self.rose |= o.events > 0;
                 slot.1 += scale * o.exposure;
             }
         }
@@ -150,6 +155,14 @@ impl NodeMixtureProcess {
     pub fn fails(&self, level: f64, heterogeneity: f64) -> Result<bool, FleetError> {
         check("level", "in (0, 1)", level, level > 0.0 && level < 1.0)?;
         Ok(self.ln_evidence(heterogeneity) >= (1.0 / level).ln())
+    }
+
+    /// Whether the last bin could have raised the evidence. Between an updated node's events every
+    /// node's expected count grows and its likelihood ratio falls (for every alternative), so the
+    /// evidence (at a given heterogeneity) can first cross a boundary only at a bin with such an event:
+    /// a caller may skip the look at other bins. Skipping removes looks, never adds a rejection.
+    pub fn may_have_risen(&self) -> bool {
+        self.rose
     }
 
     /// Updated nodes seen so far.

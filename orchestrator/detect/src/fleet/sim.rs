@@ -11,9 +11,9 @@
 //! throughput one). Every number here is a model of a fleet, stated so the figures can be judged.
 
 use super::{
-    ErrorBudget, GateLook, LevelEConfig, LevelEProcess, NodeCell, NodeCount, NodeMixtureProcess, NodeObservation,
+    ErrorBudget, FORECAST_SEEDS, Forecast, ForecastGate, ForecastWave, GateLook, LevelEConfig, LevelEProcess, NodeCell, NodeCount, NodeMixtureProcess, NodeObservation,
     RateCell, RateEConfig, RateEProcess, SoakDecision, TimedWave, WaveDecision, WaveTiming, catch_by_wave_end,
-    decide_soak, decide_wave, node_heterogeneity, quasi_poisson_dispersion,
+    decide_soak, decide_wave, forecast_catch, node_heterogeneity, quasi_poisson_dispersion,
 };
 use crate::{
     Direction, LevelCohorts, LevelGate, Outcome, RateCohorts, RateGate, RateSample, SequentialPlan, SpendingFunction,
@@ -412,12 +412,53 @@ pub fn wave_exposure(policy: &BenchPolicy) -> [usize; 2] {
     [canary, canary + policy.waves[1].per_stratum * STRATA]
 }
 
-/// What `policy power` predicts for a rate cell (`orchestrator_detect::fleet::catch_by_wave_end`, the
-/// function behind its `catch_by_end`): the chance that the fleet method has caught the release by the
-/// end of the canary and of the 10% wave, from the XID gate alone. The base rate is given as episodes
-/// (the unit the fleet method counts), dispersion 1, as `policy power` assumes. `None` for other cells:
-/// `policy power` has no fleet-method timing for level gates.
+/// What `policy power` predicts for a rate cell ([`super::forecast_catch`], behind its `catch_by_end`):
+/// the chance that the fleet method has caught the release by the end of the canary and of the 10%
+/// wave, from a Monte Carlo of the method's rate gates (XID episodes and AER) on the bench policy's
+/// waves, with the cell's concentration. `None` for other cells: `policy power` forecasts rate gates.
 pub fn predicted_catch(cell: &Cell, policy: &BenchPolicy) -> Option<[f64; 2]> {
+    let Effect::Rate { ratio, share } = cell.effect else {
+        return None;
+    };
+    let (alpha, beta) = policy.budget.per_gate(4);
+    let forecast = Forecast {
+        fleet_nodes: NODES,
+        waves: policy
+            .waves
+            .iter()
+            .map(|w| ForecastWave {
+                nodes: w.per_stratum * STRATA,
+                bake_hours: f64::from(w.bake_h),
+                max_bake_hours: f64::from(w.max_bake_h),
+            })
+            .collect(),
+        gates: vec![
+            ForecastGate {
+                events_per_node_hour: cell.base * GPUS / MEAN_BURST,
+                null: policy.nulls[0],
+                must_detect: policy.waves.iter().map(|w| w.xid_must_detect).collect(),
+                alpha,
+                beta,
+                dispersion_estimated: true,
+            },
+            ForecastGate {
+                events_per_node_hour: AER_PER_NODE_HOUR,
+                null: policy.nulls[1],
+                must_detect: vec![policy.must_detect[0]; policy.waves.len()],
+                alpha,
+                beta,
+                dispersion_estimated: false,
+            },
+        ],
+        seeds: FORECAST_SEEDS,
+    };
+    let p = forecast_catch(&forecast, 0, ratio, share).ok()?;
+    Some([*p.first()?, *p.get(1)?])
+}
+
+/// The closed-form prediction [`catch_by_wave_end`] for a rate cell (the XID gate's cumulative
+/// process alone, uniform effect), kept for comparison with [`predicted_catch`].
+pub fn predicted_catch_closed_form(cell: &Cell, policy: &BenchPolicy) -> Option<[f64; 2]> {
     let Effect::Rate { ratio, .. } = cell.effect else {
         return None;
     };
@@ -640,8 +681,8 @@ pub fn run_fleet_method(cell: &Cell, policy: &BenchPolicy, seed: u64) -> Run {
         let xid_spread = node_heterogeneity(&xid_control).unwrap_or(0.0);
         let aer_spread = node_heterogeneity(&control_counts(&control_aer, 1.0)).unwrap_or(0.0);
         let node_level = config.node_look_level(alpha);
-        let xid_node_fail = xid_nodes.fails(node_level, xid_spread).unwrap_or(false);
-        let aer_node_fail = aer_nodes.fails(node_level, aer_spread).unwrap_or(false);
+        let xid_node_fail = xid_nodes.may_have_risen() && xid_nodes.fails(node_level, xid_spread).unwrap_or(false);
+        let aer_node_fail = aer_nodes.may_have_risen() && aer_nodes.fails(node_level, aer_spread).unwrap_or(false);
         let xid_md = match phase {
             0 | 1 => policy.waves[phase].xid_must_detect,
             _ => policy.soak_xid_must_detect,
