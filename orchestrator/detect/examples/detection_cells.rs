@@ -123,5 +123,8 @@ fn main() {
             );
         }
     }
-    println!("calibration inside 99%: {inside} of {checked}; {:.0} s", started.elapsed().as_secs_f64());
+    println!(
+        "calibration inside 99%: {inside} of {checked}; {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
 }

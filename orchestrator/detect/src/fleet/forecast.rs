@@ -14,9 +14,7 @@
 //! hour excluded, hourly looks. Level gates are not simulated: they rule out their `must_detect`
 //! within hours, long before a rate gate can, so they do not decide when a wave ends.
 
-use super::{
-    FleetError, NodeCell, NodeMixtureProcess, NodeObservation, RateCell, RateEConfig, RateEProcess, check,
-};
+use super::{FleetError, NodeCell, NodeMixtureProcess, NodeObservation, RateCell, RateEConfig, RateEProcess, check};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 

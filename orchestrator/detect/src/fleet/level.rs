@@ -200,6 +200,17 @@ mod tests {
     }
 
     #[test]
+    fn the_mixture_scale_lowers_the_boundary_where_the_evidence_is() {
+        let boundary_sd = |r: f64, level: f64| ((1.0 + r) * (((1.0 + r) / r).ln() + 2.0 * (1.0 / level).ln())).sqrt();
+        let r = mixture_scale(0.005);
+        assert!((0.05..0.15).contains(&r), "{r}");
+        assert!((boundary_sd(1.0, 0.005) - 4.75).abs() < 0.01);
+        assert!(boundary_sd(r, 0.005) < 3.8, "{}", boundary_sd(r, 0.005));
+        // A laxer level spends less of the evidence on the boundary, so its scale is larger.
+        assert!(mixture_scale(0.05) > r);
+    }
+
+    #[test]
     fn a_shared_small_control_limits_what_a_large_batch_proves() {
         // 800 nodes 0.3 above a 50-node holdback: the holdback's mean alone is uncertain by
         // 1/sqrt(50) = 0.14 node sd, so a 0.3 shift is not proven beyond 0.1 ...

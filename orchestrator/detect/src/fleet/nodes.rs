@@ -248,10 +248,16 @@ mod tests {
     fn a_quarter_of_nodes_at_four_times_is_caught_and_alike_nodes_are_not() {
         // 8 of 32 nodes at 4x (1.75x on average) for 300 h: 3 expected events per node.
         let caught = (0..20)
-            .filter(|&s| run(s, 300, |n| if n < 8 { 4.0 } else { 1.0 }).fails(0.005, 0.0).unwrap())
+            .filter(|&s| {
+                run(s, 300, |n| if n < 8 { 4.0 } else { 1.0 })
+                    .fails(0.005, 0.0)
+                    .unwrap()
+            })
             .count();
         assert!(caught >= 15, "{caught} of 20");
-        let false_alarms = (0..20).filter(|&s| run(100 + s, 300, |_| 1.0).fails(0.005, 0.0).unwrap()).count();
+        let false_alarms = (0..20)
+            .filter(|&s| run(100 + s, 300, |_| 1.0).fails(0.005, 0.0).unwrap())
+            .count();
         assert_eq!(false_alarms, 0);
     }
 

@@ -11,9 +11,10 @@
 //! throughput one). Every number here is a model of a fleet, stated so the figures can be judged.
 
 use super::{
-    ErrorBudget, FORECAST_SEEDS, Forecast, ForecastGate, ForecastWave, GateLook, LevelEConfig, LevelEProcess, NodeCell, NodeCount, NodeMixtureProcess, NodeObservation,
-    RateCell, RateEConfig, RateEProcess, SoakDecision, TimedWave, WaveDecision, WaveTiming, catch_by_wave_end,
-    decide_soak, decide_wave, forecast_catch, node_heterogeneity, quasi_poisson_dispersion,
+    ErrorBudget, FORECAST_SEEDS, Forecast, ForecastGate, ForecastWave, GateLook, LevelEConfig, LevelEProcess, NodeCell,
+    NodeCount, NodeMixtureProcess, NodeObservation, RateCell, RateEConfig, RateEProcess, SoakDecision, TimedWave,
+    WaveDecision, WaveTiming, catch_by_wave_end, decide_soak, decide_wave, forecast_catch, node_heterogeneity,
+    quasi_poisson_dispersion,
 };
 use crate::{
     Direction, LevelCohorts, LevelGate, Outcome, RateCohorts, RateGate, RateSample, SequentialPlan, SpendingFunction,

@@ -775,7 +775,9 @@ pub fn fleet_timing(policy: &Policy, waves: &[WaveShape], options: &PowerOptions
         let mut gates = Vec::new();
         let mut effect_gate = 0;
         for other in together {
-            let Some(gate) = policy.health.gate(other) else { continue };
+            let Some(gate) = policy.health.gate(other) else {
+                continue;
+            };
             let other_rows = &timed[other];
             let Some(row) = other_rows.first() else { continue };
             if other == name {
@@ -805,7 +807,9 @@ pub fn fleet_timing(policy: &Policy, waves: &[WaveShape], options: &PowerOptions
             gates,
             seeds: FORECAST_SEEDS,
         };
-        let Some(first) = rows.first().map(|r| r.out) else { continue };
+        let Some(first) = rows.first().map(|r| r.out) else {
+            continue;
+        };
         let ratios: Vec<f64> = out[first].catch_hours.iter().map(|c| c.0).collect();
         for ratio in ratios {
             let Ok(by_end) = forecast_catch(&forecast, effect_gate, ratio, 1.0) else {
