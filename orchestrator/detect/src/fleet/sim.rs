@@ -559,10 +559,9 @@ pub fn run_fleet_method(cell: &Cell, policy: &BenchPolicy, seed: u64) -> Run {
     let config = RateEConfig::with_node_look();
     let mut xid = RateEProcess::new(config);
     let mut aer = RateEProcess::new(config);
-    // The simulation's nulls are valid ratios; a failure here would be a bench bug.
-    let node_process = |null: f64| NodeMixtureProcess::new(null).unwrap_or_else(|_| unreachable!("valid null"));
-    let mut xid_nodes = node_process(policy.nulls[0]);
-    let mut aer_nodes = node_process(policy.nulls[1]);
+    // A null the node look rejects (not a positive ratio) leaves the gate without the look.
+    let mut xid_nodes = NodeMixtureProcess::new(policy.nulls[0]).ok();
+    let mut aer_nodes = NodeMixtureProcess::new(policy.nulls[1]).ok();
     let mut bound = Bound::new(cell, policy);
     // Control nodes' counts since the start, for the dispersion estimate.
     let mut control_aer = vec![0u64; NODES];
@@ -663,8 +662,11 @@ pub fn run_fleet_method(cell: &Cell, policy: &BenchPolicy, seed: u64) -> Run {
         }
         let _ = xid.observe_bin(&xid_cells);
         let _ = aer.observe_bin(&aer_cells);
-        let _ = xid_nodes.observe_bin(&xid_node_cells);
-        let _ = aer_nodes.observe_bin(&aer_node_cells);
+        for (process, cells) in [(&mut xid_nodes, &xid_node_cells), (&mut aer_nodes, &aer_node_cells)] {
+            if let Some(p) = process {
+                let _ = p.observe_bin(cells);
+            }
+        }
         bound.add(hour_end, baseline, level_info);
         let control_counts = |counts: &[u64], per_hour: f64| -> Vec<NodeCount> {
             (0..NODES)
@@ -682,8 +684,13 @@ pub fn run_fleet_method(cell: &Cell, policy: &BenchPolicy, seed: u64) -> Run {
         let xid_spread = node_heterogeneity(&xid_control).unwrap_or(0.0);
         let aer_spread = node_heterogeneity(&control_counts(&control_aer, 1.0)).unwrap_or(0.0);
         let node_level = config.node_look_level(alpha);
-        let xid_node_fail = xid_nodes.may_have_risen() && xid_nodes.fails(node_level, xid_spread).unwrap_or(false);
-        let aer_node_fail = aer_nodes.may_have_risen() && aer_nodes.fails(node_level, aer_spread).unwrap_or(false);
+        let node_fail = |process: &Option<NodeMixtureProcess>, spread: f64| {
+            process
+                .as_ref()
+                .is_some_and(|p| p.may_have_risen() && p.fails(node_level, spread).unwrap_or(false))
+        };
+        let xid_node_fail = node_fail(&xid_nodes, xid_spread);
+        let aer_node_fail = node_fail(&aer_nodes, aer_spread);
         let xid_md = match phase {
             0 | 1 => policy.waves[phase].xid_must_detect,
             _ => policy.soak_xid_must_detect,
