@@ -659,7 +659,9 @@ pub struct FleetGateTiming {
 /// default). Evidence pools across waves: a wave starts with the baseline events its predecessors
 /// gathered, each assumed to have baked for the later of its bake and its healthy median (capped at
 /// `max_bake`). Counts are assumed Poisson (dispersion 1); bursty metrics take longer, by about their
-/// dispersion. Kept apart from [`power_table`]: it is the fleet-scale method's timing, not the per-wave test's power.
+/// dispersion. `catch_by_end` is not this closed form but a seeded Monte Carlo of the method itself
+/// (`forecast_catch`), which the detection bench checks against its simulated fleet. Kept apart from
+/// [`power_table`]: it is the fleet-scale method's timing, not the per-wave test's power.
 pub fn fleet_timing(policy: &Policy, waves: &[WaveShape], options: &PowerOptions) -> Vec<FleetGateTiming> {
     use orchestrator_detect::fleet::{
         FORECAST_SEEDS, Forecast, ForecastGate, ForecastWave, RateTimingInput, TimedWave, forecast_catch,
