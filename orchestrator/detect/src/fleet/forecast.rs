@@ -33,8 +33,7 @@ pub struct ForecastGate {
     pub beta: f64,
     /// Whether the judge tempers this gate by a quasi-Poisson dispersion estimated from the control.
     /// The estimate is floored at 1, so its noise alone makes the gate slower than a Poisson one; the
-    /// forecast draws it once per rollout (Pearson's statistic over the controls, sd `sqrt(3 / n)` at
-    /// the small counts per node a canary's bake sees) and keeps it.
+    /// forecast models that noise (`Estimates`).
     pub dispersion_estimated: bool,
 }
 
@@ -86,6 +85,33 @@ fn poisson(rng: &mut impl Rng, mean: f64) -> u64 {
         }
     }
     total
+}
+
+/// What the judge estimates from the controls' node counts of a world whose nodes are alike: the
+/// quasi-Poisson dispersion (Pearson's statistic over `n` controls with `m` expected events each has
+/// sd `sqrt((2 + 1/m) / n)` around 1, floored at 1) and the node-rate spread (the moment estimator has
+/// sd `sqrt(2 / n) / m` around 0, floored at 0). Both are noisiest early, when `m` is small, which
+/// makes the judge more cautious than a known-Poisson model; a forecast that ignored it promised up to
+/// 7 points too much at low base rates.
+struct Estimates {
+    dispersion: f64,
+    heterogeneity: f64,
+}
+
+impl Estimates {
+    fn at(gate: &ForecastGate, (z_phi, z_h): (f64, f64), controls: f64, hours: f64) -> Self {
+        let m = gate.events_per_node_hour * hours.max(1.0);
+        let n = controls.max(2.0);
+        let dispersion = if gate.dispersion_estimated {
+            (1.0 + z_phi * ((2.0 + 1.0 / m) / n).sqrt()).max(1.0)
+        } else {
+            1.0
+        };
+        Self {
+            dispersion,
+            heterogeneity: (z_h * (2.0 / n).sqrt() / m).max(0.0),
+        }
+    }
 }
 
 fn normal(rng: &mut impl Rng) -> f64 {
@@ -168,18 +194,12 @@ pub fn forecast_catch(f: &Forecast, gate: usize, ratio: f64, share: f64) -> Resu
 fn simulate(f: &Forecast, effect_gate: usize, ratio: f64, share: f64, seed: u64) -> Option<usize> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let config = RateEConfig::with_node_look();
-    let first_controls = (f.fleet_nodes - f.waves.first().map_or(0, |w| w.nodes)) as f64;
-    let phi: Vec<f64> = f
+    // The judge's two plug-ins from the controls' node counts, each with one standard normal draw per
+    // rollout (the counts are cumulative, so their estimates drift slowly): see `Estimates`.
+    let noise: Vec<(f64, f64)> = f
         .gates
         .iter()
-        .map(|g| {
-            let z = normal(&mut rng);
-            if g.dispersion_estimated {
-                (1.0 + z * (3.0 / first_controls).sqrt()).max(1.0)
-            } else {
-                1.0
-            }
-        })
+        .map(|_| (normal(&mut rng), normal(&mut rng)))
         .collect();
     let mut pooled: Vec<RateEProcess> = f.gates.iter().map(|_| RateEProcess::new(config)).collect();
     let mut nodes: Vec<NodeMixtureProcess> = f
@@ -233,9 +253,18 @@ fn simulate(f: &Forecast, effect_gate: usize, ratio: f64, share: f64, seed: u64)
             let elapsed = f64::from(hour - start);
             let mut all_ready = true;
             for (g, gate) in f.gates.iter().enumerate() {
-                let look = pooled[g].look(gate.null, gate.must_detect[index], gate.alpha, gate.beta, phi[g]);
+                let estimates = Estimates::at(gate, noise[g], controls, f64::from(hour));
+                let look = pooled[g].look(
+                    gate.null,
+                    gate.must_detect[index],
+                    gate.alpha,
+                    gate.beta,
+                    estimates.dispersion,
+                );
                 let node_fail = nodes[g].may_have_risen()
-                    && nodes[g].fails(config.node_look_level(gate.alpha), 0.0).unwrap_or(false);
+                    && nodes[g]
+                        .fails(config.node_look_level(gate.alpha), estimates.heterogeneity)
+                        .unwrap_or(false);
                 match look {
                     Ok(l) if l.fail || node_fail => return Some(index),
                     Ok(l) => all_ready &= l.pass_ready,
