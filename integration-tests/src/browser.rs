@@ -211,11 +211,35 @@ pub async fn wait_until(client: &Client, what: &str, script: &str, limit: Durati
     }
 }
 
+/// Types `text` into the field with id `id`. A live update may swap the field for its fresh copy
+/// between finding it and typing (a field nobody has touched yet is not guarded), which WebDriver
+/// reports as stale or not interactable: find it again, as a person would click again. Nothing
+/// was typed when either error comes, so a retry never types twice.
+pub async fn type_into(client: &Client, id: &str, text: &str) -> anyhow::Result<()> {
+    let deadline = Instant::now() + UI_WAIT;
+    loop {
+        let typed = match client.find(Locator::Id(id)).await {
+            Ok(field) => field.send_keys(text).await,
+            Err(e) => Err(e),
+        };
+        match typed {
+            Ok(()) => return Ok(()),
+            Err(e)
+                if (e.is_stale_element_reference() || e.is_element_not_interactable() || e.is_no_such_element())
+                    && Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => return Err(e).with_context(|| format!("typing into #{id}")),
+        }
+    }
+}
+
 /// Logs `user` in through the login form.
 pub async fn login(client: &Client, base: &str, user: &str) -> anyhow::Result<()> {
     client.goto(&format!("{base}/login")).await?;
-    client.find(Locator::Id("username")).await?.send_keys(user).await?;
-    client.find(Locator::Id("password")).await?.send_keys(PASSWORD).await?;
+    type_into(client, "username", user).await?;
+    type_into(client, "password", PASSWORD).await?;
     client.find(Locator::Id("login")).await?.click().await?;
     wait_until(
         client,

@@ -26,7 +26,8 @@ use anyhow::{Context as _, bail, ensure};
 use bmc_sim::Scenario;
 use fantoccini::{Client, Locator};
 use integration_tests::browser::{
-    Browser, UI_WAIT, WebServer, add_users, clear_screenshots, login, programs_or_skip, shot, wait_until, wave_state_is,
+    Browser, UI_WAIT, WebServer, add_users, clear_screenshots, login, programs_or_skip, shot, type_into, wait_until,
+    wave_state_is,
 };
 use integration_tests::fixtures::{
     GPU_FROM, GPU_TO, PolicyYaml, SKU, WaveSize, WaveYaml, health_section, redfish_gate,
@@ -263,7 +264,7 @@ async fn a_typed_comment_survives_live_updates() {
             )
             .await?;
             let typed = "XID rate flat on both canaries; ok to go";
-            client.find(Locator::Id(&comment_id)).await?.send_keys(typed).await?;
+            type_into(client, &comment_id, typed).await?;
             let before = updates(client).await?;
 
             // Three colleagues approve from elsewhere while Sam's comment sits
@@ -300,7 +301,7 @@ async fn a_typed_comment_survives_live_updates() {
             shot(client, "cockpit-a-comment-survived").await?;
 
             // Typing goes on where it was, and the approval carries the comment.
-            client.find(Locator::Id(&comment_id)).await?.send_keys(" (sam)").await?;
+            type_into(client, &comment_id, " (sam)").await?;
             client
                 .find(Locator::Id(&format!("approve-{}", c.canary)))
                 .await?

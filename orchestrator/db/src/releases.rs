@@ -1,6 +1,9 @@
 use orchestrator_types::{ComponentKind, FirmwareVersion, QualificationState, ReleaseId, RolloutId, TransitionRequest};
 use sea_orm::sea_query::Expr;
-use sea_orm::{ActiveModelTrait, ColumnTrait, EntityTrait, QueryFilter, QueryOrder, Set, TransactionTrait};
+use sea_orm::{
+    ActiveModelTrait, ColumnTrait, DatabaseTransaction, EntityTrait, QueryFilter, QueryOrder, Set, TransactionTrait,
+    UpdateMany,
+};
 use serde_json::json;
 
 use crate::audit;
@@ -8,6 +11,40 @@ use crate::entity::{qualification_results, releases};
 use crate::error::is_unique_violation;
 use crate::model::{GateResult, NewGateResult, NewRelease, Release, ReleaseRollback};
 use crate::{Db, DbError};
+
+/// The release's qualification state as `txn` sees it, the precondition of every transition.
+async fn qualification_in(txn: &DatabaseTransaction, id: ReleaseId) -> Result<QualificationState, DbError> {
+    let row = releases::Entity::find_by_id(id.0)
+        .one(txn)
+        .await?
+        .ok_or_else(|| DbError::NotFound {
+            what: "release",
+            key: id.to_string(),
+        })?;
+    Ok(to_release(row)?.qualification_state)
+}
+
+/// Applies `update` only while the release is still in `read` state: two people (or a person and
+/// the engine) acting on the same release cannot both win.
+async fn set_qualification_if(
+    txn: &DatabaseTransaction,
+    id: ReleaseId,
+    read: QualificationState,
+    update: UpdateMany<releases::Entity>,
+) -> Result<(), DbError> {
+    let updated = update
+        .filter(releases::Column::Id.eq(id.0))
+        .filter(releases::Column::QualificationState.eq(read.as_str()))
+        .exec(txn)
+        .await?;
+    if updated.rows_affected != 1 {
+        return Err(DbError::Invalid {
+            field: "qualification_state".into(),
+            reason: "the release changed state concurrently; reload and retry".into(),
+        });
+    }
+    Ok(())
+}
 
 fn to_release(row: releases::Model) -> Result<Release, DbError> {
     Ok(Release {
@@ -181,30 +218,19 @@ impl Db {
     ) -> Result<Release, DbError> {
         let now = self.clock.now();
         let txn = self.writer.begin().await?;
-        let row = releases::Entity::find_by_id(id.0)
-            .one(&txn)
-            .await?
-            .ok_or_else(|| DbError::NotFound {
-                what: "release",
-                key: id.to_string(),
-            })?;
-        let current = to_release(row)?.qualification_state;
+        let current = qualification_in(&txn, id).await?;
         let reason = request.reason.as_deref().map(str::trim).filter(|r| !r.is_empty());
         let next = current.transition(request.to, reason)?;
-        let updated = releases::Entity::update_many()
-            .col_expr(releases::Column::QualificationState, Expr::value(next.as_str()))
-            .col_expr(releases::Column::StateReason, Expr::value(reason.map(str::to_owned)))
-            .col_expr(releases::Column::UpdatedAt, Expr::value(now))
-            .filter(releases::Column::Id.eq(id.0))
-            .filter(releases::Column::QualificationState.eq(current.as_str()))
-            .exec(&txn)
-            .await?;
-        if updated.rows_affected != 1 {
-            return Err(DbError::Invalid {
-                field: "qualification_state".into(),
-                reason: "the release changed state concurrently; reload and retry".into(),
-            });
-        }
+        set_qualification_if(
+            &txn,
+            id,
+            current,
+            releases::Entity::update_many()
+                .col_expr(releases::Column::QualificationState, Expr::value(next.as_str()))
+                .col_expr(releases::Column::StateReason, Expr::value(reason.map(str::to_owned)))
+                .col_expr(releases::Column::UpdatedAt, Expr::value(now)),
+        )
+        .await?;
         let action = match (current, next) {
             (_, QualificationState::Blocked) => "release.block",
             (QualificationState::Blocked, _) => "release.unblock",
@@ -232,33 +258,22 @@ impl Db {
     pub async fn mark_fleet_proven(&self, id: ReleaseId, rollout: RolloutId, actor: &str) -> Result<bool, DbError> {
         let now = self.clock.now();
         let txn = self.writer.begin().await?;
-        let row = releases::Entity::find_by_id(id.0)
-            .one(&txn)
-            .await?
-            .ok_or_else(|| DbError::NotFound {
-                what: "release",
-                key: id.to_string(),
-            })?;
-        let current = to_release(row)?.qualification_state;
+        let current = qualification_in(&txn, id).await?;
         let Some(next) = current.prove_in_fleet()? else {
             return Ok(false);
         };
         let reason = format!("rollout {rollout}: the soak against the holdback passed");
-        let updated = releases::Entity::update_many()
-            .col_expr(releases::Column::QualificationState, Expr::value(next.as_str()))
-            .col_expr(releases::Column::StateReason, Expr::value(Some(reason.clone())))
-            .col_expr(releases::Column::FleetProvenBy, Expr::value(Some(rollout.0)))
-            .col_expr(releases::Column::UpdatedAt, Expr::value(now))
-            .filter(releases::Column::Id.eq(id.0))
-            .filter(releases::Column::QualificationState.eq(current.as_str()))
-            .exec(&txn)
-            .await?;
-        if updated.rows_affected != 1 {
-            return Err(DbError::Invalid {
-                field: "qualification_state".into(),
-                reason: "the release changed state concurrently; reload and retry".into(),
-            });
-        }
+        set_qualification_if(
+            &txn,
+            id,
+            current,
+            releases::Entity::update_many()
+                .col_expr(releases::Column::QualificationState, Expr::value(next.as_str()))
+                .col_expr(releases::Column::StateReason, Expr::value(Some(reason.clone())))
+                .col_expr(releases::Column::FleetProvenBy, Expr::value(Some(rollout.0)))
+                .col_expr(releases::Column::UpdatedAt, Expr::value(now)),
+        )
+        .await?;
         audit::append(
             &txn,
             now,

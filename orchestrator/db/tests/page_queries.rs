@@ -13,13 +13,16 @@ use orchestrator_db::testing::{TestDb, fixtures};
 use orchestrator_types::{Clock, ManualClock, NodeId, NodeState};
 use serde_json::json;
 
-async fn seeded(
-    db: &Db,
-    nodes: usize,
-) -> (
-    orchestrator_db::execution::ExecRollout,
-    Vec<orchestrator_db::model::Node>,
-) {
+/// A rollout over `nodes` nodes (4 in the canary, the rest in a second wave), every step
+/// pending, and the executor's fence to move them with.
+struct Seeded {
+    rollout: orchestrator_db::execution::ExecRollout,
+    nodes: Vec<orchestrator_db::model::Node>,
+    steps: Vec<orchestrator_db::execution::ExecStep>,
+    fence: orchestrator_db::execution::Fence,
+}
+
+async fn seeded(db: &Db, nodes: usize) -> Seeded {
     let nodes = fixtures::gpu_nodes(nodes).racks(2).seed(db).await.unwrap();
     let release = fixtures::add_qualified_release(db, &fixtures::release("96.00.61.00.01"), "alice")
         .await
@@ -36,26 +39,36 @@ async fn seeded(
     )
     .await
     .unwrap();
-    (rollout, nodes)
+    let fence = db
+        .acquire_lease("executor", "test", Duration::days(30))
+        .await
+        .unwrap()
+        .unwrap();
+    let steps = db
+        .steps(&StepFilter {
+            rollout_id: Some(rollout.id),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    Seeded {
+        rollout,
+        nodes,
+        steps,
+        fence,
+    }
 }
 
 #[tokio::test]
 async fn a_page_of_steps_carries_names_filters_and_counts() {
     for t in TestDb::all_backends().await {
         let db = &t.db;
-        let (rollout, nodes) = seeded(db, 12).await;
-        let fence = db
-            .acquire_lease("executor", "test", Duration::minutes(5))
-            .await
-            .unwrap()
-            .unwrap();
-        let all = db
-            .steps(&StepFilter {
-                rollout_id: Some(rollout.id),
-                ..Default::default()
-            })
-            .await
-            .unwrap();
+        let Seeded {
+            rollout,
+            nodes,
+            steps: all,
+            fence,
+        } = seeded(db, 12).await;
         assert_eq!(all.len(), 12);
         // Two canary steps flashing, one failed.
         for (step, to) in all
@@ -133,19 +146,9 @@ async fn trends_are_grouped_by_day_version_and_outcome() {
     let clock = Arc::new(ManualClock::new(chrono::Utc::now()));
     for t in TestDb::all_backends_with_clock(clock.clone()).await {
         let db = &t.db;
-        let (rollout, _) = seeded(db, 6).await;
-        let fence = db
-            .acquire_lease("executor", "test", Duration::days(30))
-            .await
-            .unwrap()
-            .unwrap();
-        let steps = db
-            .steps(&StepFilter {
-                rollout_id: Some(rollout.id),
-                ..Default::default()
-            })
-            .await
-            .unwrap();
+        let Seeded {
+            rollout, steps, fence, ..
+        } = seeded(db, 6).await;
         let since = clock.now() - Duration::days(1);
         // Day one: two succeeded, one failed; day two: one succeeded.
         for (i, step) in steps.iter().take(4).enumerate() {
@@ -233,19 +236,9 @@ async fn counts_per_wave_follow_every_step_write() {
     let clock = Arc::new(ManualClock::new(chrono::Utc::now()));
     for t in TestDb::all_backends_with_clock(clock.clone()).await {
         let db = &t.db;
-        let (rollout, _) = seeded(db, 6).await;
-        let fence = db
-            .acquire_lease("executor", "test", Duration::days(30))
-            .await
-            .unwrap()
-            .unwrap();
-        let steps = db
-            .steps(&StepFilter {
-                rollout_id: Some(rollout.id),
-                ..Default::default()
-            })
-            .await
-            .unwrap();
+        let Seeded {
+            rollout, steps, fence, ..
+        } = seeded(db, 6).await;
         let flashing = |n: u64| Some(n).filter(|n| *n > 0);
         let count = |db: Db| async move {
             let by_wave = db.step_counts_by_wave(rollout.id).await.unwrap();
@@ -336,19 +329,9 @@ async fn trends_follow_every_finished_step() {
     let clock = Arc::new(ManualClock::new(chrono::Utc::now()));
     for t in TestDb::all_backends_with_clock(clock.clone()).await {
         let db = &t.db;
-        let (rollout, _) = seeded(db, 6).await;
-        let fence = db
-            .acquire_lease("executor", "test", Duration::days(30))
-            .await
-            .unwrap()
-            .unwrap();
-        let steps = db
-            .steps(&StepFilter {
-                rollout_id: Some(rollout.id),
-                ..Default::default()
-            })
-            .await
-            .unwrap();
+        let Seeded {
+            rollout, steps, fence, ..
+        } = seeded(db, 6).await;
         let since = clock.now() - Duration::days(1);
         let totals = |db: Db| async move {
             let days = db.daily_step_outcomes(since).await.unwrap();

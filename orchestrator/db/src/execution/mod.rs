@@ -12,8 +12,8 @@
 //!
 //! One submodule per concern: `lease` (the fence), `plan` (storing a plan
 //! with its rollout), `rollout`, `wave` and `step` (records, reads and
-//! transitions of each; `step_batch`: step transitions committed in groups; `step_page`: paged steps with node names and
-//! counts for the pages and the API), `approval` (the two-person rule) and `rollback`.
+//! transitions of each; `step_batch`: step transitions committed in groups; `step_counts`: kept step counts for the pages
+//! and the API), `approval` (the two-person rule) and `rollback`.
 
 mod approval;
 mod lease;
@@ -22,7 +22,7 @@ mod rollback;
 mod rollout;
 mod step;
 mod step_batch;
-mod step_page;
+mod step_counts;
 mod wave;
 
 use std::str::FromStr;
@@ -40,7 +40,7 @@ pub use step::{
     ExecStep, MAX_STEP_PAGE_ROWS, NamedStep, PlacedStep, StepChange, StepCounts, StepFilter, StepPageQuery,
     StepRevision, StepTarget,
 };
-pub use step_page::total_counts;
+pub use step_counts::total_counts;
 pub use wave::{ExecWave, WaveChange};
 
 use crate::DbError;

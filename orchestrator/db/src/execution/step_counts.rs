@@ -1,7 +1,7 @@
 //! Counts of a rollout's steps for the pages and the API: a rollout of
 //! 100,000 nodes has 100,000 steps, so counts are one grouped query, kept
 //! until a step changes, never a read of every step. (The node table's page
-//! of steps with names is `step::step_page`.)
+//! of steps with names is `Db::step_page`.)
 
 use std::collections::BTreeMap;
 
