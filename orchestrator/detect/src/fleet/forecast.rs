@@ -90,9 +90,8 @@ fn poisson(rng: &mut impl Rng, mean: f64) -> u64 {
 /// What the judge estimates from the controls' node counts of a world whose nodes are alike: the
 /// quasi-Poisson dispersion (Pearson's statistic over `n` controls with `m` expected events each has
 /// sd `sqrt((2 + 1/m) / n)` around 1, floored at 1) and the node-rate spread (the moment estimator has
-/// sd `sqrt(2 / n) / m` around 0, floored at 0). Both are noisiest early, when `m` is small, which
-/// makes the judge more cautious than a known-Poisson model; a forecast that ignored it promised up to
-/// 7 points too much at low base rates.
+/// sd `sqrt(2 / n) / m` around 0, floored at 0). Both are noisiest early, when `m` is small, and the
+/// floors turn that noise into caution, so a known-Poisson model would promise too much.
 struct Estimates {
     dispersion: f64,
     heterogeneity: f64,
@@ -196,11 +195,7 @@ fn simulate(f: &Forecast, effect_gate: usize, ratio: f64, share: f64, seed: u64)
     let config = RateEConfig::with_node_look();
     // The judge's two plug-ins from the controls' node counts, each with one standard normal draw per
     // rollout (the counts are cumulative, so their estimates drift slowly): see `Estimates`.
-    let noise: Vec<(f64, f64)> = f
-        .gates
-        .iter()
-        .map(|_| (normal(&mut rng), normal(&mut rng)))
-        .collect();
+    let noise: Vec<(f64, f64)> = f.gates.iter().map(|_| (normal(&mut rng), normal(&mut rng))).collect();
     let mut pooled: Vec<RateEProcess> = f.gates.iter().map(|_| RateEProcess::new(config)).collect();
     let mut nodes: Vec<NodeMixtureProcess> = f
         .gates
