@@ -24,7 +24,7 @@ fn run(snapshot: &FleetSnapshot, policy: &Policy, release: &ReleaseSpec, seed: u
 }
 
 fn hgx() -> Policy {
-    policy_file("hgx-gpu-firmware.yaml")
+    hgx_policy()
 }
 
 fn bmc() -> Policy {
@@ -379,6 +379,7 @@ fn hgx_with_soak(percent: Option<f64>) -> Policy {
         holdback_percent: percent,
         detect: 1.5,
         power: 0.75,
+        onset: None,
     });
     policy
 }

@@ -7,6 +7,7 @@ mod common;
 
 use common::*;
 use orchestrator_planner::{ControlPlan, FleetSnapshot, Outcome, Plan, PlanInput, plan};
+use orchestrator_policy::Policy;
 use orchestrator_types::QualificationState;
 use serde_json::{Value, json};
 
@@ -64,11 +65,10 @@ fn compact(plan: &Plan) -> Value {
     })
 }
 
-fn make(snapshot: &FleetSnapshot, policy_name: &str, release: &orchestrator_planner::ReleaseSpec, seed: u64) -> Plan {
-    let policy = policy_file(policy_name);
+fn make(snapshot: &FleetSnapshot, policy: &Policy, release: &orchestrator_planner::ReleaseSpec, seed: u64) -> Plan {
     plan(&PlanInput {
         snapshot,
-        policy: &policy,
+        policy,
         release,
         seed,
         planned_at: instant(),
@@ -80,7 +80,7 @@ fn make(snapshot: &FleetSnapshot, policy_name: &str, release: &orchestrator_plan
 fn hgx_gpu_plan_for_the_60_node_fleet() {
     let plan = make(
         &fleet60(),
-        "hgx-gpu-firmware.yaml",
+        &hgx_policy(),
         &gpu_release(QualificationState::Qualified),
         42,
     );
@@ -91,13 +91,13 @@ fn hgx_gpu_plan_for_the_60_node_fleet() {
 fn hgx_gpu_plan_for_an_unqualified_release_blocks_waves_after_the_canary() {
     let mut release = gpu_release(QualificationState::Qualifying);
     release.passed_gates.remove("thermal_soak");
-    let plan = make(&fleet60(), "hgx-gpu-firmware.yaml", &release, 42);
+    let plan = make(&fleet60(), &hgx_policy(), &release, 42);
     insta::assert_yaml_snapshot!(compact(&plan));
 }
 
 #[test]
 fn bmc_plan_for_the_60_node_fleet() {
-    let plan = make(&fleet60(), "bmc-firmware.yaml", &bmc_release(), 7);
+    let plan = make(&fleet60(), &policy_file("bmc-firmware.yaml"), &bmc_release(), 7);
     insta::assert_yaml_snapshot!(compact(&plan));
 }
 
@@ -114,7 +114,12 @@ fn full_plan_format_for_a_small_fleet() {
     nodes[6].health.healthy = false;
     nodes[6].health.summary = Some("BMC event log: PSU 1 failed".into());
     nodes[7].components[0].version = BMC_TARGET.into();
-    let plan = make(&FleetSnapshot { nodes }, "bmc-firmware.yaml", &bmc_release(), 1);
+    let plan = make(
+        &FleetSnapshot { nodes },
+        &policy_file("bmc-firmware.yaml"),
+        &bmc_release(),
+        1,
+    );
     let stored = serde_json::to_string(&plan).expect("serialise");
     let loaded: Plan = serde_json::from_str(&stored).expect("a stored plan reads back");
     assert_eq!(loaded, plan, "the stored form is lossless");

@@ -51,7 +51,7 @@ impl Default for Detection {
 }
 
 /// The soak: after the last wave, the updated fleet against a stratified holdback on the old version.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Clone, PartialEq)]
 pub struct Soak {
     /// Shortest soak (the soak's bake).
     pub min: TimeDelta,
@@ -64,6 +64,38 @@ pub struct Soak {
     pub detect: f64,
     /// ... with this probability (default 0.75).
     pub power: f64,
+    /// The longest a regression may take to show after a flash, when the policy states it
+    /// (`soak.onset`); `None`: the policy's longest planned wave `bake` stands for it (see
+    /// [`Soak::plausible_onset`]).
+    pub onset: Option<TimeDelta>,
+}
+
+/// Written out so that a soak without a stated `onset` reads as it did before the key existed: the
+/// plan fingerprint hashes this text.
+impl std::fmt::Debug for Soak {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut s = f.debug_struct("Soak");
+        s.field("min", &self.min)
+            .field("max", &self.max)
+            .field("holdback_percent", &self.holdback_percent)
+            .field("detect", &self.detect)
+            .field("power", &self.power);
+        if let Some(onset) = &self.onset {
+            s.field("onset", onset);
+        }
+        s.finish()
+    }
+}
+
+impl Soak {
+    /// The plausible onset of a delayed regression: the stated `onset`, else `longest_bake` (the
+    /// longest planned `bake` of the policy's waves), the policy's own statement of how long a
+    /// regression may take to show before it trusts a wave. The soak is the last wave's only judge,
+    /// so a `min` not longer than this may pass the soak before such a regression shows on the last
+    /// wave's nodes (`policy lint` warns).
+    pub fn plausible_onset(&self, longest_bake: TimeDelta) -> TimeDelta {
+        self.onset.unwrap_or(longest_bake)
+    }
 }
 
 fn budget(sink: &mut Sink, what: &str, raw: Option<&S<f64>>, default: f64) -> Option<f64> {
@@ -167,6 +199,10 @@ fn soak(sink: &mut Sink, raw: &RawSoak) -> Option<Soak> {
         );
         ok = false;
     }
+    let onset = match &raw.onset {
+        None => Some(None),
+        Some(r) => duration(sink, "detection.soak.onset", r).map(Some),
+    };
     if !ok {
         return None;
     }
@@ -176,6 +212,7 @@ fn soak(sink: &mut Sink, raw: &RawSoak) -> Option<Soak> {
         holdback_percent,
         detect,
         power,
+        onset: onset?,
     })
 }
 

@@ -44,6 +44,20 @@ pub struct Policy {
     pub update: UpdateRules,
 }
 
+impl Policy {
+    /// What `gate` must rule out for wave `wave` to pass: the wave's own `must_detect` for the gate
+    /// when it states one, else the gate's. A wave the policy does not name (the planner's holdback)
+    /// takes the gate's.
+    pub fn must_detect(&self, wave: &str, gate: &HealthGate) -> f64 {
+        self.waves
+            .iter()
+            .find(|w| w.name == wave)
+            .and_then(|w| w.must_detect.get(&gate.name))
+            .copied()
+            .unwrap_or(gate.must_detect)
+    }
+}
+
 /// `update:`: which Redfish update path and apply time the steps use. Both default to `auto`: the
 /// driver takes the first path the BMC offers that can restrict the update to the step's targets
 /// (SimpleUpdate, then multipart push, then HttpPushUri) and prefers `OnReset`, falling back to
@@ -247,7 +261,7 @@ pub enum Approval {
 }
 
 /// One wave.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Wave {
     /// Unique within the policy.
     pub name: String,
@@ -269,8 +283,33 @@ pub struct Wave {
     pub stratify_by: Vec<String>,
     /// Names of the health gates evaluated during this wave's bake.
     pub gates: Vec<String>,
+    /// Per gate, the `must_detect` this wave holds the gate to instead of the gate's own (a canary
+    /// held to a gross regression, a larger wave to a finer one); absent gates keep theirs. See
+    /// [`Policy::must_detect`].
+    pub must_detect: BTreeMap<String, f64>,
     /// Draining nodes through their workload scheduler before the flash.
     pub drain: DrainRules,
+}
+
+/// Written out so that a wave without its own `must_detect` reads as it did before the key existed:
+/// the plan fingerprint hashes this text, and a policy that does not use the key must keep its
+/// fingerprint.
+impl std::fmt::Debug for Wave {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut s = f.debug_struct("Wave");
+        s.field("name", &self.name)
+            .field("size", &self.size)
+            .field("bake", &self.bake)
+            .field("max_bake", &self.max_bake)
+            .field("approval", &self.approval)
+            .field("max_in_flight", &self.max_in_flight)
+            .field("stratify_by", &self.stratify_by)
+            .field("gates", &self.gates);
+        if !self.must_detect.is_empty() {
+            s.field("must_detect", &self.must_detect);
+        }
+        s.field("drain", &self.drain).finish()
+    }
 }
 
 /// How long a wave waits for a drained node to empty, and what then.

@@ -139,6 +139,9 @@ pub(crate) struct RawWave {
     pub gates: Option<Vec<S<String>>>,
     #[serde(default)]
     pub max_bake: Option<S<String>>,
+    /// `gate: value` overrides of the gates' `must_detect` for this wave.
+    #[serde(default)]
+    pub must_detect: BTreeMap<String, S<f64>>,
     #[serde(default)]
     pub drain_timeout: Option<S<String>>,
     #[serde(default)]
@@ -297,4 +300,6 @@ pub(crate) struct RawSoak {
     pub detect: Option<S<f64>>,
     #[serde(default)]
     pub power: Option<S<f64>>,
+    #[serde(default)]
+    pub onset: Option<S<String>>,
 }

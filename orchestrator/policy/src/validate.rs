@@ -150,6 +150,13 @@ pub(crate) fn validate(raw: &RawPolicy, sink: &mut Sink) -> Option<Policy> {
             }
         }
     }
+    if let (Some(waves), Some(soak), Some(raw_soak)) = (
+        waves.as_deref(),
+        detection.as_ref().and_then(|d| d.soak.as_ref()),
+        raw.detection.as_ref().and_then(|d| d.value.soak.as_ref()),
+    ) {
+        soak_outlasts_onset(sink, waves, soak, &raw_soak.value);
+    }
     if sink.has_errors() {
         return None;
     }
@@ -168,6 +175,30 @@ pub(crate) fn validate(raw: &RawPolicy, sink: &mut Sink) -> Option<Policy> {
         detection: detection?,
         update,
     })
+}
+
+/// Warns at `soak.min` when it is not longer than the plausible onset of a delayed regression: the
+/// soak is the last wave's only judge, and it may pass at `min` on the evidence the earlier waves
+/// pooled, before a regression that starts that late after the flash shows on the last wave's nodes.
+fn soak_outlasts_onset(sink: &mut Sink, waves: &[Wave], soak: &crate::Soak, raw: &crate::raw::RawSoak) {
+    let onset = soak.plausible_onset(waves.iter().map(|w| w.bake).max().unwrap_or(TimeDelta::zero()));
+    if soak.min > onset {
+        return;
+    }
+    let source = if soak.onset.is_some() {
+        "detection.soak.onset".to_owned()
+    } else {
+        "the longest wave bake; state it with detection.soak.onset".to_owned()
+    };
+    sink.warning(
+        at(&raw.min),
+        format!(
+            "detection.soak.min {} is not longer than the plausible onset of a delayed regression ({}, {source}): \
+             the soak may pass before such a regression shows on the last wave's nodes; make soak.min longer",
+            format_duration(soak.min),
+            format_duration(onset)
+        ),
+    );
 }
 
 /// `update:`; `auto` (or absent) leaves the choice to the driver.
@@ -880,15 +911,17 @@ fn waves(sink: &mut Sink, raw: &RawPolicy, health: Option<&Health>, conc: Option
             }
         }
         let gates = wave_gates(sink, raw_w, health, bake);
+        let must_detect = wave_must_detect(sink, raw_w, health, gates.as_deref());
         let drain = drain_rules(sink, raw_w);
         let max_bake = crate::detection::max_bake(sink, &name, raw_w.max_bake.as_ref(), bake);
-        match (size, bake, approval, max_in_flight, gates, drain, max_bake) {
+        match (size, bake, approval, max_in_flight, gates, must_detect, drain, max_bake) {
             (
                 Some((size, _)),
                 Some(bake),
                 Some(approval),
                 Some(max_in_flight),
                 Some(gates),
+                Some(must_detect),
                 Some(drain),
                 Some(max_bake),
             ) => out.push(Wave {
@@ -900,6 +933,7 @@ fn waves(sink: &mut Sink, raw: &RawPolicy, health: Option<&Health>, conc: Option
                 max_in_flight,
                 stratify_by: raw_w.stratify_by.iter().map(|l| l.value.clone()).collect(),
                 gates,
+                must_detect,
                 drain,
             }),
             _ => ok = false,
@@ -1008,6 +1042,56 @@ fn wave_gates(sink: &mut Sink, w: &RawWave, health: Option<&Health>, bake: Optio
         }
     }
     ok.then(|| names.into_iter().map(|(n, _)| n).collect())
+}
+
+/// A wave's `must_detect` overrides: each names a gate the wave watches and is valid for that gate
+/// (at least its `min_effect`), as the gate's own `must_detect` must be.
+fn wave_must_detect(
+    sink: &mut Sink,
+    w: &RawWave,
+    health: Option<&Health>,
+    gates: Option<&[String]>,
+) -> Option<BTreeMap<String, f64>> {
+    let name = &w.name.value;
+    let mut out = BTreeMap::new();
+    let mut ok = true;
+    for (gate_name, value) in &w.must_detect {
+        // Unknown gates in the wave's own list were reported already; without them nothing
+        // here can be checked.
+        let (Some(health), Some(gates)) = (health, gates) else {
+            return None;
+        };
+        let Some(gate) = health.gate(gate_name).filter(|_| gates.contains(gate_name)) else {
+            sink.error(
+                at(value),
+                format!(
+                    "wave {name:?} must_detect names gate {gate_name:?}, which the wave does not watch; its gates: {}",
+                    gates.join(", ")
+                ),
+            );
+            ok = false;
+            continue;
+        };
+        let v = value.value;
+        if !(v.is_finite() && v >= gate.min_effect) {
+            let unit = match gate.kind {
+                GateKind::Rate => "a rate ratio",
+                GateKind::Level => "a shift in the metric's unit",
+            };
+            sink.error(
+                at(value),
+                format!(
+                    "wave {name:?} must_detect {v} for gate {gate_name:?} is invalid: it is {unit} this wave must \
+                     rule out to pass and must be at least the gate's min_effect {}",
+                    gate.min_effect
+                ),
+            );
+            ok = false;
+            continue;
+        }
+        out.insert(gate_name.clone(), v);
+    }
+    ok.then_some(out)
 }
 
 fn failure_budget(sink: &mut Sink, raw: &S<RawFailureBudget>) -> Option<FailureBudget> {

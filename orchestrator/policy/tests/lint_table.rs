@@ -60,7 +60,7 @@ const CASES: &[Case] = &[
         "typo in a key",
         &[("    bake: 1h\n  - name: rest", "    bake_tme: 1h\n  - name: rest")],
         &[
-            "t.yaml:8:5: unknown field `bake_tme`, expected one of name, count, percent, rest, bake, approval, approvers, max_in_flight, stratify_by, gates, max_bake, drain_timeout, on_drain_timeout",
+            "t.yaml:8:5: unknown field `bake_tme`, expected one of name, count, percent, rest, bake, approval, approvers, max_in_flight, stratify_by, gates, max_bake, must_detect, drain_timeout, on_drain_timeout",
         ],
     ),
     (
@@ -521,6 +521,60 @@ const CASES: &[Case] = &[
             "  max_in_flight: 4\n  per_domain: 1\n  per_nvlink_domain: 1\n",
         )],
         &["t.yaml:15:22: concurrency: give per_domain or its older name per_nvlink_domain, not both"],
+    ),
+    (
+        "a wave's must_detect names a gate the wave does not watch",
+        &[(
+            "    bake: 1h\n  - name: rest",
+            "    bake: 1h\n    must_detect: {aer: 2}\n  - name: rest",
+        )],
+        &["t.yaml:9:24: wave \"canary\" must_detect names gate \"aer\", which the wave does not watch; its gates: xid"],
+    ),
+    (
+        "a wave's must_detect below the gate's min_effect",
+        &[(
+            "    bake: 1h\n  - name: rest",
+            "    bake: 1h\n    must_detect: {xid: 1.2}\n  - name: rest",
+        )],
+        &[
+            "t.yaml:9:24: wave \"canary\" must_detect 1.2 for gate \"xid\" is invalid: it is a rate ratio this wave must rule out to pass and must be at least the gate's min_effect 1.5",
+        ],
+    ),
+    (
+        "a wave's own must_detect for a gate it watches",
+        &[(
+            "    bake: 1h\n  - name: rest",
+            "    bake: 1h\n    must_detect: {xid: 2}\n  - name: rest",
+        )],
+        &[],
+    ),
+    (
+        "a soak no longer than the longest bake",
+        &[
+            ("    count: 2\n    bake: 1h", "    count: 2\n    bake: 12h"),
+            ("rollback:\n", "detection:\n  soak: {min: 12h, max: 10d}\nrollback:\n"),
+        ],
+        &[
+            "t.yaml:30:15: warning: detection.soak.min 12h is not longer than the plausible onset of a delayed regression (12h, the longest wave bake; state it with detection.soak.onset): the soak may pass before such a regression shows on the last wave's nodes; make soak.min longer",
+        ],
+    ),
+    (
+        "a soak longer than the longest bake",
+        &[
+            ("    count: 2\n    bake: 1h", "    count: 2\n    bake: 12h"),
+            ("rollback:\n", "detection:\n  soak: {min: 13h, max: 10d}\nrollback:\n"),
+        ],
+        &[],
+    ),
+    (
+        "a soak no longer than the stated onset",
+        &[(
+            "rollback:\n",
+            "detection:\n  soak: {min: 1d, max: 10d, onset: 2d}\nrollback:\n",
+        )],
+        &[
+            "t.yaml:30:15: warning: detection.soak.min 1d is not longer than the plausible onset of a delayed regression (2d, detection.soak.onset): the soak may pass before such a regression shows on the last wave's nodes; make soak.min longer",
+        ],
     ),
 ];
 

@@ -59,12 +59,17 @@ fn schema_and_model_accept_the_same_keys() {
         ("    duration: 4h", &["properties", "maintenance_windows", "items"]),
         ("  alpha: 0.05", &["properties", "health"]),
         (
-            "      interval: 30m",
+            "      interval: 1h",
             &["properties", "health", "properties", "gates", "items"],
         ),
         (
             "      action: pause",
             &["properties", "health", "properties", "alerts", "items"],
+        ),
+        ("  reset_exclusion: 1h", &["properties", "detection"]),
+        (
+            "    holdback_percent: 5",
+            &["properties", "detection", "properties", "soak"],
         ),
         ("  max_failed: 1", &["properties", "failure_budget"]),
         ("  scope: wave", &["properties", "rollback"]),

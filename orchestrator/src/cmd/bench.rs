@@ -15,12 +15,16 @@
 //!   stored (idle and while steps move) and in the demo's world at two
 //!   moments of its story (`bench_latency`).
 
+use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::Context as _;
 use orchestrator_db::model::{NewNode, NodeLabels};
+use orchestrator_detect::fleet::ErrorBudget;
 use orchestrator_detect::fleet::sim as detection_sim;
+use orchestrator_planner::power;
+use orchestrator_policy::{Direction, GateSource, HealthGate, RedfishMetric, WaveSize};
 use orchestrator_sim::bench::{FreshPostgres, fitting_nodes, machine, proc_status_kib};
 
 use crate::Context;
@@ -98,7 +102,7 @@ pub async fn run(args: BenchArgs, _context: &Context) -> anyhow::Result<ExitCode
     let wants = |w: Which| all || args.only.contains(&w);
     println!("machine: {}", machine());
     if wants(Which::Detection) {
-        detection(args.seeds, args.healthy_seeds);
+        detection(args.seeds, args.healthy_seeds)?;
     }
     if wants(Which::Rma) {
         super::bench_rma::run(args.rma_gpus);
@@ -483,8 +487,126 @@ fn ratio_text(a: Option<f64>, b: Option<f64>) -> String {
     }
 }
 
-fn detection(effect_seeds: u32, healthy_seeds: u32) {
-    let policy = detection_sim::BenchPolicy::default();
+/// The example GPU policy the detection bench simulates, as built in: changing the example changes
+/// the bench (issue 22: "under the example GPU policy").
+const EXAMPLE_GPU_POLICY: (&str, &str) = (
+    "policies/hgx-gpu-firmware.yaml",
+    include_str!("../../../policies/hgx-gpu-firmware.yaml"),
+);
+
+/// Strata of the simulated fleet (`detection_sim`: four rack rows); a wave is spread evenly over them.
+const SIM_STRATA: usize = 4;
+
+/// The metrics the simulated world has, in the order of `BenchPolicy::nulls`.
+const SIM_METRICS: [RedfishMetric; 4] = [
+    RedfishMetric::XidErrorsPerGpuHour,
+    RedfishMetric::PcieAerPerNodeHour,
+    RedfishMetric::GpuTempC,
+    RedfishMetric::GpuPowerW,
+];
+
+/// Why a policy cannot be simulated by the detection bench.
+#[derive(Debug, thiserror::Error)]
+#[error("{file}: the detection bench cannot simulate this policy: {reason}")]
+pub struct BenchPolicyError {
+    file: String,
+    reason: String,
+}
+
+/// The detection bench's policy derived from a policy file: its canary, one percentage wave and the
+/// rest (sizes on the simulated 1,000 nodes, spread over the 4 strata), bakes, `max_bake`s, the XID
+/// gate's `must_detect` per wave and over the soak (the last wave's), the holdback the planner would
+/// keep (rounded down to whole nodes per stratum), the soak's `min`/`max`, the four gates' `min_effect`
+/// (the nulls) and `must_detect`, the detection budgets, and `health.alpha` for the current method.
+/// The simulated world has XID, PCIe AER, GPU temperature and power, all bad when they rise, judged
+/// by every wave: a policy with other gates, or a wave that leaves one out, is refused rather than
+/// simulated as something it is not.
+fn bench_policy(file: &str, source: &str) -> Result<detection_sim::BenchPolicy, BenchPolicyError> {
+    let refuse = |reason: String| BenchPolicyError {
+        file: file.to_owned(),
+        reason,
+    };
+    let policy = orchestrator_policy::parse_policy(source).map_err(|e| refuse(e.to_string()))?;
+    let gates = SIM_METRICS
+        .iter()
+        .map(|metric| {
+            policy
+                .health
+                .gates
+                .iter()
+                .find(|g| matches!(g.source, GateSource::Redfish { metric: m } if m == *metric))
+                .ok_or_else(|| refuse(format!("it has no gate on {}", metric.as_str())))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let gates: [&HealthGate; 4] = gates
+        .try_into()
+        .map_err(|_| refuse("one gate per simulated metric".into()))?;
+    if policy.health.gates.len() != SIM_METRICS.len() {
+        return Err(refuse(format!(
+            "it has {} gates; the simulated world has one gate each on {}",
+            policy.health.gates.len(),
+            SIM_METRICS.map(RedfishMetric::as_str).join(", ")
+        )));
+    }
+    if let Some(g) = gates.iter().find(|g| g.direction != Direction::IncreaseIsBad) {
+        return Err(refuse(format!("gate {:?} is not increase_is_bad", g.name)));
+    }
+    let [canary, early, rest] = policy.waves.as_slice() else {
+        return Err(refuse(format!(
+            "it has {} waves; the bench simulates a canary, one more wave and the rest",
+            policy.waves.len()
+        )));
+    };
+    for wave in &policy.waves {
+        if wave.gates.len() != gates.len() {
+            return Err(refuse(format!("wave {:?} does not watch every gate", wave.name)));
+        }
+        if let Some(gate) = wave.must_detect.keys().find(|g| **g != gates[0].name) {
+            return Err(refuse(format!(
+                "wave {:?} sets its own must_detect for {gate:?}; the bench takes a wave's own must_detect for the \
+                 XID gate only",
+                wave.name
+            )));
+        }
+    }
+    let soak = policy
+        .detection
+        .soak
+        .as_ref()
+        .filter(|_| policy.detection.enabled)
+        .ok_or_else(|| refuse("it has no detection.soak".into()))?;
+    let nodes = detection_sim::NODES;
+    let hours = |d: chrono::TimeDelta| u32::try_from((d.num_seconds().max(0) + 3599) / 3600).unwrap_or(u32::MAX);
+    let per_stratum = |size: WaveSize| (size.nodes(nodes, nodes) as f64 / SIM_STRATA as f64).round().max(1.0) as usize;
+    let wave = |w: &orchestrator_policy::Wave| detection_sim::WavePlan {
+        per_stratum: per_stratum(w.size),
+        bake_h: hours(w.bake),
+        max_bake_h: hours(w.max_bake),
+        xid_must_detect: policy.must_detect(&w.name, gates[0]),
+    };
+    let holdback = power::soak_sizing(&policy, nodes, &BTreeMap::new(), power::DEFAULT_GPUS_PER_NODE)
+        .map_or(0, |s| s.holdback_nodes);
+    let budget = ErrorBudget::new(policy.detection.false_rollback, policy.detection.false_pass)
+        .map_err(|e| refuse(e.to_string()))?;
+    if rest.size != WaveSize::Rest {
+        return Err(refuse(format!("the last wave {:?} is not `rest: true`", rest.name)));
+    }
+    Ok(detection_sim::BenchPolicy {
+        waves: [wave(canary), wave(early)],
+        rest_bake_h: hours(rest.bake),
+        holdback_per_stratum: (holdback / SIM_STRATA).max(1),
+        soak_h: (hours(soak.min), hours(soak.max)),
+        soak_xid_must_detect: policy.must_detect(&rest.name, gates[0]),
+        nulls: gates.map(|g| g.min_effect),
+        must_detect: [gates[1].must_detect, gates[2].must_detect, gates[3].must_detect],
+        budget,
+        current_alpha: policy.health.alpha,
+    })
+}
+
+fn detection(effect_seeds: u32, healthy_seeds: u32) -> anyhow::Result<()> {
+    let (file, source) = EXAMPLE_GPU_POLICY;
+    let policy = bench_policy(file, source)?;
     let started = Instant::now();
     println!(
         "\n== detection: {} nodes x 8 GPUs, 4 strata; fleet-scale method (issue 22) vs the current per-wave method ==",
@@ -492,7 +614,7 @@ fn detection(effect_seeds: u32, healthy_seeds: u32) {
     );
     let [canary, early] = policy.waves;
     println!(
-        "policy: canary {} (bake {} h, max {} h, xid must_detect {}x), 10% {} (bake {} h, max {} h, {}x), rest (bake {} h), \
+        "policy {file} (built in), on the simulated fleet: canary {} (bake {} h, max {} h, xid must_detect {}x), 10% {} (bake {} h, max {} h, {}x), rest (bake {} h), \
          holdback {}, soak {}..{} h ({}x); nulls xid {}x, aer {}x, temp +{} C, power +{} W; must_detect aer {}x, \
          temp +{} C, power +{} W; budgets: false rollback {:.0}%, false pass {:.0}% (current method: alpha {} per wave)",
         canary.per_stratum * 4,
@@ -624,4 +746,77 @@ fn detection(effect_seeds: u32, healthy_seeds: u32) {
         );
     }
     println!("\ndetection bench took {:.0} s", started.elapsed().as_secs_f64());
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The bench simulates the example GPU policy as written: its waves, bakes, per-wave XID
+    /// must_detect, soak, holdback, nulls and budgets (BENCHMARKS.md, "Detection").
+    #[test]
+    fn the_detection_bench_runs_the_example_gpu_policy() {
+        let (file, source) = EXAMPLE_GPU_POLICY;
+        let p = bench_policy(file, source).unwrap();
+        let [canary, early] = p.waves;
+        assert_eq!(
+            (
+                canary.per_stratum,
+                canary.bake_h,
+                canary.max_bake_h,
+                canary.xid_must_detect
+            ),
+            (8, 12, 720, 2.0)
+        );
+        assert_eq!(
+            (early.per_stratum, early.bake_h, early.max_bake_h, early.xid_must_detect),
+            (25, 8, 168, 1.5)
+        );
+        assert_eq!(p.rest_bake_h, 4);
+        // 5% of 1,000 is 50 nodes; the simulated strata take whole nodes each.
+        assert_eq!(p.holdback_per_stratum, 12);
+        assert_eq!((p.soak_h, p.soak_xid_must_detect), ((24, 400), 1.5));
+        assert_eq!(p.nulls, [1.1, 1.25, 0.5, 10.0]);
+        assert_eq!(p.must_detect, [2.0, 2.0, 40.0]);
+        assert_eq!((p.budget.false_rollback, p.budget.false_pass), (0.02, 0.05));
+        assert_eq!(p.current_alpha, 0.05);
+    }
+
+    #[test]
+    fn changing_the_example_changes_the_bench() {
+        let (file, source) = EXAMPLE_GPU_POLICY;
+        let edited = source
+            .replace("    count: 32\n", "    count: 64\n")
+            .replace("    max_bake: 168h\n", "    max_bake: 96h\n")
+            .replace("      min_effect: 1.1\n", "      min_effect: 1.2\n");
+        let p = bench_policy(file, &edited).unwrap();
+        assert_eq!(p.waves[0].per_stratum, 16);
+        assert_eq!(p.waves[1].max_bake_h, 96);
+        assert_eq!(p.nulls[0], 1.2);
+    }
+
+    #[test]
+    fn a_policy_the_world_cannot_simulate_is_refused() {
+        let (file, source) = EXAMPLE_GPU_POLICY;
+        let check = |edited: String, want: &str| {
+            let err = bench_policy(file, &edited).unwrap_err().to_string();
+            assert!(err.contains(want), "{err}");
+        };
+        check(
+            source.replace(
+                "      metric: gpu_power_w\n      kind: level\n",
+                "      metric: link_degraded_per_node_day\n      kind: rate\n",
+            ),
+            "no gate on gpu_power_w",
+        );
+        check(source.replace("detection:\n", "unknown_key:\n"), "unknown field");
+        check(
+            source.replace(
+                "    must_detect:\n      xid_errors: 1.5\n",
+                "    must_detect:\n      pcie_aer: 3\n",
+            ),
+            "the bench takes a wave's own must_detect for the XID gate only",
+        );
+    }
 }

@@ -38,8 +38,18 @@ pub enum PolicyCommand {
     ///
     /// Also warns, at the gate, when the first wave (the canary) cannot
     /// detect a gate's `must_detect` effect with 80% power (default
-    /// baselines; see `policy power`). A `percent` canary is only checked
-    /// with `--fleet`.
+    /// baselines; see `policy power`; policies without a `detection` block).
+    /// A `percent` canary is only checked with `--fleet`.
+    ///
+    /// Per policy it prints which method judges it, the soak's holdback and
+    /// time, and `policy power`'s fleet-scale timing: per wave and rate gate,
+    /// median / p95 hours for a healthy wave to pass and for each effect to be
+    /// caught (on the `--fleet` file, else a nominal 1,000-node fleet; default
+    /// base rates). With a `detection` block it warns at the gate where a
+    /// healthy wave's p95 time to pass is beyond its `max_bake` (LIKELY HOLD),
+    /// and at `detection.soak.min` when the soak is not longer than the
+    /// plausible onset of a delayed regression (`soak.onset`, else the
+    /// longest wave bake).
     Lint {
         /// Files or directories (default: the current directory).
         paths: Vec<PathBuf>,
@@ -415,11 +425,27 @@ fn lint(
         inputs.push((file.display().to_string(), bytes));
     }
     let mut reports = lint_files(inputs);
+    // What `policy power` states of the fleet-scale method's timing, per policy: on the fleet file
+    // when one is given, else on a nominal fleet, so a policy's CI shows what a tight `must_detect`
+    // costs before anyone approves it.
+    let mut power_lines: BTreeMap<String, String> = BTreeMap::new();
     for report in &mut reports {
         let Some(policy) = &report.checked.policy else {
             continue;
         };
-        let power = power::lint_findings(policy, fleet.as_deref());
+        let timing = lint_timing(policy, fleet.as_deref());
+        if let Some((timing, basis)) = &timing
+            && let Some(text) = lint_power_text(policy, timing, basis)
+        {
+            power_lines.insert(report.file.clone(), text);
+        }
+        // The per-wave judge's canary power means nothing to a policy the fleet-scale method judges:
+        // its canary extends to max_bake, so what can go wrong is a healthy wave holding there.
+        let power = if policy.detection.enabled {
+            timing.map_or_else(Vec::new, |(timing, basis)| likely_hold_findings(&timing, &basis))
+        } else {
+            power::lint_findings(policy, fleet.as_deref())
+        };
         report.add_gate_findings(
             power
                 .into_iter()
@@ -444,7 +470,7 @@ fn lint(
             Some((report.file.clone(), soak_text(policy, eligible, None)?))
         })
         .collect();
-    let (code, mut out) = render(&reports, &soak_lines);
+    let (code, mut out) = render(&reports, &soak_lines, &power_lines);
     // A policy repository's CI runs one lint: its RMA criteria are checked with it.
     let rma_dirs: Vec<PathBuf> = paths.iter().map(|p| p.join("rma")).filter(|d| d.is_dir()).collect();
     if rma_dirs.is_empty() {
@@ -462,6 +488,90 @@ fn lint(
         if failed { "errors found" } else { "ok" }
     ));
     Ok((if failed { ExitCode::FAILURE } else { code }, out))
+}
+
+/// Nodes per rack, racks per cluster and nodes per scale-up domain of the nominal fleet the lint
+/// plans on without a fleet file: an HGX-like layout.
+const NOMINAL_RACK_NODES: usize = 20;
+const NOMINAL_CLUSTER_RACKS: usize = 10;
+const NOMINAL_DOMAIN_NODES: usize = 4;
+
+/// [`NOMINAL_FLEET`] nodes of the policy's first platform, so the lint can state the power of a
+/// policy without a fleet file.
+fn nominal_fleet(policy: &orchestrator_policy::Policy) -> Vec<FleetNode> {
+    let platform = policy.target.platforms.first().cloned().unwrap_or_default();
+    (0..NOMINAL_FLEET)
+        .map(|i| {
+            let rack = i / NOMINAL_RACK_NODES;
+            FleetNode {
+                name: format!("nominal-{i:05}"),
+                platform: platform.clone(),
+                region: "nominal".into(),
+                cluster: format!("c{}", rack / NOMINAL_CLUSTER_RACKS),
+                rack: format!("r{rack:03}"),
+                nvlink_domain: format!("d{:04}", i / NOMINAL_DOMAIN_NODES),
+            }
+        })
+        .collect()
+}
+
+/// `policy power`'s fleet-scale timing for the lint, at the default base rates, on `fleet` or a
+/// nominal fleet, with a phrase saying which. `None` when the fleet gives the policy no waves.
+fn lint_timing(
+    policy: &orchestrator_policy::Policy,
+    fleet: Option<&[FleetNode]>,
+) -> Option<(Vec<power::FleetGateTiming>, String)> {
+    let nominal;
+    let nodes = match fleet {
+        Some(nodes) => nodes,
+        None => {
+            nominal = nominal_fleet(policy);
+            &nominal
+        }
+    };
+    let (shapes, _) = power::fleet_shapes(policy, nodes, None, 0).ok()?;
+    let timing = power::fleet_timing(policy, &shapes, &power::PowerOptions::default());
+    let eligible: usize = shapes.iter().map(|s| s.canary_nodes).sum();
+    let basis = match fleet {
+        Some(_) => format!("on the fleet file's {eligible} eligible nodes"),
+        None => format!("on a nominal {eligible} eligible nodes; --fleet FILE for yours"),
+    };
+    Some((
+        timing,
+        format!("{basis}; default base rates, `policy power --baseline` for yours"),
+    ))
+}
+
+/// The lint's power statement for one policy: the median and p95 hours for a healthy wave to pass
+/// and for each effect to be caught, per wave and rate gate, as `policy power` prints them. `None`
+/// when there is nothing to state (no judged rate gate).
+fn lint_power_text(
+    policy: &orchestrator_policy::Policy,
+    timing: &[power::FleetGateTiming],
+    basis: &str,
+) -> Option<String> {
+    let text = fleet_timing_text(policy, timing);
+    (!text.is_empty()).then(|| format!("power ({basis}): {}", text.trim()))
+}
+
+/// A warning at the gate for each wave a healthy release would likely hold in: its p95 time to rule
+/// out `must_detect` is beyond the wave's `max_bake` (`LIKELY HOLD` in `policy power`).
+fn likely_hold_findings(timing: &[power::FleetGateTiming], basis: &str) -> Vec<(String, String)> {
+    timing
+        .iter()
+        .filter(|t| t.likely_hold)
+        .map(|t| {
+            (
+                t.gate.clone(),
+                format!(
+                    "gate {:?}: a healthy wave {:?} needs {:.0} h (p95) to rule out its must_detect, beyond its \
+                     max_bake of {:.0} h ({basis}): more than 1 in 20 healthy rollouts would hold for a human; raise \
+                     max_bake or must_detect, or enlarge the wave",
+                    t.gate, t.wave, t.pass_hours.1, t.max_bake_hours
+                ),
+            )
+        })
+        .collect()
 }
 
 /// A fleet file's nodes as the power analysis plans them.
@@ -729,7 +839,11 @@ fn soak_text(
     Some(out)
 }
 
-fn render(reports: &[FileReport], soak_lines: &BTreeMap<String, String>) -> (ExitCode, String) {
+fn render(
+    reports: &[FileReport],
+    soak_lines: &BTreeMap<String, String>,
+    power_lines: &BTreeMap<String, String>,
+) -> (ExitCode, String) {
     let mut out = String::new();
     let (mut errors, mut warnings) = (0usize, 0usize);
     for report in reports {
@@ -746,6 +860,9 @@ fn render(reports: &[FileReport], soak_lines: &BTreeMap<String, String>) -> (Exi
         if let Some(policy) = report.checked.policy.as_ref().filter(|p| !p.health.gates.is_empty()) {
             out.push_str(&format!("{}: {}\n", report.file, detection_method(policy)));
             if let Some(line) = soak_lines.get(&report.file) {
+                out.push_str(&format!("{}: {line}\n", report.file));
+            }
+            for line in power_lines.get(&report.file).into_iter().flat_map(|t| t.lines()) {
                 out.push_str(&format!("{}: {line}\n", report.file));
             }
         }
@@ -803,12 +920,11 @@ mod tests {
 
     #[test]
     fn lint_and_power_state_the_holdback_and_the_soak_time() {
-        let source = std::fs::read_to_string(examples().join("hgx-gpu-firmware.yaml"))
-            .unwrap()
-            .replace(
-                "  reset_exclusion: 1h\n",
-                "  reset_exclusion: 1h\n  soak: {min: 24h, max: 14d, holdback_percent: 5}\n",
-            );
+        let source = std::fs::read_to_string(examples().join("hgx-gpu-firmware.yaml")).unwrap();
+        assert!(
+            source.contains("    holdback_percent: 5\n"),
+            "the example holds back 5%"
+        );
         let policy = orchestrator_policy::parse_policy(&source).unwrap();
         let line = soak_text(&policy, Some(1000), None).expect("a soak line");
         assert!(
@@ -828,11 +944,75 @@ mod tests {
             "{given}"
         );
         // No soak: nothing to state.
-        let plain = orchestrator_policy::parse_policy(
-            &std::fs::read_to_string(examples().join("hgx-gpu-firmware.yaml")).unwrap(),
-        )
-        .unwrap();
+        let start = source.find("  soak:\n").unwrap();
+        let end = source.find("    holdback_percent: 5\n").unwrap() + "    holdback_percent: 5\n".len();
+        let plain = orchestrator_policy::parse_policy(&format!("{}{}", &source[..start], &source[end..])).unwrap();
+        assert!(plain.detection.soak.is_none());
         assert!(soak_text(&plain, Some(1000), None).is_none());
+    }
+
+    /// `policy lint` states `policy power`'s fleet-scale timing for each policy (issue 22): the
+    /// median / p95 hours for a healthy wave to pass and for each effect to be caught, per wave,
+    /// with each wave's own must_detect.
+    #[test]
+    fn lint_states_the_power_of_each_wave() {
+        let file = examples().join("hgx-gpu-firmware.yaml");
+        let (code, out) = lint(std::slice::from_ref(&file), None, None).unwrap();
+        assert_eq!(code, ExitCode::SUCCESS, "{out}");
+        let name = file.display().to_string();
+        assert!(
+            out.contains(&format!(
+                "{name}: power (on a nominal 1000 eligible nodes; --fleet FILE for yours; default base rates, `policy \
+                 power --baseline` for yours): fleet-scale method (in force:"
+            )),
+            "{out}"
+        );
+        let row = |wave: &str, gate: &str| {
+            out.lines()
+                .find(|l| l.starts_with(&format!("{name}: {wave:<10} {gate:<14} pass ")))
+                .unwrap_or_else(|| panic!("no {wave}/{gate} row in\n{out}"))
+                .to_owned()
+        };
+        // The canary is held to 2x, the 10% wave to its own 1.5x: the first ratio caught is must_detect.
+        assert!(
+            row("canary", "xid_errors").contains("(bake 12 h, max_bake 720 h); catch 2x "),
+            "{out}"
+        );
+        assert!(
+            row("early", "xid_errors").contains("(bake 8 h, max_bake 168 h); catch 1.5x "),
+            "{out}"
+        );
+        // The last wave's bake is the soak: at least soak.min, at most soak.max.
+        assert!(
+            row("rest", "xid_errors").contains("(bake 24 h, max_bake 400 h); catch 1.5x "),
+            "{out}"
+        );
+        assert!(out.contains("1 file(s) checked: 0 error(s), 0 warning(s)\n"), "{out}");
+    }
+
+    /// A fleet-scale policy whose healthy canary would likely hold at its max_bake is warned at the
+    /// gate; the per-wave judge's canary power warning, meaningless for it, is not given.
+    #[test]
+    fn lint_warns_where_a_healthy_wave_would_likely_hold() {
+        let source = std::fs::read_to_string(examples().join("hgx-gpu-firmware.yaml"))
+            .unwrap()
+            .replace("    max_bake: 720h\n", "    max_bake: 13h\n");
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("hgx-gpu-firmware.yaml");
+        std::fs::write(&file, &source).unwrap();
+        let (code, out) = lint(std::slice::from_ref(&file), None, None).unwrap();
+        assert_eq!(code, ExitCode::SUCCESS, "warnings only: {out}");
+        let line = source.lines().position(|l| l.contains("- name: xid_errors")).unwrap() + 1;
+        assert!(
+            out.contains(&format!(
+                "{}:{line}:13: warning: gate \"xid_errors\": a healthy wave \"canary\" needs ",
+                file.display()
+            )),
+            "{out}"
+        );
+        assert!(out.contains("beyond its max_bake of 13 h"), "{out}");
+        assert!(out.contains("LIKELY HOLD"), "{out}");
+        assert!(!out.contains("with 80% power over the"), "{out}");
     }
 
     #[test]

@@ -293,7 +293,7 @@ pub fn gate_power(policy: &Policy, wave: &WaveShape, gate: &HealthGate, options:
             .unwrap_or_default(),
         baseline: None,
         min_effect: gate.min_effect,
-        must_detect: gate.must_detect,
+        must_detect: policy.must_detect(&wave.name, gate),
         mde: None,
         detects_must_detect: None,
     };
@@ -392,7 +392,7 @@ pub fn gate_power(policy: &Policy, wave: &WaveShape, gate: &HealthGate, options:
     match mde {
         Ok(mde) => {
             let value = mde.ratio.or(mde.shift);
-            out.detects_must_detect = Some(value.is_some_and(|v| v <= gate.must_detect));
+            out.detects_must_detect = Some(value.is_some_and(|v| v <= out.must_detect));
             if gate.kind == GateKind::Level && canary_units.min(control_units) < MIN_LEVEL_UNITS {
                 out.note = Some(format!(
                     "fewer than {MIN_LEVEL_UNITS} units in a cohort: the gate can fail but never pass"
@@ -602,7 +602,7 @@ pub fn canary_findings(policy: &Policy, canary: &WaveShape, options: &PowerOptio
             continue;
         }
         let bake = chrono::TimeDelta::try_seconds(canary.bake_seconds).map_or_else(String::new, format_duration);
-        let must = effect_text(p.kind, gate.must_detect);
+        let must = effect_text(p.kind, p.must_detect);
         let detects = match p.mde.as_ref().and_then(|m| m.ratio.or(m.shift)) {
             Some(v) => format!("detects {}", effect_text(p.kind, v)),
             None => "detects no rate ratio".to_owned(),
@@ -687,11 +687,18 @@ pub fn fleet_timing(policy: &Policy, waves: &[WaveShape], options: &PowerOptions
     for (wave_index, wave) in waves.iter().enumerate() {
         updated_nodes += wave.canary_nodes;
         let bake_hours = wave.bake_seconds.max(0) as f64 / 3600.0;
+        // The soak is the last policy wave's bake, so it may extend to the soak's `max` (as the
+        // engine's `max_bake_seconds` lets it).
+        let soak_max = match (&policy.detection.soak, policy.waves.last()) {
+            (Some(soak), Some(last)) if last.name == wave.name => soak.max.num_seconds().max(0) as f64 / 3600.0,
+            _ => 0.0,
+        };
         let max_bake_hours = policy
             .waves
             .iter()
             .find(|w| w.name == wave.name)
-            .map_or(bake_hours, |w| w.max_bake.num_seconds().max(0) as f64 / 3600.0);
+            .map_or(bake_hours, |w| w.max_bake.num_seconds().max(0) as f64 / 3600.0)
+            .max(soak_max);
         let gates = wave.gates.len().max(1) as f64;
         let alpha = policy.detection.false_rollback / gates;
         let beta = policy.detection.false_pass / gates;
@@ -715,22 +722,23 @@ pub fn fleet_timing(policy: &Policy, waves: &[WaveShape], options: &PowerOptions
                 1.0
             };
             let events_per_hour = updated_nodes as f64 * per_node * per_hour * rate;
+            let must_detect = policy.must_detect(&wave.name, gate);
             let before = prior.get(&gate.name).copied().unwrap_or(0.0);
             let input = RateTimingInput {
                 prior_events: before,
                 events_per_hour,
                 null: gate.min_effect,
-                must_detect: gate.must_detect,
+                must_detect,
                 alpha,
                 beta,
                 dispersion: 1.0,
             };
             let Ok(pass) = hours_to_pass(&input) else { continue };
-            let mut ratios = vec![gate.must_detect];
+            let mut ratios = vec![must_detect];
             ratios.extend(
                 [1.5, 2.0, 3.0, 6.0]
                     .into_iter()
-                    .filter(|r| *r > gate.min_effect && *r != gate.must_detect),
+                    .filter(|r| *r > gate.min_effect && *r != must_detect),
             );
             let catch_hours = ratios
                 .into_iter()
@@ -744,7 +752,7 @@ pub fn fleet_timing(policy: &Policy, waves: &[WaveShape], options: &PowerOptions
                     events_per_hour,
                     bake_hours,
                     max_bake_hours: max_bake_hours.max(bake_hours),
-                    must_detect: gate.must_detect,
+                    must_detect,
                 },
                 alpha,
                 beta,

@@ -26,6 +26,11 @@ pub fn policy_file(name: &str) -> Policy {
     parse_policy(&source).unwrap_or_else(|e| panic!("parse {path}: {e:?}"))
 }
 
+/// The planner tests' HGX GPU policy: an 8-node canary and four waves (`fixtures/`).
+pub fn hgx_policy() -> Policy {
+    parse(include_str!("../fixtures/hgx-gpu-8-node-canary.yaml"))
+}
+
 pub fn parse(yaml: &str) -> Policy {
     parse_policy(yaml).unwrap_or_else(|e| panic!("policy does not parse: {e:?}\n{yaml}"))
 }

@@ -514,6 +514,7 @@ impl DetectorJudge {
                 max_looks,
                 alpha,
                 beta,
+                must_detect: policy.must_detect(&wave.name, health_gate),
                 information_fraction: (elapsed.num_seconds() as f64 / max_bake.num_seconds().max(1) as f64).min(1.0),
                 now,
             };
@@ -802,13 +803,7 @@ impl DetectorJudge {
                 } else {
                     return fail("no Prometheus server is configured for this judge".into());
                 }
-                let facts = match rate_facts(
-                    &cells,
-                    health_gate.min_effect,
-                    health_gate.must_detect,
-                    ctx.alpha,
-                    ctx.beta,
-                ) {
+                let facts = match rate_facts(&cells, health_gate.min_effect, ctx.must_detect, ctx.alpha, ctx.beta) {
                     Ok(f) => f,
                     Err(err) => return fail(err.to_string()),
                 };
@@ -825,16 +820,10 @@ impl DetectorJudge {
                     lower,
                     upper,
                     null: health_gate.min_effect,
-                    must_detect: health_gate.must_detect,
+                    must_detect: ctx.must_detect,
                     alpha: ctx.alpha,
                     beta: ctx.beta,
-                    ruled_out: ruled_out(
-                        GateKind::Rate,
-                        lower,
-                        upper,
-                        health_gate.min_effect,
-                        health_gate.must_detect,
-                    ),
+                    ruled_out: ruled_out(GateKind::Rate, lower, upper, health_gate.min_effect, ctx.must_detect),
                     information_fraction: ctx.information_fraction,
                     expected_baseline_events: (e0 > 0.0).then(|| e1 * x0 as f64 / e0),
                     updated: FleetCohort {
@@ -871,7 +860,7 @@ impl DetectorJudge {
                     sum += batch.differences.iter().sum::<f64>();
                     control = control.max(batch.controls);
                 }
-                let look = match process.look(health_gate.min_effect, health_gate.must_detect, ctx.alpha, ctx.beta) {
+                let look = match process.look(health_gate.min_effect, ctx.must_detect, ctx.alpha, ctx.beta) {
                     Ok(l) => l,
                     Err(err) => return fail(err.to_string()),
                 };
@@ -887,16 +876,10 @@ impl DetectorJudge {
                     lower,
                     upper,
                     null: health_gate.min_effect,
-                    must_detect: health_gate.must_detect,
+                    must_detect: ctx.must_detect,
                     alpha: ctx.alpha,
                     beta: ctx.beta,
-                    ruled_out: ruled_out(
-                        GateKind::Level,
-                        lower,
-                        upper,
-                        health_gate.min_effect,
-                        health_gate.must_detect,
-                    ),
+                    ruled_out: ruled_out(GateKind::Level, lower, upper, health_gate.min_effect, ctx.must_detect),
                     information_fraction: ctx.information_fraction,
                     expected_baseline_events: None,
                     updated: FleetCohort {
@@ -957,6 +940,8 @@ struct LookContext {
     max_looks: u32,
     alpha: f64,
     beta: f64,
+    /// What this gate must rule out in this wave (the wave's own `must_detect`, else the gate's).
+    must_detect: f64,
     information_fraction: f64,
     now: DateTime<Utc>,
 }
