@@ -34,7 +34,7 @@ proptest! {
         bins in prop::collection::vec(prop::collection::vec(cell(), 0..4), 0..6),
         null in any_f64(), must in any_f64(), alpha in any_f64(), beta in any_f64(), phi in any_f64(),
     ) {
-        let mut p = RateEProcess::new(RateEConfig { restart_every_bins: 2, max_restarts: 2 });
+        let mut p = RateEProcess::new(RateEConfig { restart_every_bins: 2, max_restarts: 2, node_look_share: 0.0 });
         for b in &bins {
             let _ = p.observe_bin(b);
         }

@@ -699,7 +699,7 @@ fn detection(effect_seeds: u32, healthy_seeds: u32) -> anyhow::Result<()> {
     }
     let [canary_nodes, early_nodes] = detection_sim::wave_exposure(&policy);
     println!(
-        "\ncalibration: `policy power`'s chance of a catch by each wave's end (XID gate; catch_by_wave_end) against the \
+        "\ncalibration: `policy power`'s chance of a catch by each wave's end (XID gate; forecast_catch) against the \
          fleet method's observed share caught with at most {canary_nodes} (canary) and {early_nodes} (canary + 10%) nodes \
          on the release; [99% Clopper-Pearson interval of the observed]"
     );

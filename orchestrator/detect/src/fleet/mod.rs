@@ -10,6 +10,9 @@
 //!   the looks and the bake extensions depend on the data;
 //! - [`quasi_poisson_dispersion`]: the over-dispersion of node-level counts, estimated from the
 //!   control, which tempers the rate evidence (XIDs burst and cascade across a node's GPUs);
+//! - [`NodeMixtureProcess`]: a rate gate's node-level look, a mixture over the share of updated nodes
+//!   made worse, against the control's spread of node rates ([`node_heterogeneity`]), for effects a
+//!   pooled ratio dilutes;
 //! - [`LevelEProcess`]: a level gate's evidence, one value per updated node (its concurrent
 //!   difference from the control), with a normal-mixture confidence sequence;
 //! - [`decide_wave`] / [`decide_soak`]: the three outcomes with the right nulls — Fail when the
@@ -20,6 +23,8 @@
 //! - [`counted_hours`] and [`holdback_events_needed`]: the post-reset exclusion rule and the
 //!   holdback's size;
 //! - [`hours_to_pass`] / [`hours_to_catch`]: median and p95 time to decide, for `policy power`;
+//! - [`forecast_catch`]: the chance of a catch by each wave's end, by a seeded Monte Carlo of the
+//!   method's own processes on the policy's waves (what `policy power` quotes);
 //! - [`sim`]: an I/O-free 1,000-node rollout simulation (the detection bench).
 //!
 //! The method, its assumptions and its guarantees are in the crate's `README.md` ("Fleet-scale
@@ -27,7 +32,9 @@
 
 mod decision;
 mod dispersion;
+mod forecast;
 mod level;
+mod nodes;
 mod rate;
 pub mod sim;
 mod soak;
@@ -35,7 +42,9 @@ mod timing;
 
 pub use decision::{GateLook, SoakDecision, WaveDecision, WaveTiming, decide_soak, decide_wave};
 pub use dispersion::{NodeCount, quasi_poisson_dispersion};
+pub use forecast::{FORECAST_SEEDS, Forecast, ForecastGate, ForecastWave, forecast_catch};
 pub use level::{LevelEConfig, LevelEProcess, LevelLook};
+pub use nodes::{MIN_HETEROGENEITY, NodeCell, NodeMixtureProcess, NodeObservation, node_heterogeneity};
 pub use rate::{RateCell, RateEConfig, RateEProcess, RateLook};
 pub use soak::{counted_hours, holdback_events_needed, holdback_fraction};
 pub use timing::{

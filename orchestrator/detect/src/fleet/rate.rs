@@ -54,8 +54,13 @@ pub struct RateEConfig {
     /// A fresh process starts every this many bins, so an effect that begins hours after the flash is
     /// not diluted by the quiet hours before it; 0 for none.
     pub restart_every_bins: u32,
-    /// At most this many fresh processes (they share half the gate's budget equally).
+    /// At most this many fresh processes (they share half the gate's budget equally, less the node
+    /// look's share).
     pub max_restarts: u32,
+    /// Share of the gate's false-rollback budget kept for the node-level look
+    /// ([`super::NodeMixtureProcess`]), taken from the fresh processes' half; 0 when the caller runs no
+    /// node-level look. At most 1/2.
+    pub node_look_share: f64,
 }
 
 impl Default for RateEConfig {
@@ -64,7 +69,24 @@ impl Default for RateEConfig {
         Self {
             restart_every_bins: 12,
             max_restarts: 8,
+            node_look_share: 0.0,
         }
+    }
+}
+
+impl RateEConfig {
+    /// The default with a node-level look beside the pooled one: it gets a quarter of the gate's
+    /// budget, the fresh processes the other quarter of their half.
+    pub fn with_node_look() -> Self {
+        Self {
+            node_look_share: 0.25,
+            ..Self::default()
+        }
+    }
+
+    /// The node-level look's level at a gate's false-rollback share `alpha` (0 without one).
+    pub fn node_look_level(&self, alpha: f64) -> f64 {
+        alpha * self.node_look_share.clamp(0.0, 0.5)
     }
 }
 
@@ -200,15 +222,17 @@ impl RateEProcess {
         (self.mh_den > 0.0).then(|| self.mh_num / self.mh_den)
     }
 
-    /// Budget share of each fresh process: the cumulative one gets half (all of it without restarts),
-    /// the restarts split the other half. The shares add up to at most 1, so the gate's budget holds.
+    /// Budget share of each fresh process: the cumulative one gets half (all of it, less the node
+    /// look's share, without restarts), the restarts split the other half less the node look's share.
+    /// With the node look's share the shares add up to at most 1, so the gate's budget holds.
     fn weight(&self, index: usize) -> f64 {
+        let node = self.config.node_look_share.clamp(0.0, 0.5);
         if self.config.restart_every_bins == 0 || self.config.max_restarts == 0 {
-            1.0
+            1.0 - node
         } else if index == 0 {
             0.5
         } else {
-            0.5 / f64::from(self.config.max_restarts)
+            (0.5 - node) / f64::from(self.config.max_restarts)
         }
     }
 
@@ -330,7 +354,7 @@ impl RateEProcess {
     }
 }
 
-fn log_sum_exp(terms: &[f64]) -> f64 {
+pub(super) fn log_sum_exp(terms: &[f64]) -> f64 {
     let max = terms.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     if !max.is_finite() {
         return max;
@@ -395,6 +419,7 @@ mod tests {
         let config = RateEConfig {
             restart_every_bins: 12,
             max_restarts: 8,
+            node_look_share: 0.0,
         };
         let mut p = RateEProcess::new(config);
         // 48 quiet hours with many events at ratio 1, then a 3x rise.

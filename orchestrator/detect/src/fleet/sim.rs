@@ -11,8 +11,10 @@
 //! throughput one). Every number here is a model of a fleet, stated so the figures can be judged.
 
 use super::{
-    ErrorBudget, GateLook, LevelEConfig, LevelEProcess, NodeCount, RateCell, RateEConfig, RateEProcess, SoakDecision,
-    TimedWave, WaveDecision, WaveTiming, catch_by_wave_end, decide_soak, decide_wave, quasi_poisson_dispersion,
+    ErrorBudget, FORECAST_SEEDS, Forecast, ForecastGate, ForecastWave, GateLook, LevelEConfig, LevelEProcess, NodeCell,
+    NodeCount, NodeMixtureProcess, NodeObservation, RateCell, RateEConfig, RateEProcess, SoakDecision, TimedWave,
+    WaveDecision, WaveTiming, catch_by_wave_end, decide_soak, decide_wave, forecast_catch, node_heterogeneity,
+    quasi_poisson_dispersion,
 };
 use crate::{
     Direction, LevelCohorts, LevelGate, Outcome, RateCohorts, RateGate, RateSample, SequentialPlan, SpendingFunction,
@@ -411,12 +413,53 @@ pub fn wave_exposure(policy: &BenchPolicy) -> [usize; 2] {
     [canary, canary + policy.waves[1].per_stratum * STRATA]
 }
 
-/// What `policy power` predicts for a rate cell (`orchestrator_detect::fleet::catch_by_wave_end`, the
-/// function behind its `catch_by_end`): the chance that the fleet method has caught the release by the
-/// end of the canary and of the 10% wave, from the XID gate alone. The base rate is given as episodes
-/// (the unit the fleet method counts), dispersion 1, as `policy power` assumes. `None` for other cells:
-/// `policy power` has no fleet-method timing for level gates.
+/// What `policy power` predicts for a rate cell ([`super::forecast_catch`], behind its `catch_by_end`):
+/// the chance that the fleet method has caught the release by the end of the canary and of the 10%
+/// wave, from a Monte Carlo of the method's rate gates (XID episodes and AER) on the bench policy's
+/// waves, with the cell's concentration. `None` for other cells: `policy power` forecasts rate gates.
 pub fn predicted_catch(cell: &Cell, policy: &BenchPolicy) -> Option<[f64; 2]> {
+    let Effect::Rate { ratio, share } = cell.effect else {
+        return None;
+    };
+    let (alpha, beta) = policy.budget.per_gate(4);
+    let forecast = Forecast {
+        fleet_nodes: NODES,
+        waves: policy
+            .waves
+            .iter()
+            .map(|w| ForecastWave {
+                nodes: w.per_stratum * STRATA,
+                bake_hours: f64::from(w.bake_h),
+                max_bake_hours: f64::from(w.max_bake_h),
+            })
+            .collect(),
+        gates: vec![
+            ForecastGate {
+                events_per_node_hour: cell.base * GPUS / MEAN_BURST,
+                null: policy.nulls[0],
+                must_detect: policy.waves.iter().map(|w| w.xid_must_detect).collect(),
+                alpha,
+                beta,
+                dispersion_estimated: true,
+            },
+            ForecastGate {
+                events_per_node_hour: AER_PER_NODE_HOUR,
+                null: policy.nulls[1],
+                must_detect: vec![policy.must_detect[0]; policy.waves.len()],
+                alpha,
+                beta,
+                dispersion_estimated: false,
+            },
+        ],
+        seeds: FORECAST_SEEDS,
+    };
+    let p = forecast_catch(&forecast, 0, ratio, share).ok()?;
+    Some([*p.first()?, *p.get(1)?])
+}
+
+/// The closed-form prediction [`catch_by_wave_end`] for a rate cell (the XID gate's cumulative
+/// process alone, uniform effect), kept for comparison with [`predicted_catch`].
+pub fn predicted_catch_closed_form(cell: &Cell, policy: &BenchPolicy) -> Option<[f64; 2]> {
     let Effect::Rate { ratio, .. } = cell.effect else {
         return None;
     };
@@ -513,10 +556,15 @@ impl LevelBatch {
 pub fn run_fleet_method(cell: &Cell, policy: &BenchPolicy, seed: u64) -> Run {
     let mut world = World::new(cell, seed);
     let (alpha, beta) = policy.budget.per_gate(4);
-    let mut xid = RateEProcess::new(RateEConfig::default());
-    let mut aer = RateEProcess::new(RateEConfig::default());
+    let config = RateEConfig::with_node_look();
+    let mut xid = RateEProcess::new(config);
+    let mut aer = RateEProcess::new(config);
+    // A null the node look rejects (not a positive ratio) leaves the gate without the look.
+    let mut xid_nodes = NodeMixtureProcess::new(policy.nulls[0]).ok();
+    let mut aer_nodes = NodeMixtureProcess::new(policy.nulls[1]).ok();
     let mut bound = Bound::new(cell, policy);
     // Control nodes' counts since the start, for the dispersion estimate.
+    let mut control_aer = vec![0u64; NODES];
     let mut control_xid = vec![0u64; NODES];
     let mut control_hours = vec![0u32; NODES];
     let mut wave_pass_h = [None, None];
@@ -550,6 +598,8 @@ pub fn run_fleet_method(cell: &Cell, policy: &BenchPolicy, seed: u64) -> Run {
         let hour_end = f64::from(hour + 1);
         let mut xid_cells = vec![RateCell::default(); STRATA];
         let mut aer_cells = vec![RateCell::default(); STRATA];
+        let mut xid_node_cells = vec![NodeCell::default(); STRATA];
+        let mut aer_node_cells = vec![NodeCell::default(); STRATA];
         let mut baseline = 0.0;
         for i in 0..NODES {
             // The fleet method counts XID episodes per node: a cascade over a node's GPUs is one event.
@@ -564,13 +614,30 @@ pub fn run_fleet_method(cell: &Cell, policy: &BenchPolicy, seed: u64) -> Run {
                     ac.updated_events += a;
                     ac.updated_exposure += 1.0;
                     baseline += cell.base * GPUS / MEAN_BURST;
+                    let id = i as u32;
+                    xid_node_cells[node.stratum].updated.push(NodeObservation {
+                        node: id,
+                        events: x,
+                        exposure: GPUS,
+                    });
+                    aer_node_cells[node.stratum].updated.push(NodeObservation {
+                        node: id,
+                        events: a,
+                        exposure: 1.0,
+                    });
                 }
                 None => {
                     xc.control_events += x;
                     xc.control_exposure += GPUS;
                     ac.control_events += a;
                     ac.control_exposure += 1.0;
+                    let (xn, an) = (&mut xid_node_cells[node.stratum], &mut aer_node_cells[node.stratum]);
+                    xn.control_events += x;
+                    xn.control_exposure += GPUS;
+                    an.control_events += a;
+                    an.control_exposure += 1.0;
                     control_xid[i] += x;
+                    control_aer[i] += a;
                     control_hours[i] += 1;
                 }
             }
@@ -595,18 +662,35 @@ pub fn run_fleet_method(cell: &Cell, policy: &BenchPolicy, seed: u64) -> Run {
         }
         let _ = xid.observe_bin(&xid_cells);
         let _ = aer.observe_bin(&aer_cells);
+        for (process, cells) in [(&mut xid_nodes, &xid_node_cells), (&mut aer_nodes, &aer_node_cells)] {
+            if let Some(p) = process {
+                let _ = p.observe_bin(cells);
+            }
+        }
         bound.add(hour_end, baseline, level_info);
-        let phi = quasi_poisson_dispersion(
-            &(0..NODES)
+        let control_counts = |counts: &[u64], per_hour: f64| -> Vec<NodeCount> {
+            (0..NODES)
                 .filter(|&i| world.nodes[i].updated_at.is_none() && control_hours[i] > 0)
                 .map(|i| NodeCount {
                     stratum: world.nodes[i].stratum as u32,
-                    events: control_xid[i],
-                    exposure: f64::from(control_hours[i]) * GPUS,
+                    events: counts[i],
+                    exposure: f64::from(control_hours[i]) * per_hour,
                 })
-                .collect::<Vec<_>>(),
-        )
-        .unwrap_or(1.0);
+                .collect()
+        };
+        let xid_control = control_counts(&control_xid, GPUS);
+        let phi = quasi_poisson_dispersion(&xid_control).unwrap_or(1.0);
+        // Without control events there is no spread to estimate; the look's floor applies.
+        let xid_spread = node_heterogeneity(&xid_control).unwrap_or(0.0);
+        let aer_spread = node_heterogeneity(&control_counts(&control_aer, 1.0)).unwrap_or(0.0);
+        let node_level = config.node_look_level(alpha);
+        let node_fail = |process: &Option<NodeMixtureProcess>, spread: f64| {
+            process
+                .as_ref()
+                .is_some_and(|p| p.may_have_risen() && p.fails(node_level, spread).unwrap_or(false))
+        };
+        let xid_node_fail = node_fail(&xid_nodes, xid_spread);
+        let aer_node_fail = node_fail(&aer_nodes, aer_spread);
         let xid_md = match phase {
             0 | 1 => policy.waves[phase].xid_must_detect,
             _ => policy.soak_xid_must_detect,
@@ -616,13 +700,13 @@ pub fn run_fleet_method(cell: &Cell, policy: &BenchPolicy, seed: u64) -> Run {
                 "xid",
                 xid.look(policy.nulls[0], xid_md, alpha, beta, phi)
                     .ok()
-                    .map(|l| (l.fail, l.pass_ready)),
+                    .map(|l| (l.fail || xid_node_fail, l.pass_ready)),
             ),
             (
                 "aer",
                 aer.look(policy.nulls[1], policy.must_detect[0], alpha, beta, 1.0)
                     .ok()
-                    .map(|l| (l.fail, l.pass_ready)),
+                    .map(|l| (l.fail || aer_node_fail, l.pass_ready)),
             ),
             (
                 "temp",

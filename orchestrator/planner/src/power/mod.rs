@@ -648,8 +648,9 @@ pub struct FleetGateTiming {
     /// `(ratio, median hours, p95 hours)` to fail, for `must_detect` and 1.5x, 2x, 3x, 6x above the null.
     pub catch_hours: Vec<(f64, f64, f64)>,
     /// `(ratio, probability)` that a release at `ratio` has been caught by the end of this wave (the
-    /// same ratios as `catch_hours`; `orchestrator_detect::fleet::catch_by_wave_end`: a release the
-    /// wave cannot pass holds at `max_bake`, so later waves add nothing). `bench --only detection`
+    /// same ratios as `catch_hours`, on all nodes; `orchestrator_detect::fleet::forecast_catch`, a
+    /// seeded Monte Carlo of the method's own processes with every rate gate of the wave: a release
+    /// the wave cannot pass holds at `max_bake`, so later waves add nothing). `bench --only detection`
     /// checks these against simulation.
     pub catch_by_end: Vec<(f64, f64)>,
 }
@@ -658,16 +659,32 @@ pub struct FleetGateTiming {
 /// default). Evidence pools across waves: a wave starts with the baseline events its predecessors
 /// gathered, each assumed to have baked for the later of its bake and its healthy median (capped at
 /// `max_bake`). Counts are assumed Poisson (dispersion 1); bursty metrics take longer, by about their
-/// dispersion. Kept apart from [`power_table`]: it is the fleet-scale method's timing, not the per-wave test's power.
+/// dispersion. `catch_by_end` is not this closed form but a seeded Monte Carlo of the method itself
+/// (`forecast_catch`), which the detection bench checks against its simulated fleet. Kept apart from
+/// [`power_table`]: it is the fleet-scale method's timing, not the per-wave test's power.
 pub fn fleet_timing(policy: &Policy, waves: &[WaveShape], options: &PowerOptions) -> Vec<FleetGateTiming> {
-    use orchestrator_detect::fleet::{RateTimingInput, TimedWave, catch_by_wave_end, hours_to_catch, hours_to_pass};
+    use orchestrator_detect::fleet::{
+        FORECAST_SEEDS, Forecast, ForecastGate, ForecastWave, RateTimingInput, TimedWave, forecast_catch,
+        hours_to_catch, hours_to_pass,
+    };
     let mut out: Vec<FleetGateTiming> = Vec::new();
-    // Per gate: its waves as the timing model sees them, with the index of each one's row in `out`.
-    let mut timed: BTreeMap<String, Vec<(usize, TimedWave, f64, f64)>> = BTreeMap::new();
+    /// One gate in one wave as the forecast needs it.
+    struct Row {
+        /// Index of its row in `out`.
+        out: usize,
+        wave: TimedWave,
+        alpha: f64,
+        beta: f64,
+        /// Index of the wave in `waves`.
+        wave_index: usize,
+        events_per_node_hour: f64,
+    }
+    // Per gate: its waves as the timing model sees them.
+    let mut timed: BTreeMap<String, Vec<Row>> = BTreeMap::new();
     // Per gate: baseline events gathered by earlier waves, and nodes on the release so far.
     let mut prior: BTreeMap<String, f64> = BTreeMap::new();
     let mut updated_nodes = 0usize;
-    for wave in waves {
+    for (wave_index, wave) in waves.iter().enumerate() {
         updated_nodes += wave.canary_nodes;
         let bake_hours = wave.bake_seconds.max(0) as f64 / 3600.0;
         // The soak is the last policy wave's bake, so it may extend to the soak's `max` (as the
@@ -729,9 +746,9 @@ pub fn fleet_timing(policy: &Policy, waves: &[WaveShape], options: &PowerOptions
                 .collect();
             let baked = pass.median.max(bake_hours).min(max_bake_hours.max(bake_hours));
             prior.insert(gate.name.clone(), before + events_per_hour * baked);
-            timed.entry(gate.name.clone()).or_default().push((
-                out.len(),
-                TimedWave {
+            timed.entry(gate.name.clone()).or_default().push(Row {
+                out: out.len(),
+                wave: TimedWave {
                     events_per_hour,
                     bake_hours,
                     max_bake_hours: max_bake_hours.max(bake_hours),
@@ -739,7 +756,9 @@ pub fn fleet_timing(policy: &Policy, waves: &[WaveShape], options: &PowerOptions
                 },
                 alpha,
                 beta,
-            ));
+                wave_index,
+                events_per_node_hour: per_node * per_hour * rate,
+            });
             out.push(FleetGateTiming {
                 wave: wave.name.clone(),
                 gate: gate.name.clone(),
@@ -752,23 +771,78 @@ pub fn fleet_timing(policy: &Policy, waves: &[WaveShape], options: &PowerOptions
             });
         }
     }
-    for rows in timed.values() {
-        let Some(&(first, _, alpha, beta)) = rows.first() else {
+    // The chance of a catch by each wave's end: the method's own processes simulated on these waves
+    // (`forecast_catch`), with every rate gate judged in the same waves, since a wave ends when its
+    // slowest gate is ready. The control is every node not yet on the release.
+    let fleet_nodes = fleet_size(waves);
+    for (name, rows) in &timed {
+        let wave_rows: Vec<usize> = rows.iter().map(|r| r.wave_index).collect();
+        let together: Vec<&String> = timed
+            .iter()
+            .filter(|(_, other)| other.iter().map(|r| r.wave_index).eq(wave_rows.iter().copied()))
+            .map(|(n, _)| n)
+            .collect();
+        let mut gates = Vec::new();
+        let mut effect_gate = 0;
+        for other in together {
+            let Some(gate) = policy.health.gate(other) else {
+                continue;
+            };
+            let other_rows = &timed[other];
+            let Some(row) = other_rows.first() else { continue };
+            if other == name {
+                effect_gate = gates.len();
+            }
+            gates.push(ForecastGate {
+                events_per_node_hour: row.events_per_node_hour,
+                null: gate.min_effect,
+                must_detect: other_rows.iter().map(|r| r.wave.must_detect).collect(),
+                alpha: row.alpha,
+                beta: row.beta,
+                // The engine's judge tempers every rate gate by the control's dispersion.
+                dispersion_estimated: true,
+            });
+        }
+        let forecast = Forecast {
+            fleet_nodes,
+            waves: wave_rows
+                .iter()
+                .zip(rows)
+                .map(|(&w, r)| ForecastWave {
+                    nodes: waves[w].canary_nodes,
+                    bake_hours: r.wave.bake_hours,
+                    max_bake_hours: r.wave.max_bake_hours,
+                })
+                .collect(),
+            gates,
+            seeds: FORECAST_SEEDS,
+        };
+        let Some(first) = rows.first().map(|r| r.out) else {
             continue;
         };
-        let waves: Vec<TimedWave> = rows.iter().map(|r| r.1).collect();
-        let null = policy.health.gate(&out[first].gate).map_or(1.0, |g| g.min_effect);
         let ratios: Vec<f64> = out[first].catch_hours.iter().map(|c| c.0).collect();
         for ratio in ratios {
-            let Ok(by_end) = catch_by_wave_end(&waves, ratio, null, alpha, beta, 1.0) else {
+            let Ok(by_end) = forecast_catch(&forecast, effect_gate, ratio, 1.0) else {
                 continue;
             };
             for (row, p) in rows.iter().zip(by_end) {
-                out[row.0].catch_by_end.push((ratio, p));
+                out[row.out].catch_by_end.push((ratio, p));
             }
         }
     }
     out
+}
+
+/// Nodes the fleet-scale method sees: every wave's nodes, or more when a wave's control is larger than
+/// the waves after it (a shape given without its later waves).
+fn fleet_size(waves: &[WaveShape]) -> usize {
+    let mut updated = 0;
+    let mut fleet = waves.iter().map(|w| w.canary_nodes).sum::<usize>();
+    for w in waves {
+        updated += w.canary_nodes;
+        fleet = fleet.max(updated + w.control_nodes);
+    }
+    fleet
 }
 
 /// The lint's power warnings for a policy: `(gate, message)` for each gate whose
