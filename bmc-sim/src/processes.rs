@@ -80,10 +80,22 @@ impl std::fmt::Debug for ProcessOptions {
 }
 
 impl ProcessOptions {
-    /// Processes enough for `nodes` at [`DEFAULT_NODES_PER_PROCESS`] each.
+    /// Processes enough for `nodes`, each within the open-file limit it inherits from this process:
+    /// a controller started under `ulimit -n 4096` hands that hard limit to its children, and a
+    /// process of 10,000 BMCs would then not even bind its listeners.
     pub fn processes_for(nodes: usize) -> usize {
-        nodes.div_ceil(DEFAULT_NODES_PER_PROCESS).max(1)
+        let inherited = rlimit::getrlimit(rlimit::Resource::NOFILE).map_or(u64::MAX, |(_soft, hard)| hard);
+        processes_within(nodes, inherited)
     }
+}
+
+/// Processes for `nodes` when each may open `hard_limit` files: half for the BMCs' listeners, half
+/// for the connections to them, and never more than [`DEFAULT_NODES_PER_PROCESS`] BMCs in one.
+fn processes_within(nodes: usize, hard_limit: u64) -> usize {
+    let per_process = usize::try_from(hard_limit / 2)
+        .unwrap_or(usize::MAX)
+        .clamp(1, DEFAULT_NODES_PER_PROCESS);
+    nodes.div_ceil(per_process).max(1)
 }
 
 /// Why the processes could not start or answer.
@@ -451,7 +463,23 @@ async fn wait_ready(
 
 #[cfg(test)]
 mod tests {
-    use super::slices;
+    use super::{DEFAULT_NODES_PER_PROCESS, processes_within, slices};
+
+    #[test]
+    fn processes_fit_the_inherited_open_file_limit() {
+        // This machine's 20,000: 10,000 BMCs a process.
+        assert_eq!(processes_within(100_000, 20_000), 10);
+        assert_eq!(processes_within(10_000, 20_000), 1);
+        // A controller under `ulimit -n 4096`: 2,048 BMCs a process, 5 for 10,000.
+        assert_eq!(processes_within(10_000, 4_096), 5);
+        // No limit still caps a process's share; a tiny one still gives every node a process.
+        assert_eq!(
+            processes_within(25_000, u64::MAX),
+            25_000_usize.div_ceil(DEFAULT_NODES_PER_PROCESS)
+        );
+        assert_eq!(processes_within(3, 1), 3);
+        assert_eq!(processes_within(0, 4_096), 1);
+    }
 
     #[test]
     fn slices_cover_the_fleet_in_order_without_gaps() {

@@ -56,7 +56,8 @@ pub struct BenchArgs {
     nodes: usize,
     /// Run the throughput run's BMCs in N processes of their own (this
     /// executable as bmc-sim, on 127.0.0.2, 127.0.0.3, ..., with HTTP
-    /// keep-alive) instead of in this process; 0: one per 10,000 nodes.
+    /// keep-alive) instead of in this process; 0: enough that each fits half
+    /// the open-file limit it inherits (at most 10,000 nodes each).
     /// The only way past ~10,000 nodes here, where a process may hold
     /// 20,000 open files.
     #[arg(long, value_name = "N")]

@@ -61,8 +61,9 @@ pub struct SimulateArgs {
     /// Run the simulated BMCs in N processes of their own (this executable
     /// as bmc-sim, each serving a slice of the fleet on 127.0.0.2,
     /// 127.0.0.3, ...) instead of in this process, whose open-file limit
-    /// then holds only the controller's own connections. 0: one process per
-    /// 10,000 nodes.
+    /// then holds only the controller's own connections. 0: enough processes
+    /// that each fits half the open-file limit it inherits from this one (at
+    /// most 10,000 nodes each; 5 for 10,000 nodes under `ulimit -n 4096`).
     #[arg(long, value_name = "N")]
     fleet_processes: Option<usize>,
 }
