@@ -14,6 +14,7 @@
 //! hour excluded, hourly looks. Level gates are not simulated: they rule out their `must_detect`
 //! within hours, long before a rate gate can, so they do not decide when a wave ends.
 
+use super::draw::{normal, poisson};
 use super::{FleetError, NodeCell, NodeMixtureProcess, NodeObservation, RateCell, RateEConfig, RateEProcess, check};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -68,25 +69,6 @@ pub const FORECAST_SEEDS: u32 = 400;
 /// Post-reset hours that count on neither side (as the engine's `reset_exclusion` default).
 const EXCLUSION_H: u32 = 1;
 
-fn poisson(rng: &mut impl Rng, mean: f64) -> u64 {
-    if mean <= 0.0 {
-        return 0;
-    }
-    let mut left = mean;
-    let mut total = 0;
-    while left > 0.0 {
-        let chunk = left.min(20.0);
-        left -= chunk;
-        let limit = (-chunk).exp();
-        let mut p = rng.random::<f64>();
-        while p > limit {
-            total += 1;
-            p *= rng.random::<f64>();
-        }
-    }
-    total
-}
-
 /// What the judge estimates from the controls' node counts of a world whose nodes are alike: the
 /// quasi-Poisson dispersion (Pearson's statistic over `n` controls with `m` expected events each has
 /// sd `sqrt((2 + 1/m) / n)` around 1, floored at 1) and the node-rate spread (the moment estimator has
@@ -111,13 +93,6 @@ impl Estimates {
             heterogeneity: (z_h * (2.0 / n).sqrt() / m).max(0.0),
         }
     }
-}
-
-fn normal(rng: &mut impl Rng) -> f64 {
-    // Box-Muller; 1 - u keeps the logarithm finite.
-    let u: f64 = 1.0 - rng.random::<f64>();
-    let v: f64 = rng.random::<f64>();
-    (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
 }
 
 fn validate(f: &Forecast, gate: usize, ratio: f64, share: f64) -> Result<(), FleetError> {

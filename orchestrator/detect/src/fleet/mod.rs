@@ -32,6 +32,7 @@
 
 mod decision;
 mod dispersion;
+mod draw;
 mod forecast;
 mod level;
 mod nodes;

@@ -10,6 +10,7 @@
 //! (1 °C, 12 W). Flashes are instantaneous at a wave's start (this is a detection benchmark, not a
 //! throughput one). Every number here is a model of a fleet, stated so the figures can be judged.
 
+use super::draw::{normal, poisson};
 use super::{
     ErrorBudget, FORECAST_SEEDS, Forecast, ForecastGate, ForecastWave, GateLook, LevelEConfig, LevelEProcess, NodeCell,
     NodeCount, NodeMixtureProcess, NodeObservation, RateCell, RateEConfig, RateEProcess, SoakDecision, TimedWave,
@@ -220,32 +221,6 @@ struct World {
     nodes: Vec<Node>,
     /// Node indices per stratum in wave order (canary first, holdback last).
     order: Vec<Vec<usize>>,
-}
-
-fn normal(rng: &mut impl Rng) -> f64 {
-    // Box-Muller; 1 - u keeps the logarithm finite.
-    let u: f64 = 1.0 - rng.random::<f64>();
-    let v: f64 = rng.random::<f64>();
-    (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
-}
-
-fn poisson(rng: &mut impl Rng, mean: f64) -> u64 {
-    if mean <= 0.0 {
-        return 0;
-    }
-    let mut left = mean;
-    let mut total = 0;
-    while left > 0.0 {
-        let chunk = left.min(20.0);
-        left -= chunk;
-        let limit = (-chunk).exp();
-        let mut p = rng.random::<f64>();
-        while p > limit {
-            total += 1;
-            p *= rng.random::<f64>();
-        }
-    }
-    total
 }
 
 impl World {
