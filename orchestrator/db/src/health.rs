@@ -333,6 +333,34 @@ struct NodeDeltas<'a> {
     deltas: &'a [WindowDelta],
 }
 
+impl HealthSample {
+    /// A row with nothing in it yet: what a window's first delta is folded into.
+    fn empty(
+        rollout_id: RolloutId,
+        wave_id: WaveId,
+        node_id: NodeId,
+        cohort: Cohort,
+        metric: String,
+        window_start: DateTime<Utc>,
+    ) -> Self {
+        Self {
+            rollout_id,
+            wave_id,
+            node_id,
+            cohort,
+            metric,
+            window_start,
+            events: 0,
+            exposure: 0.0,
+            readings: 0,
+            sum: 0.0,
+            min: None,
+            max: None,
+            units: BTreeMap::new(),
+        }
+    }
+}
+
 /// A (wave, node, metric, window) row: the unique key of `health_samples`.
 type SampleKey = (i64, i64, String, DateTime<Utc>);
 
@@ -350,20 +378,15 @@ async fn fold_deltas<C: sea_orm::ConnectionTrait>(
     for item in items {
         for delta in item.deltas {
             let key = (item.wave.0, item.node.0, delta.metric.clone(), delta.window_start);
-            let add = adds.entry(key).or_insert_with(|| HealthSample {
-                rollout_id: item.rollout,
-                wave_id: item.wave,
-                node_id: item.node,
-                cohort: item.cohort,
-                metric: delta.metric.clone(),
-                window_start: delta.window_start,
-                events: 0,
-                exposure: 0.0,
-                readings: 0,
-                sum: 0.0,
-                min: None,
-                max: None,
-                units: BTreeMap::new(),
+            let add = adds.entry(key).or_insert_with(|| {
+                HealthSample::empty(
+                    item.rollout,
+                    item.wave,
+                    item.node,
+                    item.cohort,
+                    delta.metric.clone(),
+                    delta.window_start,
+                )
             });
             fold_into(add, delta.events, delta.exposure, &delta.units);
         }
@@ -391,15 +414,15 @@ async fn fold_deltas<C: sea_orm::ConnectionTrait>(
             .iter()
             .map(|(key, add)| {
                 // A stored row keeps its rollout and cohort; only its aggregates grow.
-                let mut row = existing.remove(key).unwrap_or_else(|| HealthSample {
-                    events: 0,
-                    exposure: 0.0,
-                    readings: 0,
-                    sum: 0.0,
-                    min: None,
-                    max: None,
-                    units: BTreeMap::new(),
-                    ..add.clone()
+                let mut row = existing.remove(key).unwrap_or_else(|| {
+                    HealthSample::empty(
+                        add.rollout_id,
+                        add.wave_id,
+                        add.node_id,
+                        add.cohort,
+                        add.metric.clone(),
+                        add.window_start,
+                    )
                 });
                 fold_into(&mut row, add.events, add.exposure, &add.units);
                 health_samples::ActiveModel {
