@@ -199,6 +199,29 @@ pub struct FleetGateLook {
     pub failed_from_hour: Option<u32>,
     /// Why the gate could not be evaluated, when its outcome is `error`.
     pub error: Option<String>,
+    /// Rate gates: the node-level look for an effect confined to some updated nodes (absent from
+    /// looks recorded before the engine ran it).
+    #[serde(default)]
+    pub node_look: Option<FleetNodeLook>,
+}
+
+/// A rate gate's node-level look at one look: evidence that the release made some updated nodes
+/// worse than the gate's null, which the pooled ratio dilutes. It can fail a gate, never pass one.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct FleetNodeLook {
+    /// Updated nodes in the evidence.
+    pub nodes: usize,
+    /// `ln` of the mixture likelihood ratio (`None` when not finite).
+    pub ln_evidence: Option<f64>,
+    /// `ln(1 / level)`: the look fails the gate when the evidence reaches it.
+    pub ln_threshold: f64,
+    /// The look's share of the gate's false-rollback budget.
+    pub level: f64,
+    /// The spread of node rates assumed (`var / mean²`: the controls' estimate, floored).
+    pub heterogeneity: f64,
+    /// Whether the look failed the gate.
+    pub fail: bool,
 }
 
 /// One side of a fleet comparison at a look.
