@@ -713,7 +713,13 @@ fn concentrated_scenario() -> String {
 fn canary_of_32_policy() -> String {
     let health = health_section(
         0.05,
-        &[redfish_gate("xid_errors", "xid_errors_per_gpu_hour", "rate", "1.5", "10m")],
+        &[redfish_gate(
+            "xid_errors",
+            "xid_errors_per_gpu_hour",
+            "rate",
+            "1.5",
+            "10m",
+        )],
     );
     PolicyYaml::two_waves("fleet-gpu-nodes")
         .waves(vec![
@@ -785,7 +791,10 @@ async fn concentrated_effect_fails(postgres: bool) {
     assert_eq!(xid.outcome, Outcome::Fail, "{xid:#?}");
     // The node-level look failed the gate; the pooled ratio (cumulative or a fresh process) had not:
     // its lower bound is not above min_effect.
-    let nodes = xid.node_look.clone().expect("a rate gate's look carries its node-level look");
+    let nodes = xid
+        .node_look
+        .clone()
+        .expect("a rate gate's look carries its node-level look");
     assert!(nodes.fail, "{xid:#?}");
     assert_eq!(nodes.nodes, 32, "{nodes:#?}");
     assert!(nodes.ln_evidence.is_some_and(|e| e >= nodes.ln_threshold), "{nodes:#?}");
@@ -869,15 +878,14 @@ async fn a_waves_own_must_detect_extends_a_bake_the_gates_own_would_have_ended()
     })
     .await;
     h.stop_engine().await;
-    let looks: Vec<FleetGateLook> = h
-        .db
-        .health_looks(SampleScope::Wave(canary.id))
-        .await
-        .unwrap()
-        .into_iter()
-        .filter(|l| l.look.gate == "xid_errors")
-        .map(|l| serde_json::from_value(l.look.verdict).unwrap())
-        .collect();
+    let looks: Vec<FleetGateLook> =
+        h.db.health_looks(SampleScope::Wave(canary.id))
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|l| l.look.gate == "xid_errors")
+            .map(|l| serde_json::from_value(l.look.verdict).unwrap())
+            .collect();
     assert!(!looks.is_empty());
     assert!(looks.iter().all(|l| l.must_detect == 1.55), "{looks:#?}");
     // Looks every 10 minutes: look 6 ends the planned hour. There and after, the bound was below the

@@ -609,7 +609,8 @@ fn detection(effect_seeds: u32, healthy_seeds: u32) -> anyhow::Result<()> {
     let [canary, early] = policy.waves;
     // The other gates' must_detect, once when every wave holds them alike (the example), else per wave.
     let others = |m: [f64; 4]| format!("aer {}x, temp +{} C, power +{} W", m[1], m[2], m[3]);
-    let alike = early.must_detect[1..] == canary.must_detect[1..] && policy.soak_must_detect[1..] == canary.must_detect[1..];
+    let alike =
+        early.must_detect[1..] == canary.must_detect[1..] && policy.soak_must_detect[1..] == canary.must_detect[1..];
     let other_must_detect = if alike {
         others(canary.must_detect)
     } else {
@@ -766,12 +767,7 @@ mod tests {
         let p = bench_policy(file, source).unwrap();
         let [canary, early] = p.waves;
         assert_eq!(
-            (
-                canary.per_stratum,
-                canary.bake_h,
-                canary.max_bake_h,
-                canary.must_detect
-            ),
+            (canary.per_stratum, canary.bake_h, canary.max_bake_h, canary.must_detect),
             (8, 12, 720, [2.0, 2.0, 2.0, 40.0])
         );
         assert_eq!(

@@ -1047,6 +1047,19 @@ mod tests {
     }
 
     #[test]
+    fn a_waves_own_must_detect_for_a_non_xid_gate_is_what_the_wave_must_rule_out() {
+        // The canary holds AER to 1.5x instead of 2x: a healthy canary (about 32 AER events a day)
+        // needs more evidence, so it passes later than with the gate's own must_detect.
+        let base = BenchPolicy::default();
+        let mut tight = base.clone();
+        tight.waves[0].must_detect[1] = 1.5;
+        let c = cell(Effect::Healthy);
+        let passed = |p: &BenchPolicy| run_fleet_method(&c, p, 3).wave_pass_h[0].expect("the canary passes");
+        let (loose, strict) = (passed(&base), passed(&tight));
+        assert!(strict > loose, "{strict} h vs {loose} h");
+    }
+
+    #[test]
     fn the_same_seed_gives_the_same_rollout() {
         let policy = BenchPolicy::default();
         let c = cell(Effect::Temp(3.0));
