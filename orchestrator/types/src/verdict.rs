@@ -262,4 +262,31 @@ mod tests {
         assert_eq!(Outcome::ALL.iter().max(), Some(&Outcome::Fail));
         assert!(Outcome::Error > Outcome::Inconclusive);
     }
+
+    #[test]
+    fn a_look_recorded_before_the_node_level_look_still_reads_back() {
+        // A recorded look is read back, never recomputed: one stored before `node_look` existed decodes
+        // without it, and a new one round-trips with it.
+        let old = serde_json::json!({
+            "gate": "xid_errors", "kind": "rate", "look": 3, "max_looks": 18, "outcome": "fail",
+            "estimate": 3.1, "lower": 1.8, "upper": null, "null": 1.5, "must_detect": 3.0,
+            "alpha": 0.01, "beta": 0.025, "ruled_out": "x", "information_fraction": 0.2,
+            "expected_baseline_events": 12.0,
+            "updated": {"nodes": 10, "events": 40, "exposure": 80.0},
+            "control": {"nodes": 30, "events": 36, "exposure": 240.0},
+            "exposure_unit": "gpu_hours", "dispersion": 1.0, "failed_from_hour": 0, "error": null
+        });
+        let mut look: FleetGateLook = serde_json::from_value(old).unwrap();
+        assert_eq!(look.node_look, None);
+        look.node_look = Some(FleetNodeLook {
+            nodes: 10,
+            ln_evidence: Some(6.1),
+            ln_threshold: 5.3,
+            level: 0.005,
+            heterogeneity: 0.05,
+            fail: true,
+        });
+        let again: FleetGateLook = serde_json::from_value(serde_json::to_value(&look).unwrap()).unwrap();
+        assert_eq!(again, look);
+    }
 }
