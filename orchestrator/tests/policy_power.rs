@@ -113,6 +113,19 @@ fn power_json_has_every_key_and_sane_numbers() {
         first["pass_hours"][1].as_f64().unwrap(),
     );
     assert!(median > 0.0 && median < p95, "{first:#}");
+    // Each row's chance of a catch by its wave's end, for effects on all nodes and for the same ratios
+    // as a fleet average on a quarter of the nodes (none here: this policy's last wave judges the gate
+    // and leaves no control, which the forecast needs; see `concentrated_effects_are_quoted`).
+    for row in timing {
+        assert_eq!(row["concentrated_share"], 0.25, "{row:#}");
+        let all = row["catch_by_end"].as_array().unwrap();
+        let some = row["catch_by_end_concentrated"].as_array().unwrap();
+        assert_eq!(all.len(), some.len(), "{row:#}");
+        for (a, s) in all.iter().zip(some) {
+            assert_eq!(a[0], s[0], "{row:#}");
+            assert!((0.0..=1.0).contains(&s[1].as_f64().unwrap()), "{row:#}");
+        }
+    }
     assert_eq!(doc["policy"], "gpu-fast-canary");
     assert_eq!(doc["fleet_nodes"], 400);
     assert_eq!(doc["target_power"], 0.8);
@@ -216,6 +229,45 @@ fn power_table_is_readable() {
         canary.contains("0.01/gpu-hour (default)") && canary.contains(" x"),
         "{canary}"
     );
+}
+
+/// `policy power` quotes each rate gate's chance of a catch by each wave's end for an effect on all
+/// nodes and for the same fleet-average ratio on a quarter of them (the node-level look's case), in
+/// the JSON and the table; the example GPU policy keeps a holdback, so every judged wave has a control.
+#[test]
+fn concentrated_effects_are_quoted() {
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = fleet(dir.path(), 1000);
+    let policy = policies().join("hgx-gpu-firmware.yaml");
+    let doc = power_json(&policy, &fleet, &[]);
+    let canary = doc["fleet_timing"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["wave"] == "canary" && t["gate"] == "xid_errors")
+        .unwrap_or_else(|| panic!("{doc:#}"));
+    let all = canary["catch_by_end"].as_array().unwrap();
+    let some = canary["catch_by_end_concentrated"].as_array().unwrap();
+    assert!(!some.is_empty() && some.len() == all.len(), "{canary:#}");
+    for (a, s) in all.iter().zip(some) {
+        assert_eq!(a[0], s[0], "{canary:#}");
+        assert!((0.0..=1.0).contains(&s[1].as_f64().unwrap()), "{canary:#}");
+    }
+    assert_ne!(all, some, "a concentrated effect is its own forecast: {canary:#}");
+    let out = waveguard(&[
+        "policy",
+        "power",
+        policy.to_str().unwrap(),
+        "--fleet",
+        fleet.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("canary") && l.contains("caught by the wave's end"))
+        .unwrap_or_else(|| panic!("{stdout}"));
+    assert!(line.contains("the same average on 25% of nodes 2x "), "{line}");
 }
 
 #[test]

@@ -33,6 +33,28 @@ fn fleet_timing_pools_evidence_and_flags_a_likely_hold() {
         assert_eq!(r0, r1);
         assert!((0.0..=1.0).contains(p0) && p1 >= p0, "{first:?} {second:?}");
     }
+    // The same ratios as a fleet average concentrated on a quarter of the nodes. An 8-node canary
+    // draws none of them one time in ten (0.75^8), so by its end at most about 90% are caught however
+    // large the effect; on all nodes a 6x rise is caught more often than that.
+    assert_eq!(first.concentrated_share, CONCENTRATED_SHARE);
+    let ratios = |v: &[(f64, f64)]| v.iter().map(|c| c.0).collect::<Vec<_>>();
+    assert_eq!(ratios(&first.catch_by_end_concentrated), ratios(&first.catch_by_end));
+    for ((r, p0), (_, p1)) in first
+        .catch_by_end_concentrated
+        .iter()
+        .zip(&second.catch_by_end_concentrated)
+    {
+        assert!(*p0 <= 0.95 && p1 >= p0, "{r}x: {first:?} {second:?}");
+    }
+    let all_6x = first.catch_by_end.iter().find(|c| c.0 == 6.0).unwrap().1;
+    assert!(all_6x > 0.95, "{first:?}");
+    // A moderate average the pooled ratio dilutes is what the node-level look is for: 3x on a quarter
+    // of the nodes (9x each) is caught by the canary's end more often than 3x on all of them.
+    let at_3x = |v: &[(f64, f64)]| v.iter().find(|c| c.0 == 3.0).unwrap().1;
+    assert!(
+        at_3x(&first.catch_by_end_concentrated) > at_3x(&first.catch_by_end),
+        "{first:?}"
+    );
 }
 
 const POLICY: &str = include_str!("../../../policies/gpu-fast-canary.yaml");

@@ -515,10 +515,11 @@ pub struct BenchPolicyError {
 }
 
 /// The detection bench's policy derived from a policy file: its canary, one percentage wave and the
-/// rest (sizes on the simulated 1,000 nodes, spread over the 4 strata), bakes, `max_bake`s, the XID
-/// gate's `must_detect` per wave and over the soak (the last wave's), the holdback the planner would
-/// keep (rounded down to whole nodes per stratum), the soak's `min`/`max`, the four gates' `min_effect`
-/// (the nulls) and `must_detect`, the detection budgets, and `health.alpha` for the current method.
+/// rest (sizes on the simulated 1,000 nodes, spread over the 4 strata), bakes, `max_bake`s, each gate's
+/// `must_detect` per wave and over the soak (the last wave's; a wave's own where it sets one), the
+/// holdback the planner would keep (rounded down to whole nodes per stratum), the soak's `min`/`max`,
+/// the four gates' `min_effect` (the nulls), the detection budgets, and `health.alpha` for the current
+/// method.
 /// The simulated world has XID, PCIe AER, GPU temperature and power, all bad when they rise, judged
 /// by every wave: a policy with other gates, or a wave that leaves one out, is refused rather than
 /// simulated as something it is not.
@@ -562,13 +563,6 @@ fn bench_policy(file: &str, source: &str) -> Result<detection_sim::BenchPolicy, 
         if wave.gates.len() != gates.len() {
             return Err(refuse(format!("wave {:?} does not watch every gate", wave.name)));
         }
-        if let Some(gate) = wave.must_detect.keys().find(|g| **g != gates[0].name) {
-            return Err(refuse(format!(
-                "wave {:?} sets its own must_detect for {gate:?}; the bench takes a wave's own must_detect for the \
-                 XID gate only",
-                wave.name
-            )));
-        }
     }
     let soak = policy
         .detection
@@ -583,7 +577,7 @@ fn bench_policy(file: &str, source: &str) -> Result<detection_sim::BenchPolicy, 
         per_stratum: per_stratum(w.size),
         bake_h: hours(w.bake),
         max_bake_h: hours(w.max_bake),
-        xid_must_detect: policy.must_detect(&w.name, gates[0]),
+        must_detect: gates.map(|g| policy.must_detect(&w.name, g)),
     };
     let holdback = power::soak_sizing(&policy, nodes, &BTreeMap::new(), power::DEFAULT_GPUS_PER_NODE)
         .map_or(0, |s| s.holdback_nodes);
@@ -597,9 +591,8 @@ fn bench_policy(file: &str, source: &str) -> Result<detection_sim::BenchPolicy, 
         rest_bake_h: hours(rest.bake),
         holdback_per_stratum: (holdback / SIM_STRATA).max(1),
         soak_h: (hours(soak.min), hours(soak.max)),
-        soak_xid_must_detect: policy.must_detect(&rest.name, gates[0]),
+        soak_must_detect: gates.map(|g| policy.must_detect(&rest.name, g)),
         nulls: gates.map(|g| g.min_effect),
-        must_detect: [gates[1].must_detect, gates[2].must_detect, gates[3].must_detect],
         budget,
         current_alpha: policy.health.alpha,
     })
@@ -614,30 +607,42 @@ fn detection(effect_seeds: u32, healthy_seeds: u32) -> anyhow::Result<()> {
         detection_sim::NODES
     );
     let [canary, early] = policy.waves;
+    // The other gates' must_detect, once when every wave holds them alike (the example), else per wave.
+    let others = |m: [f64; 4]| format!("aer {}x, temp +{} C, power +{} W", m[1], m[2], m[3]);
+    let alike =
+        early.must_detect[1..] == canary.must_detect[1..] && policy.soak_must_detect[1..] == canary.must_detect[1..];
+    let other_must_detect = if alike {
+        others(canary.must_detect)
+    } else {
+        format!(
+            "canary {}; 10% {}; soak {}",
+            others(canary.must_detect),
+            others(early.must_detect),
+            others(policy.soak_must_detect)
+        )
+    };
     println!(
         "policy {file} (built in), on the simulated fleet: canary {} (bake {} h, max {} h, xid must_detect {}x), 10% {} (bake {} h, max {} h, {}x), rest (bake {} h), \
-         holdback {}, soak {}..{} h ({}x); nulls xid {}x, aer {}x, temp +{} C, power +{} W; must_detect aer {}x, \
-         temp +{} C, power +{} W; budgets: false rollback {:.0}%, false pass {:.0}% (current method: alpha {} per wave)",
+         holdback {}, soak {}..{} h ({}x); nulls xid {}x, aer {}x, temp +{} C, power +{} W; must_detect {}; \
+         budgets: false rollback {:.0}%, false pass {:.0}% (current method: alpha {} per wave)",
         canary.per_stratum * 4,
         canary.bake_h,
         canary.max_bake_h,
-        canary.xid_must_detect,
+        canary.must_detect[0],
         early.per_stratum * 4,
         early.bake_h,
         early.max_bake_h,
-        early.xid_must_detect,
+        early.must_detect[0],
         policy.rest_bake_h,
         policy.holdback_per_stratum * 4,
         policy.soak_h.0,
         policy.soak_h.1,
-        policy.soak_xid_must_detect,
+        policy.soak_must_detect[0],
         policy.nulls[0],
         policy.nulls[1],
         policy.nulls[2],
         policy.nulls[3],
-        policy.must_detect[0],
-        policy.must_detect[1],
-        policy.must_detect[2],
+        other_must_detect,
         policy.budget.false_rollback * 100.0,
         policy.budget.false_pass * 100.0,
         policy.current_alpha
@@ -762,24 +767,18 @@ mod tests {
         let p = bench_policy(file, source).unwrap();
         let [canary, early] = p.waves;
         assert_eq!(
-            (
-                canary.per_stratum,
-                canary.bake_h,
-                canary.max_bake_h,
-                canary.xid_must_detect
-            ),
-            (8, 12, 720, 2.0)
+            (canary.per_stratum, canary.bake_h, canary.max_bake_h, canary.must_detect),
+            (8, 12, 720, [2.0, 2.0, 2.0, 40.0])
         );
         assert_eq!(
-            (early.per_stratum, early.bake_h, early.max_bake_h, early.xid_must_detect),
-            (25, 8, 168, 1.5)
+            (early.per_stratum, early.bake_h, early.max_bake_h, early.must_detect),
+            (25, 8, 168, [1.5, 2.0, 2.0, 40.0])
         );
         assert_eq!(p.rest_bake_h, 4);
         // 5% of 1,000 is 50 nodes; the simulated strata take whole nodes each.
         assert_eq!(p.holdback_per_stratum, 12);
-        assert_eq!((p.soak_h, p.soak_xid_must_detect), ((24, 400), 1.5));
+        assert_eq!((p.soak_h, p.soak_must_detect), ((24, 400), [1.5, 2.0, 2.0, 40.0]));
         assert_eq!(p.nulls, [1.1, 1.25, 0.5, 10.0]);
-        assert_eq!(p.must_detect, [2.0, 2.0, 40.0]);
         assert_eq!((p.budget.false_rollback, p.budget.false_pass), (0.02, 0.05));
         assert_eq!(p.current_alpha, 0.05);
     }
@@ -812,12 +811,26 @@ mod tests {
             "no gate on gpu_power_w",
         );
         check(source.replace("detection:\n", "unknown_key:\n"), "unknown field");
-        check(
-            source.replace(
+    }
+
+    /// A wave's own must_detect for any gate reaches the simulation: the 10% wave's AER and power, and the
+    /// soak's temperature, each apart from the others.
+    #[test]
+    fn a_waves_own_must_detect_for_any_gate_is_simulated() {
+        let (file, source) = EXAMPLE_GPU_POLICY;
+        let edited = source
+            .replacen(
                 "    must_detect:\n      xid_errors: 1.5\n",
-                "    must_detect:\n      pcie_aer: 3\n",
-            ),
-            "the bench takes a wave's own must_detect for the XID gate only",
-        );
+                "    must_detect:\n      xid_errors: 1.5\n      pcie_aer: 3\n      gpu_power: 30\n",
+                1,
+            )
+            .replace(
+                "    approvers: 2\n    max_in_flight: 128\n    must_detect:\n      xid_errors: 1.5\n",
+                "    approvers: 2\n    max_in_flight: 128\n    must_detect:\n      xid_errors: 1.5\n      gpu_temp: 1.5\n",
+            );
+        let p = bench_policy(file, &edited).unwrap();
+        assert_eq!(p.waves[0].must_detect, [2.0, 2.0, 2.0, 40.0]);
+        assert_eq!(p.waves[1].must_detect, [1.5, 3.0, 2.0, 30.0]);
+        assert_eq!(p.soak_must_detect, [1.5, 2.0, 1.5, 40.0]);
     }
 }

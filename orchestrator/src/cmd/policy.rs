@@ -82,7 +82,9 @@ pub enum PolicyCommand {
     /// `release` (or null), `alpha`, `correction` ("bonferroni"), `spending`,
     /// `target_power`, `gpus_per_node`, `ignored_selector_labels` (selector
     /// labels a fleet file cannot carry, set aside), `fleet_timing` (the fleet-scale
-    /// method's time to decide), `fleet_detection` (whether the policy's `detection`
+    /// method's time to decide, and each row's chance of a catch by its wave's end:
+    /// `catch_by_end` for an effect on all nodes, `catch_by_end_concentrated` for the
+    /// same average on `concentrated_share` of them), `fleet_detection` (whether the policy's `detection`
     /// block puts that method in force in the engine), and `waves`: a list of `wave`,
     /// `canary_nodes`, `control_nodes`, `bake_seconds`, `bake`, `gates`. Each
     /// gate has `gate`, `kind` (rate|level), `metric`, `status`
@@ -774,8 +776,14 @@ fn fleet_timing_text(policy: &orchestrator_policy::Policy, timing: &[power::Flee
             .iter()
             .map(|(r, p)| format!("{r}x {:.0}%", p * 100.0))
             .collect();
+        let concentrated: Vec<String> = t
+            .catch_by_end_concentrated
+            .iter()
+            .map(|(r, p)| format!("{r}x {:.0}%", p * 100.0))
+            .collect();
         out.push_str(&format!(
-            "{:<10} {:<14} pass {} / {} (bake {}, max_bake {}){}; catch {}; caught by the wave's end {}\n",
+            "{:<10} {:<14} pass {} / {} (bake {}, max_bake {}){}; catch {}; caught by the wave's end {}; the same \
+             average on {:.0}% of nodes {}\n",
             t.wave,
             t.gate,
             hours(t.pass_hours.0),
@@ -784,7 +792,9 @@ fn fleet_timing_text(policy: &orchestrator_policy::Policy, timing: &[power::Flee
             hours(t.max_bake_hours),
             if t.likely_hold { " LIKELY HOLD" } else { "" },
             catches.join(", "),
-            by_end.join(", ")
+            by_end.join(", "),
+            t.concentrated_share * 100.0,
+            concentrated.join(", ")
         ));
     }
     out

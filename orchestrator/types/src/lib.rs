@@ -23,5 +23,5 @@ pub use execution::{
 pub use ids::{NodeId, ReleaseId, RolloutId, StepId, UserId, WaveId};
 pub use kinds::{ComponentKind, NodeState, ParseEnumError, Role};
 pub use qualification::{QualificationState, TransitionError, TransitionRequest, qualification_hold};
-pub use verdict::{FleetCohort, FleetEvidence, FleetGateLook, NodeInError, Outcome, WaveVerdict};
+pub use verdict::{FleetCohort, FleetEvidence, FleetGateLook, FleetNodeLook, NodeInError, Outcome, WaveVerdict};
 pub use version::{FirmwareVersion, MAX_VERSION_LEN, ORDERED_EXAMPLES, VersionError};

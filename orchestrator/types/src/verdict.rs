@@ -199,6 +199,29 @@ pub struct FleetGateLook {
     pub failed_from_hour: Option<u32>,
     /// Why the gate could not be evaluated, when its outcome is `error`.
     pub error: Option<String>,
+    /// Rate gates: the node-level look for an effect confined to some updated nodes (absent from
+    /// looks recorded before the engine ran it).
+    #[serde(default)]
+    pub node_look: Option<FleetNodeLook>,
+}
+
+/// A rate gate's node-level look at one look: evidence that the release made some updated nodes
+/// worse than the gate's null, which the pooled ratio dilutes. It can fail a gate, never pass one.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct FleetNodeLook {
+    /// Updated nodes in the evidence.
+    pub nodes: usize,
+    /// `ln` of the mixture likelihood ratio (`None` when not finite).
+    pub ln_evidence: Option<f64>,
+    /// `ln(1 / level)`: the look fails the gate when the evidence reaches it.
+    pub ln_threshold: f64,
+    /// The look's share of the gate's false-rollback budget.
+    pub level: f64,
+    /// The spread of node rates assumed (`var / mean²`: the controls' estimate, floored).
+    pub heterogeneity: f64,
+    /// Whether the look failed the gate.
+    pub fail: bool,
 }
 
 /// One side of a fleet comparison at a look.
@@ -238,5 +261,32 @@ mod tests {
         assert!("passed".parse::<Outcome>().is_err());
         assert_eq!(Outcome::ALL.iter().max(), Some(&Outcome::Fail));
         assert!(Outcome::Error > Outcome::Inconclusive);
+    }
+
+    #[test]
+    fn a_look_recorded_before_the_node_level_look_still_reads_back() {
+        // A recorded look is read back, never recomputed: one stored before `node_look` existed decodes
+        // without it, and a new one round-trips with it.
+        let old = serde_json::json!({
+            "gate": "xid_errors", "kind": "rate", "look": 3, "max_looks": 18, "outcome": "fail",
+            "estimate": 3.1, "lower": 1.8, "upper": null, "null": 1.5, "must_detect": 3.0,
+            "alpha": 0.01, "beta": 0.025, "ruled_out": "x", "information_fraction": 0.2,
+            "expected_baseline_events": 12.0,
+            "updated": {"nodes": 10, "events": 40, "exposure": 80.0},
+            "control": {"nodes": 30, "events": 36, "exposure": 240.0},
+            "exposure_unit": "gpu_hours", "dispersion": 1.0, "failed_from_hour": 0, "error": null
+        });
+        let mut look: FleetGateLook = serde_json::from_value(old).unwrap();
+        assert_eq!(look.node_look, None);
+        look.node_look = Some(FleetNodeLook {
+            nodes: 10,
+            ln_evidence: Some(6.1),
+            ln_threshold: 5.3,
+            level: 0.005,
+            heterogeneity: 0.05,
+            fail: true,
+        });
+        let again: FleetGateLook = serde_json::from_value(serde_json::to_value(&look).unwrap()).unwrap();
+        assert_eq!(again, look);
     }
 }

@@ -449,6 +449,7 @@ mod tests {
             exposure_unit: "gpu_hours".into(),
             dispersion: Some(1.0),
             failed_from_hour: None,
+            node_look: None,
             error: None,
         };
         let mut rows = Vec::new();

@@ -24,7 +24,7 @@
 //! control's rate cancels as in the pooled process, so a fleet-wide confounder is not a regression, and
 //! a cell without control events needs no rate estimate.
 
-use super::{FleetError, check};
+use super::{FleetError, RateCell, check};
 
 /// The least node-rate spread assumed (`var / mean²` of node rates). XID episode rates of otherwise
 /// alike nodes are not exactly equal; 0.05 covers, e.g., 5% of nodes at twice the rate of the rest, and
@@ -103,25 +103,62 @@ impl NodeMixtureProcess {
         }
         self.rose = false;
         for cell in cells {
-            let updated_exposure: f64 = cell.updated.iter().map(|o| o.exposure).sum();
-            if updated_exposure <= 0.0 || cell.control_exposure <= 0.0 {
+            let totals = RateCell {
+                updated_events: cell.updated.iter().fold(0u64, |n, o| n.saturating_add(o.events)),
+                updated_exposure: cell.updated.iter().map(|o| o.exposure).sum(),
+                control_events: cell.control_events,
+                control_exposure: cell.control_exposure,
+            };
+            let Some(per_exposure) = self.null_per_exposure(&totals) else {
                 continue;
-            }
-            let total = cell.control_events as f64 + cell.updated.iter().map(|o| o.events as f64).sum::<f64>();
-            let scale = total * self.null / (self.null * updated_exposure + cell.control_exposure);
+            };
             for o in &cell.updated {
-                let next = self.nodes.len();
-                let index = *self.index.entry(o.node).or_insert(next);
-                if index == next {
-                    self.nodes.push((0.0, 0.0));
-                }
-                let slot = &mut self.nodes[index];
-                slot.0 += o.events as f64;
+                self.add(*o, per_exposure);
                 self.rose |= o.events > 0;
-                slot.1 += scale * o.exposure;
             }
         }
         Ok(())
+    }
+
+    /// Adds one updated node's part of one cell whose totals (every updated node of the cell, this
+    /// one included, and its controls) are `cell`: the same evidence as that node's part of
+    /// [`Self::observe_bin`], for a caller that holds each cell's totals and each node's counts apart
+    /// rather than every bin's nodes (the engine's judge, whose per-node state then stays one pair of
+    /// numbers per updated node). It does not feed [`Self::may_have_risen`], which is per bin.
+    pub fn observe_node(&mut self, cell: &RateCell, node: NodeObservation) -> Result<(), FleetError> {
+        for (what, v) in [
+            ("updated exposure", node.exposure),
+            ("cell updated exposure", cell.updated_exposure),
+            ("control exposure", cell.control_exposure),
+        ] {
+            check(what, "finite and >= 0", v, v.is_finite() && v >= 0.0)?;
+        }
+        if let Some(per_exposure) = self.null_per_exposure(cell) {
+            self.add(node, per_exposure);
+        }
+        Ok(())
+    }
+
+    /// A node's expected events per unit of its exposure in a cell with these totals, under the null
+    /// and given the cell's total events; `None` when a side of the cell has no exposure (the cell
+    /// says nothing about the ratio).
+    fn null_per_exposure(&self, cell: &RateCell) -> Option<f64> {
+        if cell.updated_exposure <= 0.0 || cell.control_exposure <= 0.0 {
+            return None;
+        }
+        let total = cell.control_events as f64 + cell.updated_events as f64;
+        Some(total * self.null / (self.null * cell.updated_exposure + cell.control_exposure))
+    }
+
+    fn add(&mut self, o: NodeObservation, per_exposure: f64) {
+        let next = self.nodes.len();
+        let index = *self.index.entry(o.node).or_insert(next);
+        if index == next {
+            self.nodes.push((0.0, 0.0));
+        }
+        let slot = &mut self.nodes[index];
+        slot.0 += o.events as f64;
+        slot.1 += per_exposure * o.exposure;
     }
 
     /// `ln` of the mixture likelihood ratio against "no updated node worse than the null", with node
@@ -283,6 +320,52 @@ mod tests {
         let h = node_heterogeneity(&spread).unwrap();
         assert!((0.2..0.3).contains(&h), "{h}");
         assert_eq!(node_heterogeneity(&[]), None);
+    }
+
+    #[test]
+    fn a_node_fed_apart_from_its_cell_is_the_same_evidence() {
+        // The engine's judge feeds each node against its cell's totals; the bench feeds whole bins.
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(9);
+        let mut by_bin = NodeMixtureProcess::new(1.5).unwrap();
+        let mut by_node = NodeMixtureProcess::new(1.5).unwrap();
+        for _ in 0..50 {
+            let cells: Vec<NodeCell> = (0..2u32)
+                .map(|stratum| NodeCell {
+                    updated: (0..6)
+                        .map(|i| NodeObservation {
+                            node: stratum * 10 + i,
+                            events: poisson(&mut rng, if i == 0 { 0.4 } else { 0.05 }),
+                            exposure: 8.0,
+                        })
+                        .collect(),
+                    control_events: poisson(&mut rng, 1.0),
+                    control_exposure: 160.0,
+                })
+                .collect();
+            by_bin.observe_bin(&cells).unwrap();
+            for cell in &cells {
+                let totals = RateCell {
+                    updated_events: cell.updated.iter().map(|o| o.events).sum(),
+                    updated_exposure: cell.updated.iter().map(|o| o.exposure).sum(),
+                    control_events: cell.control_events,
+                    control_exposure: cell.control_exposure,
+                };
+                // Nodes in reverse order: the evidence does not depend on the order of feeding.
+                for o in cell.updated.iter().rev() {
+                    by_node.observe_node(&totals, *o).unwrap();
+                }
+            }
+        }
+        assert_eq!(by_node.nodes(), 12);
+        let (a, b) = (by_bin.ln_evidence(0.1), by_node.ln_evidence(0.1));
+        assert!(a > 1.0, "node 0 of each stratum runs 8x: {a}");
+        assert!((a - b).abs() < 1e-9, "{a} {b}");
+        let bad = NodeObservation {
+            node: 1,
+            events: 1,
+            exposure: f64::NAN,
+        };
+        assert!(by_node.observe_node(&RateCell::default(), bad).is_err());
     }
 
     #[test]

@@ -99,8 +99,9 @@ pub struct WavePlan {
     pub bake_h: u32,
     /// Longest bake before a hold (hours).
     pub max_bake_h: u32,
-    /// XID `must_detect` for this wave.
-    pub xid_must_detect: f64,
+    /// `must_detect` of each gate for this wave, in the order of [`BenchPolicy::nulls`] (XID and AER
+    /// ratios, temperature and power shifts): the wave's own where the policy sets one, else the gate's.
+    pub must_detect: [f64; 4],
 }
 
 /// The bench policy. The numbers are the example's, with `max_bake` and `must_detect` chosen so that
@@ -115,12 +116,11 @@ pub struct BenchPolicy {
     pub holdback_per_stratum: usize,
     /// Soak minimum and maximum (hours).
     pub soak_h: (u32, u32),
-    /// XID `must_detect` over the soak: what "fleet-proven" rules out.
-    pub soak_xid_must_detect: f64,
+    /// `must_detect` of each gate over the soak (the last wave's), in the order of `nulls`: what
+    /// "fleet-proven" rules out.
+    pub soak_must_detect: [f64; 4],
     /// Nulls: XID and AER ratios, temperature (°C) and power (W) shifts.
     pub nulls: [f64; 4],
-    /// `must_detect` of AER, temperature and power (all waves).
-    pub must_detect: [f64; 3],
     /// The rollout's error budgets.
     pub budget: ErrorBudget,
     /// The current method's family-wise alpha per wave (the example policy's `health.alpha`).
@@ -141,21 +141,20 @@ impl Default for BenchPolicy {
                     per_stratum: 8,
                     bake_h: 12,
                     max_bake_h: 720,
-                    xid_must_detect: 2.0,
+                    must_detect: [2.0, 2.0, 2.0, 40.0],
                 },
                 WavePlan {
                     per_stratum: 25,
                     bake_h: 8,
                     max_bake_h: 168,
-                    xid_must_detect: 1.5,
+                    must_detect: [1.5, 2.0, 2.0, 40.0],
                 },
             ],
             rest_bake_h: 4,
             holdback_per_stratum: 12,
             soak_h: (24, 400),
-            soak_xid_must_detect: 1.5,
+            soak_must_detect: [1.5, 2.0, 2.0, 40.0],
             nulls: [1.1, 1.25, 0.5, 10.0],
-            must_detect: [2.0, 2.0, 40.0],
             budget: ErrorBudget::default(),
             current_alpha: 0.05,
         }
@@ -412,7 +411,7 @@ pub fn predicted_catch(cell: &Cell, policy: &BenchPolicy) -> Option<[f64; 2]> {
             ForecastGate {
                 events_per_node_hour: cell.base * GPUS / MEAN_BURST,
                 null: policy.nulls[0],
-                must_detect: policy.waves.iter().map(|w| w.xid_must_detect).collect(),
+                must_detect: policy.waves.iter().map(|w| w.must_detect[0]).collect(),
                 alpha,
                 beta,
                 dispersion_estimated: true,
@@ -420,7 +419,7 @@ pub fn predicted_catch(cell: &Cell, policy: &BenchPolicy) -> Option<[f64; 2]> {
             ForecastGate {
                 events_per_node_hour: AER_PER_NODE_HOUR,
                 null: policy.nulls[1],
-                must_detect: vec![policy.must_detect[0]; policy.waves.len()],
+                must_detect: policy.waves.iter().map(|w| w.must_detect[1]).collect(),
                 alpha,
                 beta,
                 dispersion_estimated: false,
@@ -449,7 +448,7 @@ pub fn predicted_catch_closed_form(cell: &Cell, policy: &BenchPolicy) -> Option<
             events_per_hour: per_node_hour * nodes as f64,
             bake_hours: f64::from(w.bake_h),
             max_bake_hours: f64::from(w.max_bake_h),
-            must_detect: w.xid_must_detect,
+            must_detect: w.must_detect[0],
         })
         .collect();
     let p = catch_by_wave_end(&waves, ratio, policy.nulls[0], alpha, beta, 1.0).ok()?;
@@ -666,33 +665,33 @@ pub fn run_fleet_method(cell: &Cell, policy: &BenchPolicy, seed: u64) -> Run {
         };
         let xid_node_fail = node_fail(&xid_nodes, xid_spread);
         let aer_node_fail = node_fail(&aer_nodes, aer_spread);
-        let xid_md = match phase {
-            0 | 1 => policy.waves[phase].xid_must_detect,
-            _ => policy.soak_xid_must_detect,
+        let must_detect = match phase {
+            0 | 1 => policy.waves[phase].must_detect,
+            _ => policy.soak_must_detect,
         };
         let looks = [
             (
                 "xid",
-                xid.look(policy.nulls[0], xid_md, alpha, beta, phi)
+                xid.look(policy.nulls[0], must_detect[0], alpha, beta, phi)
                     .ok()
                     .map(|l| (l.fail || xid_node_fail, l.pass_ready)),
             ),
             (
                 "aer",
-                aer.look(policy.nulls[1], policy.must_detect[0], alpha, beta, 1.0)
+                aer.look(policy.nulls[1], must_detect[1], alpha, beta, 1.0)
                     .ok()
                     .map(|l| (l.fail || aer_node_fail, l.pass_ready)),
             ),
             (
                 "temp",
-                temp.look(policy.nulls[2], policy.must_detect[1], alpha, beta)
+                temp.look(policy.nulls[2], must_detect[2], alpha, beta)
                     .ok()
                     .map(|l| (l.fail, l.pass_ready)),
             ),
             (
                 "power",
                 power
-                    .look(policy.nulls[3], policy.must_detect[2], alpha, beta)
+                    .look(policy.nulls[3], must_detect[3], alpha, beta)
                     .ok()
                     .map(|l| (l.fail, l.pass_ready)),
             ),
@@ -1045,6 +1044,19 @@ mod tests {
         .unwrap();
         assert!(p[0] > 0.99 && p[1] >= p[0], "{p:?}");
         assert!(predicted_catch(&cell(Effect::Temp(2.0)), &policy).is_none());
+    }
+
+    #[test]
+    fn a_waves_own_must_detect_for_a_non_xid_gate_is_what_the_wave_must_rule_out() {
+        // The canary holds AER to 1.5x instead of 2x: a healthy canary (about 32 AER events a day)
+        // needs more evidence, so it passes later than with the gate's own must_detect.
+        let base = BenchPolicy::default();
+        let mut tight = base.clone();
+        tight.waves[0].must_detect[1] = 1.5;
+        let c = cell(Effect::Healthy);
+        let passed = |p: &BenchPolicy| run_fleet_method(&c, p, 3).wave_pass_h[0].expect("the canary passes");
+        let (loose, strict) = (passed(&base), passed(&tight));
+        assert!(strict > loose, "{strict} h vs {loose} h");
     }
 
     #[test]

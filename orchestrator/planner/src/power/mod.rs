@@ -653,7 +653,16 @@ pub struct FleetGateTiming {
     /// the wave cannot pass holds at `max_bake`, so later waves add nothing). `bench --only detection`
     /// checks these against simulation.
     pub catch_by_end: Vec<(f64, f64)>,
+    /// The same, for a release at the same fleet-average ratio concentrated on
+    /// [`CONCENTRATED_SHARE`] of the nodes (each of those at `1 + (ratio - 1) / share`), which the
+    /// pooled ratio dilutes and the method's node-level look is for.
+    pub catch_by_end_concentrated: Vec<(f64, f64)>,
+    /// The share of nodes `catch_by_end_concentrated` puts the effect on.
+    pub concentrated_share: f64,
 }
+
+/// The share of nodes a concentrated effect is quoted on (issue 22's benchmark cells: a quarter).
+pub const CONCENTRATED_SHARE: f64 = 0.25;
 
 /// [`FleetGateTiming`] for every judged rate gate of every wave, from the fleet's base rates (given or
 /// default). Evidence pools across waves: a wave starts with the baseline events its predecessors
@@ -768,6 +777,8 @@ pub fn fleet_timing(policy: &Policy, waves: &[WaveShape], options: &PowerOptions
                 likely_hold: pass.p95 > max_bake_hours,
                 catch_hours,
                 catch_by_end: Vec::new(),
+                catch_by_end_concentrated: Vec::new(),
+                concentrated_share: CONCENTRATED_SHARE,
             });
         }
     }
@@ -822,11 +833,15 @@ pub fn fleet_timing(policy: &Policy, waves: &[WaveShape], options: &PowerOptions
         };
         let ratios: Vec<f64> = out[first].catch_hours.iter().map(|c| c.0).collect();
         for ratio in ratios {
-            let Ok(by_end) = forecast_catch(&forecast, effect_gate, ratio, 1.0) else {
-                continue;
-            };
-            for (row, p) in rows.iter().zip(by_end) {
-                out[row.out].catch_by_end.push((ratio, p));
+            if let Ok(by_end) = forecast_catch(&forecast, effect_gate, ratio, 1.0) {
+                for (row, p) in rows.iter().zip(by_end) {
+                    out[row.out].catch_by_end.push((ratio, p));
+                }
+            }
+            if let Ok(by_end) = forecast_catch(&forecast, effect_gate, ratio, CONCENTRATED_SHARE) {
+                for (row, p) in rows.iter().zip(by_end) {
+                    out[row.out].catch_by_end_concentrated.push((ratio, p));
+                }
             }
         }
     }

@@ -25,17 +25,19 @@ use orchestrator_db::execution::{ExecRollout, ExecWave, StepFilter, StepPurpose,
 use orchestrator_db::health::{Cohort, HealthLook, HealthSample, LevelAgg, NewHealthLook, SampleScope};
 use orchestrator_db::{Db, DbError};
 use orchestrator_detect::fleet::{
-    ErrorBudget, FleetError, GateLook as DetectGateLook, LevelEConfig, LevelEProcess, NodeCount, RateCell, RateEConfig,
-    RateEProcess, WaveDecision, WaveTiming, decide_wave, quasi_poisson_dispersion,
+    ErrorBudget, FleetError, GateLook as DetectGateLook, LevelEConfig, LevelEProcess, MIN_HETEROGENEITY, NodeCount,
+    NodeMixtureProcess, NodeObservation, RateCell, RateEConfig, RateEProcess, WaveDecision, WaveTiming, decide_wave,
+    node_heterogeneity, quasi_poisson_dispersion,
 };
 use orchestrator_policy::{Direction, GateKind, GateSource, HealthGate, Policy, RedfishMetric};
 use orchestrator_types::{
-    FleetCohort, FleetEvidence, FleetGateLook, NodeId, NodeInError, NodeState, Outcome, StepId, WaveRole, WaveVerdict,
+    FleetCohort, FleetEvidence, FleetGateLook, FleetNodeLook, NodeId, NodeInError, NodeState, Outcome, StepId,
+    WaveRole, WaveVerdict,
 };
 use serde_json::json;
 
 use super::{DETECTOR_ACTOR, DetectorJudge, Gate, resolve_gate};
-use crate::metric_source::{MetricSource, PrometheusSource, WatchedNode, bin_start};
+use crate::metric_source::{MetricSource, PrometheusSource, SourceLook, WatchedNode, bin_start};
 use crate::watch::collector::{Member, canary_exposure_start};
 
 /// Width of a time bin: the stored sample windows are hourly.
@@ -287,7 +289,9 @@ pub(crate) fn rate_facts(
     beta: f64,
 ) -> Result<RateFacts, FleetError> {
     let (bins, controls) = (&cells.bins, &cells.controls);
-    let mut process = RateEProcess::new(RateEConfig::default());
+    // The node-level look ([`node_look`]) takes its share of the budget from the fresh processes, as
+    // in the bench (`fleet::sim`) and the forecast `policy power` quotes.
+    let mut process = RateEProcess::new(RateEConfig::with_node_look());
     if let (Some(first), Some(last)) = (bins.keys().next(), bins.keys().next_back()) {
         let mut at = *first;
         while at <= *last {
@@ -311,6 +315,115 @@ pub(crate) fn rate_facts(
         totals: process.totals(),
         control_nodes: controls.len(),
     })
+}
+
+/// A rate gate's node-level look ([`NodeMixtureProcess`]) over the same cells: each updated node's
+/// events against its expected count under the null, given its cells' totals, with the spread of node
+/// rates estimated from the controls' own counts. `each_updated` visits every updated node-hour of the
+/// cells (a second pass over the data the cells were built from), so the look keeps one pair of
+/// numbers per updated node, never a list per hour.
+///
+/// It is evaluated at the engine's looks (one per gate interval), the bench at every hour with an
+/// updated node's event: with hourly gates the same looks, since the evidence can first cross its
+/// boundary only at such an hour. Any look time keeps the level (Ville's inequality).
+pub(crate) fn node_look(
+    cells: &Cells,
+    each_updated: impl FnOnce(&mut dyn FnMut(NodeHour)),
+    null: f64,
+    alpha: f64,
+) -> Result<FleetNodeLook, FleetError> {
+    let mut process = NodeMixtureProcess::new(null)?;
+    // Dense indices for the process; node ids are database keys.
+    let mut index: HashMap<NodeId, u32> = HashMap::new();
+    let mut failure = None;
+    each_updated(&mut |h| {
+        if h.cohort != Cohort::Canary || failure.is_some() {
+            return;
+        }
+        let Some(cell) = cells.bins.get(&h.bin).and_then(|b| b.get(&h.stratum)) else {
+            return;
+        };
+        let next = u32::try_from(index.len()).unwrap_or(u32::MAX);
+        let node = *index.entry(h.node).or_insert(next);
+        let observation = NodeObservation {
+            node,
+            events: h.events,
+            exposure: h.exposure,
+        };
+        if let Err(err) = process.observe_node(cell, observation) {
+            failure = Some(err);
+        }
+    });
+    if let Some(err) = failure {
+        return Err(err);
+    }
+    let counts: Vec<NodeCount> = cells.controls.values().copied().collect();
+    // Without control events there is no spread to estimate; the look's floor applies.
+    let heterogeneity = node_heterogeneity(&counts).unwrap_or(0.0).max(MIN_HETEROGENEITY);
+    let level = RateEConfig::with_node_look().node_look_level(alpha);
+    let fail = process.fails(level, heterogeneity)?;
+    Ok(FleetNodeLook {
+        nodes: process.nodes(),
+        ln_evidence: finite(process.ln_evidence(heterogeneity)),
+        ln_threshold: (1.0 / level).ln(),
+        level,
+        heterogeneity,
+        fail,
+    })
+}
+
+/// Where a rate gate's node-hours come from at one look.
+enum RateHours<'a> {
+    /// Prometheus' own history of every watched node (one query), with each node's cohort.
+    Prometheus {
+        look: SourceLook,
+        cohorts: HashMap<NodeId, Cohort>,
+    },
+    /// The collector's stored samples of one metric.
+    Stored {
+        samples: &'a [HealthSample],
+        metric: &'a str,
+    },
+}
+
+impl RateHours<'_> {
+    /// Visits every closed node-hour (a bin is observed whole), in the data's own order, so a look
+    /// rebuilt from the same data visits the same hours.
+    fn each(&self, now: DateTime<Utc>, strata: &HashMap<NodeId, u32>, f: &mut dyn FnMut(NodeHour)) {
+        let closed = |window: DateTime<Utc>| window + BIN <= now;
+        let stratum = |node: &NodeId| strata.get(node).copied().unwrap_or(u32::MAX);
+        match self {
+            RateHours::Prometheus { look, cohorts } => {
+                for (node, node_bins) in &look.bins {
+                    let Some(cohort) = cohorts.get(node).copied() else {
+                        continue;
+                    };
+                    for (start, bin) in node_bins.iter().filter(|(s, _)| closed(bin_start(**s))) {
+                        f(NodeHour {
+                            node: *node,
+                            stratum: stratum(node),
+                            cohort,
+                            bin: bin_start(*start),
+                            events: bin.events,
+                            exposure: bin.exposure_hours,
+                        });
+                    }
+                }
+            }
+            RateHours::Stored { samples, metric } => {
+                for s in samples.iter().filter(|s| s.metric == *metric && closed(s.window_start)) {
+                    f(NodeHour {
+                        node: s.node_id,
+                        stratum: stratum(&s.node_id),
+                        cohort: s.cohort,
+                        bin: s.window_start,
+                        events: s.events,
+                        exposure: s.exposure,
+                    });
+                }
+            }
+        }
+    }
 }
 
 /// One node's value of a level metric: the mean of its units' means.
@@ -738,13 +851,9 @@ impl DetectorJudge {
                 reason,
             )
         };
-        let closed = |window: DateTime<Utc>| window + BIN <= ctx.now;
-        let stratum = |node: &NodeId| watch.strata.get(node).copied().unwrap_or(u32::MAX);
         match (health_gate.kind, gate) {
             (GateKind::Rate, _) => {
-                let mut cells = Cells::default();
-                let mut updated_nodes = BTreeSet::new();
-                if let (Gate::PromLevel { .. }, Some(client)) = (gate, &self.prometheus) {
+                let hours = if let (Gate::PromLevel { .. }, Some(client)) = (gate, &self.prometheus) {
                     // One query covers every watched node; bins come from Prometheus' own history.
                     let nodes: Vec<WatchedNode> = watch
                         .members
@@ -757,65 +866,59 @@ impl DetectorJudge {
                         })
                         .collect();
                     let cohorts: HashMap<NodeId, Cohort> = nodes.iter().map(|n| (n.node, n.cohort)).collect();
-                    let look = match PrometheusSource::new(client.clone())
+                    match PrometheusSource::new(client.clone())
                         .look(health_gate, &nodes, ctx.now)
                         .await
                         .and_then(|l| l.require_watched())
                     {
-                        Ok(look) => look,
+                        Ok(look) => RateHours::Prometheus { look, cohorts },
                         Err(err) => return fail(orchestrator_types::error_chain(&err)),
-                    };
-                    for (node, node_bins) in &look.bins {
-                        let Some(cohort) = cohorts.get(node).copied() else {
-                            continue;
-                        };
-                        for (start, bin) in node_bins.iter().filter(|(s, _)| closed(bin_start(**s))) {
-                            if cohort == Cohort::Canary {
-                                updated_nodes.insert(*node);
-                            }
-                            cells.add(NodeHour {
-                                node: *node,
-                                stratum: stratum(node),
-                                cohort,
-                                bin: bin_start(*start),
-                                events: bin.events,
-                                exposure: bin.exposure_hours,
-                            });
-                        }
                     }
                 } else if let Some((_, metric)) = gate.watched() {
-                    for s in samples
-                        .iter()
-                        .filter(|s| s.metric == metric.as_str() && closed(s.window_start))
-                    {
-                        if s.cohort == Cohort::Canary {
-                            updated_nodes.insert(s.node_id);
-                        }
-                        cells.add(NodeHour {
-                            node: s.node_id,
-                            stratum: stratum(&s.node_id),
-                            cohort: s.cohort,
-                            bin: s.window_start,
-                            events: s.events,
-                            exposure: s.exposure,
-                        });
+                    RateHours::Stored {
+                        samples,
+                        metric: metric.as_str(),
                     }
                 } else {
                     return fail("no Prometheus server is configured for this judge".into());
-                }
+                };
+                let mut cells = Cells::default();
+                let mut updated_nodes = BTreeSet::new();
+                hours.each(ctx.now, &watch.strata, &mut |h| {
+                    if h.cohort == Cohort::Canary {
+                        updated_nodes.insert(h.node);
+                    }
+                    cells.add(h);
+                });
                 let facts = match rate_facts(&cells, health_gate.min_effect, ctx.must_detect, ctx.alpha, ctx.beta) {
                     Ok(f) => f,
+                    Err(err) => return fail(err.to_string()),
+                };
+                let nodes = match node_look(
+                    &cells,
+                    |f| hours.each(ctx.now, &watch.strata, f),
+                    health_gate.min_effect,
+                    ctx.alpha,
+                ) {
+                    Ok(n) => n,
                     Err(err) => return fail(err.to_string()),
                 };
                 let (x1, e1, x0, e0) = facts.totals;
                 let lower = finite(facts.lower).filter(|l| *l > 0.0);
                 let upper = finite(facts.upper);
+                let mut said = ruled_out(GateKind::Rate, lower, upper, health_gate.min_effect, ctx.must_detect);
+                if nodes.fail {
+                    said.push_str(&format!(
+                        "; some of the {} updated nodes are worse than {:.2}x (node-level look)",
+                        nodes.nodes, health_gate.min_effect
+                    ));
+                }
                 FleetGateLook {
                     gate: health_gate.name.clone(),
                     kind: "rate".into(),
                     look: ctx.look_number,
                     max_looks: ctx.max_looks,
-                    outcome: gate_outcome(facts.fail, facts.pass_ready),
+                    outcome: gate_outcome(facts.fail || nodes.fail, facts.pass_ready),
                     estimate: facts.estimate.and_then(finite),
                     lower,
                     upper,
@@ -823,7 +926,7 @@ impl DetectorJudge {
                     must_detect: ctx.must_detect,
                     alpha: ctx.alpha,
                     beta: ctx.beta,
-                    ruled_out: ruled_out(GateKind::Rate, lower, upper, health_gate.min_effect, ctx.must_detect),
+                    ruled_out: said,
                     information_fraction: ctx.information_fraction,
                     expected_baseline_events: (e0 > 0.0).then(|| e1 * x0 as f64 / e0),
                     updated: FleetCohort {
@@ -840,6 +943,7 @@ impl DetectorJudge {
                     dispersion: Some(facts.dispersion),
                     failed_from_hour: facts.failed_from_bin,
                     error: None,
+                    node_look: Some(nodes),
                 }
             }
             (GateKind::Level, _) => {
@@ -894,6 +998,7 @@ impl DetectorJudge {
                     dispersion: None,
                     failed_from_hour: None,
                     error: None,
+                    node_look: None,
                 }
             }
         }
@@ -979,6 +1084,7 @@ fn error_look(gate: &str, look: u32, max_looks: u32, alpha: f64, beta: f64, reas
         dispersion: None,
         failed_from_hour: None,
         error: Some(reason),
+        node_look: None,
     }
 }
 
@@ -1160,6 +1266,67 @@ mod tests {
         let facts = rate_facts(&strata_cells(24, 3.0), 1.25, 2.0, 0.01, 0.025).unwrap();
         assert!(facts.fail, "{facts:?}");
         assert!(facts.lower > 1.25, "{facts:?}");
+    }
+
+    /// 32 updated nodes and 96 controls in one stratum for `hours`, each node at the control rate of 5
+    /// per hour, `hot` updated nodes at `multiple` times it. Expected counts, so the result is
+    /// deterministic; the visitor replays the same node-hours, as the judge's second pass does.
+    fn node_hours(hours: i64, hot: i64, multiple: f64) -> Vec<NodeHour> {
+        let mut out = Vec::new();
+        for h in 0..hours {
+            for node in 0..128 {
+                let (cohort, rate) = match node {
+                    0..32 if node < hot => (Cohort::Canary, 5.0 * multiple),
+                    0..32 => (Cohort::Canary, 5.0),
+                    _ => (Cohort::Control, 5.0),
+                };
+                out.push(NodeHour {
+                    node: NodeId(node),
+                    stratum: 0,
+                    cohort,
+                    bin: hour(h),
+                    events: rate as u64,
+                    exposure: 8.0,
+                });
+            }
+        }
+        out
+    }
+
+    fn cells_of(hours: &[NodeHour]) -> Cells {
+        let mut cells = Cells::default();
+        for h in hours {
+            cells.add(*h);
+        }
+        cells
+    }
+
+    #[test]
+    fn the_node_level_look_fails_an_effect_on_a_few_nodes_the_pooled_ratio_does_not() {
+        // 3 of 32 nodes at 6x for 2 h: the canary's average is 1.47x, under min_effect 1.5.
+        let hours = node_hours(2, 3, 6.0);
+        let cells = cells_of(&hours);
+        let facts = rate_facts(&cells, 1.5, 3.0, 0.02, 0.05).unwrap();
+        assert!(!facts.fail, "{facts:?}");
+        let look = node_look(&cells, |f| hours.iter().for_each(|h| f(*h)), 1.5, 0.02).unwrap();
+        assert!(look.fail, "{look:?}");
+        assert_eq!(look.nodes, 32);
+        assert!(
+            (look.level - 0.005).abs() < 1e-12,
+            "a quarter of the gate's share: {look:?}"
+        );
+        // Rebuilt from the same data, the same look (a replay counts nothing twice).
+        let again = node_look(&cells, |f| hours.iter().for_each(|h| f(*h)), 1.5, 0.02).unwrap();
+        assert_eq!(again, look);
+        // Every node alike: no failure.
+        let alike = node_hours(2, 0, 1.0);
+        let cells = cells_of(&alike);
+        let look = node_look(&cells, |f| alike.iter().for_each(|h| f(*h)), 1.5, 0.02).unwrap();
+        assert!(!look.fail, "{look:?}");
+        // Invalid input is an error, not a panic.
+        let mut bad = node_hours(1, 0, 1.0);
+        bad[0].exposure = f64::NAN;
+        assert!(node_look(&cells_of(&alike), |f| bad.iter().for_each(|h| f(*h)), 1.5, 0.02).is_err());
     }
 
     #[test]
