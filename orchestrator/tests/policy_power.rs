@@ -114,18 +114,37 @@ fn power_json_has_every_key_and_sane_numbers() {
     );
     assert!(median > 0.0 && median < p95, "{first:#}");
     // Each row's chance of a catch by its wave's end, for effects on all nodes and for the same ratios
-    // as a fleet average on a quarter of the nodes (none here: this policy's last wave judges the gate
-    // and leaves no control, which the forecast needs; see `concentrated_effects_are_quoted`).
+    // as a fleet average on a quarter of the nodes. This policy has no soak and its last wave leaves no
+    // control: that wave says nothing judges it, and the waves before it still get their figures.
     for row in timing {
         assert_eq!(row["concentrated_share"], 0.25, "{row:#}");
         let all = row["catch_by_end"].as_array().unwrap();
         let some = row["catch_by_end_concentrated"].as_array().unwrap();
         assert_eq!(all.len(), some.len(), "{row:#}");
+        if row["wave"] == "rest" {
+            assert!(all.is_empty(), "{row:#}");
+            let why = row["unjudged"].as_str().unwrap_or_else(|| panic!("{row:#}"));
+            assert!(
+                why.contains("nothing judges this wave") && why.contains("no soak"),
+                "{row:#}"
+            );
+            continue;
+        }
+        assert!(row["unjudged"].is_null(), "{row:#}");
+        assert_eq!(all.len(), row["catch_hours"].as_array().unwrap().len(), "{row:#}");
         for (a, s) in all.iter().zip(some) {
             assert_eq!(a[0], s[0], "{row:#}");
+            assert!((0.0..=1.0).contains(&a[1].as_f64().unwrap()), "{row:#}");
             assert!((0.0..=1.0).contains(&s[1].as_f64().unwrap()), "{row:#}");
         }
+        // A 6x rise is caught more often than a 2x one.
+        let at = |r: f64| all.iter().find(|a| a[0] == r).and_then(|a| a[1].as_f64()).unwrap();
+        assert!(at(6.0) > at(2.0), "{row:#}");
     }
+    assert!(
+        timing.iter().any(|t| t["wave"] == "rest" && t["gate"] == "xid_errors"),
+        "{timing:#?}"
+    );
     assert_eq!(doc["policy"], "gpu-fast-canary");
     assert_eq!(doc["fleet_nodes"], 400);
     assert_eq!(doc["target_power"], 0.8);

@@ -84,7 +84,8 @@ pub enum PolicyCommand {
     /// labels a fleet file cannot carry, set aside), `fleet_timing` (the fleet-scale
     /// method's time to decide, and each row's chance of a catch by its wave's end:
     /// `catch_by_end` for an effect on all nodes, `catch_by_end_concentrated` for the
-    /// same average on `concentrated_share` of them), `fleet_detection` (whether the policy's `detection`
+    /// same average on `concentrated_share` of them, both empty in a row whose `unjudged` says why
+    /// nothing judges that wave), `fleet_detection` (whether the policy's `detection`
     /// block puts that method in force in the engine), and `waves`: a list of `wave`,
     /// `canary_nodes`, `control_nodes`, `bake_seconds`, `bake`, `gates`. Each
     /// gate has `gate`, `kind` (rate|level), `metric`, `status`
@@ -766,6 +767,16 @@ fn fleet_timing_text(policy: &orchestrator_policy::Policy, timing: &[power::Flee
         policy.detection.false_rollback, policy.detection.false_pass
     );
     for t in timing {
+        if let Some(why) = &t.unjudged {
+            out.push_str(&format!(
+                "{:<10} {:<14} {why} (a pass needs the earlier evidence to rule out must_detect by \
+                 max_bake {})\n",
+                t.wave,
+                t.gate,
+                hours(t.max_bake_hours)
+            ));
+            continue;
+        }
         let catches: Vec<String> = t
             .catch_hours
             .iter()

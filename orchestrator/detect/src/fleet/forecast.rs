@@ -9,12 +9,13 @@
 //! the same [`RateEProcess`] and [`NodeMixtureProcess`] run on simulated counts, so the prediction
 //! has the method's exact decision rule and only the world is modelled.
 //!
-//! The world modelled: nodes alike (Poisson counts at each gate's base rate; the node look's spread
-//! at its floor), one stratum, concurrent controls = every node not yet on the release, the post-reset
-//! hour excluded, hourly looks. Level gates are not simulated: they rule out their `must_detect`
+//! The world modelled: nodes alike (Poisson counts at each gate's base rate), one stratum, concurrent
+//! controls = every node not yet on the release, the post-reset hour excluded, hourly looks, and the
+//! judge's dispersion and node-spread estimates computed from the simulated controls' node counts
+//! (`ControlCounts`). A wave that leaves no control is not judged (no figure for it). Level gates are not simulated: they rule out their `must_detect`
 //! within hours, long before a rate gate can, so they do not decide when a wave ends.
 
-use super::draw::{normal, poisson};
+use super::draw::poisson;
 use super::{FleetError, NodeCell, NodeMixtureProcess, NodeObservation, RateCell, RateEConfig, RateEProcess, check};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -34,7 +35,7 @@ pub struct ForecastGate {
     pub beta: f64,
     /// Whether the judge tempers this gate by a quasi-Poisson dispersion estimated from the control.
     /// The estimate is floored at 1, so its noise alone makes the gate slower than a Poisson one; the
-    /// forecast models that noise (`Estimates`).
+    /// forecast computes that estimate as the judge does (`ControlCounts`).
     pub dispersion_estimated: bool,
 }
 
@@ -69,29 +70,83 @@ pub const FORECAST_SEEDS: u32 = 400;
 /// Post-reset hours that count on neither side (as the engine's `reset_exclusion` default).
 const EXCLUSION_H: u32 = 1;
 
-/// What the judge estimates from the controls' node counts of a world whose nodes are alike: the
-/// quasi-Poisson dispersion (Pearson's statistic over `n` controls with `m` expected events each has
-/// sd `sqrt((2 + 1/m) / n)` around 1, floored at 1) and the node-rate spread (the moment estimator has
-/// sd `sqrt(2 / n) / m` around 0, floored at 0). Both are noisiest early, when `m` is small, and the
-/// floors turn that noise into caution, so a known-Poisson model would promise too much.
-struct Estimates {
-    dispersion: f64,
-    heterogeneity: f64,
+/// The controls' node counts of one gate, which the judge's two plug-ins are estimated from: the
+/// quasi-Poisson dispersion (Pearson's statistic, floored at 1) and the node-rate spread (the moment
+/// estimator, floored at 0). They are computed here from simulated per-node counts, as the judge
+/// computes them, not drawn as noise: the estimates come from the *same* control counts as the rate
+/// evidence, so a control that happened to see more events both lowers the observed ratio and raises
+/// the dispersion that tempers it. A draw independent of the counts (as before) missed that
+/// correlation and promised a few points too much at low base rates (issue 22: 2x at 0.0005).
+///
+/// Every control node has been watched since hour 0 (equal exposure), so with `K` events over `n`
+/// nodes each node's fitted mean is `m = K / n` and both estimators need only `K` and `S = sum x²`:
+/// Pearson's `chi² = n S / K - K` over `n - 1` degrees of freedom, and the spread
+/// `(S - K²/n - K) / (K²/n)`. Events are assigned to control nodes one by one, so a rollout costs its
+/// control events, not its control nodes times its hours.
+struct ControlCounts {
+    counts: Vec<u32>,
+    events: f64,
+    squares: f64,
 }
 
-impl Estimates {
-    fn at(gate: &ForecastGate, (z_phi, z_h): (f64, f64), controls: f64, hours: f64) -> Self {
-        let m = gate.events_per_node_hour * hours.max(1.0);
-        let n = controls.max(2.0);
-        let dispersion = if gate.dispersion_estimated {
-            (1.0 + z_phi * ((2.0 + 1.0 / m) / n).sqrt()).max(1.0)
-        } else {
-            1.0
-        };
+impl ControlCounts {
+    fn new(nodes: usize) -> Self {
         Self {
-            dispersion,
-            heterogeneity: (z_h * (2.0 / n).sqrt() / m).max(0.0),
+            counts: vec![0; nodes],
+            events: 0.0,
+            squares: 0.0,
         }
+    }
+
+    fn len(&self) -> usize {
+        self.counts.len()
+    }
+
+    /// `n` control nodes join the release and stop being controls. Counts are exchangeable between
+    /// nodes alike, so which ones leave does not matter.
+    fn remove(&mut self, n: usize) {
+        for _ in 0..n {
+            if let Some(x) = self.counts.pop() {
+                let x = f64::from(x);
+                self.events -= x;
+                self.squares -= x * x;
+            }
+        }
+    }
+
+    /// `events` more events, each on a uniformly drawn control node.
+    fn add(&mut self, rng: &mut impl Rng, events: u64) {
+        if self.counts.is_empty() {
+            return;
+        }
+        for _ in 0..events {
+            let j = rng.random_range(0..self.counts.len());
+            let x = &mut self.counts[j];
+            self.squares += 2.0 * f64::from(*x) + 1.0;
+            *x = x.saturating_add(1);
+            self.events += 1.0;
+        }
+    }
+
+    /// Pearson's dispersion as [`super::quasi_poisson_dispersion`] computes it (one stratum), 1 when it
+    /// has nothing to estimate from (as the judge's default).
+    fn dispersion(&self) -> f64 {
+        let n = self.len() as f64;
+        if self.events <= 0.0 || n < 2.0 {
+            return 1.0;
+        }
+        let chi2 = n * self.squares / self.events - self.events;
+        (chi2 / (n - 1.0)).max(1.0)
+    }
+
+    /// The node-rate spread as [`super::node_heterogeneity`] computes it (one stratum), 0 without events.
+    fn heterogeneity(&self) -> f64 {
+        let n = self.len() as f64;
+        if self.events <= 0.0 || n < 1.0 {
+            return 0.0;
+        }
+        let scale = self.events * self.events / n;
+        ((self.squares - scale - self.events) / scale).max(0.0)
     }
 }
 
@@ -102,9 +157,9 @@ fn validate(f: &Forecast, gate: usize, ratio: f64, share: f64) -> Result<(), Fle
     let updated: usize = f.waves.iter().map(|w| w.nodes).sum();
     check(
         "fleet nodes",
-        "more than the judged waves' nodes",
+        "at least the judged waves' nodes",
         f.fleet_nodes as f64,
-        f.fleet_nodes > updated,
+        f.fleet_nodes >= updated,
     )?;
     for w in &f.waves {
         check(
@@ -147,30 +202,46 @@ fn validate(f: &Forecast, gate: usize, ratio: f64, share: f64) -> Result<(), Fle
 /// of the nodes (each of those at `1 + (ratio - 1) / share`; 1 for all nodes), the chance that the
 /// fleet method has failed it by the end of each judged wave: a catch with at most that wave's nodes on
 /// the release. A wave that holds at `max_bake` ends the rollout there.
-pub fn forecast_catch(f: &Forecast, gate: usize, ratio: f64, share: f64) -> Result<Vec<f64>, FleetError> {
+///
+/// `None` for a wave that leaves no node off the release (the last wave of a policy without a soak):
+/// with no control, its cells carry no evidence (both processes skip a cell without control
+/// exposure), so nothing judges it and the engine decides it on the evidence the earlier waves
+/// pooled. The waves before it still get their figures.
+pub fn forecast_catch(f: &Forecast, gate: usize, ratio: f64, share: f64) -> Result<Vec<Option<f64>>, FleetError> {
     validate(f, gate, ratio, share)?;
-    let mut caught_by = vec![0u32; f.waves.len()];
+    let judged = judged_waves(f);
+    let mut caught_by = vec![0u32; judged];
     for seed in 0..f.seeds {
-        if let Some(wave) = simulate(f, gate, ratio, share, u64::from(seed)) {
+        if let Some(wave) = simulate(f, judged, gate, ratio, share, u64::from(seed)) {
             for slot in &mut caught_by[wave..] {
                 *slot += 1;
             }
         }
     }
-    Ok(caught_by
-        .into_iter()
-        .map(|c| f64::from(c) / f64::from(f.seeds.max(1)))
+    let seeds = f64::from(f.seeds.max(1));
+    Ok((0..f.waves.len())
+        .map(|w| caught_by.get(w).map(|&c| f64::from(c) / seeds))
         .collect())
 }
 
-/// One rollout: the index of the wave during which a gate failed, `None` if none did before a hold or
-/// the last judged wave's pass.
-fn simulate(f: &Forecast, effect_gate: usize, ratio: f64, share: f64, seed: u64) -> Option<usize> {
+/// How many waves, from the first, leave at least one node off the release to be their control.
+fn judged_waves(f: &Forecast) -> usize {
+    let mut updated = 0;
+    f.waves
+        .iter()
+        .take_while(|w| {
+            updated += w.nodes;
+            updated < f.fleet_nodes
+        })
+        .count()
+}
+
+/// One rollout over the first `judged` waves: the index of the wave during which a gate failed, `None`
+/// if none did before a hold or the last judged wave's pass.
+fn simulate(f: &Forecast, judged: usize, effect_gate: usize, ratio: f64, share: f64, seed: u64) -> Option<usize> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let config = RateEConfig::with_node_look();
-    // The judge's two plug-ins from the controls' node counts, each with one standard normal draw per
-    // rollout (the counts are cumulative, so their estimates drift slowly): see `Estimates`.
-    let noise: Vec<(f64, f64)> = f.gates.iter().map(|_| (normal(&mut rng), normal(&mut rng))).collect();
+    let mut control_counts: Vec<ControlCounts> = f.gates.iter().map(|_| ControlCounts::new(f.fleet_nodes)).collect();
     let mut pooled: Vec<RateEProcess> = f.gates.iter().map(|_| RateEProcess::new(config)).collect();
     let mut nodes: Vec<NodeMixtureProcess> = f
         .gates
@@ -181,10 +252,13 @@ fn simulate(f: &Forecast, effect_gate: usize, ratio: f64, share: f64, seed: u64)
     let mut updated: Vec<(u32, f64)> = Vec::new();
     let affected = 1.0 + (ratio - 1.0) / share;
     let mut hour = 0u32;
-    for (index, wave) in f.waves.iter().enumerate() {
+    for (index, wave) in f.waves.iter().enumerate().take(judged) {
         for _ in 0..wave.nodes {
             let multiple = if rng.random::<f64>() < share { affected } else { 1.0 };
             updated.push((hour, multiple));
+        }
+        for counts in &mut control_counts {
+            counts.remove(wave.nodes);
         }
         let controls = (f.fleet_nodes - updated.len()) as f64;
         let start = hour;
@@ -208,6 +282,7 @@ fn simulate(f: &Forecast, effect_gate: usize, ratio: f64, share: f64, seed: u64)
                     });
                 }
                 let control_events = poisson(&mut rng, gate.events_per_node_hour * controls);
+                control_counts[g].add(&mut rng, control_events);
                 cell.control_events = control_events;
                 cell.control_exposure = controls;
                 node_cell.control_events = control_events;
@@ -223,17 +298,15 @@ fn simulate(f: &Forecast, effect_gate: usize, ratio: f64, share: f64, seed: u64)
             let elapsed = f64::from(hour - start);
             let mut all_ready = true;
             for (g, gate) in f.gates.iter().enumerate() {
-                let estimates = Estimates::at(gate, noise[g], controls, f64::from(hour));
-                let look = pooled[g].look(
-                    gate.null,
-                    gate.must_detect[index],
-                    gate.alpha,
-                    gate.beta,
-                    estimates.dispersion,
-                );
+                let dispersion = if gate.dispersion_estimated {
+                    control_counts[g].dispersion()
+                } else {
+                    1.0
+                };
+                let look = pooled[g].look(gate.null, gate.must_detect[index], gate.alpha, gate.beta, dispersion);
                 let node_fail = nodes[g].may_have_risen()
                     && nodes[g]
-                        .fails(config.node_look_level(gate.alpha), estimates.heterogeneity)
+                        .fails(config.node_look_level(gate.alpha), control_counts[g].heterogeneity())
                         .unwrap_or(false);
                 match look {
                     Ok(l) if l.fail || node_fail => return Some(index),
@@ -286,15 +359,48 @@ mod tests {
     #[test]
     fn big_effects_are_caught_in_the_canary_and_small_ones_later_or_never() {
         let f = forecast(40);
-        let big = forecast_catch(&f, 0, 6.0, 1.0).unwrap();
+        let judged = |p: Vec<Option<f64>>| p.into_iter().collect::<Option<Vec<f64>>>().unwrap();
+        let big = judged(forecast_catch(&f, 0, 6.0, 1.0).unwrap());
         assert!(big[0] > 0.95 && big[1] >= big[0], "{big:?}");
-        let small = forecast_catch(&f, 0, 1.3, 1.0).unwrap();
+        let small = judged(forecast_catch(&f, 0, 1.3, 1.0).unwrap());
         assert!(small[0] < 0.5 && small[1] >= small[0], "{small:?}");
         // No regression that matters is never caught in these seeds (its chance is below alpha).
-        let none = forecast_catch(&f, 0, 1.0, 1.0).unwrap();
+        let none = judged(forecast_catch(&f, 0, 1.0, 1.0).unwrap());
         assert_eq!(none, vec![0.0, 0.0]);
         // The same seeds give the same answer.
-        assert_eq!(forecast_catch(&f, 0, 1.3, 1.0).unwrap(), small);
+        assert_eq!(judged(forecast_catch(&f, 0, 1.3, 1.0).unwrap()), small);
+    }
+
+    #[test]
+    fn a_last_wave_without_control_is_unjudged_and_the_waves_before_it_keep_their_figures() {
+        // A policy without a soak: its last wave puts every remaining node on the release.
+        let mut f = forecast(40);
+        f.waves.push(ForecastWave {
+            nodes: 868,
+            bake_hours: 2.0,
+            max_bake_hours: 2.0,
+        });
+        f.gates[0].must_detect.push(1.5);
+        let mut two_waves = forecast(40);
+        two_waves.fleet_nodes = 1000;
+        let with_last = forecast_catch(&f, 0, 3.0, 1.0).unwrap();
+        let without = forecast_catch(&two_waves, 0, 3.0, 1.0).unwrap();
+        assert_eq!(with_last.len(), 3);
+        assert_eq!(with_last[2], None, "{with_last:?}");
+        // The judged waves are simulated exactly as without the last wave, and give figures.
+        assert_eq!(with_last[..2], without[..], "{with_last:?}");
+        assert!(with_last[0].unwrap() > 0.5, "{with_last:?}");
+        // A canary that is the whole fleet: nothing judges any wave.
+        let whole = Forecast {
+            fleet_nodes: 32,
+            waves: vec![f.waves[0]],
+            gates: vec![ForecastGate {
+                must_detect: vec![2.0],
+                ..f.gates[0].clone()
+            }],
+            seeds: 4,
+        };
+        assert_eq!(forecast_catch(&whole, 0, 3.0, 1.0).unwrap(), vec![None]);
     }
 
     #[test]
@@ -303,6 +409,7 @@ mod tests {
         assert!(forecast_catch(&f, 1, 2.0, 1.0).is_err());
         assert!(forecast_catch(&f, 0, 2.0, 0.0).is_err());
         assert!(forecast_catch(&f, 0, f64::NAN, 1.0).is_err());
+        // Fewer nodes than the waves put on the release is not a fleet these waves came from.
         let small_fleet = Forecast { fleet_nodes: 100, ..f };
         assert!(forecast_catch(&small_fleet, 0, 2.0, 1.0).is_err());
     }

@@ -428,7 +428,7 @@ pub fn predicted_catch(cell: &Cell, policy: &BenchPolicy) -> Option<[f64; 2]> {
         seeds: FORECAST_SEEDS,
     };
     let p = forecast_catch(&forecast, 0, ratio, share).ok()?;
-    Some([*p.first()?, *p.get(1)?])
+    Some([(*p.first()?)?, (*p.get(1)?)?])
 }
 
 /// The closed-form prediction [`catch_by_wave_end`] for a rate cell (the XID gate's cumulative

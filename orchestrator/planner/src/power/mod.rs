@@ -659,6 +659,11 @@ pub struct FleetGateTiming {
     pub catch_by_end_concentrated: Vec<(f64, f64)>,
     /// The share of nodes `catch_by_end_concentrated` puts the effect on.
     pub concentrated_share: f64,
+    /// Why nothing judges this wave, when nothing does: it leaves no node off the release to be its
+    /// control and there is no soak to judge it against a holdback, so its hours add no evidence and
+    /// `catch_by_end` and `catch_by_end_concentrated` are empty (a catch can only come from the earlier
+    /// waves). `None` for a judged wave.
+    pub unjudged: Option<String>,
 }
 
 /// The share of nodes a concentrated effect is quoted on (issue 22's benchmark cells: a quarter).
@@ -779,6 +784,7 @@ pub fn fleet_timing(policy: &Policy, waves: &[WaveShape], options: &PowerOptions
                 catch_by_end: Vec::new(),
                 catch_by_end_concentrated: Vec::new(),
                 concentrated_share: CONCENTRATED_SHARE,
+                unjudged: None,
             });
         }
     }
@@ -835,17 +841,36 @@ pub fn fleet_timing(policy: &Policy, waves: &[WaveShape], options: &PowerOptions
         for ratio in ratios {
             if let Ok(by_end) = forecast_catch(&forecast, effect_gate, ratio, 1.0) {
                 for (row, p) in rows.iter().zip(by_end) {
-                    out[row.out].catch_by_end.push((ratio, p));
+                    match p {
+                        Some(p) => out[row.out].catch_by_end.push((ratio, p)),
+                        None => out[row.out].unjudged = Some(unjudged_reason(policy)),
+                    }
                 }
             }
             if let Ok(by_end) = forecast_catch(&forecast, effect_gate, ratio, CONCENTRATED_SHARE) {
                 for (row, p) in rows.iter().zip(by_end) {
-                    out[row.out].catch_by_end_concentrated.push((ratio, p));
+                    if let Some(p) = p {
+                        out[row.out].catch_by_end_concentrated.push((ratio, p));
+                    }
                 }
             }
         }
     }
     out
+}
+
+/// Why a wave that leaves no control is not judged (`FleetGateTiming::unjudged`).
+fn unjudged_reason(policy: &Policy) -> String {
+    let why = if policy.detection.soak.is_some() {
+        "no node is left off the release to be its control (the soak's holdback is empty)"
+    } else {
+        "no node is left off the release to be its control and the policy has no soak (detection.soak) to judge \
+         it against a holdback"
+    };
+    format!(
+        "nothing judges this wave: {why}; it is decided on the evidence the earlier waves pooled, so an effect \
+         confined to its nodes is never seen"
+    )
 }
 
 /// Nodes the fleet-scale method sees: every wave's nodes, or more when a wave's control is larger than
