@@ -28,11 +28,33 @@ const STEPS_PER_DOUBLING: i32 = 16;
 const GRID_LOW: i32 = -4 * STEPS_PER_DOUBLING;
 /// Highest grid ratio, 2^6 = 64: a ratio beyond it is reported as "> 64".
 const GRID_HIGH: i32 = 6 * STEPS_PER_DOUBLING;
-/// The mixture's alternatives lie every second grid point up to 16x away from the null: 32 points of
-/// weight 1/32 each. Wide enough for a 1.1x and a 16x effect alike; the price of the width is about
-/// ln 32 = 3.5 nats of evidence, paid once.
+/// The downward mixture (Pass: ruling out `must_detect`) puts its alternatives every second grid point
+/// up to 16x below the tested ratio: 32 points of weight 1/32 each.
 const MIX_STRIDE: usize = 2;
 const MIX_POINTS: usize = 32;
+/// The upward mixture (Fail) puts weight `1/15` on each of these grid offsets above the tested ratio:
+/// ratios `2^(d/16)` from 1.19x to 7.0x beyond it, evenly spaced in `sqrt(theta)`, `theta = ln(R1/R0)`
+/// (`sqrt(theta)` = 0.416, 0.486, ... 1.396), i.e. a prior density on `theta` proportional to
+/// `theta^(-1/2)` between ln 1.19 and ln 7.
+///
+/// Why this shape. At the look where a mixture first crosses, its log is about the best alternative's
+/// log likelihood ratio less `ln(sqrt(I / (2 pi)) / w(theta))`, where `w` is the prior density of
+/// `theta` and `I` the information gathered (Laplace's approximation). A crossing needs `theta² I / 2`
+/// of about 8 nats, so `sqrt(I)` is about `4 / theta` and the price is `ln(1.6 / (theta w(theta)))`.
+/// The earlier mixture (every second grid point up to 16x: `w` uniform) paid most for the small
+/// effects a policy most wants caught: 2.6 nats at 1.5x over a 1.1 null, 2.0 at 2x, 0.9 at 6x. A
+/// log-uniform prior (`w ~ 1/theta`) pays 1.3 nats everywhere, which is measured to help 1.5x and 2x
+/// but to slow 6x by an hour (6 h to 7 h); `theta^(-1/2)` sits between: 1.7, 1.4 and 0.8 nats
+/// (`detection_cells -- 100 400`: median time to catch 2x on all nodes at 0.002 96 h -> 90 h, 1.5x
+/// 365 h -> 320 h, 3x 23 h -> 21 h, 6x unchanged; BENCHMARKS.md). Effects beyond 7x are caught at
+/// once by the top point; effects below 1.19x beyond the null are not worth failing a wave early for.
+///
+/// Validity is unchanged: every alternative lies above the tested ratio, so each component is a
+/// non-negative supermartingale under `H0: R <= grid[i]` (monotone likelihood ratio), and the weights
+/// sum to 1 (less, when the grid's top cuts some off), so the mixture is one too and Ville's
+/// inequality bounds its chance of ever crossing `1/level` by `level`. The weights are fixed before
+/// any data, so choosing them from the bench costs nothing in validity.
+const FAIL_OFFSETS: [usize; 15] = [4, 5, 7, 9, 11, 14, 16, 19, 22, 25, 29, 32, 36, 41, 45];
 
 /// One cell of one time bin: a stratum's updated nodes and its concurrent controls over the bin.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -241,23 +263,24 @@ impl RateEProcess {
     fn ln_mixture(&self, start: &Snapshot, i: usize, upward: bool, dispersion: f64) -> f64 {
         let x1 = self.x1 - start.x1;
         let a = |j: usize| self.a[j] - start.a[j];
-        let mut terms = Vec::with_capacity(MIX_POINTS);
-        for step in 1..=MIX_POINTS {
-            let j = if upward {
-                i + step * MIX_STRIDE
-            } else {
-                match i.checked_sub(step * MIX_STRIDE) {
-                    Some(j) => j,
-                    None => break,
-                }
-            };
-            if j >= self.grid.len() {
-                break;
-            }
-            let ll = x1 * (self.ln_grid[j] - self.ln_grid[i]) + a(i) - a(j);
-            terms.push(ll / dispersion);
+        let ll = |j: usize| (x1 * (self.ln_grid[j] - self.ln_grid[i]) + a(i) - a(j)) / dispersion;
+        // Alternatives beyond the grid's ends are dropped with their weight: the rest weigh less than
+        // 1, which keeps the mixture a supermartingale (and only makes it more cautious).
+        if upward {
+            let terms: Vec<f64> = FAIL_OFFSETS
+                .iter()
+                .map(|d| i + d)
+                .take_while(|&j| j < self.grid.len())
+                .map(ll)
+                .collect();
+            log_sum_exp(&terms) - (FAIL_OFFSETS.len() as f64).ln()
+        } else {
+            let terms: Vec<f64> = (1..=MIX_POINTS)
+                .map_while(|step| i.checked_sub(step * MIX_STRIDE))
+                .map(ll)
+                .collect();
+            log_sum_exp(&terms) - (MIX_POINTS as f64).ln()
         }
-        log_sum_exp(&terms) - (MIX_POINTS as f64).ln()
     }
 
     fn rejects(&self, i: usize, upward: bool, level: f64, dispersion: f64, start: usize) -> bool {
