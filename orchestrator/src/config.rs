@@ -119,7 +119,7 @@ impl RetentionSection {
 
 /// `[bmc]`: how many connections to BMCs the controller keeps open at once, fleet-wide (the engine,
 /// the health collector and the RMA monitor share them). By default the soft open-file limit less a
-/// reserve for everything else.
+/// reserve for everything else, at most [`orchestrator_bmc::DEFAULT_MAX_CONNECTIONS`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BmcSection {

@@ -32,6 +32,16 @@ pub const CONNECTIONS_PER_BMC: usize = PER_BMC_FETCH_CONCURRENCY;
 /// descriptors for its own database is far worse off than one that queues BMC requests.
 pub const DEFAULT_FILE_RESERVE: u64 = 256;
 
+/// The default bound's ceiling, whatever the open-file limit would allow. An open BMC connection
+/// costs the controller about 40 KB of its own memory (hyper's read and write buffers and its request
+/// channel; heaptrack, 4,000 nodes) besides the kernel's socket buffers, and the bound is what keeps
+/// them open: idle leases hold their warm connections until someone needs the permits. Past what the
+/// engine and the collector keep in flight (each in-flight BMC holds [`CONNECTIONS_PER_BMC`]; a
+/// 512-node wave with its polls stays under 1,200), a larger bound only keeps more idle sockets warm,
+/// and a fleet-wide sweep evicts them before it comes back to the same BMC. Sized by the file limit
+/// alone, a 20,000-node run held ~9,800 sockets and 1.2 GB. `[bmc] max_connections` sets any bound.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
+
 /// This process's soft `RLIMIT_NOFILE`: the bound the kernel enforces (`EMFILE`).
 pub fn soft_open_file_limit() -> Result<u64, LimitError> {
     let (soft, _hard) = rlimit::getrlimit(rlimit::Resource::NOFILE).map_err(LimitError::Unreadable)?;
@@ -98,10 +108,20 @@ impl ConnectionLimit {
     }
 
     /// The soft open-file limit of this process minus `reserve` descriptors (default
-    /// [`default_reserve`]) for everything that is not a BMC connection.
+    /// [`default_reserve`]) for everything that is not a BMC connection, at most
+    /// [`DEFAULT_MAX_CONNECTIONS`].
     pub fn from_open_files(reserve: Option<u64>) -> Result<Self, LimitError> {
         let soft = soft_open_file_limit()?;
-        Self::from_file_limit(soft, reserve.unwrap_or_else(|| default_reserve(soft)))
+        Self::default_for_file_limit(soft, reserve.unwrap_or_else(|| default_reserve(soft)))
+    }
+
+    /// As [`ConnectionLimit::from_open_files`] for a given soft limit: what it leaves after `reserve`,
+    /// at most [`DEFAULT_MAX_CONNECTIONS`].
+    pub fn default_for_file_limit(soft: u64, reserve: u64) -> Result<Self, LimitError> {
+        let limit = Self::from_file_limit(soft, reserve)?;
+        Ok(Self {
+            connections: limit.connections.min(DEFAULT_MAX_CONNECTIONS),
+        })
     }
 
     /// As [`ConnectionLimit::from_open_files`] for a given soft limit.
@@ -395,6 +415,16 @@ mod tests {
         assert!(matches!(ConnectionLimit::new(1), Err(LimitError::TooSmall { .. })));
         assert_eq!(default_reserve(256), 64);
         assert_eq!(default_reserve(20_000), DEFAULT_FILE_RESERVE);
+    }
+
+    #[test]
+    fn the_default_bound_stops_at_its_ceiling_not_at_the_file_limit() {
+        let default = |soft| ConnectionLimit::default_for_file_limit(soft, default_reserve(soft)).unwrap();
+        assert_eq!(default(4096).connections(), 3840);
+        assert_eq!(default(20_000).connections(), DEFAULT_MAX_CONNECTIONS);
+        assert_eq!(default(1 << 20).connections(), DEFAULT_MAX_CONNECTIONS);
+        // An explicit bound is the operator's to size.
+        assert_eq!(ConnectionLimit::new(10_000).unwrap().connections(), 10_000);
     }
 
     #[tokio::test]

@@ -60,8 +60,8 @@ use serde::{Deserialize, Serialize};
 pub use clients::{ConnectFaults, HttpClients};
 pub use config::{AuthMode, BmcEndpoint, Credentials, RetryPolicy, Timeouts, TlsTrust};
 pub use connections::{
-    CONNECTIONS_PER_BMC, ConnectionLimit, ConnectionUsage, DEFAULT_FILE_RESERVE, LimitError, default_reserve,
-    soft_open_file_limit,
+    CONNECTIONS_PER_BMC, ConnectionLimit, ConnectionUsage, DEFAULT_FILE_RESERVE, DEFAULT_MAX_CONNECTIONS, LimitError,
+    default_reserve, soft_open_file_limit,
 };
 pub use discovery::{
     DEFAULT_DISCOVERY_CONCURRENCY, DiscoveryResult, discover_inventory, discover_inventory_stream, discover_with,

@@ -64,7 +64,7 @@ pub struct ServeArgs {
     /// At most this many BMC connections open at once, fleet-wide (the
     /// engine, the health collector and the RMA monitor share them);
     /// overrides `[bmc] max_connections`. By default the soft open-file
-    /// limit less a reserve (`[bmc] file_reserve`).
+    /// limit less a reserve (`[bmc] file_reserve`), at most 4,096.
     #[arg(long, env = "WAVEGUARD_BMC_MAX_CONNECTIONS", value_name = "N")]
     bmc_max_connections: Option<usize>,
 }
