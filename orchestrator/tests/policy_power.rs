@@ -53,6 +53,19 @@ fn text(out: &Output) -> String {
     )
 }
 
+/// `policy power` as a person reads it: the table on stdout, after a successful exit.
+fn power_table(policy: &Path, fleet: &Path) -> String {
+    let out = waveguard(&[
+        "policy",
+        "power",
+        policy.to_str().unwrap(),
+        "--fleet",
+        fleet.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 fn power_json(policy: &Path, fleet: &Path, extra: &[&str]) -> Value {
     let mut args = vec![
         "policy",
@@ -230,15 +243,7 @@ fn power_table_is_readable() {
     let dir = tempfile::tempdir().unwrap();
     let fleet = fleet(dir.path(), 200);
     let policy = policies().join("gpu-fast-canary.yaml");
-    let out = waveguard(&[
-        "policy",
-        "power",
-        policy.to_str().unwrap(),
-        "--fleet",
-        fleet.to_str().unwrap(),
-    ]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = power_table(&policy, &fleet);
     assert!(stdout.contains("WAVE") && stdout.contains("MDE (80%)"), "{stdout}");
     let canary = stdout
         .lines()
@@ -273,15 +278,7 @@ fn concentrated_effects_are_quoted() {
         assert!((0.0..=1.0).contains(&s[1].as_f64().unwrap()), "{canary:#}");
     }
     assert_ne!(all, some, "a concentrated effect is its own forecast: {canary:#}");
-    let out = waveguard(&[
-        "policy",
-        "power",
-        policy.to_str().unwrap(),
-        "--fleet",
-        fleet.to_str().unwrap(),
-    ]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = power_table(&policy, &fleet);
     let line = stdout
         .lines()
         .find(|l| l.starts_with("canary") && l.contains("caught by the wave's end"))

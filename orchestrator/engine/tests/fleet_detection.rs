@@ -430,12 +430,18 @@ async fn a_node_in_maintenance_or_quarantined_is_not_a_control() {
 const GPU_LATE: &str = "96.00.67.00.01";
 
 fn late_scenario() -> String {
+    xid_firmware_scenario(GPU_LATE, 10.0, 1.0, "3h")
+}
+
+/// One more GPU firmware that multiplies XID errors by `multiply` on `share` of the nodes it runs
+/// on, from `onset` after its flash, beside the bad firmware and baseline of [`scenario_extra`].
+fn xid_firmware_scenario(version: &str, multiply: f64, share: f64, onset: &str) -> String {
     format!(
         r#"  - kind: gpu
-    version: "{GPU_LATE}"
+    version: "{version}"
     flash_time: {{min: 2m, max: 4m}}
     effects:
-      - {{metric: xid_errors_per_gpu_hour, multiply: 10.0, share: 1.0, onset: 3h}}
+      - {{metric: xid_errors_per_gpu_hour, multiply: {multiply:?}, share: {share:?}, onset: {onset}}}
 {}"#,
         scenario_extra()
     )
@@ -697,15 +703,7 @@ async fn a_regression_only_the_soak_sees_rolls_back_blocks_and_the_holdback_is_n
 const GPU_SOME: &str = "96.00.68.00.01";
 
 fn concentrated_scenario() -> String {
-    format!(
-        r#"  - kind: gpu
-    version: "{GPU_SOME}"
-    flash_time: {{min: 2m, max: 4m}}
-    effects:
-      - {{metric: xid_errors_per_gpu_hour, multiply: 6.0, share: 0.11, onset: 0s}}
-{}"#,
-        scenario_extra()
-    )
+    xid_firmware_scenario(GPU_SOME, 6.0, 0.11, "0s")
 }
 
 /// A 32-node canary stratified by rack (a 3 h bake: the node-level look needs about an hour of the
