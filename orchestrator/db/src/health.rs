@@ -335,8 +335,9 @@ struct NodeDeltas<'a> {
 }
 
 impl HealthSample {
-    /// A row with nothing in it yet: what a window's first delta is folded into.
-    fn empty(
+    /// A row with nothing in it yet: what a window's first delta is folded into, and what a day's
+    /// aggregate starts from.
+    pub fn empty(
         rollout_id: RolloutId,
         wave_id: WaveId,
         node_id: NodeId,

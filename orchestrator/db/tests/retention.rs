@@ -109,17 +109,14 @@ fn expected_days(samples: &[HealthSample]) -> BTreeMap<Key, (u64, HealthSample)>
         let entry = out.entry(key).or_insert_with(|| {
             (
                 0,
-                HealthSample {
-                    window_start: day_start(s.window_start),
-                    events: 0,
-                    exposure: 0.0,
-                    readings: 0,
-                    sum: 0.0,
-                    min: None,
-                    max: None,
-                    units: BTreeMap::new(),
-                    ..s.clone()
-                },
+                HealthSample::empty(
+                    s.rollout_id,
+                    s.wave_id,
+                    s.node_id,
+                    s.cohort,
+                    s.metric.clone(),
+                    day_start(s.window_start),
+                ),
             )
         });
         entry.0 += 1;
