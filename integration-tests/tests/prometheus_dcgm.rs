@@ -7,8 +7,9 @@
 //! - when one canary node's exporter restarts (its counters drop to zero) and, later, another canary node's
 //!   exporter stops;
 //! - then one look of the Prometheus source counts the restarted node's replays as its event log has them
-//!   (the reset is no false event), counts the XIDs of the windowed count once each, and names the stopped
-//!   node as vanished, while a control node without data is only excluded.
+//!   (the reset is no false event), counts the XIDs of the windowed count once each (per GPU; a node's
+//!   events are its XID episodes), and names the stopped node as vanished, while a control node without
+//!   data is only excluded.
 //!
 //! Skipped loudly when `prometheus` is missing (install it with `integration-tests/ci-setup.sh`); a failure
 //! when `WAVEGUARD_REQUIRE_ALL=1`. Prometheus listens on 127.0.0.1 only and is killed when the test ends.
@@ -240,11 +241,20 @@ async fn scenario_steps(port: u16, fleet: &bmc_sim::RunningFleet) -> anyhow::Res
     // The restarted exporter forgot the XIDs of its window, as a real one does; the stopped one reports
     // nothing: compare the two control nodes.
     for (i, e) in endpoints.iter().enumerate().filter(|(i, _)| *i >= 2) {
-        let counted: u64 = look
-            .bins
-            .get(&NodeId(i as i64 + 1))
-            .map(|b| b.values().map(|b| b.events).sum())
-            .unwrap_or(0);
+        let bins = look.bins.get(&NodeId(i as i64 + 1));
+        // Each GPU's XIDs (its unit); the node's events are its XID episodes, a read's largest GPU
+        // count (metric_source::windowed_look), so never more than its XIDs and at least one per read
+        // with any.
+        let counted = bins
+            .map(|b| b.values().flat_map(|b| b.units.values()).sum::<f64>())
+            .unwrap_or(0.0)
+            .round() as u64;
+        let episodes: u64 = bins.map(|b| b.values().map(|b| b.events).sum()).unwrap_or(0);
+        ensure!(
+            episodes > 0 && episodes <= counted,
+            "XID episodes of {}: {episodes}, XIDs {counted}",
+            e.name
+        );
         let excluded = ["XID 13", "XID 31", "XID 43", "XID 45"];
         let truth = log_count(&http, &e.bmc_url, from, until, |a| {
             a.starts_with("XID") && !excluded.contains(&a)

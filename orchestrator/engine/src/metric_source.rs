@@ -26,7 +26,10 @@
 //!   instants itself (a range query with `step = W`), staleness included,
 //!   so one query per look serves canary and control. `increase()` on the
 //!   same series reads every slide of the window as a counter reset and
-//!   overcounts; the test below shows both on a 12-hour bake.
+//!   overcounts; the test below shows both on a 12-hour bake. A node's
+//!   events are its XID episodes, the unit the Redfish path counts: per
+//!   read, the largest of its GPUs' counts
+//!   ([`crate::watch::classify::xid_episodes_in_read`]).
 //! - gauges and last-value states never feed a rate (the policy lint
 //!   refuses such gates; [`SourceError::NotACount`] if one gets here).
 
@@ -40,6 +43,7 @@ use orchestrator_policy::{GateKind, GateSource, HealthGate};
 use orchestrator_types::NodeId;
 
 use crate::prometheus::{NodeIndex, NodeSeries, PrometheusClient, PrometheusError, QueryData};
+use crate::watch::classify::xid_episodes_in_read;
 
 /// Width of the time bins a look is reported in; the same hourly windows
 /// the Redfish collector stores.
@@ -361,7 +365,11 @@ fn classify_presence(look: &mut SourceLook, nodes: &[WatchedNode], present_at_en
 }
 
 /// Folds windowed-count reads (one series per unit, read every `window`)
-/// into a look.
+/// into a look. The windowed count is DCGM's XID count, so a node's events
+/// are its XID episodes, as the Redfish collector counts them: per read,
+/// the largest of its GPUs' counts ([`xid_episodes_in_read`]), because a
+/// cascade over the node's GPUs is one fault. Each unit still shows its own
+/// XIDs.
 pub fn windowed_look(
     series: &[NodeSeries],
     nodes: &[WatchedNode],
@@ -376,9 +384,8 @@ pub fn windowed_look(
     };
     let by_node: BTreeMap<NodeId, &WatchedNode> = nodes.iter().map(|n| (n.node, n)).collect();
     let mut at_end: BTreeSet<NodeId> = BTreeSet::new();
-    // Fractions of events summed per (node, bin) before rounding, so
-    // prorated partial windows are not rounded away one by one.
-    let mut frac: BTreeMap<(NodeId, DateTime<Utc>), f64> = BTreeMap::new();
+    // Per node and read instant: its bin and each unit's XIDs in the read.
+    let mut reads: BTreeMap<(NodeId, DateTime<Utc>), (DateTime<Utc>, Vec<f64>)> = BTreeMap::new();
     for s in series {
         let Some(watched) = by_node.get(&s.node) else {
             look.unmatched_series += 1;
@@ -402,11 +409,21 @@ pub fn windowed_look(
             // belong to the bin of the window's middle.
             let inside = (t - watched.from).min(window);
             let bin = bin_start(t - inside / 2);
-            *frac.entry((s.node, bin)).or_default() += events;
+            reads
+                .entry((s.node, t))
+                .or_insert_with(|| (bin, Vec::new()))
+                .1
+                .push(events);
             let b = bins.entry(bin).or_default();
             b.exposure_hours += inside.num_milliseconds() as f64 / 3_600_000.0;
             *b.units.entry(unit.clone()).or_default() += events;
         }
+    }
+    // Episodes summed per (node, bin) before rounding, so prorated partial
+    // windows are not rounded away one by one.
+    let mut frac: BTreeMap<(NodeId, DateTime<Utc>), f64> = BTreeMap::new();
+    for ((node, _), (bin, per_unit)) in reads {
+        *frac.entry((node, bin)).or_default() += xid_episodes_in_read(per_unit);
     }
     for ((node, bin), events) in frac {
         if let Some(b) = look.bins.get_mut(&node).and_then(|bins| bins.get_mut(&bin)) {

@@ -253,3 +253,81 @@ async fn every_failure_is_a_typed_error() {
     let err = unreachable.query("up", at()).await.expect_err("fails");
     assert!(matches!(err, PrometheusError::Transport { .. }), "{err}");
 }
+
+/// DCGM's windowed XID count through the Prometheus source counts a node's XID episodes, the unit the
+/// Redfish path counts: a cascade over four GPUs in one read is one event, not four. Fixture: the
+/// range query's answer, one series per GPU read every 5 minutes (the exporter's default window) for
+/// an hour.
+#[tokio::test]
+async fn a_windowed_xid_cascade_over_a_nodes_gpus_counts_as_one_episode() {
+    use orchestrator_db::health::Cohort;
+    use orchestrator_engine::metric_source::{MetricSource, PrometheusSource, WatchedNode};
+    let (fake, base) = start_fake().await;
+    let t0 = at().timestamp() as f64;
+    // XIDs per GPU in the read ending `minutes` after the start; every other read is 0.
+    let series = |node: &str, gpu: &str, xids: &[(i64, u32)]| {
+        let values: Vec<serde_json::Value> = (0..=12)
+            .map(|k| {
+                let minutes = k * 5;
+                let v = xids.iter().find(|(m, _)| *m == minutes).map_or(0, |(_, n)| *n);
+                json!([t0 + 60.0 * minutes as f64, v.to_string()])
+            })
+            .collect();
+        json!({"metric": {"node": node, "gpu": gpu}, "values": values})
+    };
+    let mut result = Vec::new();
+    for gpu in 0..8 {
+        let gpu_name = gpu.to_string();
+        // node-a: a cascade over GPUs 0-3 in the read at 10 min; GPU 0 alone again at 30 min.
+        let a: &[(i64, u32)] = match gpu {
+            0 => &[(10, 1), (30, 1)],
+            1..=3 => &[(10, 1)],
+            _ => &[],
+        };
+        // node-b: GPU 1 twice and GPU 2 once in the read at 20 min.
+        let b: &[(i64, u32)] = match gpu {
+            1 => &[(20, 2)],
+            2 => &[(20, 1)],
+            _ => &[],
+        };
+        result.push(series("node-a", &gpu_name, a));
+        result.push(series("node-b", &gpu_name, b));
+    }
+    set(
+        &fake,
+        200,
+        json!({"status": "success", "data": {"resultType": "matrix", "result": result}}),
+    );
+    let policy = orchestrator_policy::parse_policy(include_str!("../../../policies/hgx-dcgm.yaml")).expect("policy");
+    let gate = policy.health.gate("xid_rate").expect("xid_rate gate");
+    let watched = |id: i64, name: &str, cohort: Cohort| WatchedNode {
+        node: NodeId(id),
+        name: name.to_owned(),
+        cohort,
+        from: at(),
+    };
+    let nodes = [
+        watched(1, "node-a", Cohort::Canary),
+        watched(2, "node-b", Cohort::Control),
+    ];
+    let source = PrometheusSource::new(client(&base, Duration::from_secs(5), None));
+    let look = source
+        .look(gate, &nodes, at() + chrono::Duration::hours(1))
+        .await
+        .expect("look");
+    let events = |id: i64| look.bins[&NodeId(id)].values().map(|b| b.events).sum::<u64>();
+    let xids = |id: i64| {
+        look.bins[&NodeId(id)]
+            .values()
+            .flat_map(|b| b.units.values())
+            .sum::<f64>()
+    };
+    // Episodes: the cascade once and GPU 0's later XID; on node-b the read's largest GPU count.
+    assert_eq!((events(1), events(2)), (2, 2), "{look:?}");
+    // Each GPU still shows its own XIDs, each counted once.
+    assert_eq!((xids(1), xids(2)), (5.0, 3.0), "{look:?}");
+    assert_eq!(look.totals(&nodes, Cohort::Canary).0, 2);
+    // The exposure is every GPU's: 8 GPUs over the hour.
+    let (_, exposure) = look.totals(&nodes, Cohort::Canary);
+    assert!((exposure - 8.0).abs() < 1e-9, "{exposure}");
+}
