@@ -210,6 +210,50 @@ impl Db {
             .collect())
     }
 
+    /// Events and exposure per metric on control nodes since `since`, over
+    /// the hourly windows still stored and the days retention reduced (each
+    /// reading counted once: a window is deleted in the transaction that
+    /// folds it into its day), as `(metric, events, exposure)` in metric
+    /// order. The fleet's measured base rates come from these (the planner's
+    /// `history_rates`): control nodes ran the fleet's current firmware.
+    ///
+    /// Summed by the database, not streamed: a month of a large fleet's
+    /// windows is millions of rows. The sums are cast to double precision
+    /// because PostgreSQL's `SUM` of a `BIGINT` is a `NUMERIC`.
+    pub async fn control_rate_totals(&self, since: DateTime<Utc>) -> Result<Vec<(String, f64, f64)>, DbError> {
+        let events = || Expr::cust("CAST(SUM(events) AS DOUBLE PRECISION)");
+        let exposure = || Expr::cust("CAST(SUM(exposure) AS DOUBLE PRECISION)");
+        let hourly: Vec<(String, Option<f64>, Option<f64>)> = health_samples::Entity::find()
+            .select_only()
+            .column(health_samples::Column::Metric)
+            .column_as(events(), "events")
+            .column_as(exposure(), "exposure")
+            .filter(health_samples::Column::Cohort.eq(Cohort::Control.as_str()))
+            .filter(health_samples::Column::WindowStart.gte(since))
+            .group_by(health_samples::Column::Metric)
+            .into_tuple()
+            .all(&self.reader)
+            .await?;
+        let daily: Vec<(String, Option<f64>, Option<f64>)> = health_daily::Entity::find()
+            .select_only()
+            .column(health_daily::Column::Metric)
+            .column_as(events(), "events")
+            .column_as(exposure(), "exposure")
+            .filter(health_daily::Column::Cohort.eq(Cohort::Control.as_str()))
+            .filter(health_daily::Column::Day.gte(since))
+            .group_by(health_daily::Column::Metric)
+            .into_tuple()
+            .all(&self.reader)
+            .await?;
+        let mut totals: BTreeMap<String, (f64, f64)> = BTreeMap::new();
+        for (metric, events, exposure) in hourly.into_iter().chain(daily) {
+            let t = totals.entry(metric).or_default();
+            t.0 += events.unwrap_or(0.0);
+            t.1 += exposure.unwrap_or(0.0);
+        }
+        Ok(totals.into_iter().map(|(m, (e, x))| (m, e, x)).collect())
+    }
+
     /// Per-node daily aggregates of reduced days, ordered by wave, node,
     /// metric and day; each stands as one sample starting at its day.
     pub async fn health_daily(&self, scope: SampleScope) -> Result<Vec<HealthSample>, DbError> {

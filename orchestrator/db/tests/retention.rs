@@ -459,3 +459,66 @@ async fn a_finished_rollout_download_is_stored_once_and_an_unknown_one_is_not_fo
         ));
     }
 }
+
+/// The fleet's measured base rates read control nodes' events and exposure since a time, from the
+/// hourly windows and the days retention reduced them into alike: the same totals before and after a
+/// reduction, and never an updated node's.
+#[tokio::test]
+async fn control_totals_count_hourly_and_reduced_days_once_and_only_controls() {
+    let clock = Arc::new(ManualClock::new(t0()));
+    for t in TestDb::all_backends_with_clock(clock.clone()).await {
+        set(&clock, t0());
+        let db = &t.db;
+        let w = world(db, &clock).await;
+        let mut hourly = db.health_samples(SampleScope::Rollout(w.done.id)).await.unwrap();
+        hourly.extend(db.health_samples(SampleScope::Rollout(w.open.id)).await.unwrap());
+        // Computed here from the stored windows: the control's XID events and exposure since `since`.
+        let expected = |since: DateTime<Utc>| {
+            let controls = hourly
+                .iter()
+                .filter(|s| s.cohort == Cohort::Control && s.metric == XID && s.window_start >= since);
+            controls.fold((0.0, 0.0), |(e, x), s| (e + s.events as f64, x + s.exposure))
+        };
+        let xid = |totals: Vec<(String, f64, f64)>| {
+            totals
+                .into_iter()
+                .find(|(m, _, _)| m == XID)
+                .map(|(_, e, x)| (e, x))
+                .unwrap_or_default()
+        };
+        let second_day = t0() + Duration::days(1);
+        let (all, later) = (expected(t0()), expected(second_day));
+        assert!(all.0 > later.0 && later.0 > 0.0, "{all:?} {later:?}");
+        // Every canary's windows outnumber the control's: a total that counted them would show.
+        assert_eq!(all.1, 48.0 * 8.0, "{:?}", t.backend());
+        assert_eq!(
+            xid(db.control_rate_totals(t0()).await.unwrap()),
+            all,
+            "{:?}",
+            t.backend()
+        );
+        assert_eq!(xid(db.control_rate_totals(second_day).await.unwrap()), later);
+
+        // Reduced to days (the finished rollout's control node among them), the totals stay.
+        set(&clock, t0() + Duration::days(30));
+        let fence = fence(db).await;
+        db.rollout_evidence(w.done.id).await.unwrap();
+        assert!(reduce_all(db, &fence, 50).await > 0);
+        let control = w.nodes[5].id;
+        assert!(
+            db.health_samples(SampleScope::Rollout(w.done.id))
+                .await
+                .unwrap()
+                .iter()
+                .all(|s| s.node_id != control),
+            "the control's windows were reduced"
+        );
+        assert_eq!(
+            xid(db.control_rate_totals(t0()).await.unwrap()),
+            all,
+            "{:?}",
+            t.backend()
+        );
+        assert_eq!(xid(db.control_rate_totals(second_day).await.unwrap()), later);
+    }
+}

@@ -231,12 +231,23 @@ pub async fn start_rollout_checked(
         rollback_floor: release.rollback_floor.clone(),
     };
     let snapshot = fleet_snapshot(db).await?;
+    let planned_at = db.clock().now();
+    // The soak's holdback is sized from the fleet's base rates: measured over its recent history where
+    // the control cohorts saw enough events, else the defaults (the plan says which). Only a soak
+    // needs them, so only a soak pays for the read.
+    let base_rates = if policy.detection.enabled && policy.detection.soak.is_some() {
+        let since = planned_at - chrono::Duration::days(orchestrator_planner::power::HISTORY_DAYS);
+        orchestrator_planner::power::history_rates(&db.control_rate_totals(since).await?)
+    } else {
+        std::collections::BTreeMap::new()
+    };
     let plan = orchestrator_planner::plan(&PlanInput {
         snapshot: &snapshot,
         policy: &policy,
         release: &spec,
         seed: u64::from_ne_bytes(request.seed.to_ne_bytes()),
-        planned_at: db.clock().now(),
+        planned_at,
+        base_rates: &base_rates,
     })
     .map_err(EngineError::Plan)?;
     if plan.summary.steps == 0 {

@@ -626,6 +626,45 @@ async fn a_passing_soak_proves_the_release_then_the_holdback_is_updated_once() {
         .unwrap();
     assert_eq!(default.qualification_state, QualificationState::Default);
     assert_eq!(default.fleet_proven_by, Some(id), "the proof is kept");
+    // The next rollout with a soak sized from the power target sizes its holdback at the XID base rate
+    // measured on this rollout's controls (issue 22: base rates from history), and its plan says so.
+    let totals = h.db.control_rate_totals(chrono::DateTime::UNIX_EPOCH).await.unwrap();
+    let (events, exposure) = totals
+        .iter()
+        .find(|(m, _, _)| m == "xid_errors_per_gpu_hour")
+        .map(|(_, e, x)| (*e, *x))
+        .expect("the controls' XID totals");
+    assert!(events >= 30.0, "enough control events to measure: {totals:?}");
+    let next = h.add_release("96.00.71.00.01", true).await;
+    let (_, plan) = orchestrator_engine::start_rollout_checked(
+        &h.db,
+        &StartRollout {
+            release_id: next.id,
+            policy_source: policy_detection("gates: [xid_errors, gpu_temp]", "3h", "  soak: {min: 1h, max: 2h}\n"),
+            policy_commit: None,
+            policy_blob: None,
+            seed: 5,
+        },
+        "alice",
+        &orchestrator_engine::StartChecks::default(),
+    )
+    .await
+    .expect("the next rollout starts");
+    let sizing = plan.soak.expect("a soak").sizing;
+    assert_eq!(
+        sizing.rate_source,
+        Some(orchestrator_planner::power::BaselineSource::History),
+        "{sizing:?}"
+    );
+    let per_node_hour = sizing.base_per_node_hour.unwrap();
+    assert!((per_node_hour - 8.0 * events / exposure).abs() < 1e-9, "{sizing:?}");
+    assert!(
+        plan.notes
+            .iter()
+            .any(|n| n.contains("measured over the fleet's history")),
+        "{:?}",
+        plan.notes
+    );
     h.shutdown().await;
 }
 

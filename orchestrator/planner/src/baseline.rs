@@ -4,7 +4,8 @@
 
 use std::collections::BTreeMap;
 
-use orchestrator_policy::{HealthGate, RedfishMetric};
+use orchestrator_policy::{GateKind, HealthGate, RedfishMetric};
+use serde::{Deserialize, Serialize};
 
 /// GPUs per node unless told otherwise: the HGX baseboards this product
 /// targets carry eight. The engine's health collector assumes the same for a
@@ -60,4 +61,66 @@ pub(crate) fn lookup<'a>(
     metric: Option<RedfishMetric>,
 ) -> Option<&'a f64> {
     map.get(&gate.name).or_else(|| metric.and_then(|m| map.get(m.as_str())))
+}
+
+/// Where a gate's baseline came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BaselineSource {
+    /// `--baseline` / `--sd`.
+    Given,
+    /// Measured over the fleet's recent health history ([`history_rates`]).
+    History,
+    /// [`default_baseline`].
+    Default,
+}
+
+/// How far back a base rate measured from the fleet's history reaches: long enough to gather events
+/// of rare metrics on a large control, short enough to follow the fleet's present state (driver and
+/// workload changes move base rates over months).
+pub const HISTORY_DAYS: i64 = 30;
+
+/// Fewest control events a measured base rate needs. With fewer, its relative standard error is above
+/// `1/sqrt(30)`, about 18%, and the default (chosen on the quiet side) is the safer guess.
+pub const MIN_HISTORY_EVENTS: f64 = 30.0;
+
+/// Base rates measured over the fleet's history, by metric name, from each metric's totals on control
+/// nodes (`(metric, events, exposure)`, exposure in the metric's own unit, as the collector stores
+/// it): `events / exposure` for each rate metric with at least [`MIN_HISTORY_EVENTS`] events.
+///
+/// Control nodes only: they ran the fleet's current firmware, so a regression under test never
+/// raises the base rate it is judged against. The events are what the judge counts (XID episodes,
+/// not log entries), so the rate is in the judge's own unit.
+pub fn history_rates(totals: &[(String, f64, f64)]) -> BTreeMap<String, f64> {
+    totals
+        .iter()
+        .filter(|(metric, events, exposure)| {
+            // Flash failures are counted per flash, not as a rate over time.
+            RedfishMetric::from_name(metric)
+                .is_some_and(|m| m.kind() == GateKind::Rate && m != RedfishMetric::FlashFailures)
+                && events.is_finite()
+                && *events >= MIN_HISTORY_EVENTS
+                && exposure.is_finite()
+                && *exposure > 0.0
+        })
+        .map(|(metric, events, exposure)| (metric.clone(), events / exposure))
+        .collect()
+}
+
+/// A Redfish rate gate's base rate and where it came from: given (by gate or metric name), else
+/// measured over the fleet's history (by metric name), else the default. The one precedence the power
+/// analysis, the timing forecast and the holdback's sizing share.
+pub fn base_rate(
+    given: &BTreeMap<String, f64>,
+    history: &BTreeMap<String, f64>,
+    gate: &HealthGate,
+    metric: RedfishMetric,
+) -> Option<(f64, BaselineSource)> {
+    if let Some(v) = lookup(given, gate, Some(metric)) {
+        return Some((*v, BaselineSource::Given));
+    }
+    if let Some(v) = history.get(metric.as_str()) {
+        return Some((*v, BaselineSource::History));
+    }
+    default_baseline(metric).map(|v| (v, BaselineSource::Default))
 }

@@ -42,6 +42,9 @@ pub struct PlanInput<'a> {
     pub seed: u64,
     /// The planning instant, recorded in the plan.
     pub planned_at: DateTime<Utc>,
+    /// Rate gates' base rates measured over the fleet's recent history, by metric name
+    /// ([`crate::power::history_rates`]); empty to use the defaults. They size the soak's holdback.
+    pub base_rates: &'a BTreeMap<String, f64>,
 }
 
 /// A node the planner works with, by index into the sorted snapshot.
@@ -73,6 +76,7 @@ pub fn plan(input: &PlanInput<'_>) -> Result<Plan, PlanError> {
         release,
         seed,
         planned_at,
+        base_rates,
     } = *input;
     let later_blocker = check_release(policy, release)?;
     if policy.waves.is_empty() {
@@ -97,12 +101,13 @@ pub fn plan(input: &PlanInput<'_>) -> Result<Plan, PlanError> {
     // The soak's holdback is chosen first, stratified like the canary (the same labels, its own
     // shuffle), so it mirrors the fleet's composition whatever the waves take; it becomes the last
     // wave, and until then every wave's fleet-scale control includes it.
-    // Sized at the default base rates: the plan takes no measured rates (`policy power` states the
-    // soak time at given ones).
+    // Sized at the base rates measured over the fleet's history where there are enough, else the
+    // defaults; the sizing says which.
     let sizing = crate::soak::soak_sizing(
         policy,
         eligible.len(),
         &BTreeMap::new(),
+        base_rates,
         crate::baseline::DEFAULT_GPUS_PER_NODE,
     );
     let mut holdback: Option<Assigned> = None;
@@ -345,7 +350,7 @@ pub fn plan(input: &PlanInput<'_>) -> Result<Plan, PlanError> {
     };
     Ok(Plan {
         format_version: PLAN_FORMAT_VERSION,
-        fingerprint: fingerprint(&nodes, policy, release, seed, planned_at),
+        fingerprint: fingerprint(&nodes, policy, release, seed, planned_at, base_rates),
         policy: policy.name.clone(),
         release: ReleaseSummary {
             id: release.id,
@@ -678,7 +683,8 @@ fn assess_rollback(
     }
 }
 
-/// sha256 over a canonical rendering of every input. The policy enters as
+/// sha256 over a canonical rendering of every input (the measured base rates
+/// with the soak they size). The policy enters as
 /// the debug rendering of the parts that shape a plan (target, versions,
 /// qualification, waves, concurrency, rollback); maintenance windows and
 /// health gates do not change which node goes where.
@@ -688,6 +694,7 @@ fn fingerprint(
     release: &ReleaseSpec,
     seed: u64,
     planned_at: DateTime<Utc>,
+    base_rates: &BTreeMap<String, f64>,
 ) -> String {
     #[derive(serde::Serialize)]
     struct Canonical<'a> {
@@ -719,10 +726,12 @@ fn fingerprint(
             policy.waves,
             policy.concurrency,
             policy.rollback,
-            // The soak shapes the plan (the holdback); without one the rendering, and every
-            // fingerprint of a policy without a soak, is unchanged.
+            // The soak shapes the plan (the holdback), and so do the measured base rates that size
+            // it; without a soak the rendering, and every fingerprint of a policy without one, is
+            // unchanged, and so is a soak's without measured rates.
             match (&policy.detection.soak, policy.detection.enabled) {
-                (Some(soak), true) => format!("\n{soak:?}"),
+                (Some(soak), true) if base_rates.is_empty() => format!("\n{soak:?}"),
+                (Some(soak), true) => format!("\n{soak:?}\nbase rates {base_rates:?}"),
                 _ => String::new(),
             }
         ),

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use std::collections::BTreeMap;
 
-use crate::baseline::{default_baseline, lookup, rate_exposure_unit};
+use crate::baseline::{BaselineSource, base_rate, rate_exposure_unit};
 
 /// Holdback share when the policy states none and no rate gate gives a base rate to size it from:
 /// issue 22's 5% example.
@@ -45,6 +45,10 @@ pub struct SoakSizing {
     pub gate: Option<String>,
     /// Its base rate, in events per node-hour.
     pub base_per_node_hour: Option<f64>,
+    /// Where that base rate came from: given, measured over the fleet's history, or the default
+    /// (absent from plans made before the planner took measured rates: those used the default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_source: Option<BaselineSource>,
     /// The gate's one-sided level: its share of the rollout's false-rollback budget.
     pub alpha: f64,
     /// Holdback events the target needs.
@@ -82,9 +86,14 @@ impl SoakSizing {
                 } else {
                     String::new()
                 };
+                let source = match self.rate_source {
+                    Some(BaselineSource::Given) => "given",
+                    Some(BaselineSource::History) => "measured over the fleet's history",
+                    Some(BaselineSource::Default) | None => "default rate",
+                };
                 format!(
                     "catching {}x at {:.0}% power needs ~{events:.0} holdback events ({gate} at {rate:.3}/node-hour, \
-                     alpha {:.4}): ~{hours:.0} h of soak{fits}",
+                     {source}, alpha {:.4}): ~{hours:.0} h of soak{fits}",
                     self.detect,
                     self.power * 100.0,
                     self.alpha
@@ -100,13 +109,15 @@ impl SoakSizing {
 }
 
 /// The holdback for `policy` over `eligible` nodes, or `None` when the policy has no soak (or no
-/// `detection` block: then the engine runs no soak). Base rates come from `rates` (the command
-/// line's, by gate or metric name) or the defaults the power analysis uses; `gpus_per_node` counts
-/// per-GPU metrics per node.
+/// `detection` block: then the engine runs no soak). Base rates come from `given` (the command
+/// line's, by gate or metric name), else `history` (measured over the fleet's recent history, by
+/// metric name; [`crate::baseline::history_rates`]), else the defaults the power analysis uses
+/// ([`base_rate`]); `gpus_per_node` counts per-GPU metrics per node.
 pub fn soak_sizing(
     policy: &Policy,
     eligible: usize,
-    rates: &BTreeMap<String, f64>,
+    given: &BTreeMap<String, f64>,
+    history: &BTreeMap<String, f64>,
     gpus_per_node: u32,
 ) -> Option<SoakSizing> {
     if !policy.detection.enabled {
@@ -132,22 +143,20 @@ pub fn soak_sizing(
             if gate.kind != GateKind::Rate {
                 return None;
             }
-            let rate = lookup(rates, gate, Some(metric))
-                .copied()
-                .or_else(|| default_baseline(metric))?;
+            let (rate, source) = base_rate(given, history, gate, metric)?;
             let (unit, _, per_hour) = rate_exposure_unit(metric);
             let per_node = if unit == "gpu" {
                 f64::from(gpus_per_node.max(1))
             } else {
                 1.0
             };
-            Some((gate.name.clone(), rate * per_hour * per_node))
+            Some((gate.name.clone(), rate * per_hour * per_node, source))
         });
     let events_needed = rate_gate
         .as_ref()
         .and_then(|_| holdback_events_needed(soak.detect, alpha, soak.power).ok());
     let sized = match (&rate_gate, events_needed) {
-        (Some((_, per_node_hour)), Some(events)) => holdback_fraction(
+        (Some((_, per_node_hour, _)), Some(events)) => holdback_fraction(
             events,
             *per_node_hour,
             eligible.max(1) as f64,
@@ -160,7 +169,7 @@ pub fn soak_sizing(
     let percent = soak.holdback_percent.or(sized).unwrap_or(DEFAULT_HOLDBACK_PERCENT);
     let holdback_nodes = holdback_nodes(percent, eligible);
     let hours_needed = match (&rate_gate, events_needed) {
-        (Some((_, per_node_hour)), Some(events)) if holdback_nodes > 0 && *per_node_hour > 0.0 => {
+        (Some((_, per_node_hour, _)), Some(events)) if holdback_nodes > 0 && *per_node_hour > 0.0 => {
             Some(events / (per_node_hour * holdback_nodes as f64))
         }
         _ => None,
@@ -172,8 +181,9 @@ pub fn soak_sizing(
         eligible,
         detect: soak.detect,
         power: soak.power,
-        base_per_node_hour: rate_gate.as_ref().map(|(_, r)| *r),
-        gate: rate_gate.map(|(g, _)| g),
+        base_per_node_hour: rate_gate.as_ref().map(|(_, r, _)| *r),
+        rate_source: rate_gate.as_ref().map(|(_, _, source)| *source),
+        gate: rate_gate.map(|(g, _, _)| g),
         alpha,
         events_needed,
         hours_needed,
@@ -237,7 +247,13 @@ detection:
     }
 
     fn sizing(p: &Policy) -> Option<SoakSizing> {
-        soak_sizing(p, 1000, &at_issue_rate(), crate::baseline::DEFAULT_GPUS_PER_NODE)
+        soak_sizing(
+            p,
+            1000,
+            &at_issue_rate(),
+            &BTreeMap::new(),
+            crate::baseline::DEFAULT_GPUS_PER_NODE,
+        )
     }
 
     #[test]
@@ -289,6 +305,60 @@ detection:
         // No soak, or no detection: no holdback.
         let p = policy("", "xid");
         assert!(sizing(&p).is_none());
+    }
+
+    #[test]
+    fn base_rates_come_from_the_command_line_then_history_then_the_defaults() {
+        let p = policy("  soak: {min: 24h, max: 200h}\n", "xid, aer, temp, power");
+        let gpus = crate::baseline::DEFAULT_GPUS_PER_NODE;
+        let none = BTreeMap::new();
+        // Measured: 40 control XID episodes over 20,000 GPU-hours, 0.002 per GPU-hour.
+        let history = crate::baseline::history_rates(&[("xid_errors_per_gpu_hour".to_owned(), 40.0, 20_000.0)]);
+        let measured = soak_sizing(&p, 1000, &none, &history, gpus).unwrap();
+        assert_eq!(measured.rate_source, Some(BaselineSource::History));
+        assert!(
+            (measured.base_per_node_hour.unwrap() - 0.016).abs() < 1e-12,
+            "{measured:?}"
+        );
+        assert!(
+            measured.statement().contains("measured over the fleet's history"),
+            "{}",
+            measured.statement()
+        );
+        // The same rate given on the command line sizes the same holdback, and says so.
+        let given = sizing(&p).unwrap();
+        assert_eq!(given.rate_source, Some(BaselineSource::Given));
+        assert_eq!(given.holdback_percent, measured.holdback_percent);
+        assert!(given.statement().contains("given"), "{}", given.statement());
+        // A given rate wins over a measured one.
+        let louder = crate::baseline::history_rates(&[("xid_errors_per_gpu_hour".to_owned(), 400.0, 20_000.0)]);
+        let both = soak_sizing(&p, 1000, &at_issue_rate(), &louder, gpus).unwrap();
+        assert_eq!(both.rate_source, Some(BaselineSource::Given));
+        assert_eq!(both.holdback_percent, given.holdback_percent);
+        // Neither: the default (0.01 per GPU-hour, five times the issue's rate, so a smaller holdback).
+        let default = soak_sizing(&p, 1000, &none, &none, gpus).unwrap();
+        assert_eq!(default.rate_source, Some(BaselineSource::Default));
+        assert!(
+            default.holdback_percent < measured.holdback_percent / 3.0,
+            "{default:?} {measured:?}"
+        );
+        assert!(default.statement().contains("default rate"), "{}", default.statement());
+    }
+
+    #[test]
+    fn a_measured_rate_needs_enough_control_events_and_a_rate_metric() {
+        let rates = crate::baseline::history_rates(&[
+            ("xid_errors_per_gpu_hour".to_owned(), 30.0, 15_000.0),
+            // Too few events to trust: the default stays.
+            ("pcie_aer_per_node_hour".to_owned(), 29.0, 100.0),
+            // Not rates, or not known.
+            ("gpu_temp_c".to_owned(), 1_000.0, 10.0),
+            ("flash_failures".to_owned(), 100.0, 1_000.0),
+            ("made_up".to_owned(), 100.0, 1_000.0),
+            // No exposure.
+            ("link_degraded_per_node_day".to_owned(), 100.0, 0.0),
+        ]);
+        assert_eq!(rates, [("xid_errors_per_gpu_hour".to_owned(), 0.002)].into());
     }
 
     #[test]

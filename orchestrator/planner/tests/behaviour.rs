@@ -20,6 +20,7 @@ fn run(snapshot: &FleetSnapshot, policy: &Policy, release: &ReleaseSpec, seed: u
         release,
         seed,
         planned_at: instant(),
+        base_rates: &std::collections::BTreeMap::new(),
     })
 }
 
@@ -431,4 +432,51 @@ fn a_soak_holds_back_a_stratified_last_wave_that_every_earlier_wave_is_compared_
     let held = sized.waves.last().unwrap().nodes.len();
     assert!((1..eligible).contains(&held), "{held}");
     assert!(!sized.soak.unwrap().sizing.stated);
+}
+
+/// The holdback is sized at the base rates measured over the fleet's history when the plan is given
+/// them (the engine measures them at rollout start), at the defaults otherwise, and the plan says which.
+#[test]
+fn the_holdback_is_sized_at_the_measured_base_rate_and_the_plan_says_so() {
+    use orchestrator_planner::power::{BaselineSource, history_rates};
+    let fleet = fleet60();
+    let release = gpu_release(QualificationState::Qualified);
+    let policy = hgx_with_soak(None);
+    let with = |base_rates: &std::collections::BTreeMap<String, f64>| {
+        plan(&PlanInput {
+            snapshot: &fleet,
+            policy: &policy,
+            release: &release,
+            seed: 5,
+            planned_at: instant(),
+            base_rates,
+        })
+        .expect("plan")
+    };
+    let default = with(&std::collections::BTreeMap::new());
+    // A fleet quieter than the default (0.002 XID episodes per GPU-hour, not 0.01) needs a larger
+    // holdback to gather the same events within the soak's max.
+    let measured = with(&history_rates(&[(
+        "xid_errors_per_gpu_hour".to_owned(),
+        200.0,
+        100_000.0,
+    )]));
+    let sizing = |p: &Plan| p.soak.clone().expect("a soak plan").sizing;
+    assert_eq!(sizing(&default).rate_source, Some(BaselineSource::Default));
+    assert_eq!(sizing(&measured).rate_source, Some(BaselineSource::History));
+    assert!(
+        sizing(&measured).holdback_nodes > sizing(&default).holdback_nodes,
+        "{:?} {:?}",
+        sizing(&measured),
+        sizing(&default)
+    );
+    assert!(
+        measured
+            .notes
+            .iter()
+            .any(|n| n.starts_with("soak: holdback") && n.contains("measured over the fleet's history")),
+        "{:?}",
+        measured.notes
+    );
+    assert_ne!(measured.fingerprint, default.fingerprint);
 }

@@ -69,6 +69,7 @@ fn check(case: &str, allow_downgrade: bool, edit: impl Fn(&mut NodeSnapshot), wa
         release: &release,
         seed: 0,
         planned_at: instant(),
+        base_rates: &std::collections::BTreeMap::new(),
     })
     .unwrap_or_else(|e| panic!("{case}: {e}"));
     assert_eq!(plan.eligibility.len(), 1, "{case}");

@@ -132,6 +132,27 @@ fn given_baseline_overrides_the_default_by_gate_or_metric() {
 }
 
 #[test]
+fn a_rate_measured_over_history_replaces_the_default_but_not_a_given_one() {
+    let policy = policy();
+    let g = gate(&policy, "xid_errors");
+    let mut options = PowerOptions::default();
+    options.history_rates = history_rates(&[("xid_errors_per_gpu_hour".to_owned(), 500.0, 1_000.0)]);
+    let measured = gate_power(&policy, &shape(16, 16, 6), g, &options);
+    assert_eq!(measured.baseline.as_ref().unwrap().source, BaselineSource::History);
+    assert_eq!(measured.baseline.as_ref().unwrap().value, 0.5);
+    let default = gate_power(&policy, &shape(16, 16, 6), g, &PowerOptions::default());
+    assert!(mde(&measured) < mde(&default));
+    // A level gate has no measured rate: its default sd stays.
+    let temp = gate_power(&policy, &shape(16, 16, 6), gate(&policy, "gpu_temp"), &options);
+    assert_eq!(temp.baseline.as_ref().unwrap().source, BaselineSource::Default);
+    // A given rate wins.
+    options.baselines.rates.insert("xid_errors".into(), 0.001);
+    let given = gate_power(&policy, &shape(16, 16, 6), g, &options);
+    assert_eq!(given.baseline.as_ref().unwrap().source, BaselineSource::Given);
+    assert_eq!(given.baseline.as_ref().unwrap().value, 0.001);
+}
+
+#[test]
 fn quiet_small_canary_is_limited_by_the_minimum_events() {
     let policy = policy();
     let mut options = PowerOptions::default();

@@ -199,6 +199,7 @@ fn make(snapshot: &FleetSnapshot, policy: &Policy, release: &ReleaseSpec, seed: 
         release,
         seed,
         planned_at: instant(),
+        base_rates: &std::collections::BTreeMap::new(),
     })
     .expect("generated inputs always plan")
 }

@@ -72,6 +72,7 @@ fn make(snapshot: &FleetSnapshot, policy: &Policy, release: &orchestrator_planne
         release,
         seed,
         planned_at: instant(),
+        base_rates: &std::collections::BTreeMap::new(),
     })
     .expect("plan")
 }

@@ -579,8 +579,14 @@ fn bench_policy(file: &str, source: &str) -> Result<detection_sim::BenchPolicy, 
         max_bake_h: hours(w.max_bake),
         must_detect: gates.map(|g| policy.must_detect(&w.name, g)),
     };
-    let holdback = power::soak_sizing(&policy, nodes, &BTreeMap::new(), power::DEFAULT_GPUS_PER_NODE)
-        .map_or(0, |s| s.holdback_nodes);
+    let holdback = power::soak_sizing(
+        &policy,
+        nodes,
+        &BTreeMap::new(),
+        &BTreeMap::new(),
+        power::DEFAULT_GPUS_PER_NODE,
+    )
+    .map_or(0, |s| s.holdback_nodes);
     let budget = ErrorBudget::new(policy.detection.false_rollback, policy.detection.false_pass)
         .map_err(|e| refuse(e.to_string()))?;
     if rest.size != WaveSize::Rest {

@@ -72,8 +72,9 @@ pub enum PolicyCommand {
     /// uses the judge's own sequential plan: the policy's alpha split over
     /// the wave's gates (Bonferroni), O'Brien-Fleming spending over one look
     /// per gate interval, a Fail needing 3 canary events. Baselines come from
-    /// --baseline / --sd (by gate or metric name), else from documented
-    /// defaults (policies/README.md, "Power"). Rate gates report the rate
+    /// --baseline / --sd (by gate or metric name), else (rate gates, with
+    /// --history) from the database's recent control cohorts, else from
+    /// documented defaults (policies/README.md, "Power"). Rate gates report the rate
     /// ratio and the canary events expected at it; level gates the shift in
     /// the metric's unit. The approximation is slightly optimistic for rates
     /// (see orchestrator/detect/README.md).
@@ -93,10 +94,14 @@ pub enum PolicyCommand {
     /// `canary_units`, `control_units`, `exposure_unit`, `canary_exposure`,
     /// `control_exposure` (rate gates, whole bake), `planned_looks`,
     /// `gate_alpha`, `per_look_alpha` (p-value threshold per look),
-    /// `baseline` {`value`, `measure` (rate|sd), `source` (given|default)},
+    /// `baseline` {`value`, `measure` (rate|sd), `source` (given|history|default)},
     /// `min_effect`, `must_detect`, `mde` {`ratio`, `expected_canary_events`,
     /// `expected_control_events`, `shift`, `limited_by`
-    /// (statistics|min_events|nothing_detectable)} and `detects_must_detect`.
+    /// (statistics|min_events|nothing_detectable)} and `detects_must_detect`;
+    /// `soak` (the holdback as the rollout's planner sizes it, with its
+    /// `rate_source`), and `history` (null without --history): `days`,
+    /// `min_events`, `control_totals` (`metric`, `events`, `exposure`) and
+    /// `rates` (by metric, those with enough events).
     ///
     /// Exit status 2 for a bad policy, fleet file or option.
     Power(PowerArgs),
@@ -162,6 +167,12 @@ pub struct PowerArgs {
     /// Seed of the planner's stratified choice.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Take the base rate of each Redfish rate gate without a --baseline from the fleet's recent
+    /// health history in the database (--database-url): events over exposure of the control cohorts
+    /// of the last 30 days, for each metric with at least 30 such events; the rollout's planner sizes
+    /// the soak's holdback the same way. Without it, or with too few events, the defaults.
+    #[arg(long)]
+    history: bool,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -207,7 +218,14 @@ pub async fn run(command: PolicyCommand, context: &Context) -> anyhow::Result<Ex
             Ok(code)
         }
         PolicyCommand::Power(args) => {
-            print!("{}", power(&args)?);
+            let history = if args.history {
+                let db = context.db().await?;
+                let since = db.clock().now() - chrono::Duration::days(power::HISTORY_DAYS);
+                Some(db.control_rate_totals(since).await?)
+            } else {
+                None
+            };
+            print!("{}", power(&args, history.as_deref())?);
             Ok(ExitCode::SUCCESS)
         }
         PolicyCommand::Sync(args) => {
@@ -466,7 +484,7 @@ fn lint(
         .filter_map(|report| {
             let policy = report.checked.policy.as_ref()?;
             let eligible = fleet.as_deref().and_then(|nodes| {
-                power::fleet_shapes(policy, nodes, None, 0)
+                power::fleet_shapes(policy, nodes, None, 0, &BTreeMap::new())
                     .ok()
                     .map(|(shapes, _)| shapes.iter().map(|s| s.canary_nodes).sum())
             });
@@ -532,7 +550,7 @@ fn lint_timing(
             &nominal
         }
     };
-    let (shapes, _) = power::fleet_shapes(policy, nodes, None, 0).ok()?;
+    let (shapes, _) = power::fleet_shapes(policy, nodes, None, 0, &BTreeMap::new()).ok()?;
     let timing = power::fleet_timing(policy, &shapes, &power::PowerOptions::default());
     let eligible: usize = shapes.iter().map(|s| s.canary_nodes).sum();
     let basis = match fleet {
@@ -592,8 +610,9 @@ fn fleet_nodes(nodes: &[orchestrator_db::model::NewNode]) -> Vec<FleetNode> {
         .collect()
 }
 
-/// `policy power`: the text (or JSON) to print.
-fn power(args: &PowerArgs) -> anyhow::Result<String> {
+/// `policy power`: the text (or JSON) to print. `history`: the database's control totals
+/// (`(metric, events, exposure)`) when `--history` asked for them.
+fn power(args: &PowerArgs, history: Option<&[(String, f64, f64)]>) -> anyhow::Result<String> {
     use orchestrator_policy::GateKind;
     use power::{Baselines, PowerOptions, effect_text, fleet_shapes, parse_baselines, power_table};
     let file = args.policy.display().to_string();
@@ -631,9 +650,17 @@ fn power(args: &PowerArgs) -> anyhow::Result<String> {
             sds: parse_baselines(&policy, GateKind::Level, &args.sds).map_err(|e| BadInput(e.to_string()))?,
         },
         gpus_per_node: args.gpus_per_node,
+        history_rates: history.map(power::history_rates).unwrap_or_default(),
     };
     let nodes = orchestrator_db::fleet_file::read(&args.fleet)?;
-    let (shapes, ignored) = fleet_shapes(&policy, &fleet_nodes(&nodes), release.as_ref(), args.seed).map_err(|e| {
+    let (shapes, ignored) = fleet_shapes(
+        &policy,
+        &fleet_nodes(&nodes),
+        release.as_ref(),
+        args.seed,
+        &options.history_rates,
+    )
+    .map_err(|e| {
         BadInput(format!(
             "{}: {}",
             args.fleet.display(),
@@ -643,7 +670,14 @@ fn power(args: &PowerArgs) -> anyhow::Result<String> {
     let waves = power_table(&policy, &shapes, &options);
     let timing = power::fleet_timing(&policy, &shapes, &options);
     let eligible: usize = shapes.iter().map(|s| s.canary_nodes).sum();
-    let soak = power::soak_sizing(&policy, eligible, &BTreeMap::new(), power::DEFAULT_GPUS_PER_NODE);
+    // The holdback as the rollout's planner sizes it: at the measured rates, not the command line's.
+    let soak = power::soak_sizing(
+        &policy,
+        eligible,
+        &BTreeMap::new(),
+        &options.history_rates,
+        power::DEFAULT_GPUS_PER_NODE,
+    );
     if args.json {
         let doc = serde_json::json!({
             "policy": policy.name,
@@ -660,6 +694,17 @@ fn power(args: &PowerArgs) -> anyhow::Result<String> {
             "fleet_timing": timing,
             "fleet_detection": policy.detection.enabled,
             "soak": soak,
+            "history": history.map(|totals| serde_json::json!({
+                "days": power::HISTORY_DAYS,
+                "min_events": power::MIN_HISTORY_EVENTS,
+                "control_totals": totals
+                    .iter()
+                    .map(|(metric, events, exposure)| serde_json::json!({
+                        "metric": metric, "events": events, "exposure": exposure
+                    }))
+                    .collect::<Vec<_>>(),
+                "rates": options.history_rates,
+            })),
         });
         return Ok(format!("{}\n", serde_json::to_string_pretty(&doc)?));
     }
@@ -677,6 +722,9 @@ fn power(args: &PowerArgs) -> anyhow::Result<String> {
             ignored.join(", ")
         ));
     }
+    if let Some(totals) = history {
+        out.push_str(&history_text(totals, &options.history_rates));
+    }
     out.push_str(&format!(
         "{:<10} {:<14} {:>12} {:>12} {:>5} {:>5} {:>9} {:<26} {:<22} {:>8} {}\n",
         "WAVE", "GATE", "CANARY", "CONTROL", "BAKE", "LOOKS", "ALPHA", "BASELINE", "MDE (80%)", "MUST", "LIMITED BY"
@@ -690,6 +738,7 @@ fn power(args: &PowerArgs) -> anyhow::Result<String> {
                     let what = if b.measure == "sd" { "sd " } else { "" };
                     let source = match b.source {
                         power::BaselineSource::Given => "given",
+                        power::BaselineSource::History => "history",
                         power::BaselineSource::Default => "default",
                     };
                     format!("{what}{}{per} ({source})", b.value)
@@ -741,6 +790,35 @@ fn power(args: &PowerArgs) -> anyhow::Result<String> {
         out.push_str(&format!("\n{line}\n"));
     }
     Ok(out)
+}
+
+/// What `--history` measured: per metric, the control cohorts' events and exposure over the last
+/// [`power::HISTORY_DAYS`] days, and whether they were enough to replace the default.
+fn history_text(totals: &[(String, f64, f64)], rates: &BTreeMap<String, f64>) -> String {
+    let mut out = format!(
+        "base rates from the database's control cohorts over the last {} days (used where a rate gate has no \
+         --baseline; at least {:.0} events):",
+        power::HISTORY_DAYS,
+        power::MIN_HISTORY_EVENTS
+    );
+    let rows: Vec<String> = totals
+        .iter()
+        .filter(|(metric, _, _)| {
+            orchestrator_policy::RedfishMetric::from_name(metric)
+                .is_some_and(|m| m.kind() == orchestrator_policy::GateKind::Rate)
+        })
+        .map(|(metric, events, exposure)| match rates.get(metric) {
+            Some(rate) => format!(" {metric} {rate:.3e} ({events:.0} events over {exposure:.0})"),
+            None => format!(" {metric} too few events ({events:.0}), default used"),
+        })
+        .collect();
+    if rows.is_empty() {
+        out.push_str(" none recorded, defaults used");
+    } else {
+        out.push_str(&rows.join(";"));
+    }
+    out.push('\n');
+    out
 }
 
 /// The fleet-scale method's time to decide, per wave and rate gate (issue 22): what a tight
@@ -827,8 +905,9 @@ fn detection_method(policy: &orchestrator_policy::Policy) -> String {
 /// A fleet size for the soak statement when no fleet file is given.
 const NOMINAL_FLEET: usize = 1000;
 
-/// The soak's holdback and time (issue 22) as the planner sizes the holdback (at the default base
-/// rates, as the rollout will), and, when the command was given base rates, the soak time at those.
+/// The soak's holdback and time (issue 22) as the planner sizes the holdback (at the rates measured
+/// over history when `policy power --history` read them, else the default base rates, as the
+/// rollout will), and, when the command was given base rates, the soak time at those.
 /// `None` when the policy has no soak.
 fn soak_text(
     policy: &orchestrator_policy::Policy,
@@ -836,8 +915,11 @@ fn soak_text(
     options: Option<&power::PowerOptions>,
 ) -> Option<String> {
     let n = eligible.unwrap_or(NOMINAL_FLEET);
-    let defaults = BTreeMap::new();
-    let planned = power::soak_sizing(policy, n, &defaults, power::DEFAULT_GPUS_PER_NODE)?;
+    let none = BTreeMap::new();
+    // As the rollout's planner sizes it: at the rates measured over history (`policy power
+    // --history`), else the defaults.
+    let history = options.map_or(&none, |o| &o.history_rates);
+    let planned = power::soak_sizing(policy, n, &none, history, power::DEFAULT_GPUS_PER_NODE)?;
     let mut out = planned.statement();
     if eligible.is_none() {
         out.push_str(&format!(
@@ -849,8 +931,13 @@ fn soak_text(
         if let Some(soak) = fixed.detection.soak.as_mut() {
             soak.holdback_percent = Some(planned.holdback_percent);
         }
-        if let Some(given) = power::soak_sizing(&fixed, n, &options.baselines.rates, options.gpus_per_node)
-            && let (Some(gate), Some(rate), Some(hours)) = (&given.gate, given.base_per_node_hour, given.hours_needed)
+        if let Some(given) = power::soak_sizing(
+            &fixed,
+            n,
+            &options.baselines.rates,
+            &options.history_rates,
+            options.gpus_per_node,
+        ) && let (Some(gate), Some(rate), Some(hours)) = (&given.gate, given.base_per_node_hour, given.hours_needed)
         {
             out.push_str(&format!(
                 "; at the given base rates ({gate} at {rate:.3}/node-hour) the same holdback needs ~{hours:.0} h"
@@ -970,6 +1057,49 @@ mod tests {
         let plain = orchestrator_policy::parse_policy(&format!("{}{}", &source[..start], &source[end..])).unwrap();
         assert!(plain.detection.soak.is_none());
         assert!(soak_text(&plain, Some(1000), None).is_none());
+    }
+
+    /// `policy power --history`: the holdback is sized at the rate measured over the fleet's history,
+    /// as the rollout's planner sizes it, and the output says where each rate came from.
+    #[test]
+    fn power_with_history_sizes_the_holdback_at_the_measured_rate_and_says_so() {
+        let source = std::fs::read_to_string(examples().join("hgx-gpu-firmware.yaml")).unwrap();
+        // Sized from the power target, not stated.
+        let sized = source.replace("    holdback_percent: 5\n", "");
+        let policy = orchestrator_policy::parse_policy(&sized).unwrap();
+        let totals = vec![
+            ("xid_errors_per_gpu_hour".to_owned(), 400.0, 200_000.0),
+            ("pcie_aer_per_node_hour".to_owned(), 3.0, 10_000.0),
+            ("gpu_temp_c".to_owned(), 0.0, 0.0),
+        ];
+        let options = power::PowerOptions {
+            history_rates: power::history_rates(&totals),
+            ..power::PowerOptions::default()
+        };
+        let measured = soak_text(&policy, Some(1000), Some(&options)).unwrap();
+        let default = soak_text(&policy, Some(1000), None).unwrap();
+        assert!(measured.contains("measured over the fleet's history"), "{measured}");
+        assert!(measured.contains("xid_errors at 0.016/node-hour"), "{measured}");
+        assert!(default.contains("default rate"), "{default}");
+        // The quieter measured fleet needs a larger holdback than the default rate's.
+        let holdback = |line: &str| {
+            line.split("holdback ")
+                .nth(1)
+                .and_then(|r| r.split(' ').next()?.parse::<usize>().ok())
+                .unwrap()
+        };
+        assert!(holdback(&measured) > holdback(&default), "{measured}\n{default}");
+        let text = history_text(&totals, &options.history_rates);
+        assert!(
+            text.contains("xid_errors_per_gpu_hour 2.000e-3 (400 events over 200000)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("pcie_aer_per_node_hour too few events (3), default used"),
+            "{text}"
+        );
+        assert!(!text.contains("gpu_temp_c"), "{text}");
+        assert!(history_text(&[], &BTreeMap::new()).contains("none recorded, defaults used"));
     }
 
     /// `policy lint` states `policy power`'s fleet-scale timing for each policy (issue 22): the

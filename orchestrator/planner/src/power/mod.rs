@@ -23,7 +23,10 @@ use serde::Serialize;
 mod baselines;
 
 use crate::baseline::lookup;
-pub use crate::baseline::{DEFAULT_GPUS_PER_NODE, default_baseline, rate_exposure_unit};
+pub use crate::baseline::{
+    BaselineSource, DEFAULT_GPUS_PER_NODE, HISTORY_DAYS, MIN_HISTORY_EVENTS, base_rate, default_baseline,
+    history_rates, rate_exposure_unit,
+};
 pub use crate::soak::{DEFAULT_HOLDBACK_PERCENT, MAX_HOLDBACK_PERCENT, SoakSizing, holdback_nodes, soak_sizing};
 pub use baselines::{BaselineError, parse_baselines};
 
@@ -75,16 +78,6 @@ pub enum ShapeError {
     },
 }
 
-/// Where a gate's baseline came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum BaselineSource {
-    /// `--baseline` / `--sd`.
-    Given,
-    /// [`default_baseline`].
-    Default,
-}
-
 /// Baselines given on the command line, by gate name or metric name (a gate
 /// name wins over its metric's).
 #[derive(Debug, Clone, Default)]
@@ -102,6 +95,9 @@ pub struct PowerOptions {
     pub baselines: Baselines,
     /// GPUs per node, for per-GPU metrics.
     pub gpus_per_node: u32,
+    /// Base rates measured over the fleet's history ([`history_rates`]), by metric name: used for a
+    /// rate gate without a given baseline, before the default.
+    pub history_rates: BTreeMap<String, f64>,
 }
 
 impl Default for PowerOptions {
@@ -109,6 +105,7 @@ impl Default for PowerOptions {
         Self {
             baselines: Baselines::default(),
             gpus_per_node: DEFAULT_GPUS_PER_NODE,
+            history_rates: BTreeMap::new(),
         }
     }
 }
@@ -302,22 +299,20 @@ pub fn gate_power(policy: &Policy, wave: &WaveShape, gate: &HealthGate, options:
         out.note = Some(reason);
         return out;
     }
-    let (given, measure) = match gate.kind {
-        GateKind::Rate => (lookup(&options.baselines.rates, gate, metric), "rate"),
-        GateKind::Level => (lookup(&options.baselines.sds, gate, metric), "sd"),
+    let found = match (gate.kind, metric) {
+        (GateKind::Rate, Some(m)) => base_rate(&options.baselines.rates, &options.history_rates, gate, m),
+        (GateKind::Rate, None) => lookup(&options.baselines.rates, gate, None).map(|v| (*v, BaselineSource::Given)),
+        (GateKind::Level, _) => lookup(&options.baselines.sds, gate, metric)
+            .map(|v| (*v, BaselineSource::Given))
+            .or_else(|| metric.and_then(default_baseline).map(|v| (v, BaselineSource::Default))),
     };
-    let baseline = match (given, metric.and_then(default_baseline)) {
-        (Some(v), _) => BaselineUsed {
-            value: *v,
-            measure,
-            source: BaselineSource::Given,
-        },
-        (None, Some(v)) => BaselineUsed {
-            value: v,
-            measure,
-            source: BaselineSource::Default,
-        },
-        (None, None) => {
+    let measure = match gate.kind {
+        GateKind::Rate => "rate",
+        GateKind::Level => "sd",
+    };
+    let baseline = match found {
+        Some((value, source)) => BaselineUsed { value, measure, source },
+        None => {
             out.status = GateStatus::NoBaseline;
             out.note = Some(match gate.kind {
                 GateKind::Rate => format!(
@@ -441,12 +436,15 @@ pub fn power_table(policy: &Policy, waves: &[WaveShape], options: &PowerOptions)
 /// beyond platform, region, cluster, rack and NVLink domain, so selector
 /// keys on other labels are set aside too (returned, for the output).
 /// Targeting by platform, the remaining selector and exclusions, wave sizes,
-/// caps and control cohorts are the planner's own.
+/// caps and control cohorts are the planner's own, and so is the soak's
+/// holdback, sized at `base_rates` (measured over history, by metric name;
+/// empty for the defaults) as a rollout's plan is.
 pub fn fleet_shapes(
     policy: &Policy,
     nodes: &[FleetNode],
     release: Option<&FirmwareVersion>,
     seed: u64,
+    base_rates: &BTreeMap<String, f64>,
 ) -> Result<(Vec<WaveShape>, Vec<String>), ShapeError> {
     use crate::{ComponentSnapshot, FleetSnapshot, NodeHealth, NodeSnapshot, PlanInput, ReleaseSpec};
     let parse = |text: &str| {
@@ -523,6 +521,7 @@ pub fn fleet_shapes(
         release: &release,
         seed,
         planned_at: chrono::DateTime::UNIX_EPOCH,
+        base_rates,
     })?;
     if plan.waves.is_empty() {
         let mut reasons: BTreeMap<&str, usize> = BTreeMap::new();
@@ -723,10 +722,7 @@ pub fn fleet_timing(policy: &Policy, waves: &[WaveShape], options: &PowerOptions
             if gate.kind != GateKind::Rate || fixed_at_judge(gate).is_some() {
                 continue;
             }
-            let Some(rate) = lookup(&options.baselines.rates, gate, Some(metric))
-                .copied()
-                .or_else(|| default_baseline(metric))
-            else {
+            let Some((rate, _)) = base_rate(&options.baselines.rates, &options.history_rates, gate, metric) else {
                 continue;
             };
             let (unit, _, per_hour) = rate_exposure_unit(metric);
@@ -892,7 +888,7 @@ fn fleet_size(waves: &[WaveShape]) -> usize {
 /// without a fleet.
 pub fn lint_findings(policy: &Policy, fleet: Option<&[FleetNode]>) -> Vec<(String, String)> {
     let canary = match fleet {
-        Some(nodes) => fleet_shapes(policy, nodes, None, 0)
+        Some(nodes) => fleet_shapes(policy, nodes, None, 0, &BTreeMap::new())
             .ok()
             .and_then(|(waves, _)| waves.into_iter().next()),
         None => canary_without_fleet(policy),
