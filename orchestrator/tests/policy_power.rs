@@ -255,6 +255,46 @@ fn power_table_is_readable() {
     );
 }
 
+/// `policy power --history` reads the database's control totals; with none recorded it says so and
+/// keeps the defaults (the measured case: `cmd::policy`'s unit test and the engine's soak test).
+#[test]
+fn history_without_recorded_controls_says_so_and_keeps_the_defaults() {
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = fleet(dir.path(), 200);
+    let policy = policies().join("gpu-fast-canary.yaml");
+    let args = |json: bool| {
+        let mut a = vec![
+            "policy",
+            "power",
+            policy.to_str().unwrap(),
+            "--fleet",
+            fleet.to_str().unwrap(),
+            "--history",
+        ];
+        if json {
+            a.push("--json");
+        }
+        waveguard(&a)
+    };
+    let out = args(false);
+    assert!(out.status.success(), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("base rates from the database's control cohorts over the last 30 days")
+            && stdout.contains("none recorded, defaults used"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("0.01/gpu-hour (default)"), "{stdout}");
+    let out = args(true);
+    assert!(out.status.success(), "{}", text(&out));
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["history"]["days"], 30, "{doc}");
+    assert_eq!(doc["history"]["control_totals"], serde_json::json!([]), "{doc}");
+    assert_eq!(doc["history"]["rates"], serde_json::json!({}), "{doc}");
+    // Without the flag the database is not read and the key is null.
+    assert!(power_json(&policy, &fleet, &[])["history"].is_null());
+}
+
 /// `policy power` quotes each rate gate's chance of a catch by each wave's end for an effect on all
 /// nodes and for the same fleet-average ratio on a quarter of them (the node-level look's case), in
 /// the JSON and the table; the example GPU policy keeps a holdback, so every judged wave has a control.

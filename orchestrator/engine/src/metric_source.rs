@@ -385,7 +385,8 @@ pub fn windowed_look(
     let by_node: BTreeMap<NodeId, &WatchedNode> = nodes.iter().map(|n| (n.node, n)).collect();
     let mut at_end: BTreeSet<NodeId> = BTreeSet::new();
     // Per node and read instant: its bin and each unit's XIDs in the read.
-    let mut reads: BTreeMap<(NodeId, DateTime<Utc>), (DateTime<Utc>, Vec<f64>)> = BTreeMap::new();
+    type Read = (DateTime<Utc>, Vec<f64>);
+    let mut reads: BTreeMap<(NodeId, DateTime<Utc>), Read> = BTreeMap::new();
     for s in series {
         let Some(watched) = by_node.get(&s.node) else {
             look.unmatched_series += 1;

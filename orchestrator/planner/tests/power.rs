@@ -135,8 +135,10 @@ fn given_baseline_overrides_the_default_by_gate_or_metric() {
 fn a_rate_measured_over_history_replaces_the_default_but_not_a_given_one() {
     let policy = policy();
     let g = gate(&policy, "xid_errors");
-    let mut options = PowerOptions::default();
-    options.history_rates = history_rates(&[("xid_errors_per_gpu_hour".to_owned(), 500.0, 1_000.0)]);
+    let mut options = PowerOptions {
+        history_rates: history_rates(&[("xid_errors_per_gpu_hour".to_owned(), 500.0, 1_000.0)]),
+        ..PowerOptions::default()
+    };
     let measured = gate_power(&policy, &shape(16, 16, 6), g, &options);
     assert_eq!(measured.baseline.as_ref().unwrap().source, BaselineSource::History);
     assert_eq!(measured.baseline.as_ref().unwrap().value, 0.5);
