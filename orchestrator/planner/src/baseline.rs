@@ -95,9 +95,7 @@ pub fn history_rates(totals: &[(String, f64, f64)]) -> BTreeMap<String, f64> {
     totals
         .iter()
         .filter(|(metric, events, exposure)| {
-            // Flash failures are counted per flash, not as a rate over time.
-            RedfishMetric::from_name(metric)
-                .is_some_and(|m| m.kind() == GateKind::Rate && m != RedfishMetric::FlashFailures)
+            history_metric(metric)
                 && events.is_finite()
                 && *events >= MIN_HISTORY_EVENTS
                 && exposure.is_finite()
@@ -105,6 +103,12 @@ pub fn history_rates(totals: &[(String, f64, f64)]) -> BTreeMap<String, f64> {
         })
         .map(|(metric, events, exposure)| (metric.clone(), events / exposure))
         .collect()
+}
+
+/// Whether a stored metric's base rate can be measured from history: a Redfish rate over time (not
+/// a level, and not flash failures, which are counted per flash).
+pub fn history_metric(metric: &str) -> bool {
+    RedfishMetric::from_name(metric).is_some_and(|m| m.kind() == GateKind::Rate && m != RedfishMetric::FlashFailures)
 }
 
 /// A Redfish rate gate's base rate and where it came from: given (by gate or metric name), else

@@ -803,10 +803,7 @@ fn history_text(totals: &[(String, f64, f64)], rates: &BTreeMap<String, f64>) ->
     );
     let rows: Vec<String> = totals
         .iter()
-        .filter(|(metric, _, _)| {
-            orchestrator_policy::RedfishMetric::from_name(metric)
-                .is_some_and(|m| m.kind() == orchestrator_policy::GateKind::Rate)
-        })
+        .filter(|(metric, _, _)| power::history_metric(metric))
         .map(|(metric, events, exposure)| match rates.get(metric) {
             Some(rate) => format!(" {metric} {rate:.3e} ({events:.0} events over {exposure:.0})"),
             None => format!(" {metric} too few events ({events:.0}), default used"),

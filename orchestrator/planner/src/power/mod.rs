@@ -25,7 +25,7 @@ mod baselines;
 use crate::baseline::lookup;
 pub use crate::baseline::{
     BaselineSource, DEFAULT_GPUS_PER_NODE, HISTORY_DAYS, MIN_HISTORY_EVENTS, base_rate, default_baseline,
-    history_rates, rate_exposure_unit,
+    history_metric, history_rates, rate_exposure_unit,
 };
 pub use crate::soak::{DEFAULT_HOLDBACK_PERCENT, MAX_HOLDBACK_PERCENT, SoakSizing, holdback_nodes, soak_sizing};
 pub use baselines::{BaselineError, parse_baselines};
