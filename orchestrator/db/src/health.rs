@@ -678,12 +678,30 @@ impl Db {
 
     /// Stored samples, ordered by wave, node, metric and window.
     pub async fn health_samples(&self, scope: SampleScope) -> Result<Vec<HealthSample>, DbError> {
-        let query = match scope {
+        let mut samples = Vec::new();
+        self.each_health_sample(scope, None, |s| samples.push(s)).await?;
+        Ok(samples)
+    }
+
+    /// Hands a scope's stored samples (of one metric, or of all) to `visit` one at a time, in
+    /// [`Db::health_samples`]' order, so a reader that keeps a few numbers of each never holds the
+    /// rows themselves: a fleet look over 100,000 nodes would otherwise hold every node's per-unit
+    /// readings of every metric at once.
+    pub async fn each_health_sample(
+        &self,
+        scope: SampleScope,
+        metric: Option<&str>,
+        mut visit: impl FnMut(HealthSample),
+    ) -> Result<(), DbError> {
+        let mut query = match scope {
             SampleScope::Wave(wave) => health_samples::Entity::find().filter(health_samples::Column::WaveId.eq(wave.0)),
             SampleScope::Rollout(rollout) => {
                 health_samples::Entity::find().filter(health_samples::Column::RolloutId.eq(rollout.0))
             }
         };
+        if let Some(metric) = metric {
+            query = query.filter(health_samples::Column::Metric.eq(metric));
+        }
         // Streamed and converted row by row: collecting the rows first held every row's raw values,
         // its model and its sample at once, three copies of a rollout's whole history (at 2,000
         // nodes a look's read peaked at ~200 MB of raw rows alone).
@@ -695,11 +713,10 @@ impl Db {
             .stream(&self.reader)
             .await?;
         let mut rows = std::pin::pin!(rows);
-        let mut samples = Vec::new();
         while let Some(row) = rows.try_next().await? {
-            samples.push(to_sample(row)?);
+            visit(to_sample(row)?);
         }
-        Ok(samples)
+        Ok(())
     }
 
     /// Stored samples with the days retention has reduced: what every

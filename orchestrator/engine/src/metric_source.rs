@@ -713,31 +713,30 @@ impl MetricSource for RedfishSource {
                 source_name: "redfish",
             });
         };
-        let samples = self
-            .db
-            .health_samples(orchestrator_db::health::SampleScope::Wave(self.wave))
-            .await
-            .map_err(SourceError::Db)?;
         let watched: BTreeSet<NodeId> = nodes.iter().map(|n| n.node).collect();
         let mut look = SourceLook::default();
-        for s in samples
-            .iter()
-            .filter(|s| s.metric == metric.as_str() && watched.contains(&s.node_id) && s.window_start <= until)
-        {
-            let b = look
-                .bins
-                .entry(s.node_id)
-                .or_default()
-                .entry(s.window_start)
-                .or_default();
-            b.events += s.events;
-            b.exposure_hours += s.exposure;
-            for (unit, agg) in &s.units {
-                if let Some(mean) = agg.mean() {
-                    b.units.insert(unit.clone(), mean);
+        let scope = orchestrator_db::health::SampleScope::Wave(self.wave);
+        self.db
+            .each_health_sample(scope, Some(metric.as_str()), |s| {
+                if !watched.contains(&s.node_id) || s.window_start > until {
+                    return;
                 }
-            }
-        }
+                let b = look
+                    .bins
+                    .entry(s.node_id)
+                    .or_default()
+                    .entry(s.window_start)
+                    .or_default();
+                b.events += s.events;
+                b.exposure_hours += s.exposure;
+                for (unit, agg) in s.units {
+                    if let Some(mean) = agg.mean() {
+                        b.units.insert(unit, mean);
+                    }
+                }
+            })
+            .await
+            .map_err(SourceError::Db)?;
         // A BMC that was unreachable still has its events in its log, so a
         // Redfish node is present once it has any sample.
         let with_data: BTreeSet<NodeId> = look.bins.keys().copied().collect();

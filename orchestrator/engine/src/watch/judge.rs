@@ -140,46 +140,69 @@ fn planned_looks(bake: Duration, interval: Duration) -> u32 {
     orchestrator_detect::judging::planned_looks(bake.num_seconds(), interval.num_seconds())
 }
 
-/// Events and exposure of each cohort for a rate metric.
-fn rate_cohorts(samples: &[HealthSample], metric: RedfishMetric) -> RateCohorts {
-    let mut canary = RateSample {
+/// No events and no exposure on either side: where a rate gate's fold starts.
+fn no_rate_samples() -> RateCohorts {
+    let none = RateSample {
         events: 0,
         exposure: 0.0,
     };
-    let mut control = canary;
-    for s in samples.iter().filter(|s| s.metric == metric.as_str()) {
-        let side = match s.cohort {
-            Cohort::Canary => &mut canary,
-            Cohort::Control => &mut control,
-        };
-        side.events = side.events.saturating_add(s.events);
-        side.exposure += s.exposure;
+    RateCohorts {
+        canary: none,
+        control: none,
     }
-    RateCohorts { canary, control }
 }
 
-/// One value per unit (GPU) and cohort: the unit's mean over the bake so far.
-fn level_cohorts(samples: &[HealthSample], metric: &str) -> (Vec<f64>, Vec<f64>) {
-    let mut units: BTreeMap<(Cohort, NodeId, &str), LevelAgg> = BTreeMap::new();
-    for s in samples.iter().filter(|s| s.metric == metric) {
-        for (unit, agg) in &s.units {
-            units
-                .entry((s.cohort, s.node_id, unit.as_str()))
-                .and_modify(|a| a.merge(agg))
-                .or_insert(*agg);
+/// Adds one stored sample to its cohort's events and exposure.
+fn add_rate_sample(cohorts: &mut RateCohorts, s: &HealthSample) {
+    let side = match s.cohort {
+        Cohort::Canary => &mut cohorts.canary,
+        Cohort::Control => &mut cohorts.control,
+    };
+    side.events = side.events.saturating_add(s.events);
+    side.exposure += s.exposure;
+}
+
+/// One value per unit (GPU) and cohort, the unit's mean over the bake so far, folded as the samples stream in, grouped by node as [`Db::each_health_sample`] yields
+/// them: only the current node's units are held, so a look over a 100,000-node wave keeps one `f64`
+/// per GPU instead of every node's per-unit aggregates.
+#[derive(Default)]
+struct LevelFold {
+    node: Option<(Cohort, NodeId)>,
+    units: BTreeMap<String, LevelAgg>,
+    canary: Vec<f64>,
+    control: Vec<f64>,
+}
+
+impl LevelFold {
+    fn add(&mut self, s: &HealthSample) {
+        if self.node != Some((s.cohort, s.node_id)) {
+            self.flush();
+            self.node = Some((s.cohort, s.node_id));
         }
-    }
-    let mut canary = Vec::new();
-    let mut control = Vec::new();
-    for ((cohort, _, _), agg) in units {
-        if let Some(mean) = agg.mean() {
-            match cohort {
-                Cohort::Canary => canary.push(mean),
-                Cohort::Control => control.push(mean),
+        for (unit, agg) in &s.units {
+            match self.units.get_mut(unit) {
+                Some(a) => a.merge(agg),
+                None => {
+                    self.units.insert(unit.clone(), *agg);
+                }
             }
         }
     }
-    (canary, control)
+
+    fn flush(&mut self) {
+        let Some((cohort, _)) = self.node else { return };
+        let side = match cohort {
+            Cohort::Canary => &mut self.canary,
+            Cohort::Control => &mut self.control,
+        };
+        side.extend(self.units.values().filter_map(LevelAgg::mean));
+        self.units.clear();
+    }
+
+    fn finish(mut self) -> (Vec<f64>, Vec<f64>) {
+        self.flush();
+        (self.canary, self.control)
+    }
 }
 
 fn fmt_opt(value: Option<f64>) -> String {
@@ -408,7 +431,6 @@ impl DetectorJudge {
         gate: &Gate,
         plan: &SequentialPlan,
         look_number: u32,
-        samples: &[HealthSample],
     ) -> Result<GateState, DbError> {
         let look = match plan.look(look_number) {
             Ok(look) => look,
@@ -455,18 +477,30 @@ impl DetectorJudge {
         };
         let verdict = match gate {
             Gate::PromLevel { .. } if prom_rate.is_some() => prom_rate_verdict(prom_rate.as_ref(), &look),
-            Gate::Rate { gate, metric } => evaluate_rate(
-                &RateGate {
-                    name: gate.name.clone(),
-                    min_effect_ratio: gate.min_effect,
-                    min_canary_events_for_fail: MIN_CANARY_EVENTS_FOR_FAIL,
-                    min_exposure: MIN_EXPOSURE,
-                },
-                &rate_cohorts(samples, *metric),
-                &look,
-            ),
+            Gate::Rate { gate, metric } => {
+                let mut cohorts = no_rate_samples();
+                self.db
+                    .each_health_sample(SampleScope::Wave(wave.id), Some(metric.as_str()), |s| {
+                        add_rate_sample(&mut cohorts, &s)
+                    })
+                    .await?;
+                evaluate_rate(
+                    &RateGate {
+                        name: gate.name.clone(),
+                        min_effect_ratio: gate.min_effect,
+                        min_canary_events_for_fail: MIN_CANARY_EVENTS_FOR_FAIL,
+                        min_exposure: MIN_EXPOSURE,
+                    },
+                    &cohorts,
+                    &look,
+                )
+            }
             Gate::Level { gate, .. } | Gate::PromLevel { gate, .. } => {
-                let (canary, control) = level_cohorts(samples, &key);
+                let mut fold = LevelFold::default();
+                self.db
+                    .each_health_sample(SampleScope::Wave(wave.id), Some(&key), |s| fold.add(&s))
+                    .await?;
+                let (canary, control) = fold.finish();
                 evaluate_level(
                     &LevelGate {
                         name: gate.name.clone(),
@@ -576,7 +610,6 @@ impl DetectorJudge {
                 orchestrator_types::error_chain(&err)
             ));
         }
-        let mut samples: Option<Vec<HealthSample>> = None;
         let mut states = Vec::new();
         for gate in &gates {
             let Some(health_gate) = gate.health_gate() else {
@@ -621,35 +654,15 @@ impl DetectorJudge {
             let latest = done.iter().max_by_key(|l| l.look.look_number);
             let state = match (due, latest) {
                 (Some(n), Some(prev)) if prev.look.look_number >= n => state_from_look(prev),
-                (Some(n), _) => {
-                    if samples.is_none() {
-                        let started = std::time::Instant::now();
-                        match self.db.health_samples(SampleScope::Wave(wave.id)).await {
-                            Ok(s) => {
-                                tracing::debug!(wave = %wave.name, rows = s.len(), ms = started.elapsed().as_millis(), "samples read for a look");
-                                samples = Some(s);
-                            }
-                            Err(err) => {
-                                return error(format!(
-                                    "cannot read samples: {}",
-                                    orchestrator_types::error_chain(&err)
-                                ));
-                            }
-                        }
+                (Some(n), _) => match self.evaluate(rollout, wave, gate, &plan, n).await {
+                    Ok(state) => state,
+                    Err(err) => {
+                        return error(format!(
+                            "cannot evaluate a look: {}",
+                            orchestrator_types::error_chain(&err)
+                        ));
                     }
-                    match self
-                        .evaluate(rollout, wave, gate, &plan, n, samples.as_deref().unwrap_or_default())
-                        .await
-                    {
-                        Ok(state) => state,
-                        Err(err) => {
-                            return error(format!(
-                                "cannot record a look: {}",
-                                orchestrator_types::error_chain(&err)
-                            ));
-                        }
-                    }
-                }
+                },
                 (None, Some(prev)) => state_from_look(prev),
                 (None, None) => GateState {
                     gate: gate.name().to_owned(),
@@ -888,6 +901,23 @@ mod tests {
         assert_eq!(planned_looks(Duration::hours(6), Duration::minutes(30)), 12);
         assert_eq!(planned_looks(Duration::minutes(10), Duration::minutes(30)), 1);
         assert_eq!(planned_looks(Duration::days(7), Duration::minutes(5)), MAX_LOOKS);
+    }
+
+    fn rate_cohorts(samples: &[HealthSample], metric: RedfishMetric) -> RateCohorts {
+        let mut cohorts = no_rate_samples();
+        for s in samples.iter().filter(|s| s.metric == metric.as_str()) {
+            add_rate_sample(&mut cohorts, s);
+        }
+        cohorts
+    }
+
+    /// One value per unit (GPU) and cohort: the unit's mean over the bake so far.
+    fn level_cohorts(samples: &[HealthSample], metric: &str) -> (Vec<f64>, Vec<f64>) {
+        let mut fold = LevelFold::default();
+        for s in samples.iter().filter(|s| s.metric == metric) {
+            fold.add(s);
+        }
+        fold.finish()
     }
 
     #[test]

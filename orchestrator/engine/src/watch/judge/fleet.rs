@@ -379,11 +379,8 @@ enum RateHours<'a> {
         look: SourceLook,
         cohorts: HashMap<NodeId, Cohort>,
     },
-    /// The collector's stored samples of one metric.
-    Stored {
-        samples: &'a [HealthSample],
-        metric: &'a str,
-    },
+    /// The collector's stored samples of the gate's metric.
+    Stored { samples: &'a [GateSample] },
 }
 
 impl RateHours<'_> {
@@ -410,8 +407,8 @@ impl RateHours<'_> {
                     }
                 }
             }
-            RateHours::Stored { samples, metric } => {
-                for s in samples.iter().filter(|s| s.metric == *metric && closed(s.window_start)) {
+            RateHours::Stored { samples } => {
+                for s in samples.iter().filter(|s| closed(s.window_start)) {
                     f(NodeHour {
                         node: s.node_id,
                         stratum: stratum(&s.node_id),
@@ -422,6 +419,35 @@ impl RateHours<'_> {
                     });
                 }
             }
+        }
+    }
+}
+
+/// What a look reads of one stored sample of its gate's metric. A stored sample carries every unit's
+/// readings (eight GPUs' aggregates, each under its own name); a look needs the node's one level, so
+/// the judge keeps this instead and a look over 100,000 nodes holds ~50 bytes a node-hour, not ~1 KB.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct GateSample {
+    pub wave_id: orchestrator_types::WaveId,
+    pub node_id: NodeId,
+    pub cohort: Cohort,
+    pub window_start: DateTime<Utc>,
+    pub events: u64,
+    pub exposure: f64,
+    /// The node's level in this window ([`node_level`]), for level gates.
+    pub level: Option<f64>,
+}
+
+impl GateSample {
+    fn of(sample: &HealthSample) -> Self {
+        Self {
+            wave_id: sample.wave_id,
+            node_id: sample.node_id,
+            cohort: sample.cohort,
+            window_start: sample.window_start,
+            events: sample.events,
+            exposure: sample.exposure,
+            level: node_level(&sample.units),
         }
     }
 }
@@ -580,7 +606,6 @@ impl DetectorJudge {
                 orchestrator_types::error_chain(&err)
             ));
         }
-        let mut samples: Option<Vec<HealthSample>> = None;
         let mut looks: Vec<FleetGateLook> = Vec::new();
         for gate in &gates {
             let Some(health_gate) = gate.health_gate() else {
@@ -611,15 +636,23 @@ impl DetectorJudge {
             if look_number == 0 {
                 continue;
             }
-            if samples.is_none() {
-                match self.db.health_samples(SampleScope::Rollout(rollout.id)).await {
-                    Ok(s) => samples = Some(s),
-                    Err(err) => {
-                        return error(format!(
-                            "cannot read samples: {}",
-                            orchestrator_types::error_chain(&err)
-                        ));
-                    }
+            // Each gate reads its own metric's samples and keeps a few numbers of each: holding the
+            // rollout's samples of every metric for a look grew the controller with the fleet.
+            let reads_stored = health_gate.kind == GateKind::Level || gate.watched().is_some();
+            let mut samples = Vec::new();
+            if reads_stored {
+                let key = gate.sample_key();
+                let read = self
+                    .db
+                    .each_health_sample(SampleScope::Rollout(rollout.id), Some(&key), |s| {
+                        samples.push(GateSample::of(&s))
+                    })
+                    .await;
+                if let Err(err) = read {
+                    return error(format!(
+                        "cannot read samples: {}",
+                        orchestrator_types::error_chain(&err)
+                    ));
                 }
             }
             let ctx = LookContext {
@@ -631,9 +664,7 @@ impl DetectorJudge {
                 information_fraction: (elapsed.num_seconds() as f64 / max_bake.num_seconds().max(1) as f64).min(1.0),
                 now,
             };
-            let look = self
-                .fleet_gate_look(gate, health_gate, &watch, samples.as_deref().unwrap_or_default(), &ctx)
-                .await;
+            let look = self.fleet_gate_look(gate, health_gate, &watch, &samples, &ctx).await;
             // A look that could not be evaluated (no Prometheus answer) is not recorded: a later pass
             // asks again.
             if look.outcome == Outcome::Error {
@@ -838,7 +869,7 @@ impl DetectorJudge {
         gate: &Gate,
         health_gate: &HealthGate,
         watch: &FleetWatch,
-        samples: &[HealthSample],
+        samples: &[GateSample],
         ctx: &LookContext,
     ) -> FleetGateLook {
         let fail = |reason: String| {
@@ -874,11 +905,8 @@ impl DetectorJudge {
                         Ok(look) => RateHours::Prometheus { look, cohorts },
                         Err(err) => return fail(orchestrator_types::error_chain(&err)),
                     }
-                } else if let Some((_, metric)) = gate.watched() {
-                    RateHours::Stored {
-                        samples,
-                        metric: metric.as_str(),
-                    }
+                } else if gate.watched().is_some() {
+                    RateHours::Stored { samples }
                 } else {
                     return fail("no Prometheus server is configured for this judge".into());
                 };
@@ -947,12 +975,11 @@ impl DetectorJudge {
                 }
             }
             (GateKind::Level, _) => {
-                let key = gate.sample_key();
                 let sign = match health_gate.direction {
                     Direction::IncreaseIsBad => 1.0,
                     Direction::DecreaseIsBad => -1.0,
                 };
-                let batches = level_batches(samples, &key, &watch.updated, sign);
+                let batches = level_batches(samples, &watch.updated, sign);
                 let mut process = LevelEProcess::new(LevelEConfig::default());
                 let (mut updated, mut control) = (0usize, 0usize);
                 let mut sum = 0.0;
@@ -1110,26 +1137,22 @@ pub(crate) struct LevelBatch {
 /// few tens of nearly independent looks at most, far inside 0.005 (orchestrator-detect's
 /// `tests/fleet_looks.rs` checks the rate by simulation).
 pub(crate) fn level_batches(
-    samples: &[HealthSample],
-    key: &str,
+    samples: &[GateSample],
     updated: &BTreeMap<NodeId, orchestrator_types::WaveId>,
     sign: f64,
 ) -> Vec<LevelBatch> {
-    // wave -> (cohort, node) -> hourly window -> unit -> aggregate
-    type Units = BTreeMap<String, LevelAgg>;
-    type Windows = BTreeMap<DateTime<Utc>, Units>;
+    // wave -> (cohort, node) -> hourly window -> the node's level (a stored sample is unique per
+    // wave, node, metric and window, so each window has one)
+    type Windows = BTreeMap<DateTime<Utc>, f64>;
     let mut by_wave: BTreeMap<orchestrator_types::WaveId, BTreeMap<(Cohort, NodeId), Windows>> = BTreeMap::new();
-    for s in samples.iter().filter(|s| s.metric == key) {
-        let units = by_wave
+    for s in samples {
+        let Some(level) = s.level else { continue };
+        by_wave
             .entry(s.wave_id)
             .or_default()
             .entry((s.cohort, s.node_id))
             .or_default()
-            .entry(s.window_start)
-            .or_default();
-        for (unit, agg) in &s.units {
-            units.entry(unit.clone()).and_modify(|a| a.merge(agg)).or_insert(*agg);
-        }
+            .insert(s.window_start, level);
     }
     let mut batches = Vec::new();
     for (wave_id, nodes) in by_wave {
@@ -1138,12 +1161,10 @@ pub(crate) fn level_batches(
         // after its reset) covers differently from the controls' cannot pass for an effect.
         let mut per_window: BTreeMap<DateTime<Utc>, (f64, usize)> = BTreeMap::new();
         for (_, windows) in nodes.iter().filter(|((c, _), _)| *c == Cohort::Control) {
-            for (window, units) in windows {
-                if let Some(v) = node_level(units) {
-                    let entry = per_window.entry(*window).or_insert((0.0, 0));
-                    entry.0 += v;
-                    entry.1 += 1;
-                }
+            for (window, v) in windows {
+                let entry = per_window.entry(*window).or_insert((0.0, 0));
+                entry.0 += v;
+                entry.1 += 1;
             }
         }
         let control_mean: BTreeMap<DateTime<Utc>, f64> = per_window
@@ -1154,7 +1175,7 @@ pub(crate) fn level_batches(
         let difference = |windows: &Windows| -> Option<f64> {
             let diffs: Vec<f64> = windows
                 .iter()
-                .filter_map(|(w, units)| Some(node_level(units)? - control_mean.get(w)?))
+                .filter_map(|(w, level)| Some(level - control_mean.get(w)?))
                 .collect();
             (!diffs.is_empty()).then(|| diffs.iter().sum::<f64>() / diffs.len() as f64)
         };
@@ -1351,25 +1372,15 @@ mod tests {
 
     #[test]
     fn level_batches_count_each_node_once_in_its_own_wave() {
-        use orchestrator_types::{RolloutId, WaveId};
-        let sample = |wave: i64, node: i64, cohort: Cohort, value: f64| {
-            let mut units = BTreeMap::new();
-            units.insert("GPU_0".to_owned(), LevelAgg::of(value));
-            HealthSample {
-                rollout_id: RolloutId(1),
-                wave_id: WaveId(wave),
-                node_id: NodeId(node),
-                cohort,
-                metric: "gpu_temp_c".into(),
-                window_start: hour(0),
-                events: 0,
-                exposure: 0.0,
-                readings: 1,
-                sum: value,
-                min: Some(value),
-                max: Some(value),
-                units,
-            }
+        use orchestrator_types::WaveId;
+        let sample = |wave: i64, node: i64, cohort: Cohort, value: f64| GateSample {
+            wave_id: WaveId(wave),
+            node_id: NodeId(node),
+            cohort,
+            window_start: hour(0),
+            events: 0,
+            exposure: 0.0,
+            level: Some(value),
         };
         let samples = vec![
             // Wave 1: node 1 updated, +3 over controls at 60 and 62.
@@ -1385,44 +1396,34 @@ mod tests {
         let updated: BTreeMap<NodeId, WaveId> = [(NodeId(1), WaveId(1)), (NodeId(2), WaveId(2))].into();
         // Wave 2 is still in its planned bake and its own node is in the evidence already (a level
         // gate fails at any look); node 1 counts once, in wave 1.
-        let b = level_batches(&samples, "gpu_temp_c", &updated, 1.0);
+        let b = level_batches(&samples, &updated, 1.0);
         assert_eq!(b.len(), 2);
         assert_eq!(b[0].differences, vec![3.0]);
         assert_eq!(b[1].differences, vec![1.0]);
         // Lower-is-worse metrics are negated.
-        let b = level_batches(&samples, "gpu_temp_c", &updated, -1.0);
+        let b = level_batches(&samples, &updated, -1.0);
         assert_eq!(b[0].differences, vec![-3.0]);
     }
 
     #[test]
     fn a_level_gate_fails_inside_the_canarys_planned_bake() {
-        use orchestrator_types::{RolloutId, WaveId};
+        use orchestrator_types::WaveId;
         // The canary's first closed hour: 32 updated nodes 3 °C above 64 controls (spread 1 °C). Only
         // the canary's own data exist, and nothing here knows about the bake: the look can fail.
-        let sample = |node: i64, cohort: Cohort, value: f64| {
-            let mut units = BTreeMap::new();
-            units.insert("GPU_0".to_owned(), LevelAgg::of(value));
-            HealthSample {
-                rollout_id: RolloutId(1),
-                wave_id: WaveId(1),
-                node_id: NodeId(node),
-                cohort,
-                metric: "gpu_temp_c".into(),
-                window_start: hour(0),
-                events: 0,
-                exposure: 0.0,
-                readings: 1,
-                sum: value,
-                min: Some(value),
-                max: Some(value),
-                units,
-            }
+        let sample = |node: i64, cohort: Cohort, value: f64| GateSample {
+            wave_id: WaveId(1),
+            node_id: NodeId(node),
+            cohort,
+            window_start: hour(0),
+            events: 0,
+            exposure: 0.0,
+            level: Some(value),
         };
         let wobble = |i: i64| if i % 2 == 0 { 1.0 } else { -1.0 };
-        let mut samples: Vec<HealthSample> = (0..32).map(|i| sample(i, Cohort::Canary, 63.0 + wobble(i))).collect();
+        let mut samples: Vec<GateSample> = (0..32).map(|i| sample(i, Cohort::Canary, 63.0 + wobble(i))).collect();
         samples.extend((100..164).map(|i| sample(i, Cohort::Control, 60.0 + wobble(i))));
         let updated: BTreeMap<NodeId, WaveId> = (0..32).map(|i| (NodeId(i), WaveId(1))).collect();
-        let batches = level_batches(&samples, "gpu_temp_c", &updated, 1.0);
+        let batches = level_batches(&samples, &updated, 1.0);
         assert_eq!(batches.len(), 1);
         let mut process = LevelEProcess::new(LevelEConfig::default());
         for b in &batches {
@@ -1435,25 +1436,15 @@ mod tests {
 
     #[test]
     fn a_level_is_compared_with_the_controls_of_the_same_hours() {
-        use orchestrator_types::{RolloutId, WaveId};
-        let sample = |node: i64, cohort: Cohort, h: i64, value: f64| {
-            let mut units = BTreeMap::new();
-            units.insert("GPU_0".to_owned(), LevelAgg::of(value));
-            HealthSample {
-                rollout_id: RolloutId(1),
-                wave_id: WaveId(1),
-                node_id: NodeId(node),
-                cohort,
-                metric: "gpu_temp_c".into(),
-                window_start: hour(h),
-                events: 0,
-                exposure: 0.0,
-                readings: 1,
-                sum: value,
-                min: Some(value),
-                max: Some(value),
-                units,
-            }
+        use orchestrator_types::WaveId;
+        let sample = |node: i64, cohort: Cohort, h: i64, value: f64| GateSample {
+            wave_id: WaveId(1),
+            node_id: NodeId(node),
+            cohort,
+            window_start: hour(h),
+            events: 0,
+            exposure: 0.0,
+            level: Some(value),
         };
         // A fleet-wide hot hour 0 (+8 °C) that the updated node's watch, starting after its reset,
         // does not cover: against the controls' whole-watch mean it would look 4 °C cooler.
@@ -1465,7 +1456,7 @@ mod tests {
             sample(11, Cohort::Control, 1, 61.0),
         ];
         let updated: BTreeMap<NodeId, WaveId> = [(NodeId(1), WaveId(1))].into();
-        let b = level_batches(&samples, "gpu_temp_c", &updated, 1.0);
+        let b = level_batches(&samples, &updated, 1.0);
         assert_eq!(b.len(), 1);
         assert_eq!(b[0].differences, vec![-0.5]);
         assert!((b[0].sd - 2.0f64.sqrt() / 2.0).abs() < 1e-9, "{:?}", b[0]);
