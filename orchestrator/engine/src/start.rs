@@ -10,7 +10,7 @@ use orchestrator_planner::{
     ApprovalRule, ComponentSnapshot, FleetSnapshot, NodeHealth, NodeSnapshot, Plan, PlanInput, ReleaseSpec,
 };
 use orchestrator_policy::Policy;
-use orchestrator_types::{FirmwareVersion, RolloutId};
+use orchestrator_types::{FirmwareVersion, NodeId, RolloutId};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
@@ -54,10 +54,12 @@ pub async fn fleet_snapshot(db: &Db) -> Result<FleetSnapshot, EngineError> {
             })
             .await?;
         let len = page.len() as u64;
+        let ids: Vec<NodeId> = page.iter().map(|n| n.id).collect();
+        let mut components_of = db.nodes_components(&ids).await?;
         for node in page {
-            let components = db
-                .node_components(node.id)
-                .await?
+            let components = components_of
+                .remove(&node.id)
+                .unwrap_or_default()
                 .into_iter()
                 .map(|c| ComponentSnapshot {
                     downgrade_forbidden: refuses_current(&node.name, &c),
@@ -250,6 +252,9 @@ pub async fn start_rollout_checked(
         base_rates: &base_rates,
     })
     .map_err(EngineError::Plan)?;
+    // The plan holds what it needs of the fleet; the snapshot (every node with its whole inventory)
+    // would otherwise live on beside the plan and its rows while they are stored.
+    drop(snapshot);
     if plan.summary.steps == 0 {
         // A rollout that flashes nothing would end `completed` and read as a
         // success; the exclusions say why no node qualified.

@@ -397,17 +397,24 @@ async fn measure_throughput(world: &SimWorld, setup: Instant) -> Result<Throughp
     .await;
     let wall = started.elapsed();
     engine.shutdown().await;
+    // The run's high-water mark, read before the bench's own queries below add theirs.
+    let peak_rss_mib = proc_status_kib("/proc/self/status", "VmHWM:").unwrap_or(0) as f64 / 1024.0;
     let watched = watched?;
     let (sim_cpu1, ctl_cpu1) = cpu_by_thread();
     let fleet_cpu = match (fleet_cpu0, world.fleet.process_cpu_seconds()) {
         (Some(before), Some(after)) => after - before,
         _ => sim_cpu1 - sim_cpu0,
     };
-    let steps = world
+    let of_rollout = StepFilter {
+        rollout_id: Some(rollout.id),
+        ..Default::default()
+    };
+    let steps = world.db.count_steps(&of_rollout).await?;
+    let succeeded = world
         .db
-        .steps(&StepFilter {
-            rollout_id: Some(rollout.id),
-            ..Default::default()
+        .count_steps(&StepFilter {
+            state: Some(StepState::Succeeded),
+            ..of_rollout
         })
         .await?;
     let mut health_polls = 0;
@@ -430,13 +437,13 @@ async fn measure_throughput(world: &SimWorld, setup: Instant) -> Result<Throughp
         baking: StdDuration::from_secs_f64(baking),
         setup,
         state: watched.rollout.state,
-        steps: steps.len(),
-        succeeded: steps.iter().filter(|s| s.state == StepState::Succeeded).count(),
+        steps: usize::try_from(steps).unwrap_or(usize::MAX),
+        succeeded: usize::try_from(succeeded).unwrap_or(usize::MAX),
         planned,
         wall,
         controller_cpu: ctl_cpu1 - ctl_cpu0,
         sim_cpu: fleet_cpu,
-        peak_rss_mib: proc_status_kib("/proc/self/status", "VmHWM:").unwrap_or(0) as f64 / 1024.0,
+        peak_rss_mib,
         fleet_processes: None,
         fleet_rss_mib: match &world.fleet {
             crate::fleet::SimFleet::Processes(p) => p.peak_rss_mib(),
