@@ -699,23 +699,42 @@ fn fingerprint(
     #[derive(serde::Serialize)]
     struct Canonical<'a> {
         format_version: u32,
-        nodes: Vec<NodeSnapshot>,
+        nodes: CanonicalNodes<'a>,
         release: &'a ReleaseSpec,
         policy: String,
         seed: u64,
         planned_at: DateTime<Utc>,
     }
-    let canonical_nodes = nodes
-        .iter()
-        .map(|n| {
-            let mut n = (*n).clone();
-            n.components.sort_by(|a, b| a.inventory_id.cmp(&b.inventory_id));
-            n
-        })
-        .collect();
+    /// Each node with its components in inventory order, rendered one at a time: a rendering of
+    /// the whole fleet at once held a second copy of a 100,000-node snapshot.
+    struct CanonicalNodes<'a>(&'a [&'a NodeSnapshot]);
+    impl serde::Serialize for CanonicalNodes<'_> {
+        fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+            use serde::ser::SerializeSeq as _;
+            let mut seq = serializer.serialize_seq(Some(self.0.len()))?;
+            for node in self.0 {
+                let mut node = (*node).clone();
+                node.components.sort_by(|a, b| a.inventory_id.cmp(&b.inventory_id));
+                seq.serialize_element(&node)?;
+            }
+            seq.end()
+        }
+    }
+    /// The digest fed as the JSON is written, so the rendering (tens of bytes a component) is
+    /// never held whole.
+    struct Hashing(Sha256);
+    impl std::io::Write for Hashing {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.update(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
     let canonical = Canonical {
         format_version: PLAN_FORMAT_VERSION,
-        nodes: canonical_nodes,
+        nodes: CanonicalNodes(nodes),
         release,
         policy: format!(
             "{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}{}",
@@ -738,8 +757,9 @@ fn fingerprint(
         seed,
         planned_at,
     };
-    // Serialising plain data with string keys cannot fail; an empty digest
-    // input would still give a well-formed (if useless) fingerprint.
-    let bytes = serde_json::to_vec(&canonical).unwrap_or_default();
-    hex::encode(Sha256::digest(&bytes))
+    // Serialising plain data with string keys into a digest cannot fail; the bytes are those
+    // `serde_json::to_vec` wrote before, so a plan's fingerprint is what it was.
+    let mut digest = Hashing(Sha256::new());
+    let _ = serde_json::to_writer(&mut digest, &canonical);
+    hex::encode(digest.0.finalize())
 }
