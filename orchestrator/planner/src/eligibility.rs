@@ -11,9 +11,18 @@ use crate::plan::{ExclusionReason, StepPlan};
 pub(crate) struct Eligible {
     pub(crate) steps: Vec<StepPlan>,
     pub(crate) already_at_target: Vec<String>,
-    /// Components that get a step, with their parsed current version (for
-    /// the rollback assessment).
-    pub(crate) updated: Vec<(ComponentSnapshot, FirmwareVersion)>,
+    /// Components that get a step, as the rollback assessment needs them.
+    pub(crate) updated: Vec<UpdatedComponent>,
+}
+
+/// What the rollback assessment reads of a component that gets a step: the planner keeps one per
+/// planned component (800,000 at 100,000 nodes), so not a copy of the whole snapshot entry.
+#[derive(Debug, Clone)]
+pub(crate) struct UpdatedComponent {
+    pub(crate) inventory_id: String,
+    pub(crate) downgrade_forbidden: bool,
+    /// Its current version, parsed.
+    pub(crate) current: FirmwareVersion,
 }
 
 /// Components of the policy's kind whose inventory id matches its pattern,
@@ -163,6 +172,13 @@ pub(crate) fn assess(node: &NodeSnapshot, policy: &Policy, release: &ReleaseSpec
     Ok(Eligible {
         steps,
         already_at_target: done.iter().map(|(c, _)| c.inventory_id.clone()).collect(),
-        updated: need.into_iter().map(|(c, v)| (c.clone(), v)).collect(),
+        updated: need
+            .into_iter()
+            .map(|(c, current)| UpdatedComponent {
+                inventory_id: c.inventory_id.clone(),
+                downgrade_forbidden: c.downgrade_forbidden,
+                current,
+            })
+            .collect(),
     })
 }

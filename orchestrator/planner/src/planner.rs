@@ -650,9 +650,13 @@ fn assess_rollback(
     let mut refusing = Vec::new();
     for &i in wave_of.keys() {
         let Ok(eligible) = &verdicts[i] else { continue };
-        for (component, current) in &eligible.updated {
+        for component in &eligible.updated {
             let step = format!("{}/{}", nodes[i].name, component.inventory_id);
-            if release.rollback_floor.as_ref().is_some_and(|floor| current < floor) {
+            if release
+                .rollback_floor
+                .as_ref()
+                .is_some_and(|floor| component.current < *floor)
+            {
                 below_floor.push(step.clone());
             }
             if component.downgrade_forbidden {
