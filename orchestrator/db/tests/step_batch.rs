@@ -172,3 +172,70 @@ async fn a_lost_fence_refuses_every_transition_of_the_group() {
         clock.advance(Duration::minutes(-2));
     }
 }
+
+#[tokio::test]
+async fn a_chain_of_moves_commits_together_with_each_move_audited() {
+    let clock = Arc::new(ManualClock::new(Utc.with_ymd_and_hms(2026, 12, 6, 12, 0, 0).unwrap()));
+    for t in TestDb::all_backends_with_clock(clock.clone()).await {
+        let db = t.db.clone();
+        let ids = steps_of(&db).await;
+        let fence = db
+            .acquire_lease("executor", "test", Duration::hours(1))
+            .await
+            .unwrap()
+            .unwrap();
+        let pushing = StepChange {
+            state: Some(StepState::Pushing),
+            ..Default::default()
+        };
+        let chain = || {
+            vec![
+                (precheck(), serde_json::json!({ "link": 1 })),
+                (pushing.clone(), serde_json::json!({ "link": 2 })),
+            ]
+        };
+        let step = db
+            .transition_step_chain(&fence, ids[0], StepState::Pending, chain())
+            .await
+            .unwrap();
+        // The row as the last move left it, with what the first one set.
+        assert_eq!(step.state, StepState::Pushing);
+        assert_eq!(step.previous_version.as_deref(), Some(GPU_FROM));
+        assert_eq!(&db.step(ids[0]).await.unwrap(), &step);
+        let mut entries = db
+            .audit_entries(&AuditFilter {
+                action: Some("step.transition".into()),
+                subject_id: Some(ids[0].to_string()),
+                limit: Some(10),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        entries.reverse();
+        let moves: Vec<(String, String, i64)> = entries
+            .iter()
+            .map(|e| {
+                let field = |k: &str| e.details[k].as_str().unwrap_or_default().to_owned();
+                (
+                    field("from"),
+                    field("to"),
+                    e.details["link"].as_i64().unwrap_or_default(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            moves,
+            [
+                ("pending".to_owned(), "prechecked".to_owned(), 1),
+                ("prechecked".to_owned(), "pushing".to_owned(), 2)
+            ]
+        );
+        // A chain whose first move finds the step elsewhere writes nothing at all.
+        let stale = db
+            .transition_step_chain(&fence, ids[0], StepState::Pending, chain())
+            .await;
+        assert!(matches!(stale, Err(DbError::Stale { .. })), "{stale:?}");
+        assert_eq!(db.step(ids[0]).await.unwrap(), step);
+        assert_eq!(step_transitions(&db).await, 2);
+    }
+}

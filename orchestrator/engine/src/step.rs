@@ -212,6 +212,24 @@ impl StepCtx {
         Ok(moved)
     }
 
+    /// [`Self::transition`] through several changes in one commit ([`Db::transition_step_chain`]):
+    /// only for moves with no side effect between them.
+    async fn transition_chain(
+        &self,
+        step: &ExecStep,
+        changes: Vec<(StepChange, serde_json::Value)>,
+    ) -> Result<ExecStep, DbError> {
+        let moved = self
+            .db
+            .transition_step_chain(&self.fence, step.id, step.state, changes)
+            .await?;
+        self.moved
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(moved.clone());
+        Ok(moved)
+    }
+
     /// The rows written since the last call.
     pub fn take_moved(&self) -> Vec<ExecStep> {
         std::mem::take(&mut *self.moved.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
@@ -667,21 +685,28 @@ impl StepCtx {
         let step = self.contact_restored(step).await?;
         if matches!(read_components(&step, &inventory), Reading::AtTarget) {
             // This reading, taken after the activation, is the read-back
-            // that verification asks for: record `verifying` and then its
-            // outcome from it, rather than read the whole inventory again
-            // (one request per component) on the next pass. A crash between
-            // the two writes leaves `verifying`, which reads it again.
+            // that verification asks for: `verifying` and its outcome are
+            // recorded from it, rather than read the whole inventory again on
+            // the next pass. Nothing is sent to the BMC between the two
+            // moves, so they share one commit (each keeps its audit entry):
+            // a crash leaves the step `activating`, which reads again.
             let step = self
-                .transition(
+                .transition_chain(
                     &step,
-                    StepChange {
-                        state: Some(StepState::Verifying),
-                        ..Default::default()
-                    },
-                    json!({}),
+                    vec![
+                        (
+                            StepChange {
+                                state: Some(StepState::Verifying),
+                                ..Default::default()
+                            },
+                            json!({}),
+                        ),
+                        self.succeeded(&step, &inventory),
+                    ],
                 )
                 .await?;
-            return self.verified(&step, inventory).await;
+            self.record_read_back(&step, inventory).await;
+            return Ok(());
         }
         if !self.lease_covers_side_effect() {
             return Ok(());
@@ -768,37 +793,44 @@ impl StepCtx {
         self.verified(step, inventory).await
     }
 
-    /// verifying, with the inventory read after activation: succeeded (and
-    /// the reading recorded as the node's inventory) when it shows the
-    /// target, failed otherwise.
+    /// The move `verifying` → `succeeded` for an inventory that reads the target.
+    fn succeeded(&self, step: &ExecStep, inventory: &[FirmwareComponent]) -> (StepChange, serde_json::Value) {
+        (
+            StepChange {
+                state: Some(StepState::Succeeded),
+                finished_at: Some(self.now()),
+                unreachable_since: Some(None),
+                error: Some(None),
+                ..Default::default()
+            },
+            json!({ "versions": versions_of(step, inventory) }),
+        )
+    }
+
+    /// Records a succeeded step's read-back as its node's inventory: what the fleet overview shows
+    /// and the next rollout plans from, brought up to what was just read instead of waiting for a
+    /// discovery pass. Inventory is a fact read from the BMC, not execution state, so the write is
+    /// not fenced; a failure only leaves it stale.
+    async fn record_read_back(&self, step: &ExecStep, inventory: Vec<FirmwareComponent>) {
+        let readings = crate::inventory::inventory_readings(inventory);
+        if let Err(err) = self
+            .db
+            .record_discovered_inventory(step.node_id, &readings.recorded)
+            .await
+        {
+            tracing::warn!(node = %step.node_id, error = %err, "cannot record the inventory read after the flash");
+        }
+    }
+
+    /// verifying, with the inventory just read: succeeded (and the reading
+    /// recorded as the node's inventory) when it shows the target, failed
+    /// otherwise.
     async fn verified(&self, step: &ExecStep, inventory: Vec<FirmwareComponent>) -> Result<(), DbError> {
         match read_components(step, &inventory) {
             Reading::AtTarget => {
-                self.transition(
-                    step,
-                    StepChange {
-                        state: Some(StepState::Succeeded),
-                        finished_at: Some(self.now()),
-                        unreachable_since: Some(None),
-                        error: Some(None),
-                        ..Default::default()
-                    },
-                    json!({ "versions": versions_of(step, &inventory) }),
-                )
-                .await?;
-                // The node's recorded inventory is what the fleet overview
-                // shows and the next rollout plans from: bring it up to what
-                // was just read instead of waiting for a discovery pass.
-                // Inventory is a fact read from the BMC, not execution state,
-                // so the write is not fenced; a failure only leaves it stale.
-                let readings = crate::inventory::inventory_readings(inventory);
-                if let Err(err) = self
-                    .db
-                    .record_discovered_inventory(step.node_id, &readings.recorded)
-                    .await
-                {
-                    tracing::warn!(node = %step.node_id, error = %err, "cannot record the inventory read after the flash");
-                }
+                let (change, details) = self.succeeded(step, &inventory);
+                let step = self.transition(step, change, details).await?;
+                self.record_read_back(&step, inventory).await;
                 Ok(())
             }
             _ => {

@@ -35,13 +35,13 @@ use crate::{Db, DbError};
 /// The largest binds 1,536 parameters, far below SQLite's limit.
 const AUDIT_CHUNKS: [usize; 5] = [256, 64, 16, 4, 1];
 
-/// One transition of [`Db::transition_step`], queued.
+/// One transition of [`Db::transition_step`] (or the chain of [`Db::transition_step_chain`]), queued.
 struct Queued {
     fence: Fence,
     step: StepId,
     from: StepState,
-    change: StepChange,
-    details: serde_json::Value,
+    /// Applied in order, each from the state the one before it left.
+    changes: Vec<(StepChange, serde_json::Value)>,
     done: oneshot::Sender<Result<ExecStep, DbError>>,
 }
 
@@ -79,13 +79,29 @@ impl Db {
         change: &StepChange,
         details: serde_json::Value,
     ) -> Result<ExecStep, DbError> {
+        self.transition_step_chain(fence, step, from, vec![(change.clone(), details)])
+            .await
+    }
+
+    /// Moves a step that is still in `from` through `changes` in one transaction, each with its
+    /// own audit entry as [`Db::transition_step`] writes it: for moves that follow one another with
+    /// no side effect between them (a verification decided by the read that ended the
+    /// activation), so they cost one commit, and a crash leaves the step before the first or
+    /// after the last. Returns the row as the last change left it; `Stale` when the step had
+    /// moved from `from` already (nothing is written then).
+    pub async fn transition_step_chain(
+        &self,
+        fence: &Fence,
+        step: StepId,
+        from: StepState,
+        changes: Vec<(StepChange, serde_json::Value)>,
+    ) -> Result<ExecStep, DbError> {
         let (done, mut outcome) = oneshot::channel();
         self.step_writes.push(Box::new(Queued {
             fence: fence.clone(),
             step,
             from,
-            change: change.clone(),
-            details,
+            changes,
             done,
         }));
         let _committer = self.step_writes.committer().await;
@@ -153,53 +169,63 @@ impl Db {
         let mut results = Vec::with_capacity(members.len());
         let mut audit = Vec::new();
         for member in members {
-            let mut update = update_steps::Entity::update_many()
-                .set(step_update(member.from, &member.change, now))
-                .filter(update_steps::Column::Id.eq(member.step.0))
-                .filter(update_steps::Column::State.eq(member.from.as_str()))
-                .into_query();
-            // The updated row comes back with the update: no second read.
-            update.returning_all();
-            let row = update_steps::Model::find_by_statement(backend.build(&update))
-                .one(&txn)
-                .await?;
-            let Some(row) = row else {
-                results.push(Err(DbError::Stale {
+            let mut from = member.from;
+            let mut last = None;
+            for (change, details) in &member.changes {
+                let mut update = update_steps::Entity::update_many()
+                    .set(step_update(from, change, now))
+                    .filter(update_steps::Column::Id.eq(member.step.0))
+                    .filter(update_steps::Column::State.eq(from.as_str()))
+                    .into_query();
+                // The updated row comes back with the update: no second read.
+                update.returning_all();
+                let row = update_steps::Model::find_by_statement(backend.build(&update))
+                    .one(&txn)
+                    .await?;
+                // Only the first change of a chain can miss: the later ones start from the state
+                // this transaction has just written, on a row it now holds.
+                let Some(row) = row else {
+                    break;
+                };
+                let moved = change.state.filter(|to| *to != from);
+                // A retry is a decision too (and the evidence of a flaky BMC).
+                let retried = matches!(change.next_attempt_at, Some(Some(_)));
+                let to = moved.unwrap_or(from);
+                if moved.is_some() || retried {
+                    let mut details = details.clone();
+                    if let Some(obj) = details.as_object_mut() {
+                        obj.insert("from".into(), from.as_str().into());
+                        obj.insert("to".into(), to.as_str().into());
+                        obj.insert("node_id".into(), row.node_id.into());
+                        obj.insert("rollout_id".into(), row.rollout_id.into());
+                        obj.insert("purpose".into(), row.purpose.clone().into());
+                    }
+                    audit.push(audit_log::ActiveModel {
+                        at: Set(now),
+                        actor: Set(ENGINE_ACTOR.to_owned()),
+                        action: Set(if moved.is_some() {
+                            "step.transition"
+                        } else {
+                            "step.retry"
+                        }
+                        .to_owned()),
+                        subject_type: Set("step".to_owned()),
+                        subject_id: Set(member.step.to_string()),
+                        details: Set(details),
+                        ..Default::default()
+                    });
+                }
+                from = to;
+                last = Some(row);
+            }
+            match last {
+                Some(row) => results.push(to_exec_step(row)),
+                None => results.push(Err(DbError::Stale {
                     what: "step",
                     key: member.step.to_string(),
                     expected: member.from.to_string(),
-                }));
-                continue;
-            };
-            let moved = member.change.state.filter(|to| *to != member.from);
-            // A retry is a decision too (and the evidence of a flaky BMC).
-            let retried = matches!(member.change.next_attempt_at, Some(Some(_)));
-            if moved.is_some() || retried {
-                let to = moved.unwrap_or(member.from);
-                let mut details = member.details.clone();
-                if let Some(obj) = details.as_object_mut() {
-                    obj.insert("from".into(), member.from.as_str().into());
-                    obj.insert("to".into(), to.as_str().into());
-                    obj.insert("node_id".into(), row.node_id.into());
-                    obj.insert("rollout_id".into(), row.rollout_id.into());
-                    obj.insert("purpose".into(), row.purpose.clone().into());
-                }
-                audit.push(audit_log::ActiveModel {
-                    at: Set(now),
-                    actor: Set(ENGINE_ACTOR.to_owned()),
-                    action: Set(if moved.is_some() {
-                        "step.transition"
-                    } else {
-                        "step.retry"
-                    }
-                    .to_owned()),
-                    subject_type: Set("step".to_owned()),
-                    subject_id: Set(member.step.to_string()),
-                    details: Set(details),
-                    ..Default::default()
-                });
+                })),
             }
-            results.push(to_exec_step(row));
         }
         // Entries in the order of the changes they describe, as when each
         // change had its own transaction.
