@@ -56,12 +56,17 @@ pub struct BenchArgs {
     nodes: usize,
     /// Run the throughput run's BMCs in N processes of their own (this
     /// executable as bmc-sim, on 127.0.0.2, 127.0.0.3, ..., with HTTP
-    /// keep-alive) instead of in this process; 0: enough that each fits half
-    /// the open-file limit it inherits (at most 10,000 nodes each).
-    /// The only way past ~10,000 nodes here, where a process may hold
-    /// 20,000 open files.
-    #[arg(long, value_name = "N")]
-    fleet_processes: Option<usize>,
+    /// keep-alive), as a controller meets its BMCs; 0 (the default): enough
+    /// that each fits half the open-file limit it inherits (at most 10,000
+    /// nodes each).
+    #[arg(long, default_value_t = 0, value_name = "N", conflicts_with = "fleet_in_process")]
+    fleet_processes: usize,
+    /// Run the throughput run's BMCs in this process instead, on their own
+    /// threads, answering `Connection: close` (every BMC's listener and a
+    /// kept-alive connection to each would not fit one process's open
+    /// files): each Redfish request then also pays a TCP connect.
+    #[arg(long)]
+    fleet_in_process: bool,
     /// Nodes in the database for the scale run.
     #[arg(long, default_value_t = 100_000, value_name = "N")]
     scale_nodes: usize,
@@ -110,7 +115,7 @@ pub async fn run(args: BenchArgs, _context: &Context) -> anyhow::Result<ExitCode
         super::bench_rma::run_monitor(args.rma_gpus).await?;
     }
     if wants(Which::Throughput) {
-        let processes = args.fleet_processes.map(|n| match n {
+        let processes = (!args.fleet_in_process).then(|| match args.fleet_processes {
             0 => bmc_sim::ProcessOptions::processes_for(args.nodes),
             n => n,
         });
