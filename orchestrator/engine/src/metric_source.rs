@@ -29,7 +29,7 @@
 //!   overcounts; the test below shows both on a 12-hour bake. A node's
 //!   events are its XID episodes, the unit the Redfish path counts: per
 //!   read, the largest of its GPUs' counts
-//!   ([`crate::watch::classify::xid_episodes_in_read`]).
+//!   ([`xid_episodes_in_read`]).
 //! - gauges and last-value states never feed a rate (the policy lint
 //!   refuses such gates; [`SourceError::NotACount`] if one gets here).
 
@@ -43,7 +43,6 @@ use orchestrator_policy::{GateKind, GateSource, HealthGate};
 use orchestrator_types::NodeId;
 
 use crate::prometheus::{NodeIndex, NodeSeries, PrometheusClient, PrometheusError, QueryData};
-use crate::watch::classify::xid_episodes_in_read;
 
 /// Width of the time bins a look is reported in; the same hourly windows
 /// the Redfish collector stores.
@@ -743,6 +742,22 @@ impl MetricSource for RedfishSource {
         classify_presence(&mut look, nodes, |n| with_data.contains(&n));
         Ok(look)
     }
+}
+
+/// One node's XID episodes in one read of a source that sees XIDs only as counts per GPU over a window
+/// far longer than the event log's episode (`watch::classify::XID_EPISODE`, 5 s) (dcgm-exporter's windowed count: 5 min by default, read once per
+/// window): the largest GPU's count.
+///
+/// Why: the episode rule needs each XID's time, and such a read has none finer than its window. A
+/// cascade puts its XIDs on several GPUs at once, so the GPUs' counts overlap; the largest count is the
+/// fewest episodes the read can hold with each GPU erring once per episode. It is the count the event
+/// log gives whenever a node has at most one episode per window: at 0.02 episodes per node-hour, two
+/// in one 5-minute window happen about once in a million windows. It counts more than the log only
+/// when one GPU logs several XIDs within 5 s (several codes of one fault), and fewer only when
+/// separate faults share a window, which at rates that high understates a rise (never a false
+/// rollback).
+pub fn xid_episodes_in_read(per_gpu: impl IntoIterator<Item = f64>) -> f64 {
+    per_gpu.into_iter().filter(|v| v.is_finite()).fold(0.0, f64::max)
 }
 
 #[cfg(test)]

@@ -216,22 +216,6 @@ pub fn exposure_by_window(
 /// with 30 min polls that is rare.
 pub const XID_EPISODE: chrono::TimeDelta = chrono::TimeDelta::seconds(5);
 
-/// One node's XID episodes in one read of a source that sees XIDs only as counts per GPU over a window
-/// far longer than [`XID_EPISODE`] (dcgm-exporter's windowed count: 5 min by default, read once per
-/// window): the largest GPU's count.
-///
-/// Why: the episode rule needs each XID's time, and such a read has none finer than its window. A
-/// cascade puts its XIDs on several GPUs at once, so the GPUs' counts overlap; the largest count is the
-/// fewest episodes the read can hold with each GPU erring once per episode. It is the count the event
-/// log gives whenever a node has at most one episode per window: at 0.02 episodes per node-hour, two
-/// in one 5-minute window happen about once in a million windows. It counts more than the log only
-/// when one GPU logs several XIDs within 5 s (several codes of one fault), and fewer only when
-/// separate faults share a window, which at rates that high understates a rise (never a false
-/// rollback).
-pub fn xid_episodes_in_read(per_gpu: impl IntoIterator<Item = f64>) -> f64 {
-    per_gpu.into_iter().filter(|v| v.is_finite()).fold(0.0, f64::max)
-}
-
 /// Builds one poll's window deltas from the classified events (already
 /// filtered to the node's exposure period), the exposure period, and the
 /// level readings taken at `now`. XID entries count once per episode ([`XID_EPISODE`]). An event attributed to a GPU is also
