@@ -201,15 +201,7 @@ impl StepCtx {
         change: StepChange,
         details: serde_json::Value,
     ) -> Result<ExecStep, DbError> {
-        let moved = self
-            .db
-            .transition_step(&self.fence, step.id, step.state, &change, details)
-            .await?;
-        self.moved
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push(moved.clone());
-        Ok(moved)
+        self.transition_chain(step, vec![(change, details)]).await
     }
 
     /// [`Self::transition`] through several changes in one commit ([`Db::transition_step_chain`]):

@@ -1370,18 +1370,23 @@ mod tests {
         assert!(facts.dispersion > 5.0, "{facts:?}");
     }
 
-    #[test]
-    fn level_batches_count_each_node_once_in_its_own_wave() {
-        use orchestrator_types::WaveId;
-        let sample = |wave: i64, node: i64, cohort: Cohort, value: f64| GateSample {
-            wave_id: WaveId(wave),
+    /// A level gate's sample of one node in one hour.
+    fn level_sample(wave: i64, node: i64, cohort: Cohort, h: i64, value: f64) -> GateSample {
+        GateSample {
+            wave_id: orchestrator_types::WaveId(wave),
             node_id: NodeId(node),
             cohort,
-            window_start: hour(0),
+            window_start: hour(h),
             events: 0,
             exposure: 0.0,
             level: Some(value),
-        };
+        }
+    }
+
+    #[test]
+    fn level_batches_count_each_node_once_in_its_own_wave() {
+        use orchestrator_types::WaveId;
+        let sample = |wave: i64, node: i64, cohort: Cohort, value: f64| level_sample(wave, node, cohort, 0, value);
         let samples = vec![
             // Wave 1: node 1 updated, +3 over controls at 60 and 62.
             sample(1, 1, Cohort::Canary, 64.0),
@@ -1410,15 +1415,7 @@ mod tests {
         use orchestrator_types::WaveId;
         // The canary's first closed hour: 32 updated nodes 3 °C above 64 controls (spread 1 °C). Only
         // the canary's own data exist, and nothing here knows about the bake: the look can fail.
-        let sample = |node: i64, cohort: Cohort, value: f64| GateSample {
-            wave_id: WaveId(1),
-            node_id: NodeId(node),
-            cohort,
-            window_start: hour(0),
-            events: 0,
-            exposure: 0.0,
-            level: Some(value),
-        };
+        let sample = |node: i64, cohort: Cohort, value: f64| level_sample(1, node, cohort, 0, value);
         let wobble = |i: i64| if i % 2 == 0 { 1.0 } else { -1.0 };
         let mut samples: Vec<GateSample> = (0..32).map(|i| sample(i, Cohort::Canary, 63.0 + wobble(i))).collect();
         samples.extend((100..164).map(|i| sample(i, Cohort::Control, 60.0 + wobble(i))));
@@ -1437,15 +1434,7 @@ mod tests {
     #[test]
     fn a_level_is_compared_with_the_controls_of_the_same_hours() {
         use orchestrator_types::WaveId;
-        let sample = |node: i64, cohort: Cohort, h: i64, value: f64| GateSample {
-            wave_id: WaveId(1),
-            node_id: NodeId(node),
-            cohort,
-            window_start: hour(h),
-            events: 0,
-            exposure: 0.0,
-            level: Some(value),
-        };
+        let sample = |node: i64, cohort: Cohort, h: i64, value: f64| level_sample(1, node, cohort, h, value);
         // A fleet-wide hot hour 0 (+8 °C) that the updated node's watch, starting after its reset,
         // does not cover: against the controls' whole-watch mean it would look 4 °C cooler.
         let samples = vec![
