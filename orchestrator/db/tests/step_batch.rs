@@ -69,6 +69,14 @@ fn precheck() -> StepChange {
     }
 }
 
+/// The executor's lease, held for the whole test.
+async fn executor_fence(db: &orchestrator_db::Db) -> orchestrator_db::execution::Fence {
+    db.acquire_lease("executor", "test", Duration::hours(1))
+        .await
+        .unwrap()
+        .unwrap()
+}
+
 async fn step_transitions(db: &orchestrator_db::Db) -> usize {
     db.audit_entries(&AuditFilter {
         action: Some("step.transition".into()),
@@ -86,11 +94,7 @@ async fn concurrent_transitions_each_get_their_own_outcome() {
     for t in TestDb::all_backends_with_clock(clock.clone()).await {
         let db = t.db.clone();
         let ids = steps_of(&db).await;
-        let fence = db
-            .acquire_lease("executor", "test", Duration::hours(1))
-            .await
-            .unwrap()
-            .unwrap();
+        let fence = executor_fence(&db).await;
         // Every step moved once, and the first ten twice from the same state:
         // of each such pair exactly one wins, however the calls are grouped.
         let mut calls = JoinSet::new();
@@ -179,11 +183,7 @@ async fn a_chain_of_moves_commits_together_with_each_move_audited() {
     for t in TestDb::all_backends_with_clock(clock.clone()).await {
         let db = t.db.clone();
         let ids = steps_of(&db).await;
-        let fence = db
-            .acquire_lease("executor", "test", Duration::hours(1))
-            .await
-            .unwrap()
-            .unwrap();
+        let fence = executor_fence(&db).await;
         let pushing = StepChange {
             state: Some(StepState::Pushing),
             ..Default::default()
