@@ -20,6 +20,7 @@ use crate::config::{Config, FileConfig, LogFormat, Overrides};
 /// arenas: at 10,000 nodes the process held 492 MiB for a heap that peaked near a third of that.
 /// With jemalloc the same run peaked at 357 MiB and used 29% less CPU per node-update
 /// (BENCHMARKS.md, "Controller memory").
+#[cfg(feature = "jemalloc")]
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
