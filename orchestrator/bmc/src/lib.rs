@@ -45,6 +45,7 @@ mod config;
 mod connections;
 mod discovery;
 mod error;
+mod interner;
 pub mod limits;
 mod redfish_bmc;
 mod transport;

@@ -324,7 +324,7 @@ pub struct SensorReading {
 
 /// A GPU as the BMC's inventory lists it: a `Processor` with `ProcessorType` `GPU` under one of the
 /// service's systems.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct GpuUnit {
     /// The Processor's `Id` (`GPU_SXM_1`), the unit per-GPU health is kept under.
     pub id: String,

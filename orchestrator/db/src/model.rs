@@ -66,6 +66,27 @@ pub struct Node {
     pub updated_at: DateTime<Utc>,
 }
 
+/// Where a node's BMC is reached: what polling it needs, without the rest of the node's row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeAddress {
+    pub id: NodeId,
+    pub name: String,
+    pub bmc_url: String,
+    pub credential_ref: String,
+}
+
+impl Node {
+    /// Where this node's BMC is reached.
+    pub fn address(&self) -> NodeAddress {
+        NodeAddress {
+            id: self.id,
+            name: self.name.clone(),
+            bmc_url: self.bmc_url.clone(),
+            credential_ref: self.credential_ref.clone(),
+        }
+    }
+}
+
 /// Who is importing, as the datastore needs to know it.
 #[derive(Debug, Clone, Default)]
 pub struct ImportOptions {

@@ -12,8 +12,8 @@ use crate::audit;
 use crate::entity::{credential_host_bindings, node_components, nodes, update_steps};
 use crate::execution::StepState;
 use crate::model::{
-    Component, ComponentReading, DiscoveredComponent, ImportOptions, ImportSummary, NewNode, Node, NodeFilter,
-    NodeLabels, bmc_address,
+    Component, ComponentReading, DiscoveredComponent, ImportOptions, ImportSummary, NewNode, Node, NodeAddress,
+    NodeFilter, NodeLabels, bmc_address,
 };
 use crate::{Db, DbError};
 
@@ -364,6 +364,37 @@ impl Db {
             for row in rows {
                 let node = to_node(row)?;
                 out.insert(node.id, node);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The addresses of the nodes with these ids (ids without a node are left out): the columns a
+    /// BMC poll needs, read a batch at a time.
+    pub async fn node_addresses(&self, ids: &[NodeId]) -> Result<HashMap<NodeId, NodeAddress>, DbError> {
+        let mut out = HashMap::with_capacity(ids.len());
+        for chunk in ids.chunks(IMPORT_BATCH) {
+            let rows: Vec<(i64, String, String, String)> = nodes::Entity::find()
+                .select_only()
+                .column(nodes::Column::Id)
+                .column(nodes::Column::Name)
+                .column(nodes::Column::BmcUrl)
+                .column(nodes::Column::CredentialRef)
+                .filter(nodes::Column::Id.is_in(chunk.iter().map(|id| id.0)))
+                .into_tuple()
+                .all(&self.reader)
+                .await?;
+            for (id, name, bmc_url, credential_ref) in rows {
+                let id = NodeId(id);
+                out.insert(
+                    id,
+                    NodeAddress {
+                        id,
+                        name,
+                        bmc_url,
+                        credential_ref,
+                    },
+                );
             }
         }
         Ok(out)

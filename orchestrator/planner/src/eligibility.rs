@@ -1,5 +1,7 @@
 //! Which nodes a release may update under a policy, and why not the others.
 
+use std::sync::Arc;
+
 use orchestrator_policy::{LabelSelector, Policy};
 use orchestrator_types::{FirmwareVersion, NodeState};
 
@@ -50,11 +52,34 @@ fn selector_matches(selector: &LabelSelector, labels: &std::collections::BTreeMa
         .all(|(key, values)| labels.get(key).is_some_and(|v| values.iter().any(|want| want == v)))
 }
 
+/// What every step of a plan flashes, made once and shared by all of them.
+#[derive(Debug, Clone)]
+pub(crate) struct ReleaseImage {
+    target: Arc<str>,
+    uri: Arc<str>,
+    sha256: Arc<str>,
+}
+
+impl ReleaseImage {
+    pub(crate) fn of(release: &ReleaseSpec) -> Self {
+        Self {
+            target: release.version.as_str().into(),
+            uri: release.image_uri.as_str().into(),
+            sha256: release.sha256.as_str().into(),
+        }
+    }
+}
+
 /// Decides one node. The checks run in the order of [`ExclusionReason`]'s
 /// variants and the first failure is the reason: targeting first (so a node
 /// the policy never meant is reported as such, whatever its state), then
 /// "nothing to do", then the node's condition, then the version rules.
-pub(crate) fn assess(node: &NodeSnapshot, policy: &Policy, release: &ReleaseSpec) -> Result<Eligible, ExclusionReason> {
+pub(crate) fn assess(
+    node: &NodeSnapshot,
+    policy: &Policy,
+    release: &ReleaseSpec,
+    image: &ReleaseImage,
+) -> Result<Eligible, ExclusionReason> {
     let target = &policy.target;
     if !target.platforms.contains(&node.platform) {
         return Err(ExclusionReason::PlatformNotTargeted {
@@ -164,9 +189,9 @@ pub(crate) fn assess(node: &NodeSnapshot, policy: &Policy, release: &ReleaseSpec
         .map(|(c, _)| StepPlan {
             inventory_id: c.inventory_id.clone(),
             expected_current: c.version.clone(),
-            target: release.version.as_str().to_owned(),
-            image_uri: release.image_uri.clone(),
-            image_sha256: release.sha256.clone(),
+            target: image.target.clone(),
+            image_uri: image.uri.clone(),
+            image_sha256: image.sha256.clone(),
         })
         .collect();
     Ok(Eligible {

@@ -7,7 +7,7 @@ use orchestrator_policy::{Approval, Policy, RollbackScope, WaveSize, format_dura
 use orchestrator_types::{HOLDBACK_WAVE, NodeState, QualificationState, WaveRole};
 use sha2::{Digest, Sha256};
 
-use crate::eligibility::{Eligible, assess, matching_components};
+use crate::eligibility::{Eligible, ReleaseImage, assess, matching_components};
 use crate::error::PlanError;
 use crate::input::{FleetSnapshot, NodeSnapshot, ReleaseSpec};
 use crate::plan::{
@@ -87,8 +87,9 @@ pub fn plan(input: &PlanInput<'_>) -> Result<Plan, PlanError> {
     let nodes = sorted_nodes(snapshot)?;
 
     // Eligibility.
+    let image = ReleaseImage::of(release);
     let verdicts: Vec<Result<Eligible, ExclusionReason>> =
-        nodes.iter().map(|node| assess(node, policy, release)).collect();
+        nodes.iter().map(|node| assess(node, policy, release, &image)).collect();
     let eligible: Vec<Idx> = (0..nodes.len()).filter(|&i| verdicts[i].is_ok()).collect();
 
     // Waves.

@@ -301,9 +301,9 @@ fn steps_expect_what_the_snapshot_read() {
             .find(|c| c.inventory_id == step.inventory_id)
             .expect("component");
         assert_eq!(step.expected_current, component.version);
-        assert_eq!(step.target, GPU_TARGET);
-        assert_eq!(step.image_sha256, release.sha256);
-        assert_eq!(step.image_uri, release.image_uri);
+        assert_eq!(&*step.target, GPU_TARGET);
+        assert_eq!(&*step.image_sha256, release.sha256);
+        assert_eq!(&*step.image_uri, release.image_uri);
         count += 1;
     }
     assert_eq!(count, plan.summary.steps);

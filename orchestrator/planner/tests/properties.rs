@@ -353,7 +353,7 @@ fn check_invariants(snapshot: &FleetSnapshot, policy: &Policy, plan: &Plan) -> R
             .find(|c| c.inventory_id == step.inventory_id)
             .expect("component exists");
         prop_assert_eq!(&step.expected_current, &c.version);
-        prop_assert_ne!(&step.expected_current, &step.target);
+        prop_assert_ne!(step.expected_current.as_str(), &*step.target);
     }
     Ok(())
 }

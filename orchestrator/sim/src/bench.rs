@@ -258,9 +258,26 @@ rollback:
   scope: rollout
 "#;
 
-/// Simulated seconds per real second in the throughput run: a 20-minute
-/// bake lasts 2 real seconds, a 5-minute poll interval half a second.
+/// Simulated seconds per real second in the throughput run up to 10,000 nodes: a 20-minute bake
+/// lasts 2 real seconds, a 5-minute poll interval half a second.
 const THROUGHPUT_SPEEDUP: f64 = 600.0;
+
+/// Nodes up to which the throughput run keeps [`THROUGHPUT_SPEEDUP`].
+const FULL_SPEEDUP_NODES: usize = 10_000;
+
+/// The throughput run's speedup for a fleet of `nodes`: [`THROUGHPUT_SPEEDUP`] up to
+/// [`FULL_SPEEDUP_NODES`], slower in proportion above. A poll round over a wave takes real time in
+/// proportion to the wave, and at a fixed speedup its simulated span grows with it: at 100,000
+/// nodes and 600x the bake's closing round spanned ~20 simulated hours, so every node's poll split
+/// its exposure into ~20 hourly windows, 20 times the sample writes (and the memory for them) a
+/// controller on a real clock makes for the same round.
+pub fn throughput_speedup(nodes: usize) -> f64 {
+    if nodes <= FULL_SPEEDUP_NODES {
+        THROUGHPUT_SPEEDUP
+    } else {
+        THROUGHPUT_SPEEDUP * FULL_SPEEDUP_NODES as f64 / nodes as f64
+    }
+}
 
 /// What the throughput run measured.
 #[derive(Debug, Clone)]
@@ -271,6 +288,8 @@ pub struct Throughput {
     pub health_polls: u64,
     /// Real time the waves spent baking (in `wall`).
     pub baking: StdDuration,
+    /// Simulated seconds per real second ([`throughput_speedup`]).
+    pub speedup: f64,
     /// Fleet start, import, inventory and release registration.
     pub setup: StdDuration,
     /// The rollout's state at the end.
@@ -334,7 +353,8 @@ pub async fn throughput(
         .enable_all()
         .build()
         .map_err(BenchError::Runtime)?;
-    let mut options = WorldOptions::new(THROUGHPUT_SPEEDUP);
+    let speedup = throughput_speedup(nodes);
+    let mut options = WorldOptions::new(speedup);
     options.db_url = postgres.map(str::to_owned);
     match fleet_processes {
         Some(processes) => {
@@ -348,7 +368,7 @@ pub async fn throughput(
     }
     let setup = Instant::now();
     let world = SimWorld::start_with(scenario, options).await?;
-    let measured = measure_throughput(&world, setup).await;
+    let measured = measure_throughput(&world, setup, speedup).await;
     world.shutdown().await;
     fleet_runtime.shutdown_background();
     measured.map(|mut m| {
@@ -357,7 +377,7 @@ pub async fn throughput(
     })
 }
 
-async fn measure_throughput(world: &SimWorld, setup: Instant) -> Result<Throughput, BenchError> {
+async fn measure_throughput(world: &SimWorld, setup: Instant, speedup: f64) -> Result<Throughput, BenchError> {
     let version = FirmwareVersion::parse("96.00.61.00.01").map_err(BenchError::Version)?;
     let release = world
         .register_release(ComponentKind::Gpu, &version, Some(&[]), "bench")
@@ -428,13 +448,14 @@ async fn measure_throughput(world: &SimWorld, setup: Instant) -> Result<Throughp
             .map(|c| u64::try_from(c.polls).unwrap_or(0))
             .sum::<u64>();
         if let (Some(from), Some(to)) = (wave.bake_started_at, wave.ended_at) {
-            baking += (to - from).num_milliseconds().max(0) as f64 / 1000.0 / THROUGHPUT_SPEEDUP;
+            baking += (to - from).num_milliseconds().max(0) as f64 / 1000.0 / speedup;
         }
     }
     Ok(Throughput {
         policy: THROUGHPUT_POLICY_NAME,
         health_polls,
         baking: StdDuration::from_secs_f64(baking),
+        speedup,
         setup,
         state: watched.rollout.state,
         steps: usize::try_from(steps).unwrap_or(usize::MAX),

@@ -206,8 +206,9 @@ async fn throughput(nodes: usize, postgres: Option<&str>, processes: Option<usiz
         run.succeeded as f64 / run.wall.as_secs_f64()
     );
     println!(
-        "of which baking: {:.1}s; health polls recorded: {}",
+        "of which baking: {:.1}s (simulated clock at {:.0}x); health polls recorded: {}",
         run.baking.as_secs_f64(),
+        run.speedup,
         run.health_polls
     );
     println!(

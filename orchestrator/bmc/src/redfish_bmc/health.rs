@@ -11,7 +11,7 @@ use crate::types::{EventLogEntry, GpuUnit};
 use super::{RedfishBmc, last_segment, odata_id, string_list};
 
 /// One member of `Systems`, as the health reader needs it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(super) struct SystemScan {
     pub(super) id: String,
     pub(super) name: String,
@@ -81,9 +81,10 @@ impl RedfishBmc {
                             .map(str::to_string),
                     });
                 }
-                Ok(out)
+                Ok(super::SHARED_SYSTEMS.intern(out))
             })
             .await
+            .map(|systems| &**systems)
     }
 
     /// The Processors of one system whose `ProcessorType` is `GPU`; a system whose Processors link

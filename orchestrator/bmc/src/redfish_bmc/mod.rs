@@ -8,6 +8,7 @@ mod health;
 mod parts;
 mod push;
 
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -21,6 +22,7 @@ use tokio::sync::OnceCell;
 use crate::clients::HttpClients;
 use crate::config::{BmcEndpoint, RetryPolicy};
 use crate::error::BmcError;
+use crate::interner::Interner;
 use crate::limits::{MAX_COLLECTION_PAGES, PER_BMC_FETCH_CONCURRENCY, ReadBudget};
 use crate::transport::{Body, Call, Response, Transport};
 use crate::types::{
@@ -41,7 +43,7 @@ const FIRMWARE_INVENTORY: &str = "/redfish/v1/UpdateService/FirmwareInventory";
 const SIMPLE_UPDATE: &str = "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate";
 
 /// Where the service's own links lead, read once per BMC from the service root.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct ServiceLinks {
     update_service: String,
     /// `TaskService.Tasks`; `None` when the service has no TaskService.
@@ -55,7 +57,12 @@ struct ServiceLinks {
 }
 
 /// Each chassis that holds sensors, by id, with the URI of its Sensors collection.
-type SensorCollections = std::sync::Arc<Vec<(String, String)>>;
+type SensorCollections = Arc<Vec<(String, String)>>;
+
+// What BMCs of one platform all report alike, stored once for the fleet rather than once per driver.
+static SHARED_LINKS: LazyLock<Interner<ServiceLinks>> = LazyLock::new(Interner::default);
+static SHARED_SYSTEMS: LazyLock<Interner<Vec<SystemScan>>> = LazyLock::new(Interner::default);
+static SHARED_SENSOR_COLLECTIONS: LazyLock<Interner<Vec<(String, String)>>> = LazyLock::new(Interner::default);
 
 /// A [`Bmc`] reached over Redfish HTTP(S).
 ///
@@ -64,9 +71,9 @@ type SensorCollections = std::sync::Arc<Vec<(String, String)>>;
 #[derive(Debug)]
 pub struct RedfishBmc {
     transport: Transport,
-    links: OnceCell<ServiceLinks>,
+    links: OnceCell<Arc<ServiceLinks>>,
     update_service: OnceCell<UpdateServiceInfo>,
-    systems: OnceCell<Vec<SystemScan>>,
+    systems: OnceCell<Arc<Vec<SystemScan>>>,
     /// Each chassis with sensors and its Sensors collection, found by walking the chassis once: a
     /// health poll then reads only the sensor collections (one request each with `$expand`), not the
     /// chassis collection and every chassis again. Forgotten when a collection is gone (404).
@@ -119,7 +126,7 @@ impl RedfishBmc {
                 found.push((chassis_id, sensors_uri.to_string()));
             }
         }
-        let found = std::sync::Arc::new(found);
+        let found = SHARED_SENSOR_COLLECTIONS.intern(found);
         // A BMC still starting up may list its chassis before their sensors: no sensors is not
         // remembered, so the next poll looks again.
         if !found.is_empty() {
@@ -135,57 +142,62 @@ impl RedfishBmc {
 
     async fn links(&self) -> Result<&ServiceLinks, BmcError> {
         self.links
-            .get_or_try_init(|| async {
-                let root: Value = match self.transport.get_json(SERVICE_ROOT).await {
-                    Ok(root) => root,
-                    // A service root that is missing is broken, but its resources may still be at
-                    // the DMTF paths: the documented fallback.
-                    Err(BmcError::Rejected { status: 404, .. }) => {
-                        return Ok(ServiceLinks {
-                            update_service: UPDATE_SERVICE.to_string(),
-                            tasks: Some("/redfish/v1/TaskService/Tasks".to_string()),
-                            systems: "/redfish/v1/Systems".to_string(),
-                            chassis: "/redfish/v1/Chassis".to_string(),
-                            managers: "/redfish/v1/Managers".to_string(),
-                            expand: None,
-                        });
-                    }
-                    Err(err) => return Err(err),
-                };
-                let link = |key: &str, fallback: &str| {
-                    root.pointer(&format!("/{key}/@odata.id"))
-                        .and_then(Value::as_str)
-                        .unwrap_or(fallback)
-                        .to_string()
-                };
-                // The ServiceRoot schema names the TaskService link `Tasks`; some services say
-                // `TaskService`.
-                let task_service = root
-                    .pointer("/Tasks/@odata.id")
-                    .or_else(|| root.pointer("/TaskService/@odata.id"))
-                    .and_then(Value::as_str);
-                let tasks = match task_service {
-                    None => None,
-                    Some(task_service) => {
-                        let doc: Value = self.transport.get_json(task_service).await?;
-                        Some(
-                            doc.pointer("/Tasks/@odata.id")
-                                .and_then(Value::as_str)
-                                .map(str::to_string)
-                                .unwrap_or_else(|| format!("{}/Tasks", task_service.trim_end_matches('/'))),
-                        )
-                    }
-                };
-                Ok(ServiceLinks {
-                    update_service: link("UpdateService", UPDATE_SERVICE),
-                    tasks,
-                    systems: link("Systems", "/redfish/v1/Systems"),
-                    chassis: link("Chassis", "/redfish/v1/Chassis"),
-                    managers: link("Managers", "/redfish/v1/Managers"),
-                    expand: expand_query(&root),
-                })
-            })
+            .get_or_try_init(|| async { Ok(SHARED_LINKS.intern(self.read_links().await?)) })
             .await
+            .map(|links| &**links)
+    }
+
+    async fn read_links(&self) -> Result<ServiceLinks, BmcError> {
+        {
+            let root: Value = match self.transport.get_json(SERVICE_ROOT).await {
+                Ok(root) => root,
+                // A service root that is missing is broken, but its resources may still be at
+                // the DMTF paths: the documented fallback.
+                Err(BmcError::Rejected { status: 404, .. }) => {
+                    return Ok(ServiceLinks {
+                        update_service: UPDATE_SERVICE.to_string(),
+                        tasks: Some("/redfish/v1/TaskService/Tasks".to_string()),
+                        systems: "/redfish/v1/Systems".to_string(),
+                        chassis: "/redfish/v1/Chassis".to_string(),
+                        managers: "/redfish/v1/Managers".to_string(),
+                        expand: None,
+                    });
+                }
+                Err(err) => return Err(err),
+            };
+            let link = |key: &str, fallback: &str| {
+                root.pointer(&format!("/{key}/@odata.id"))
+                    .and_then(Value::as_str)
+                    .unwrap_or(fallback)
+                    .to_string()
+            };
+            // The ServiceRoot schema names the TaskService link `Tasks`; some services say
+            // `TaskService`.
+            let task_service = root
+                .pointer("/Tasks/@odata.id")
+                .or_else(|| root.pointer("/TaskService/@odata.id"))
+                .and_then(Value::as_str);
+            let tasks = match task_service {
+                None => None,
+                Some(task_service) => {
+                    let doc: Value = self.transport.get_json(task_service).await?;
+                    Some(
+                        doc.pointer("/Tasks/@odata.id")
+                            .and_then(Value::as_str)
+                            .map(str::to_string)
+                            .unwrap_or_else(|| format!("{}/Tasks", task_service.trim_end_matches('/'))),
+                    )
+                }
+            };
+            Ok(ServiceLinks {
+                update_service: link("UpdateService", UPDATE_SERVICE),
+                tasks,
+                systems: link("Systems", "/redfish/v1/Systems"),
+                chassis: link("Chassis", "/redfish/v1/Chassis"),
+                managers: link("Managers", "/redfish/v1/Managers"),
+                expand: expand_query(&root),
+            })
+        }
     }
 
     /// All members of a collection, following `Members@odata.nextLink`. Members are returned as the

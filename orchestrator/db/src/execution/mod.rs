@@ -38,7 +38,7 @@ use sea_orm::{ActiveValue, Set};
 use serde::Serialize;
 pub use step::{
     ExecStep, MAX_STEP_PAGE_ROWS, NamedStep, PlacedStep, StepChange, StepCounts, StepFilter, StepPageQuery,
-    StepRevision, StepTarget,
+    StepRevision, StepTarget, WatchedStep,
 };
 pub use step_counts::total_counts;
 pub use wave::{ExecWave, WaveChange};

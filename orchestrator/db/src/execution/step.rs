@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{StepPurpose, StepState, from_json, parse, set_opt, to_json};
 use crate::entity::{node_components, nodes, update_steps, waves};
+use crate::model::NodeAddress;
 use crate::{Db, DbError};
 
 #[cfg(feature = "openapi")]
@@ -76,6 +77,14 @@ pub struct PlacedStep {
     pub rack: String,
     pub nvlink_domain: String,
     pub cluster: String,
+}
+
+/// A step as the health collector watches it: when its node's exposure starts, and where to poll.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WatchedStep {
+    pub step_id: StepId,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub node: NodeAddress,
 }
 
 /// A change to a step; `None` fields are left alone.
@@ -208,6 +217,41 @@ impl Db {
             .into_iter()
             .map(to_exec_step)
             .collect()
+    }
+
+    /// The steps matching the filter with their nodes' addresses, by id: what a health poll round
+    /// reads. A round over a 100,000-node wave reads only these columns, not every step's and node's
+    /// whole row (about a kilobyte each, parsed JSON included) once per poll.
+    pub async fn watched_steps(&self, filter: &StepFilter) -> Result<Vec<WatchedStep>, DbError> {
+        type Row = (i64, Option<DateTime<Utc>>, i64, String, String, String);
+        let rows: Vec<Row> = filtered(filter)
+            .select_only()
+            .column(update_steps::Column::Id)
+            .column(update_steps::Column::FinishedAt)
+            .column(update_steps::Column::NodeId)
+            .column(nodes::Column::Name)
+            .column(nodes::Column::BmcUrl)
+            .column(nodes::Column::CredentialRef)
+            .join(JoinType::InnerJoin, step_node_relation())
+            .order_by_asc(update_steps::Column::Id)
+            .into_tuple()
+            .all(&self.reader)
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(
+                |(step_id, finished_at, node_id, name, bmc_url, credential_ref)| WatchedStep {
+                    step_id: StepId(step_id),
+                    finished_at,
+                    node: NodeAddress {
+                        id: NodeId(node_id),
+                        name,
+                        bmc_url,
+                        credential_ref,
+                    },
+                },
+            )
+            .collect())
     }
 
     /// One step.

@@ -15,6 +15,7 @@ use futures::StreamExt;
 use orchestrator_bmc::EventCursor;
 use orchestrator_db::execution::{ExecRollout, ExecWave, StepFilter, StepPurpose, StepState};
 use orchestrator_db::health::{Cohort, HealthCursor, LevelAgg, NodePoll, WindowDelta, window_start};
+use orchestrator_db::model::NodeAddress;
 use orchestrator_db::{Db, DbError};
 use orchestrator_policy::RedfishMetric;
 use orchestrator_types::{DrainPhase, NodeId};
@@ -63,7 +64,7 @@ pub(crate) struct Member {
 
 impl Member {
     /// Watches `node` as `cohort` from `exposure_start`.
-    pub(crate) fn of(node: orchestrator_db::model::Node, cohort: Cohort, exposure_start: DateTime<Utc>) -> Self {
+    pub(crate) fn of(node: NodeAddress, cohort: Cohort, exposure_start: DateTime<Utc>) -> Self {
         Self {
             node_id: node.id,
             name: node.name,
@@ -92,6 +93,54 @@ pub struct CollectReport {
 /// crash mid-round loses at most this many polls (their events are read again from the unmoved
 /// cursors).
 const POLLS_PER_WRITE: usize = 1_000;
+
+/// Window aggregates written in one transaction at most, whatever the number of polls: a poll
+/// splits its exposure into one aggregate per hourly window it spans, so after a controller outage
+/// of a day every node's first poll carries a day of windows, and a write of 1,000 such polls would
+/// hold tens of thousands of aggregates (each with its per-GPU readings) in memory at once.
+const DELTAS_PER_WRITE: usize = 20_000;
+
+/// Polls read and not yet written, with the events each counted.
+#[derive(Default)]
+struct PollBatch {
+    polls: Vec<NodePoll>,
+    events: Vec<u64>,
+    deltas: usize,
+}
+
+impl PollBatch {
+    fn push(&mut self, poll: NodePoll, events: u64) {
+        self.deltas += poll.deltas.len();
+        self.polls.push(poll);
+        self.events.push(events);
+    }
+
+    fn is_full(&self) -> bool {
+        self.polls.len() >= POLLS_PER_WRITE || self.deltas >= DELTAS_PER_WRITE
+    }
+
+    /// Writes the batch in one transaction and empties it.
+    async fn write(&mut self, db: &Db, report: &mut CollectReport) -> Result<(), DbError> {
+        if self.polls.is_empty() {
+            return Ok(());
+        }
+        // A poll another controller recorded first is neither counted nor written.
+        for (recorded, events) in db
+            .record_health_polls(&self.polls)
+            .await?
+            .into_iter()
+            .zip(self.events.drain(..))
+        {
+            if recorded {
+                report.polled += 1;
+                report.events += events;
+            }
+        }
+        self.polls.clear();
+        self.deltas = 0;
+        Ok(())
+    }
+}
 
 /// Polls a wave's nodes and control cohort.
 #[derive(Debug, Clone)]
@@ -135,17 +184,14 @@ impl Collector {
     async fn members(&self, wave: &ExecWave, bake_start: DateTime<Utc>) -> Result<Vec<Member>, DbError> {
         let steps = self
             .db
-            .steps(&StepFilter {
+            .watched_steps(&StepFilter {
                 wave_id: Some(wave.id),
                 purpose: Some(StepPurpose::Update),
                 state: Some(StepState::Succeeded),
                 ..Default::default()
             })
             .await?;
-        let mut members = Vec::new();
-        let mut add = |node: orchestrator_db::model::Node, cohort: Cohort, start: DateTime<Utc>| {
-            members.push(Member::of(node, cohort, start));
-        };
+        let mut members = Vec::with_capacity(steps.len() + wave.control_nodes.len());
         // A node drained through its workload scheduler carries no load
         // until it is resumed: its exposure starts there, or it is left out
         // while Waveguard keeps it quarantined, so idle GPUs never dilute a
@@ -157,24 +203,16 @@ impl Collector {
             .into_iter()
             .map(|d| (d.step_id.0, d))
             .collect();
-        let mut ids: Vec<NodeId> = steps.iter().map(|s| s.node_id).collect();
-        ids.extend(wave.control_nodes.iter().copied());
-        let mut nodes = self.db.nodes_by_id(&ids).await?;
-        for step in &steps {
-            let Some(start) = canary_exposure_start(step.finished_at, drains.get(&step.id.0), bake_start) else {
+        for step in steps {
+            let Some(start) = canary_exposure_start(step.finished_at, drains.get(&step.step_id.0), bake_start) else {
                 continue;
             };
-            let Some(node) = nodes.get(&step.node_id).cloned() else {
-                return Err(DbError::NotFound {
-                    what: "node",
-                    key: step.node_id.to_string(),
-                });
-            };
-            add(node, Cohort::Canary, start);
+            members.push(Member::of(step.node, Cohort::Canary, start));
         }
+        let mut controls = self.db.node_addresses(&wave.control_nodes).await?;
         for node_id in &wave.control_nodes {
-            match nodes.remove(node_id) {
-                Some(node) => add(node, Cohort::Control, bake_start),
+            match controls.remove(node_id) {
+                Some(node) => members.push(Member::of(node, Cohort::Control, bake_start)),
                 None => {
                     tracing::warn!(node = %node_id, wave = %wave.name, "control node no longer exists");
                 }
@@ -215,35 +253,27 @@ impl Collector {
             .map(|c| (c.node_id, c))
             .collect();
         let mut report = CollectReport::default();
-        let mut polls = futures::stream::iter(members)
-            .map(|member| {
-                let cursor = cursors.get(&member.node_id).cloned();
-                async move { self.poll(rollout, wave, &member, cursor, metrics, now).await }
-            })
-            .buffer_unordered(self.concurrency)
-            .chunks(POLLS_PER_WRITE);
-        while let Some(chunk) = polls.next().await {
-            let mut read = Vec::with_capacity(chunk.len());
-            let mut events = Vec::with_capacity(chunk.len());
-            for polled in chunk {
-                match polled {
-                    Ok(Some((poll, n))) => {
-                        read.push(poll);
-                        events.push(n);
-                    }
-                    Ok(None) => report.failed += 1,
-                    Err(DbError::Stale { .. }) => {}
-                    Err(err) => return Err(err),
-                }
+        let mut polls = std::pin::pin!(
+            futures::stream::iter(members)
+                .map(|member| {
+                    let cursor = cursors.get(&member.node_id).cloned();
+                    async move { self.poll(rollout, wave, &member, cursor, metrics, now).await }
+                })
+                .buffer_unordered(self.concurrency)
+        );
+        let mut batch = PollBatch::default();
+        while let Some(polled) = polls.next().await {
+            match polled {
+                Ok(Some((poll, events))) => batch.push(poll, events),
+                Ok(None) => report.failed += 1,
+                Err(DbError::Stale { .. }) => {}
+                Err(err) => return Err(err),
             }
-            // A poll another controller recorded first is neither counted nor written.
-            for (recorded, n) in self.db.record_health_polls(&read).await?.into_iter().zip(events) {
-                if recorded {
-                    report.polled += 1;
-                    report.events += n;
-                }
+            if batch.is_full() {
+                batch.write(&self.db, &mut report).await?;
             }
         }
+        batch.write(&self.db, &mut report).await?;
         Ok(report)
     }
 

@@ -190,7 +190,7 @@ pub(crate) async fn fleet_watch(
         // The reset rule: the hours right after a node's flash count on neither side.
         let start = step.finished_at.map_or(start, |f| start.max(f + reset_exclusion));
         watch.updated.insert(step.node_id, step.wave_id);
-        watch.members.push(Member::of(node.clone(), Cohort::Canary, start));
+        watch.members.push(Member::of(node.address(), Cohort::Canary, start));
     }
     for node_id in later {
         if touched.contains(&node_id) || watch.updated.contains_key(&node_id) {
@@ -210,7 +210,7 @@ pub(crate) async fn fleet_watch(
         watch.control.insert(node_id);
         watch
             .members
-            .push(Member::of(node.clone(), Cohort::Control, bake_start));
+            .push(Member::of(node.address(), Cohort::Control, bake_start));
     }
     watch.strata_watched = watch
         .members
