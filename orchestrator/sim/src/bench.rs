@@ -173,8 +173,9 @@ fn psql(url: &str, sql: &str) -> Result<(), PsqlError> {
 /// controllers this product targets do (NVIDIA's bmcweb-based HMC): the controller then reads a
 /// node's firmware inventory, GPU sensors and GPU processors in one request each. Without it every
 /// inventory entry and every sensor is a request of its own, which is what bmc-sim's plain layout
-/// measures (`redfish_layout` left out).
-fn throughput_scenario(nodes: usize) -> String {
+/// measures (`redfish_layout` left out). Public so that `bench`'s Ansible comparison updates BMCs
+/// of the same kind.
+pub fn throughput_scenario(nodes: usize) -> String {
     format!(
         r#"
 seed: 3

@@ -3,7 +3,9 @@
 //! - throughput: a simulated fleet with zero flash time rolled canary → fleet
 //!   by the real engine over loopback Redfish, on SQLite and PostgreSQL;
 //!   controller CPU is counted per thread, without bmc-sim's threads (the
-//!   fleet runs on a runtime of its own);
+//!   fleet runs on a runtime of its own); then Ansible's `redfish_command`
+//!   SimpleUpdate on a small fleet of the same kind, for comparison
+//!   (`bench_ansible`);
 //! - scale: process RSS and latency of the main API list endpoints with a
 //!   large fleet in the database (in-process router, no network);
 //! - detection: whole rollouts of a 1,000-node fleet simulated without I/O
@@ -67,6 +69,14 @@ pub struct BenchArgs {
     /// files): each Redfish request then also pays a TCP connect.
     #[arg(long)]
     fleet_in_process: bool,
+    /// Simulated BMCs that Ansible's `redfish_command` SimpleUpdate updates
+    /// after the throughput runs, on a fleet of its own, for comparison
+    /// (needs `ansible-playbook` with community.general); 0 skips it.
+    #[arg(long, default_value_t = 200, value_name = "N")]
+    ansible_hosts: usize,
+    /// `forks` values of the Ansible comparison, each run on a fresh fleet.
+    #[arg(long, default_value = "10,50", value_delimiter = ',', value_name = "N,...")]
+    ansible_forks: Vec<usize>,
     /// Nodes in the database for the scale run.
     #[arg(long, default_value_t = 100_000, value_name = "N")]
     scale_nodes: usize,
@@ -130,7 +140,10 @@ pub async fn run(args: BenchArgs, _context: &Context) -> anyhow::Result<ExitCode
                 nodes
             }
         };
-        throughput(nodes, None, processes).await?;
+        if args.ansible_forks.is_empty() || args.ansible_forks.contains(&0) {
+            return Err(super::BadInput("--ansible-forks takes counts of at least 1, e.g. 10,50".into()).into());
+        }
+        let mut runs = vec![throughput(nodes, None, processes).await?];
         if args.postgres_url.is_empty() {
             println!("throughput on PostgreSQL: skipped (--postgres-url is empty)");
         } else {
@@ -138,11 +151,16 @@ pub async fn run(args: BenchArgs, _context: &Context) -> anyhow::Result<ExitCode
                 Ok(pg) => {
                     let outcome = throughput(nodes, Some(&pg.url), processes).await;
                     pg.drop_database();
-                    outcome?;
+                    runs.push(outcome?);
                 }
                 Err(err) => println!("throughput on PostgreSQL: SKIPPED ({:#})", anyhow::Error::new(err)),
             }
         }
+        let ansible = super::bench_ansible::Options {
+            hosts: args.ansible_hosts,
+            forks: args.ansible_forks.clone(),
+        };
+        super::bench_ansible::run(&ansible, &runs).await;
     }
     if wants(Which::Scale) {
         scale(args.scale_nodes).await?;
@@ -177,7 +195,11 @@ pub async fn run(args: BenchArgs, _context: &Context) -> anyhow::Result<ExitCode
     Ok(ExitCode::SUCCESS)
 }
 
-async fn throughput(nodes: usize, postgres: Option<&str>, processes: Option<usize>) -> anyhow::Result<()> {
+async fn throughput(
+    nodes: usize,
+    postgres: Option<&str>,
+    processes: Option<usize>,
+) -> anyhow::Result<super::bench_ansible::WaveguardRun> {
     let backend = if postgres.is_some() { "PostgreSQL" } else { "SQLite" };
     let placement = match processes {
         Some(n) => format!("fleet in {n} bmc-sim processes, keep-alive"),
@@ -236,7 +258,11 @@ async fn throughput(nodes: usize, postgres: Option<&str>, processes: Option<usiz
         ),
     }
     println!("BMC connection bound: {}", run.connection_limit);
-    Ok(())
+    Ok(super::bench_ansible::WaveguardRun {
+        backend,
+        updates_per_second: run.succeeded as f64 / run.wall.as_secs_f64(),
+        cpu_per_update: run.controller_cpu / run.succeeded.max(1) as f64,
+    })
 }
 
 /// The machine's 1/5/15-minute load averages, for reading the wall-clock figures.

@@ -1,6 +1,7 @@
 //! One module per command group.
 
 pub mod bench;
+pub mod bench_ansible;
 pub mod bench_latency;
 pub mod bench_rma;
 pub mod demo;
