@@ -54,24 +54,18 @@ pub(crate) fn canary_exposure_start(
 /// One node to watch for a wave.
 #[derive(Debug, Clone)]
 pub(crate) struct Member {
-    pub(crate) node_id: NodeId,
-    pub(crate) name: String,
+    pub(crate) node: NodeAddress,
     pub(crate) cohort: Cohort,
     pub(crate) exposure_start: DateTime<Utc>,
-    pub(crate) bmc_url: String,
-    pub(crate) credential_ref: String,
 }
 
 impl Member {
     /// Watches `node` as `cohort` from `exposure_start`.
     pub(crate) fn of(node: NodeAddress, cohort: Cohort, exposure_start: DateTime<Utc>) -> Self {
         Self {
-            node_id: node.id,
-            name: node.name,
+            node,
             cohort,
             exposure_start,
-            bmc_url: node.bmc_url,
-            credential_ref: node.credential_ref,
         }
     }
 }
@@ -171,8 +165,8 @@ impl Collector {
             .await?
             .into_iter()
             .map(|m| crate::metric_source::WatchedNode {
-                node: m.node_id,
-                name: m.name,
+                node: m.node.id,
+                name: m.node.name,
                 cohort: m.cohort,
                 from: m.exposure_start,
             })
@@ -256,7 +250,7 @@ impl Collector {
         let mut polls = std::pin::pin!(
             futures::stream::iter(members)
                 .map(|member| {
-                    let cursor = cursors.get(&member.node_id).cloned();
+                    let cursor = cursors.get(&member.node.id).cloned();
                     async move { self.poll(rollout, wave, &member, cursor, metrics, now).await }
                 })
                 .buffer_unordered(self.concurrency)
@@ -305,8 +299,8 @@ impl Collector {
         queries: &[(String, String)],
         now: DateTime<Utc>,
     ) -> Result<CollectReport, DbError> {
-        let index: NodeIndex = members.iter().map(|m| (m.node_id, m.name.clone())).collect();
-        let cohorts: HashMap<NodeId, Cohort> = members.iter().map(|m| (m.node_id, m.cohort)).collect();
+        let index: NodeIndex = members.iter().map(|m| (m.node.id, m.node.name.clone())).collect();
+        let cohorts: HashMap<NodeId, Cohort> = members.iter().map(|m| (m.node.id, m.cohort)).collect();
         let node_label = client.config().node_label.clone();
         let mut report = CollectReport::default();
         for (metric, query) in queries {
@@ -372,7 +366,7 @@ impl Collector {
         let mut cursor = cursor.unwrap_or(HealthCursor {
             rollout_id: rollout.id,
             wave_id: wave.id,
-            node_id: member.node_id,
+            node_id: member.node.id,
             cohort: member.cohort,
             exposure_start: member.exposure_start,
             accounted_until: member.exposure_start,
@@ -388,9 +382,9 @@ impl Collector {
             let mut failed_cursor = cursor.clone();
             async move {
                 if previous_error.as_deref() == Some(reason.as_str()) {
-                    tracing::debug!(node = %member.name, wave = %wave.name, %reason, "health poll failed again");
+                    tracing::debug!(node = %member.node.name, wave = %wave.name, %reason, "health poll failed again");
                 } else {
-                    tracing::warn!(node = %member.name, wave = %wave.name, %reason, "health poll failed");
+                    tracing::warn!(node = %member.node.name, wave = %wave.name, %reason, "health poll failed");
                 }
                 if first {
                     failed_cursor.last_error = Some(reason);
@@ -409,13 +403,13 @@ impl Collector {
                     }
                 } else {
                     self.db
-                        .record_health_poll_error(wave.id, member.node_id, &reason)
+                        .record_health_poll_error(wave.id, member.node.id, &reason)
                         .await?;
                 }
                 Ok(None)
             }
         };
-        let bmc = match self.bmcs.bmc(&member.bmc_url, &member.credential_ref) {
+        let bmc = match self.bmcs.bmc(&member.node.bmc_url, &member.node.credential_ref) {
             Ok(bmc) => bmc,
             Err(err) => return failed(err.to_string()).await,
         };
@@ -435,7 +429,7 @@ impl Collector {
         let gpu_units = match bmc.gpus().await {
             Ok(units) => units,
             Err(err) => {
-                tracing::debug!(node = %member.name, error = %orchestrator_types::error_chain(&err), "no GPU inventory");
+                tracing::debug!(node = %member.node.name, error = %orchestrator_types::error_chain(&err), "no GPU inventory");
                 Vec::new()
             }
         };

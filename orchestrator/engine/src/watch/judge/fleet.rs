@@ -215,7 +215,7 @@ pub(crate) async fn fleet_watch(
     watch.strata_watched = watch
         .members
         .iter()
-        .filter_map(|m| watch.strata.get(&m.node_id))
+        .filter_map(|m| watch.strata.get(&m.node.id))
         .collect::<BTreeSet<_>>()
         .len();
     Ok(watch)
@@ -890,8 +890,8 @@ impl DetectorJudge {
                         .members
                         .iter()
                         .map(|m| WatchedNode {
-                            node: m.node_id,
-                            name: m.name.clone(),
+                            node: m.node.id,
+                            name: m.node.name.clone(),
                             cohort: m.cohort,
                             from: m.exposure_start,
                         })
