@@ -61,6 +61,15 @@ pub struct WorkloadScheduler {
 /// enough for descriptors held by closing sockets to come back.
 pub const DEFAULT_CONTROLLER_FAULT_HOLD: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// Real time a BMC driver may go unused before the engine deletes its session and forgets it. Shorter
+/// than the 30-minute session timeout BMCs commonly default to, so the controller closes its sessions
+/// rather than leaving them to expire; longer than any poll or pass interval, so a node being watched
+/// keeps its session.
+pub const DRIVER_IDLE_LOGOUT: std::time::Duration = std::time::Duration::from_secs(15 * 60);
+
+/// How often the engine looks for idle drivers ([`DRIVER_IDLE_LOGOUT`]).
+pub const DRIVER_SWEEP_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// How long a step may stay in each state that waits on a BMC. Each must
 /// exceed what a slow but healthy BMC takes, retries included.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -71,6 +71,14 @@ pub trait BmcConnector: Send + Sync + std::fmt::Debug {
     fn drivers(&self) -> Vec<Arc<dyn Bmc>> {
         Vec::new()
     }
+
+    /// Forgets the drivers nobody holds and nobody asked for in the last `idle`, and returns them for
+    /// their sessions to be deleted: what the connector keeps follows the BMCs in use, not every BMC it
+    /// ever reached.
+    fn take_idle(&self, idle: std::time::Duration) -> Vec<Arc<dyn Bmc>> {
+        let _ = idle;
+        Vec::new()
+    }
 }
 
 /// How long shutdown waits for one BMC to delete its session. A BMC that does not answer keeps a
@@ -83,8 +91,20 @@ const LOGOUT_CONCURRENCY: usize = 32;
 /// Deletes the session of every driver (BMCs allow a handful of sessions each; a controller that
 /// walks away from them locks itself and others out until they expire).
 pub async fn logout_all(connector: &dyn BmcConnector) {
+    logout_each(connector.drivers()).await;
+}
+
+/// Deletes the sessions of the drivers idle for `idle` and forgets them ([`BmcConnector::take_idle`]).
+pub async fn logout_idle(connector: &dyn BmcConnector, idle: std::time::Duration) {
+    let drivers = connector.take_idle(idle);
+    if !drivers.is_empty() {
+        tracing::debug!(drivers = drivers.len(), "closing the sessions of idle BMC drivers");
+        logout_each(drivers).await;
+    }
+}
+
+async fn logout_each(drivers: Vec<Arc<dyn Bmc>>) {
     use futures::StreamExt;
-    let drivers = connector.drivers();
     futures::stream::iter(drivers)
         .for_each_concurrent(LOGOUT_CONCURRENCY, |bmc| async move {
             match tokio::time::timeout(LOGOUT_TIMEOUT, bmc.logout()).await {
@@ -101,11 +121,18 @@ pub type EndpointResolver = dyn Fn(&str, &str) -> Result<BmcEndpoint, ResolveErr
 
 /// Redfish drivers over one shared connection pool, one driver (and
 /// session) per BMC, kept between passes and shared with the health
-/// collector ([`HealthBmcs`]).
+/// collector ([`HealthBmcs`]); a driver idle for long is logged out and
+/// forgotten ([`BmcConnector::take_idle`]), so decommissioned BMCs and
+/// finished rollouts do not accumulate.
 pub struct RedfishConnector {
     clients: HttpClients,
     resolve: Arc<EndpointResolver>,
-    cache: Mutex<HashMap<(String, String), Arc<dyn Bmc>>>,
+    cache: Mutex<HashMap<(String, String), CachedDriver>>,
+}
+
+struct CachedDriver {
+    bmc: Arc<dyn Bmc>,
+    last_used: tokio::time::Instant,
 }
 
 impl std::fmt::Debug for RedfishConnector {
@@ -135,7 +162,22 @@ impl RedfishConnector {
 impl BmcConnector for RedfishConnector {
     fn drivers(&self) -> Vec<Arc<dyn Bmc>> {
         let cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
-        cache.values().cloned().collect()
+        cache.values().map(|cached| cached.bmc.clone()).collect()
+    }
+
+    fn take_idle(&self, idle: std::time::Duration) -> Vec<Arc<dyn Bmc>> {
+        let now = tokio::time::Instant::now();
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        let mut taken = Vec::new();
+        // Held elsewhere means a step or a poll is using it now, whatever its age: its session stays.
+        cache.retain(|_, cached| {
+            let keep = now.duration_since(cached.last_used) < idle || Arc::strong_count(&cached.bmc) > 1;
+            if !keep {
+                taken.push(cached.bmc.clone());
+            }
+            keep
+        });
+        taken
     }
 
     fn connect(&self, step: &PlacedStep) -> Result<Arc<dyn Bmc>, ConnectError> {
@@ -149,13 +191,21 @@ impl RedfishConnector {
     /// come here, so a node that is flashed and watched holds one session, and shutdown deletes all.
     pub fn driver(&self, bmc_url: &str, credential_ref: &str) -> Result<Arc<dyn Bmc>, ConnectError> {
         let key = (bmc_url.to_owned(), credential_ref.to_owned());
+        let now = tokio::time::Instant::now();
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(bmc) = cache.get(&key) {
-            return Ok(bmc.clone());
+        if let Some(cached) = cache.get_mut(&key) {
+            cached.last_used = now;
+            return Ok(cached.bmc.clone());
         }
         let endpoint = (self.resolve)(bmc_url, credential_ref)?;
         let bmc: Arc<dyn Bmc> = Arc::new(RedfishBmc::new(&endpoint, &self.clients)?);
-        cache.insert(key, bmc.clone());
+        cache.insert(
+            key,
+            CachedDriver {
+                bmc: bmc.clone(),
+                last_used: now,
+            },
+        );
         Ok(bmc)
     }
 }

@@ -79,7 +79,9 @@ pub use config::{
     DEFAULT_CONTROLLER_FAULT_HOLD, DEFAULT_FLEET_MAX_IN_FLIGHT, EXECUTOR_LEASE, EngineConfig, StepDeadlines,
     WorkloadScheduler,
 };
-pub use connector::{BmcConnector, ConnectError, EndpointResolver, RedfishConnector, ResolveError};
+pub use connector::{
+    BmcConnector, ConnectError, EndpointResolver, RedfishConnector, ResolveError, logout_all, logout_idle,
+};
 pub use controller::{ControllerHealth, ControllerStatus};
 pub use error::{EngineError, MissingSeries};
 pub use health::{GatelessJudge, HealthJudge};

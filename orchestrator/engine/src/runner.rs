@@ -9,7 +9,7 @@ use orchestrator_db::execution::Fence;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
-use crate::config::{EXECUTOR_LEASE, EngineConfig};
+use crate::config::{DRIVER_IDLE_LOGOUT, DRIVER_SWEEP_INTERVAL, EXECUTOR_LEASE, EngineConfig};
 use crate::connector::BmcConnector;
 use crate::controller::{ControllerHealth, ControllerStatus};
 use crate::executor::Executor;
@@ -83,6 +83,7 @@ pub struct Engine {
     nudge: Nudge,
     stop: Arc<Notify>,
     task: JoinHandle<()>,
+    driver_sweep: JoinHandle<()>,
     connector: Arc<dyn BmcConnector>,
     lease: LeaseHolder,
 }
@@ -101,10 +102,12 @@ impl Engine {
         let executor = Executor::new(db, config, connector.clone(), judge);
         let nudge = Nudge(Arc::new(Notify::new()), executor.health.clone());
         let task = tokio::spawn(run(executor, nudge.clone(), stop.clone()));
+        let driver_sweep = spawn_idle_driver_sweep(connector.clone());
         Engine {
             nudge,
             stop,
             task,
+            driver_sweep,
             connector,
             lease,
         }
@@ -133,6 +136,9 @@ impl Engine {
         if let Err(err) = self.task.await {
             tracing::error!(error = %err, "engine task ended abnormally");
         }
+        // A sweep cut mid-way leaves the sessions it had taken to the BMCs' own timeout.
+        self.driver_sweep.abort();
+        let _ = self.driver_sweep.await;
         crate::connector::logout_all(self.connector.as_ref()).await;
     }
 
@@ -142,7 +148,9 @@ impl Engine {
     /// [`Engine::shutdown`].
     pub async fn kill(self) {
         self.task.abort();
+        self.driver_sweep.abort();
         let _ = self.task.await;
+        let _ = self.driver_sweep.await;
     }
 
     /// Runs until `shutdown` resolves.
@@ -150,6 +158,20 @@ impl Engine {
         shutdown.await;
         self.shutdown().await;
     }
+}
+
+/// Logs out idle BMC drivers on every replica (standbys hold drivers too: the API reads inventory
+/// through them), apart from the passes so a BMC slow to delete a session never delays one.
+fn spawn_idle_driver_sweep(connector: Arc<dyn BmcConnector>) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(DRIVER_SWEEP_INTERVAL);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick.tick().await;
+        loop {
+            tick.tick().await;
+            crate::connector::logout_idle(connector.as_ref(), DRIVER_IDLE_LOGOUT).await;
+        }
+    })
 }
 
 async fn run(executor: Executor, nudge: Nudge, stop: Arc<Notify>) {

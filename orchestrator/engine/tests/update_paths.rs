@@ -385,3 +385,49 @@ async fn a_policy_path_that_cannot_restrict_targets_is_refused_at_start() {
         .expect("auto finds the multipart path");
     h.shutdown().await;
 }
+
+/// A driver nobody holds or asked for lately is logged out and forgotten, so the connector follows
+/// the BMCs in use rather than every BMC it ever reached; one in use keeps its session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_drivers_are_logged_out_and_forgotten() {
+    use orchestrator_engine::BmcConnector;
+    let h = Harness::start(3, "", false).await.expect("harness");
+    let connector = h.redfish();
+    let endpoints = h.fleet.endpoints().to_vec();
+    let open = |h: &Harness| -> Vec<usize> {
+        endpoints
+            .iter()
+            .map(|e| h.fleet.open_sessions(&e.name).unwrap())
+            .collect()
+    };
+    let mut drivers = Vec::new();
+    for e in &endpoints {
+        let bmc = connector.driver(&e.bmc_url, "default").unwrap();
+        bmc.firmware_inventory().await.unwrap();
+        drivers.push(bmc);
+    }
+    assert_eq!(open(&h), vec![1, 1, 1]);
+
+    // Recently used: nothing is idle yet, held or not.
+    let in_use = drivers.remove(0);
+    drop(drivers);
+    orchestrator_engine::logout_idle(connector.as_ref(), Duration::from_secs(60)).await;
+    assert_eq!(connector.drivers().len(), 3);
+    assert_eq!(open(&h), vec![1, 1, 1]);
+
+    // Everything is idle at a zero limit, but the driver a caller holds keeps its session.
+    orchestrator_engine::logout_idle(connector.as_ref(), Duration::ZERO).await;
+    assert_eq!(open(&h), vec![1, 0, 0]);
+    let kept = connector.drivers();
+    assert_eq!(kept.len(), 1);
+    assert!(std::sync::Arc::ptr_eq(&kept[0], &in_use));
+
+    // A forgotten BMC asked for again gets a fresh driver and session.
+    let again = connector.driver(&endpoints[1].bmc_url, "default").unwrap();
+    again.firmware_inventory().await.unwrap();
+    assert_eq!(open(&h), vec![1, 1, 0]);
+    drop((kept, again, in_use));
+    orchestrator_engine::logout_all(connector.as_ref()).await;
+    assert_eq!(open(&h), vec![0, 0, 0]);
+    h.shutdown().await;
+}
