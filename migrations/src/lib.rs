@@ -23,6 +23,7 @@ mod m0013_rma_parts;
 mod m0014_page_indexes;
 mod m0015_health_retention;
 mod m0016_soak;
+mod m0017_control_rate_indexes;
 
 /// Every migration, oldest first.
 #[derive(Debug)]
@@ -48,6 +49,7 @@ impl MigratorTrait for Migrator {
             Box::new(m0014_page_indexes::Migration),
             Box::new(m0015_health_retention::Migration),
             Box::new(m0016_soak::Migration),
+            Box::new(m0017_control_rate_indexes::Migration),
         ]
     }
 }

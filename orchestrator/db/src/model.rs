@@ -75,6 +75,16 @@ pub struct NodeAddress {
     pub credential_ref: String,
 }
 
+/// A node as the fleet-scale judge sorts it into strata and controls: its address, platform and
+/// cluster (the stratum) and whether it may be touched, without the rest of its row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeOutline {
+    pub address: NodeAddress,
+    pub platform_sku: String,
+    pub cluster: String,
+    pub state: NodeState,
+}
+
 impl Node {
     /// Where this node's BMC is reached.
     pub fn address(&self) -> NodeAddress {

@@ -13,7 +13,7 @@ use crate::entity::{credential_host_bindings, node_components, nodes, update_ste
 use crate::execution::StepState;
 use crate::model::{
     Component, ComponentReading, DiscoveredComponent, ImportOptions, ImportSummary, NewNode, Node, NodeAddress,
-    NodeFilter, NodeLabels, bmc_address,
+    NodeFilter, NodeLabels, NodeOutline, bmc_address,
 };
 use crate::{Db, DbError};
 
@@ -367,6 +367,49 @@ impl Db {
             }
         }
         Ok(out)
+    }
+
+    /// Every node as a [`NodeOutline`], by id, read a page at a time after the last id seen (no
+    /// offset to rescan): what the fleet-scale judge reads at each look of a 100,000-node fleet.
+    pub async fn node_outlines(&self) -> Result<Vec<NodeOutline>, DbError> {
+        type Row = (i64, String, String, String, String, String, String);
+        let mut out = Vec::new();
+        let mut after = i64::MIN;
+        loop {
+            let rows: Vec<Row> = nodes::Entity::find()
+                .select_only()
+                .column(nodes::Column::Id)
+                .column(nodes::Column::Name)
+                .column(nodes::Column::BmcUrl)
+                .column(nodes::Column::CredentialRef)
+                .column(nodes::Column::PlatformSku)
+                .column(nodes::Column::Cluster)
+                .column(nodes::Column::State)
+                .filter(nodes::Column::Id.gt(after))
+                .order_by_asc(nodes::Column::Id)
+                .limit(MAX_NODE_PAGE)
+                .into_tuple()
+                .all(&self.reader)
+                .await?;
+            let full = rows.len() as u64 == MAX_NODE_PAGE;
+            for (id, name, bmc_url, credential_ref, platform_sku, cluster, state) in rows {
+                after = id;
+                out.push(NodeOutline {
+                    address: NodeAddress {
+                        id: NodeId(id),
+                        name,
+                        bmc_url,
+                        credential_ref,
+                    },
+                    platform_sku,
+                    cluster,
+                    state: state.parse().map_err(|e| DbError::corrupt("node state", e))?,
+                });
+            }
+            if !full {
+                return Ok(out);
+            }
+        }
     }
 
     /// The addresses of the nodes with these ids (ids without a node are left out): the columns a

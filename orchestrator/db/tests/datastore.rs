@@ -450,7 +450,8 @@ async fn migrations_are_idempotent() {
                 "m0013_rma_parts",
                 "m0014_page_indexes",
                 "m0015_health_retention",
-                "m0016_soak"
+                "m0016_soak",
+                "m0017_control_rate_indexes"
             ]
         );
     }

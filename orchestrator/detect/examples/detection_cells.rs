@@ -56,8 +56,8 @@ fn main() {
     let started = std::time::Instant::now();
     let (mut inside, mut checked) = (0, 0);
     println!(
-        "{:<28} {:>6} {:>6} {:>6} {:>9} {:>9} {:>8} {:>6}  calibration canary | 10%",
-        "cell", "caught", "canary", "<15%", "nodes50/90", "hours50/95", "x bound", "held"
+        "{:<28} {:>6} {:>6} {:>6} {:>9} {:>9} {:>14} {:>6}  calibration canary | 10%",
+        "cell", "caught", "canary", "<15%", "nodes50/90", "hours50/95", "x bound (50%)", "held"
     );
     for cell in &cells {
         let runs: Vec<Run> = (0..u64::from(cell.seeds))
@@ -80,25 +80,15 @@ fn main() {
         let exposed = sorted(exposed);
         let fmt = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.0}"));
         if cell.harmful() {
-            let bound_m = sorted(runs.iter().filter_map(|r| r.bound_h.map(|b| b.0)).collect());
-            let bound_p = sorted(runs.iter().filter_map(|r| r.bound_h.map(|b| b.1)).collect());
-            let ratio = |t: Option<f64>, b: Option<f64>| match (t, b) {
-                (Some(t), Some(b)) if b > 0.0 => format!("{:.1}", t / b),
-                _ => "-".into(),
-            };
             let mut line = format!(
-                "{:<28} {:>5.1}% {:>5.1}% {:>5.1}% {:>9} {:>9} {:>8} {:>5.1}%",
+                "{:<28} {:>5.1}% {:>5.1}% {:>5.1}% {:>9} {:>9} {:>14} {:>5.1}%",
                 cell.label,
                 pct(detect_h.len(), n),
                 pct(caught_within(&runs, canary_nodes), n),
                 pct(before_15, n),
                 format!("{}/{}", fmt(quantile(&exposed, 0.5)), fmt(quantile(&exposed, 0.9))),
                 format!("{}/{}", fmt(quantile(&detect_h, 0.5)), fmt(quantile(&detect_h, 0.95))),
-                format!(
-                    "{}/{}",
-                    ratio(quantile(&detect_h, 0.5), quantile(&bound_m, 0.5)),
-                    ratio(quantile(&detect_h, 0.95), quantile(&bound_p, 0.5))
-                ),
+                sim::bound_ratios(&runs).text(),
                 pct(holds, n),
             );
             if let Some([a, b]) = sim::predicted_catch(cell, &policy) {

@@ -71,6 +71,8 @@ pub enum BaselineSource {
     Given,
     /// Measured over the fleet's recent health history ([`history_rates`]).
     History,
+    /// Stated in the policy (the gate's `baseline`).
+    Policy,
     /// [`default_baseline`].
     Default,
 }
@@ -112,8 +114,13 @@ pub fn history_metric(metric: &str) -> bool {
 }
 
 /// A Redfish rate gate's base rate and where it came from: given (by gate or metric name), else
-/// measured over the fleet's history (by metric name), else the default. The one precedence the power
-/// analysis, the timing forecast and the holdback's sizing share.
+/// measured over the fleet's history (by metric name), else stated in the policy (the gate's
+/// `baseline`), else the default. The one precedence the power analysis, the timing forecast and the
+/// holdback's sizing share.
+///
+/// Why history outranks the policy: a stated rate is what a fleet plans with before it has history
+/// of its own (a new SKU, a new cluster); once its controls have gathered [`MIN_HISTORY_EVENTS`],
+/// the measurement is the better estimate, and every report names the source it used.
 pub fn base_rate(
     given: &BTreeMap<String, f64>,
     history: &BTreeMap<String, f64>,
@@ -126,5 +133,12 @@ pub fn base_rate(
     if let Some(v) = history.get(metric.as_str()) {
         return Some((*v, BaselineSource::History));
     }
-    default_baseline(metric).map(|v| (v, BaselineSource::Default))
+    stated_or_default(gate, Some(metric))
+}
+
+/// The gate's `baseline` from the policy, else the metric's default (none for a Prometheus query).
+pub fn stated_or_default(gate: &HealthGate, metric: Option<RedfishMetric>) -> Option<(f64, BaselineSource)> {
+    gate.baseline
+        .map(|v| (v, BaselineSource::Policy))
+        .or_else(|| metric.and_then(default_baseline).map(|v| (v, BaselineSource::Default)))
 }

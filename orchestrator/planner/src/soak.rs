@@ -89,6 +89,7 @@ impl SoakSizing {
                 let source = match self.rate_source {
                     Some(BaselineSource::Given) => "given",
                     Some(BaselineSource::History) => "measured over the fleet's history",
+                    Some(BaselineSource::Policy) => "stated in the policy",
                     Some(BaselineSource::Default) | None => "default rate",
                 };
                 format!(

@@ -154,6 +154,52 @@ fn a_rate_measured_over_history_replaces_the_default_but_not_a_given_one() {
     assert_eq!(given.baseline.as_ref().unwrap().value, 0.001);
 }
 
+/// A gate's `baseline` in the policy is what a fleet without history plans with: it replaces the
+/// default, measured history outranks it, a given one outranks both; a level gate's is its sd.
+#[test]
+fn a_baseline_the_policy_states_replaces_the_default_but_not_history_or_a_given_one() {
+    let source = POLICY
+        .replacen("interval: 30m", "baseline: 0.5\n      interval: 30m", 1)
+        .replacen("min_effect: 3", "min_effect: 3\n      baseline: 1.5", 1);
+    assert_ne!(source, POLICY);
+    let policy = orchestrator_policy::parse_policy(&source).unwrap();
+    let g = gate(&policy, "xid_errors");
+    assert_eq!(g.baseline, Some(0.5));
+    let stated = gate_power(&policy, &shape(16, 16, 6), g, &PowerOptions::default());
+    let used = stated.baseline.as_ref().unwrap();
+    assert_eq!((used.source, used.value), (BaselineSource::Policy, 0.5));
+    let default = gate_power(
+        &self::policy(),
+        &shape(16, 16, 6),
+        gate(&self::policy(), "xid_errors"),
+        &PowerOptions::default(),
+    );
+    assert!(mde(&stated) < mde(&default), "50x the default rate gives more events");
+
+    let temp = gate_power(
+        &policy,
+        &shape(16, 16, 6),
+        gate(&policy, "gpu_temp"),
+        &PowerOptions::default(),
+    );
+    let used = temp.baseline.as_ref().unwrap();
+    assert_eq!(
+        (used.source, used.value, used.measure),
+        (BaselineSource::Policy, 1.5, "sd")
+    );
+
+    let mut options = PowerOptions {
+        history_rates: history_rates(&[("xid_errors_per_gpu_hour".to_owned(), 40.0, 20_000.0)]),
+        ..PowerOptions::default()
+    };
+    let measured = gate_power(&policy, &shape(16, 16, 6), g, &options);
+    let used = measured.baseline.as_ref().unwrap();
+    assert_eq!((used.source, used.value), (BaselineSource::History, 0.002));
+    options.baselines.rates.insert("xid_errors".into(), 0.001);
+    let given = gate_power(&policy, &shape(16, 16, 6), g, &options);
+    assert_eq!(given.baseline.as_ref().unwrap().source, BaselineSource::Given);
+}
+
 #[test]
 fn quiet_small_canary_is_limited_by_the_minimum_events() {
     let policy = policy();

@@ -131,6 +131,11 @@ pub struct HealthGate {
     /// wave cannot detect it with 80% power. Defaults to
     /// [`HealthGate::default_must_detect`].
     pub must_detect: f64,
+    /// The fleet's baseline as the policy states it, for planning only (`policy power` and `lint`,
+    /// the holdback's size), never for judging, which compares with concurrent controls: a rate
+    /// gate's events per unit of its exposure on the current firmware, a level gate's between-unit
+    /// standard deviation. Measured history outranks it; `None`: history or the default.
+    pub baseline: Option<f64>,
     /// How often the gate is evaluated; a wave's bake lasts at least one.
     pub interval: TimeDelta,
 }

@@ -235,6 +235,8 @@ pub(crate) struct RawGate {
     pub min_effect: S<f64>,
     #[serde(default)]
     pub must_detect: Option<S<f64>>,
+    #[serde(default)]
+    pub baseline: Option<S<f64>>,
     pub interval: S<String>,
 }
 

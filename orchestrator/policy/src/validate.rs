@@ -650,6 +650,23 @@ fn gate(sink: &mut Sink, raw: &RawGate) -> Option<HealthGate> {
         }
         Some(m) => Some(m.value),
     };
+    let baseline = match &raw.baseline {
+        Some(b) if !(b.value.is_finite() && b.value > 0.0) => {
+            let what = match kind {
+                GateKind::Rate => "the fleet's events per unit of the gate's exposure (e.g. 0.002 XIDs per GPU-hour)",
+                GateKind::Level => "the between-unit standard deviation in the metric's unit (e.g. 2.5 for °C)",
+            };
+            sink.error(
+                at(b),
+                format!(
+                    "gate {name:?}: baseline {} is invalid: it is {what} and must be a number greater than 0",
+                    b.value
+                ),
+            );
+            Err(())
+        }
+        b => Ok(b.as_ref().map(|b| b.value)),
+    };
     let interval = duration(sink, &format!("gate {name:?} interval"), &raw.interval);
     let direction = match raw.direction.value {
         DirectionRaw::IncreaseIsBad => Direction::IncreaseIsBad,
@@ -662,6 +679,7 @@ fn gate(sink: &mut Sink, raw: &RawGate) -> Option<HealthGate> {
         direction,
         min_effect: effect_ok.then_some(effect)?,
         must_detect: must_detect?,
+        baseline: baseline.ok()?,
         interval: interval?,
     })
 }

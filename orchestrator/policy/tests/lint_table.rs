@@ -541,6 +541,29 @@ const CASES: &[Case] = &[
         ],
     ),
     (
+        "a gate states the fleet's base rate",
+        &[(
+            "      min_effect: 1.5\n",
+            "      min_effect: 1.5\n      baseline: 0.002\n",
+        )],
+        &[],
+    ),
+    (
+        "a gate's stated base rate of zero",
+        &[("      min_effect: 1.5\n", "      min_effect: 1.5\n      baseline: 0\n")],
+        &[
+            "t.yaml:26:17: gate \"xid\": baseline 0 is invalid: it is the fleet's events per unit of the gate's exposure (e.g. 0.002 XIDs per GPU-hour) and must be a number greater than 0",
+        ],
+    ),
+    (
+        "a gate's stated base rate that is not a number",
+        &[(
+            "      min_effect: 1.5\n",
+            "      min_effect: 1.5\n      baseline: low\n",
+        )],
+        &["t.yaml:26:17: invalid floating point"],
+    ),
+    (
         "a wave's own must_detect for a gate it watches",
         &[(
             "    bake: 1h\n  - name: rest",

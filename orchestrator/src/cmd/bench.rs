@@ -397,8 +397,6 @@ fn report_cell(cell: &detection_sim::Cell, method: &str, runs: &[detection_sim::
     let n = runs.len();
     let mut detect_h = Vec::new();
     let mut exposed = Vec::new();
-    let mut ratio_median = Vec::new();
-    let mut ratio_p95 = Vec::new();
     let (mut holds, mut proven, mut unjudged, mut canary_only, mut before_15) = (0, 0, 0, 0, 0);
     let mut hold_ext = Vec::new();
     let mut proven_h = Vec::new();
@@ -409,10 +407,6 @@ fn report_cell(cell: &detection_sim::Cell, method: &str, runs: &[detection_sim::
                 exposed.push(e as f64);
                 canary_only += usize::from(e <= 32);
                 before_15 += usize::from(e * 100 < 15 * detection_sim::NODES);
-                if let Some((m, p)) = run.bound_h {
-                    ratio_median.push(hour / m);
-                    ratio_p95.push(hour / p);
-                }
             }
             End::Held { extension, .. } => {
                 holds += 1;
@@ -434,14 +428,8 @@ fn report_cell(cell: &detection_sim::Cell, method: &str, runs: &[detection_sim::
     let hold_ext = sorted(hold_ext);
     let proven_h = sorted(proven_h);
     if cell.harmful() {
-        let bound_m = sorted(runs.iter().filter_map(|r| r.bound_h.map(|b| b.0)).collect());
-        let bound_p = sorted(runs.iter().filter_map(|r| r.bound_h.map(|b| b.1)).collect());
-        let ratio = |t: Option<f64>, b: Option<f64>| match (t, b) {
-            (Some(t), Some(b)) if b > 0.0 => format!("{:.1}", t / b),
-            _ => "-".into(),
-        };
         println!(
-            "{:<28} {:<7} {:>7} {:>7} {:>7} {:>9} {:>9} {:>10} {:>8} {:>6} {:>7} {:>7}",
+            "{:<28} {:<7} {:>7} {:>7} {:>7} {:>9} {:>9} {:>14} {:>8} {:>6} {:>7} {:>7}",
             cell.label,
             method,
             pct(detect_h.len(), n),
@@ -449,11 +437,7 @@ fn report_cell(cell: &detection_sim::Cell, method: &str, runs: &[detection_sim::
             pct(before_15, n),
             format!("{}/{}", fmt(quantile(&exposed, 0.5)), fmt(quantile(&exposed, 0.9))),
             format!("{}/{}", fmt(quantile(&detect_h, 0.5)), fmt(quantile(&detect_h, 0.95))),
-            format!(
-                "{}/{}",
-                ratio(quantile(&detect_h, 0.5), quantile(&bound_m, 0.5)),
-                ratio(quantile(&detect_h, 0.95), quantile(&bound_p, 0.5))
-            ),
+            detection_sim::bound_ratios(runs).text(),
             pct(holds, n),
             pct(proven, n),
             pct(unjudged, n),
@@ -687,7 +671,7 @@ fn detection(effect_seeds: u32, healthy_seeds: u32) -> anyhow::Result<()> {
     );
     println!("seeds: {effect_seeds} per effect cell, {healthy_seeds} healthy");
     println!(
-        "\n{:<28} {:<7} {:>7} {:>7} {:>7} {:>9} {:>9} {:>10} {:>8} {:>6} {:>7} {:>7}",
+        "\n{:<28} {:<7} {:>7} {:>7} {:>7} {:>9} {:>9} {:>14} {:>8} {:>6} {:>7} {:>7}",
         "harmful cell",
         "method",
         "caught",
@@ -695,7 +679,7 @@ fn detection(effect_seeds: u32, healthy_seeds: u32) -> anyhow::Result<()> {
         "<15%",
         "nodes50/90",
         "hours50/95",
-        "x bound",
+        "x bound (50%)",
         "held",
         "proven",
         "unjudg",

@@ -536,8 +536,9 @@ fn nominal_fleet(policy: &orchestrator_policy::Policy) -> Vec<FleetNode> {
         .collect()
 }
 
-/// `policy power`'s fleet-scale timing for the lint, at the default base rates, on `fleet` or a
-/// nominal fleet, with a phrase saying which. `None` when the fleet gives the policy no waves.
+/// `policy power`'s fleet-scale timing for the lint, at the base rates the policy states (a gate's
+/// `baseline`) or else the defaults, on `fleet` or a nominal fleet, with a phrase saying which.
+/// `None` when the fleet gives the policy no waves.
 fn lint_timing(
     policy: &orchestrator_policy::Policy,
     fleet: Option<&[FleetNode]>,
@@ -557,10 +558,26 @@ fn lint_timing(
         Some(_) => format!("on the fleet file's {eligible} eligible nodes"),
         None => format!("on a nominal {eligible} eligible nodes; --fleet FILE for yours"),
     };
-    Some((
-        timing,
-        format!("{basis}; default base rates, `policy power --baseline` for yours"),
-    ))
+    Some((timing, format!("{basis}; {}", stated_rates_phrase(policy))))
+}
+
+/// Which base rates the lint plans with: the policy's rate gates that state a `baseline` use it, the
+/// others the defaults (the lint reads no database, so no history).
+fn stated_rates_phrase(policy: &orchestrator_policy::Policy) -> &'static str {
+    let rate_gates: Vec<_> = policy
+        .health
+        .gates
+        .iter()
+        .filter(|g| g.kind == orchestrator_policy::GateKind::Rate)
+        .collect();
+    let stated = rate_gates.iter().filter(|g| g.baseline.is_some()).count();
+    if stated == 0 {
+        "default base rates; state a gate's `baseline:` or use `policy power --baseline` for yours"
+    } else if stated == rate_gates.len() {
+        "base rates the policy states"
+    } else {
+        "base rates the policy states, defaults for gates without `baseline:`"
+    }
 }
 
 /// The lint's power statement for one policy: the median and p95 hours for a healthy wave to pass
@@ -739,6 +756,7 @@ fn power(args: &PowerArgs, history: Option<&[(String, f64, f64)]>) -> anyhow::Re
                     let source = match b.source {
                         power::BaselineSource::Given => "given",
                         power::BaselineSource::History => "history",
+                        power::BaselineSource::Policy => "policy",
                         power::BaselineSource::Default => "default",
                     };
                     format!("{what}{}{per} ({source})", b.value)
@@ -903,8 +921,8 @@ fn detection_method(policy: &orchestrator_policy::Policy) -> String {
 const NOMINAL_FLEET: usize = 1000;
 
 /// The soak's holdback and time (issue 22) as the planner sizes the holdback (at the rates measured
-/// over history when `policy power --history` read them, else the default base rates, as the
-/// rollout will), and, when the command was given base rates, the soak time at those.
+/// over history when `policy power --history` read them, else the base rates the policy states,
+/// else the defaults, as the rollout will), and, when the command was given base rates, the soak time at those.
 /// `None` when the policy has no soak.
 fn soak_text(
     policy: &orchestrator_policy::Policy,
@@ -914,7 +932,7 @@ fn soak_text(
     let n = eligible.unwrap_or(NOMINAL_FLEET);
     let none = BTreeMap::new();
     // As the rollout's planner sizes it: at the rates measured over history (`policy power
-    // --history`), else the defaults.
+    // --history`), else the policy's stated ones, else the defaults.
     let history = options.map_or(&none, |o| &o.history_rates);
     let planned = power::soak_sizing(policy, n, &none, history, power::DEFAULT_GPUS_PER_NODE)?;
     let mut out = planned.statement();
@@ -1061,8 +1079,15 @@ mod tests {
     #[test]
     fn power_with_history_sizes_the_holdback_at_the_measured_rate_and_says_so() {
         let source = std::fs::read_to_string(examples().join("hgx-gpu-firmware.yaml")).unwrap();
-        // Sized from the power target, not stated.
+        // Sized from the power target, not stated; at the default rates, not the example's stated ones.
         let sized = source.replace("    holdback_percent: 5\n", "");
+        let stated = soak_text(&orchestrator_policy::parse_policy(&sized).unwrap(), Some(1000), None).unwrap();
+        assert!(stated.contains("stated in the policy"), "{stated}");
+        let sized: String = sized
+            .lines()
+            .filter(|l| !l.trim_start().starts_with("baseline:"))
+            .map(|l| format!("{l}\n"))
+            .collect();
         let policy = orchestrator_policy::parse_policy(&sized).unwrap();
         let totals = vec![
             ("xid_errors_per_gpu_hour".to_owned(), 400.0, 200_000.0),
@@ -1110,8 +1135,8 @@ mod tests {
         let name = file.display().to_string();
         assert!(
             out.contains(&format!(
-                "{name}: power (on a nominal 1000 eligible nodes; --fleet FILE for yours; default base rates, `policy \
-                 power --baseline` for yours): fleet-scale method (in force:"
+                "{name}: power (on a nominal 1000 eligible nodes; --fleet FILE for yours; base rates the policy \
+                 states): fleet-scale method (in force:"
             )),
             "{out}"
         );
@@ -1136,6 +1161,59 @@ mod tests {
             "{out}"
         );
         assert!(out.contains("1 file(s) checked: 0 error(s), 0 warning(s)\n"), "{out}");
+    }
+
+    /// The lint plans with the base rate a gate states and names where its rates came from: a gate
+    /// without `baseline:` falls back to the default and the line says so; a rarer stated rate makes
+    /// a healthy canary slower to pass.
+    #[test]
+    fn lint_plans_with_the_base_rates_the_policy_states() {
+        let stated = orchestrator_policy::parse_policy(
+            &std::fs::read_to_string(examples().join("hgx-gpu-firmware.yaml")).unwrap(),
+        )
+        .unwrap();
+        let mut partly = stated.clone();
+        partly
+            .health
+            .gates
+            .iter_mut()
+            .find(|g| g.name == "pcie_aer")
+            .unwrap()
+            .baseline = None;
+        let mut none = stated.clone();
+        for gate in &mut none.health.gates {
+            gate.baseline = None;
+        }
+        let phrase = |p: &orchestrator_policy::Policy| lint_timing(p, None).unwrap().1;
+        assert!(
+            phrase(&stated).ends_with("; base rates the policy states"),
+            "{}",
+            phrase(&stated)
+        );
+        assert!(
+            phrase(&partly).ends_with("; base rates the policy states, defaults for gates without `baseline:`"),
+            "{}",
+            phrase(&partly)
+        );
+        assert!(
+            phrase(&none).ends_with(
+                "; default base rates; state a gate's `baseline:` or use `policy power --baseline` for yours"
+            ),
+            "{}",
+            phrase(&none)
+        );
+        let canary_pass_p95 = |p: &orchestrator_policy::Policy| {
+            lint_timing(p, None)
+                .unwrap()
+                .0
+                .into_iter()
+                .find(|t| t.wave == "canary" && t.gate == "xid_errors")
+                .unwrap()
+                .pass_hours
+                .1
+        };
+        // 0.002 XIDs per GPU-hour stated against the default 0.01: five times fewer events an hour.
+        assert!(canary_pass_p95(&stated) > 2.0 * canary_pass_p95(&none));
     }
 
     /// A fleet-scale policy whose healthy canary would likely hold at its max_bake is warned at the

@@ -37,8 +37,8 @@ pub use rollout::ExecRollout;
 use sea_orm::{ActiveValue, Set};
 use serde::Serialize;
 pub use step::{
-    ExecStep, MAX_STEP_PAGE_ROWS, NamedStep, PlacedStep, StepChange, StepCounts, StepFilter, StepPageQuery,
-    StepRevision, StepTarget, WatchedStep,
+    ExecStep, MAX_STEP_PAGE_ROWS, NamedStep, PlacedStep, StepChange, StepCounts, StepFilter, StepOutline,
+    StepPageQuery, StepRevision, StepTarget, WatchedStep,
 };
 pub use step_counts::total_counts;
 pub use wave::{ExecWave, WaveChange};

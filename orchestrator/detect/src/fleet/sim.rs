@@ -203,6 +203,66 @@ pub struct Run {
     pub bound_h: Option<(f64, f64)>,
 }
 
+/// A harmful cell's times to detect against the information bound, as ratios (`None` without a
+/// catch or a bound).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BoundRatios {
+    /// Median time to detect over the bound at the gate's alpha and power 95%: the bound
+    /// (its "Why": events a one-sided test needs at a false alarm rate and a power), which its
+    /// targets hold the median (1.5x) and the p95 (2.5x) to.
+    pub median: Option<f64>,
+    /// p95 time to detect over the same bound.
+    pub p95: Option<f64>,
+    /// Median time to detect over the bound at power 50% (the fixed-sample test's own median): a
+    /// stricter reading, reported beside it.
+    pub median_at_half_power: Option<f64>,
+}
+
+/// The ratios of a cell's catch times to the information bound of its runs (each run's bound on
+/// its own rollout schedule; the median over runs).
+pub fn bound_ratios(runs: &[Run]) -> BoundRatios {
+    let sorted = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v
+    };
+    let quantile = |v: &[f64], q: f64| {
+        let last = v.len().checked_sub(1)?;
+        v.get((last as f64 * q).round() as usize).copied()
+    };
+    let detect_h = sorted(
+        runs.iter()
+            .filter_map(|r| match r.end {
+                End::Detected { hour, .. } => Some(hour),
+                _ => None,
+            })
+            .collect(),
+    );
+    let bound_half = sorted(runs.iter().filter_map(|r| r.bound_h.map(|b| b.0)).collect());
+    let bound_95 = sorted(runs.iter().filter_map(|r| r.bound_h.map(|b| b.1)).collect());
+    let ratio = |t: Option<f64>, b: Option<f64>| match (t, b) {
+        (Some(t), Some(b)) if b > 0.0 => Some(t / b),
+        _ => None,
+    };
+    BoundRatios {
+        median: ratio(quantile(&detect_h, 0.5), quantile(&bound_95, 0.5)),
+        p95: ratio(quantile(&detect_h, 0.95), quantile(&bound_95, 0.5)),
+        median_at_half_power: ratio(quantile(&detect_h, 0.5), quantile(&bound_half, 0.5)),
+    }
+}
+
+impl BoundRatios {
+    /// `median/p95 (median at half power)` to one decimal, `-` for a missing ratio.
+    pub fn text(&self) -> String {
+        let one = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.1}"));
+        format!(
+            "{}/{} ({})",
+            one(self.median),
+            one(self.p95),
+            one(self.median_at_half_power)
+        )
+    }
+}
+
 struct Node {
     stratum: usize,
     temp_offset: f64,

@@ -25,7 +25,7 @@ mod baselines;
 use crate::baseline::lookup;
 pub use crate::baseline::{
     BaselineSource, DEFAULT_GPUS_PER_NODE, HISTORY_DAYS, MIN_HISTORY_EVENTS, base_rate, default_baseline,
-    history_metric, history_rates, rate_exposure_unit,
+    history_metric, history_rates, rate_exposure_unit, stated_or_default,
 };
 pub use crate::soak::{DEFAULT_HOLDBACK_PERCENT, MAX_HOLDBACK_PERCENT, SoakSizing, holdback_nodes, soak_sizing};
 pub use baselines::{BaselineError, parse_baselines};
@@ -96,7 +96,7 @@ pub struct PowerOptions {
     /// GPUs per node, for per-GPU metrics.
     pub gpus_per_node: u32,
     /// Base rates measured over the fleet's history ([`history_rates`]), by metric name: used for a
-    /// rate gate without a given baseline, before the default.
+    /// rate gate without a given baseline, before the policy's stated one and the default.
     pub history_rates: BTreeMap<String, f64>,
 }
 
@@ -301,10 +301,12 @@ pub fn gate_power(policy: &Policy, wave: &WaveShape, gate: &HealthGate, options:
     }
     let found = match (gate.kind, metric) {
         (GateKind::Rate, Some(m)) => base_rate(&options.baselines.rates, &options.history_rates, gate, m),
-        (GateKind::Rate, None) => lookup(&options.baselines.rates, gate, None).map(|v| (*v, BaselineSource::Given)),
+        (GateKind::Rate, None) => lookup(&options.baselines.rates, gate, None)
+            .map(|v| (*v, BaselineSource::Given))
+            .or_else(|| stated_or_default(gate, None)),
         (GateKind::Level, _) => lookup(&options.baselines.sds, gate, metric)
             .map(|v| (*v, BaselineSource::Given))
-            .or_else(|| metric.and_then(default_baseline).map(|v| (v, BaselineSource::Default))),
+            .or_else(|| stated_or_default(gate, metric)),
     };
     let measure = match gate.kind {
         GateKind::Rate => "rate",
@@ -316,11 +318,11 @@ pub fn gate_power(policy: &Policy, wave: &WaveShape, gate: &HealthGate, options:
             out.status = GateStatus::NoBaseline;
             out.note = Some(match gate.kind {
                 GateKind::Rate => format!(
-                    "no default baseline for a Prometheus query; give --baseline {}=RATE in events per series-hour",
+                    "no default baseline for a Prometheus query; state `baseline:` on the gate or give --baseline {}=RATE in events per series-hour",
                     gate.name
                 ),
                 GateKind::Level => format!(
-                    "no default baseline for a Prometheus query; give --sd {}=SD in the query's unit",
+                    "no default baseline for a Prometheus query; state `baseline:` on the gate or give --sd {}=SD in the query's unit",
                     gate.name
                 ),
             });
@@ -590,7 +592,8 @@ pub fn canary_without_fleet(policy: &Policy) -> Option<WaveShape> {
 }
 
 /// Lint findings for an underpowered canary: `(gate, message)` for every
-/// gate of `canary` whose 80%-power MDE (default baselines) exceeds its
+/// gate of `canary` whose 80%-power MDE (at `options`' baselines, else the
+/// policy's stated ones, else the defaults) exceeds its
 /// `must_detect`. Gates that cannot be analysed without more input
 /// (Prometheus levels, unjudged gates) are skipped.
 pub fn canary_findings(policy: &Policy, canary: &WaveShape, options: &PowerOptions) -> Vec<(String, String)> {
@@ -611,11 +614,17 @@ pub fn canary_findings(policy: &Policy, canary: &WaveShape, options: &PowerOptio
         } else {
             String::new()
         };
+        let baseline = match p.baseline.as_ref().map(|b| b.source) {
+            Some(BaselineSource::Policy) => "the baseline the policy states",
+            Some(BaselineSource::Given) => "the given baseline",
+            Some(BaselineSource::History) => "the baseline measured over history",
+            Some(BaselineSource::Default) | None => "default baselines",
+        };
         out.push((
             gate.name.clone(),
             format!(
                 "gate {:?}: canary {:?} of {} node(s) {detects}{unit} with {:.0}% power over the {bake} bake \
-                 (default baselines); the policy must catch {must} (must_detect): enlarge the canary or lengthen the \
+                 ({baseline}); the policy must catch {must} (must_detect): enlarge the canary or lengthen the \
                  bake, or set must_detect",
                 gate.name,
                 canary.name,

@@ -110,8 +110,10 @@ pub(crate) async fn fleet_watch(
         .into_iter()
         .map(|w| (w.id, w.position))
         .collect();
+    // Outlines, not whole rows: a look at a 100,000-node rollout reads a few columns of each step
+    // and node, not their targets, errors and labels.
     let steps = db
-        .steps(&StepFilter {
+        .step_outlines(&StepFilter {
             rollout_id: Some(rollout.id),
             purpose: Some(StepPurpose::Update),
             ..Default::default()
@@ -134,30 +136,20 @@ pub(crate) async fn fleet_watch(
         if other.id == rollout.id {
             continue;
         }
-        for step in db
-            .steps(&StepFilter {
-                rollout_id: Some(other.id),
-                ..Default::default()
-            })
-            .await?
-        {
-            if step.state != StepState::Pending {
-                elsewhere.insert(step.node_id);
-            }
-        }
+        elsewhere.extend(db.touched_nodes(other.id).await?);
     }
     let rma = db.rma_holds().await?;
-    let nodes: HashMap<NodeId, orchestrator_db::model::Node> =
-        db.all_nodes().await?.into_iter().map(|n| (n.id, n)).collect();
-    let mut strata_keys: BTreeMap<(String, String), u32> = BTreeMap::new();
+    // By id, so strata are numbered in the same order at every look.
+    let outlines = db.node_outlines().await?;
+    let mut strata_keys: BTreeMap<(&str, &str), u32> = BTreeMap::new();
     let mut strata = HashMap::new();
-    let mut ordered: Vec<&orchestrator_db::model::Node> = nodes.values().collect();
-    ordered.sort_by_key(|n| n.id);
-    for node in ordered {
+    for node in &outlines {
         let next = u32::try_from(strata_keys.len()).unwrap_or(u32::MAX);
-        let key = (node.platform_sku.clone(), node.labels.cluster.clone());
-        strata.insert(node.id, *strata_keys.entry(key).or_insert(next));
+        let key = (node.platform_sku.as_str(), node.cluster.as_str());
+        strata.insert(node.address.id, *strata_keys.entry(key).or_insert(next));
     }
+    let nodes: HashMap<NodeId, &orchestrator_db::model::NodeOutline> =
+        outlines.iter().map(|n| (n.address.id, n)).collect();
 
     let mut watch = FleetWatch {
         strata,
@@ -190,7 +182,9 @@ pub(crate) async fn fleet_watch(
         // The reset rule: the hours right after a node's flash count on neither side.
         let start = step.finished_at.map_or(start, |f| start.max(f + reset_exclusion));
         watch.updated.insert(step.node_id, step.wave_id);
-        watch.members.push(Member::of(node.address(), Cohort::Canary, start));
+        watch
+            .members
+            .push(Member::of(node.address.clone(), Cohort::Canary, start));
     }
     for node_id in later {
         if touched.contains(&node_id) || watch.updated.contains_key(&node_id) {
@@ -199,18 +193,18 @@ pub(crate) async fn fleet_watch(
         let Some(node) = nodes.get(&node_id) else { continue };
         let excluded = control_exclusion(
             node.state,
-            rma.get(&node.name).map(String::as_str),
+            rma.get(&node.address.name).map(String::as_str),
             elsewhere.contains(&node_id),
             open_drain.contains(&node_id),
         );
         if let Some(reason) = excluded {
-            tracing::debug!(node = %node.name, wave = %wave.name, reason, "not a control");
+            tracing::debug!(node = %node.address.name, wave = %wave.name, reason, "not a control");
             continue;
         }
         watch.control.insert(node_id);
         watch
             .members
-            .push(Member::of(node.address(), Cohort::Control, bake_start));
+            .push(Member::of(node.address.clone(), Cohort::Control, bake_start));
     }
     watch.strata_watched = watch
         .members
