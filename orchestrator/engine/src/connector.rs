@@ -75,8 +75,7 @@ pub trait BmcConnector: Send + Sync + std::fmt::Debug {
     /// Forgets the drivers nobody holds and nobody asked for in the last `idle`, and returns them for
     /// their sessions to be deleted: what the connector keeps follows the BMCs in use, not every BMC it
     /// ever reached.
-    fn take_idle(&self, idle: std::time::Duration) -> Vec<Arc<dyn Bmc>> {
-        let _ = idle;
+    fn take_idle(&self, _idle: std::time::Duration) -> Vec<Arc<dyn Bmc>> {
         Vec::new()
     }
 }
