@@ -163,8 +163,13 @@ pub(crate) fn approval_effects(inputs: &Inputs<'_>, wave: &ExecWave) -> Vec<Stri
                 let power = gate_power(policy, &shape, gate, &PowerOptions::default());
                 let detects = match (power.status, power.mde.as_ref().and_then(|m| m.ratio.or(m.shift))) {
                     (GateStatus::Ok, Some(v)) => format!(
-                        "the smallest regression it detects with 80% power is {} (default baselines, {} control nodes)",
+                        "the smallest regression it detects with 80% power is {} ({}, {} control nodes)",
                         policy_summary::effect(gate, round2(v)),
+                        if gate.baseline.is_some() {
+                            "the baseline the policy states"
+                        } else {
+                            "default baselines"
+                        },
                         next.control_nodes.len()
                     ),
                     (GateStatus::Ok, None) => "no regression is detectable with 80% power".into(),
