@@ -124,6 +124,11 @@ impl LevelEProcess {
         self.nodes
     }
 
+    /// Adds a [`LevelBatch`].
+    pub fn observe(&mut self, batch: &LevelBatch) -> Result<(), FleetError> {
+        self.observe_batch(&batch.differences, batch.sd, batch.controls)
+    }
+
     /// Bounds and decisions at one look.
     pub fn look(&self, null_shift: f64, must_detect: f64, alpha: f64, beta: f64) -> Result<LevelLook, FleetError> {
         check(
@@ -166,6 +171,106 @@ impl LevelEProcess {
             estimate: Some(mean),
         })
     }
+}
+
+/// One node's level relative to the mean of its concurrent controls, hour by hour, averaged: over its
+/// watched hours of the wave being judged (`post`), and over the hours it was watched as a control
+/// before that wave (`pre`, `None` when it never was: the canary, or a node that was not eligible).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct NodeLevel {
+    pub post: f64,
+    pub pre: Option<f64>,
+}
+
+/// A wave's nodes ready for [`LevelEProcess::observe_batch`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct LevelBatch {
+    pub differences: Vec<f64>,
+    pub sd: f64,
+    pub controls: usize,
+}
+
+/// Controls with a pre-period needed to estimate the adjustment's coefficient.
+const MIN_PRE_PERIOD_CONTROLS: usize = 3;
+
+/// The sd floor: a perfectly flat control (a simulator's constant sensor) still has measurement error.
+const MIN_NODE_SD: f64 = 1e-3;
+
+/// CUPED's coefficient (Deng, Xu, Kohavi & Walker 2013) over the controls' `(post, pre)` values: the
+/// regression slope of the wave's level on the pre-period level, clamped to [0, 1]. It is the share of
+/// a node's pre-period difference that persists: near 1 when nodes differ persistently (a hot rack
+/// position, a fan curve) and the pre-period is long, near 0 when the differences are noise, so the
+/// adjusted value is never noisier than the unadjusted one by more than the estimate's own error.
+/// `None` with too few controls or a flat pre-period.
+pub fn pre_period_coefficient(controls: &[(f64, f64)]) -> Option<f64> {
+    if controls.len() < MIN_PRE_PERIOD_CONTROLS {
+        return None;
+    }
+    let n = controls.len() as f64;
+    let (post_sum, pre_sum) = controls
+        .iter()
+        .fold((0.0, 0.0), |(a, b), (post, pre)| (a + post, b + pre));
+    let (post_mean, pre_mean) = (post_sum / n, pre_sum / n);
+    let (cov, var) = controls.iter().fold((0.0, 0.0), |(cov, var), (post, pre)| {
+        (
+            cov + (post - post_mean) * (pre - pre_mean),
+            var + (pre - pre_mean) * (pre - pre_mean),
+        )
+    });
+    (var > 0.0 && cov.is_finite()).then(|| (cov / var).clamp(0.0, 1.0))
+}
+
+fn sample_sd(values: &[f64]) -> f64 {
+    let n = values.len() as f64;
+    let mean = values.iter().sum::<f64>() / n;
+    let var = values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1.0).max(1.0);
+    var.sqrt().max(MIN_NODE_SD)
+}
+
+/// A wave's level batches: the updated nodes with a pre-period, adjusted by it (CUPED, the coefficient
+/// and the sd estimated from the controls' own values of the same statistic, each value taken from
+/// the controls' mean of it), and the updated nodes without one, unadjusted as before. Either is left
+/// out when it has no node, or fewer than 2 controls to measure its sd.
+///
+/// Why a pre-period: a node's level differs from the fleet's persistently (its position in the rack,
+/// its fans, its GPUs' bins; 2-3 °C between nodes against about 1 °C of hour-to-hour noise), and an
+/// unadjusted comparison carries that spread into every node's value. A node of a later wave was
+/// watched as a control during the earlier waves' bakes, so the engine already holds its pre-period;
+/// subtracting it leaves mostly the hour-to-hour noise, several times less variance. Why from the
+/// controls only: under no regression the updated nodes are exchangeable with the controls, so a
+/// coefficient and a centre taken from the controls keep the comparison's null; the batch's variance
+/// counts the controls' mean as shared error as before.
+pub fn level_batches_with_pre_period(updated: &[NodeLevel], controls: &[NodeLevel]) -> Vec<LevelBatch> {
+    let paired: Vec<(f64, f64)> = controls.iter().filter_map(|c| Some((c.post, c.pre?))).collect();
+    let theta = pre_period_coefficient(&paired).filter(|_| updated.iter().any(|u| u.pre.is_some()));
+    let mut batches = Vec::new();
+    let plain: Vec<f64> = updated
+        .iter()
+        .filter(|u| theta.is_none() || u.pre.is_none())
+        .map(|u| u.post)
+        .collect();
+    if let Some(theta) = theta {
+        let adjusted_controls: Vec<f64> = paired.iter().map(|(post, pre)| post - theta * pre).collect();
+        let centre = adjusted_controls.iter().sum::<f64>() / adjusted_controls.len() as f64;
+        let differences: Vec<f64> = updated
+            .iter()
+            .filter_map(|u| Some(u.post - theta * u.pre? - centre))
+            .collect();
+        batches.push(LevelBatch {
+            differences,
+            sd: sample_sd(&adjusted_controls),
+            controls: adjusted_controls.len(),
+        });
+    }
+    let control_posts: Vec<f64> = controls.iter().map(|c| c.post).collect();
+    if !plain.is_empty() && control_posts.len() >= 2 {
+        batches.push(LevelBatch {
+            differences: plain,
+            sd: sample_sd(&control_posts),
+            controls: control_posts.len(),
+        });
+    }
+    batches
 }
 
 #[cfg(test)]
@@ -225,5 +330,85 @@ mod tests {
             .observe_batch(&alternating(800, 0.3, 1.0), 1.0, 5000)
             .unwrap();
         assert!(against_fleet.look(0.1, 2.0, 0.01, 0.05).unwrap().fail);
+    }
+
+    /// Nodes whose levels differ persistently by `offset_sd` around the fleet, read with `noise_sd`
+    /// in the pre-period and in the wave, `shift` added to the wave's reading.
+    fn nodes(rng: &mut rand_chacha::ChaCha8Rng, n: usize, offset_sd: f64, noise_sd: f64, shift: f64) -> Vec<NodeLevel> {
+        use crate::fleet::draw::normal;
+        (0..n)
+            .map(|_| {
+                let offset = offset_sd * normal(rng);
+                NodeLevel {
+                    post: offset + shift + noise_sd * normal(rng),
+                    pre: Some(offset + noise_sd * normal(rng)),
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_pre_period_removes_persistent_node_offsets() {
+        use rand::SeedableRng;
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+        let controls = nodes(&mut rng, 400, 2.5, 0.3, 0.0);
+        let updated = nodes(&mut rng, 32, 2.5, 0.3, 1.0);
+        let batches = level_batches_with_pre_period(&updated, &controls);
+        assert_eq!(batches.len(), 1, "{batches:?}");
+        let adjusted = &batches[0];
+        assert_eq!((adjusted.differences.len(), adjusted.controls), (32, 400));
+        // The offsets' 2.5 are gone: what is left is the two readings' noise, 0.3 * sqrt(2).
+        assert!((0.3..0.55).contains(&adjusted.sd), "{}", adjusted.sd);
+        let mean = adjusted.differences.iter().sum::<f64>() / 32.0;
+        assert!((mean - 1.0).abs() < 0.25, "{mean}");
+        let mut process = LevelEProcess::new(LevelEConfig::default());
+        process.observe(adjusted).unwrap();
+        assert!(process.look(0.5, 2.0, 0.005, 0.0125).unwrap().fail);
+        // Without the pre-period the same nodes prove nothing against the +0.5 null.
+        let unadjusted: Vec<NodeLevel> = updated.iter().map(|u| NodeLevel { pre: None, ..*u }).collect();
+        let plain = level_batches_with_pre_period(&unadjusted, &controls);
+        assert_eq!(plain.len(), 1);
+        assert!(plain[0].sd > 2.0, "{}", plain[0].sd);
+        let mut process = LevelEProcess::new(LevelEConfig::default());
+        process.observe(&plain[0]).unwrap();
+        assert!(!process.look(0.5, 2.0, 0.005, 0.0125).unwrap().fail);
+    }
+
+    #[test]
+    fn a_pre_period_of_pure_noise_is_given_no_weight() {
+        use rand::SeedableRng;
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
+        // No persistent offsets: the pre-period says nothing about the wave, and subtracting it
+        // whole would double the variance.
+        let controls = nodes(&mut rng, 2000, 0.0, 1.0, 0.0);
+        let pairs: Vec<(f64, f64)> = controls.iter().map(|c| (c.post, c.pre.unwrap())).collect();
+        let theta = pre_period_coefficient(&pairs).unwrap();
+        assert!(theta < 0.1, "{theta}");
+        let persistent = nodes(&mut rng, 2000, 2.5, 0.5, 0.0);
+        let pairs: Vec<(f64, f64)> = persistent.iter().map(|c| (c.post, c.pre.unwrap())).collect();
+        assert!(pre_period_coefficient(&pairs).unwrap() > 0.9);
+        assert_eq!(pre_period_coefficient(&pairs[..2]), None);
+        assert_eq!(pre_period_coefficient(&[(1.0, 3.0); 10]), None);
+    }
+
+    #[test]
+    fn nodes_without_a_pre_period_are_judged_unadjusted_beside_the_rest() {
+        use rand::SeedableRng;
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
+        let controls = nodes(&mut rng, 100, 2.5, 0.3, 0.0);
+        let mut updated = nodes(&mut rng, 10, 2.5, 0.3, 0.0);
+        updated[0].pre = None;
+        updated[1].pre = None;
+        let batches = level_batches_with_pre_period(&updated, &controls);
+        let sizes: Vec<usize> = batches.iter().map(|b| b.differences.len()).collect();
+        assert_eq!(sizes, vec![8, 2]);
+        assert_eq!(batches[1].differences, vec![updated[0].post, updated[1].post]);
+        // Controls without a pre-period: everything is unadjusted.
+        let bare: Vec<NodeLevel> = controls.iter().map(|c| NodeLevel { pre: None, ..*c }).collect();
+        let batches = level_batches_with_pre_period(&updated, &bare);
+        assert_eq!(batches.len(), 1);
+        assert_eq!(batches[0].differences.len(), 10);
+        // Nothing to compare with: no batch.
+        assert!(level_batches_with_pre_period(&updated, &bare[..1]).is_empty());
     }
 }

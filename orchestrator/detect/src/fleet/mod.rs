@@ -44,7 +44,10 @@ mod timing;
 pub use decision::{GateLook, SoakDecision, WaveDecision, WaveTiming, decide_soak, decide_wave};
 pub use dispersion::{NodeCount, quasi_poisson_dispersion};
 pub use forecast::{FORECAST_SEEDS, Forecast, ForecastGate, ForecastWave, forecast_catch};
-pub use level::{LevelEConfig, LevelEProcess, LevelLook};
+pub use level::{
+    LevelBatch, LevelEConfig, LevelEProcess, LevelLook, NodeLevel, level_batches_with_pre_period,
+    pre_period_coefficient,
+};
 pub use nodes::{MIN_HETEROGENEITY, NodeCell, NodeMixtureProcess, NodeObservation, node_heterogeneity};
 pub use rate::{RateCell, RateEConfig, RateEProcess, RateLook};
 pub use soak::{counted_hours, holdback_events_needed, holdback_fraction};

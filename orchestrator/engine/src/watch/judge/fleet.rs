@@ -22,12 +22,12 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use chrono::{DateTime, Duration, Utc};
 use orchestrator_db::execution::{ExecRollout, ExecWave, StepFilter, StepPurpose, StepState};
-use orchestrator_db::health::{Cohort, HealthLook, HealthSample, LevelAgg, NewHealthLook, SampleScope};
+use orchestrator_db::health::{Cohort, HealthLook, HealthSample, LevelAgg, NewHealthLook, SampleScope, window_start};
 use orchestrator_db::{Db, DbError};
 use orchestrator_detect::fleet::{
-    ErrorBudget, FleetError, GateLook as DetectGateLook, LevelEConfig, LevelEProcess, MIN_HETEROGENEITY, NodeCount,
-    NodeMixtureProcess, NodeObservation, RateCell, RateEConfig, RateEProcess, WaveDecision, WaveTiming, decide_wave,
-    node_heterogeneity, quasi_poisson_dispersion,
+    ErrorBudget, FleetError, GateLook as DetectGateLook, LevelBatch, LevelEConfig, LevelEProcess, MIN_HETEROGENEITY,
+    NodeCount, NodeLevel, NodeMixtureProcess, NodeObservation, RateCell, RateEConfig, RateEProcess, WaveDecision,
+    WaveTiming, decide_wave, level_batches_with_pre_period, node_heterogeneity, quasi_poisson_dispersion,
 };
 use orchestrator_policy::{Direction, GateKind, GateSource, HealthGate, Policy, RedfishMetric};
 use orchestrator_types::{
@@ -72,6 +72,8 @@ pub(crate) struct FleetWatch {
     /// Updated nodes and the wave of their update.
     pub(crate) updated: BTreeMap<NodeId, orchestrator_types::WaveId>,
     pub(crate) control: BTreeSet<NodeId>,
+    /// Each wave's bake start, for the waves that have baked or bake now.
+    pub(crate) bake_starts: HashMap<orchestrator_types::WaveId, DateTime<Utc>>,
 }
 
 /// Why a node planned for a later wave is not a control now, or `None` when it is one.
@@ -104,12 +106,11 @@ pub(crate) async fn fleet_watch(
     bake_start: DateTime<Utc>,
     reset_exclusion: Duration,
 ) -> Result<FleetWatch, DbError> {
-    let positions: HashMap<orchestrator_types::WaveId, i32> = db
-        .rollout_waves(rollout.id)
-        .await?
-        .into_iter()
-        .map(|w| (w.id, w.position))
-        .collect();
+    let waves = db.rollout_waves(rollout.id).await?;
+    let positions: HashMap<orchestrator_types::WaveId, i32> = waves.iter().map(|w| (w.id, w.position)).collect();
+    let mut bake_starts: HashMap<orchestrator_types::WaveId, DateTime<Utc>> =
+        waves.iter().filter_map(|w| Some((w.id, w.bake_started_at?))).collect();
+    bake_starts.insert(wave.id, bake_start);
     // Outlines, not whole rows: a look at a 100,000-node rollout reads a few columns of each step
     // and node, not their targets, errors and labels.
     let steps = db
@@ -153,6 +154,7 @@ pub(crate) async fn fleet_watch(
 
     let mut watch = FleetWatch {
         strata,
+        bake_starts,
         ..Default::default()
     };
     let mut later: BTreeSet<NodeId> = BTreeSet::new();
@@ -973,12 +975,12 @@ impl DetectorJudge {
                     Direction::IncreaseIsBad => 1.0,
                     Direction::DecreaseIsBad => -1.0,
                 };
-                let batches = level_batches(samples, &watch.updated, sign);
+                let batches = level_batches(samples, &watch.updated, &watch.bake_starts, sign);
                 let mut process = LevelEProcess::new(LevelEConfig::default());
                 let (mut updated, mut control) = (0usize, 0usize);
                 let mut sum = 0.0;
                 for batch in &batches {
-                    if let Err(err) = process.observe_batch(&batch.differences, batch.sd, batch.controls) {
+                    if let Err(err) = process.observe(batch) {
                         return fail(err.to_string());
                     }
                     updated += batch.differences.len();
@@ -1109,18 +1111,20 @@ fn error_look(gate: &str, look: u32, max_looks: u32, alpha: f64, beta: f64, reas
     }
 }
 
-/// One batch of a level gate: a wave's updated nodes measured against that wave's controls.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct LevelBatch {
-    pub(crate) differences: Vec<f64>,
-    pub(crate) sd: f64,
-    pub(crate) controls: usize,
-}
-
 /// A level gate's batches: for each wave of the rollout up to this one, the nodes updated in that
 /// wave (each counts once, in its own wave), each one's mean over its hours of the wave's watch of
 /// its level minus the mean of that wave's controls in the same hour (harmful direction positive via
-/// `sign`), with the controls' spread of the same statistic as the sd.
+/// `sign`), adjusted by its pre-period where it has one, with the controls' spread of the same
+/// statistic as the sd ([`level_batches_with_pre_period`]). `bake_starts` holds each wave's bake
+/// start; a wave without one is not judged.
+///
+/// A node's pre-period for a wave is every hour it was watched as a control before that wave's bake
+/// started: a node of a later wave was a control during the earlier waves' bakes, and the first
+/// wave's nodes and controls were watched before its first flash when the policy asks for it
+/// (`detection.pre_period`). A control is a node not touched yet, so these hours are all before the
+/// node's flash, each relative to the controls of its own hour (a fleet-wide change between the
+/// pre-period and the wave cancels like any other). The same rule gives updated nodes and controls
+/// their pre-periods, so the two stay comparable.
 ///
 /// The current wave joins from its first closed hour, so a level gate can fail at any look, inside
 /// the planned bake too (issue 22: Fail at any look; only Pass waits for the bake). Its batch is
@@ -1133,73 +1137,76 @@ pub(crate) struct LevelBatch {
 pub(crate) fn level_batches(
     samples: &[GateSample],
     updated: &BTreeMap<NodeId, orchestrator_types::WaveId>,
+    bake_starts: &HashMap<orchestrator_types::WaveId, DateTime<Utc>>,
     sign: f64,
 ) -> Vec<LevelBatch> {
-    // wave -> (cohort, node) -> hourly window -> the node's level (a stored sample is unique per
-    // wave, node, metric and window, so each window has one)
-    type Windows = BTreeMap<DateTime<Utc>, f64>;
-    let mut by_wave: BTreeMap<orchestrator_types::WaveId, BTreeMap<(Cohort, NodeId), Windows>> = BTreeMap::new();
+    use orchestrator_types::WaveId;
+    // The controls' mean level per wave and hour: each node is compared with the controls of the
+    // same hours only (concurrent), so a fleet-wide hot hour that an updated node's watch (which
+    // starts after its reset) covers differently from the controls' cannot pass for an effect.
+    let mut control_sums: HashMap<(WaveId, DateTime<Utc>), (f64, usize)> = HashMap::new();
+    for s in samples.iter().filter(|s| s.cohort == Cohort::Control) {
+        if let Some(level) = s.level {
+            let entry = control_sums.entry((s.wave_id, s.window_start)).or_insert((0.0, 0));
+            entry.0 += level;
+            entry.1 += 1;
+        }
+    }
+    // Each node's hours as (wave, cohort, hour, level relative to that hour's controls).
+    let mut hours: BTreeMap<NodeId, Vec<(WaveId, Cohort, DateTime<Utc>, f64)>> = BTreeMap::new();
     for s in samples {
         let Some(level) = s.level else { continue };
-        by_wave
-            .entry(s.wave_id)
-            .or_default()
-            .entry((s.cohort, s.node_id))
-            .or_default()
-            .insert(s.window_start, level);
+        let Some((sum, n)) = control_sums.get(&(s.wave_id, s.window_start)) else {
+            continue;
+        };
+        hours.entry(s.node_id).or_default().push((
+            s.wave_id,
+            s.cohort,
+            s.window_start,
+            sign * (level - sum / *n as f64),
+        ));
     }
+    let mean = |values: &mut dyn Iterator<Item = f64>| {
+        let (sum, n) = values.fold((0.0, 0usize), |(s, n), v| (s + v, n + 1));
+        (n > 0).then(|| sum / n as f64)
+    };
+    let mut waves: Vec<(WaveId, DateTime<Utc>)> = bake_starts.iter().map(|(w, at)| (*w, window_start(*at))).collect();
+    waves.sort();
     let mut batches = Vec::new();
-    for (wave_id, nodes) in by_wave {
-        // The controls' mean level per hour: each node is compared with the controls of the same
-        // hours only (concurrent), so a fleet-wide hot hour that an updated node's watch (which starts
-        // after its reset) covers differently from the controls' cannot pass for an effect.
-        let mut per_window: BTreeMap<DateTime<Utc>, (f64, usize)> = BTreeMap::new();
-        for (_, windows) in nodes.iter().filter(|((c, _), _)| *c == Cohort::Control) {
-            for (window, v) in windows {
-                let entry = per_window.entry(*window).or_insert((0.0, 0));
-                entry.0 += v;
-                entry.1 += 1;
+    for (wave_id, bake_hour) in waves {
+        // One node's statistic for this wave: its hours of the wave's watch (a control's from the
+        // bake's first hour) and its hours as a control before them.
+        let node_level = |node: &NodeId, cohort: Cohort| -> Option<NodeLevel> {
+            let node_hours = hours.get(node)?;
+            let post = mean(
+                &mut node_hours
+                    .iter()
+                    .filter(|(w, c, at, _)| {
+                        *w == wave_id && *c == cohort && (cohort == Cohort::Canary || *at >= bake_hour)
+                    })
+                    .map(|h| h.3),
+            )?;
+            let pre = mean(
+                &mut node_hours
+                    .iter()
+                    .filter(|(_, c, at, _)| *c == Cohort::Control && *at < bake_hour)
+                    .map(|h| h.3),
+            );
+            Some(NodeLevel { post, pre })
+        };
+        let mut controls = Vec::new();
+        let mut wave_nodes = Vec::new();
+        for (node, node_hours) in &hours {
+            if updated.get(node) == Some(&wave_id) {
+                wave_nodes.extend(node_level(node, Cohort::Canary));
+            } else if node_hours
+                .iter()
+                .any(|(w, c, at, _)| *w == wave_id && *c == Cohort::Control && *at >= bake_hour)
+            {
+                controls.extend(node_level(node, Cohort::Control));
             }
         }
-        let control_mean: BTreeMap<DateTime<Utc>, f64> = per_window
-            .into_iter()
-            .map(|(w, (sum, n))| (w, sum / n as f64))
-            .collect();
-        // One node's value: its mean over its hours of (its level - the controls' mean that hour).
-        let difference = |windows: &Windows| -> Option<f64> {
-            let diffs: Vec<f64> = windows
-                .iter()
-                .filter_map(|(w, level)| Some(level - control_mean.get(w)?))
-                .collect();
-            (!diffs.is_empty()).then(|| diffs.iter().sum::<f64>() / diffs.len() as f64)
-        };
-        // The controls' own values of the same statistic give the sd of one node's value.
-        let controls: Vec<f64> = nodes
-            .iter()
-            .filter(|((c, _), _)| *c == Cohort::Control)
-            .filter_map(|(_, windows)| difference(windows))
-            .collect();
-        if controls.len() < 2 {
-            continue;
-        }
-        let n = controls.len() as f64;
-        let mean = controls.iter().sum::<f64>() / n;
-        let sd = (controls.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1.0)).sqrt();
-        let differences: Vec<f64> = nodes
-            .iter()
-            .filter(|((c, node), _)| *c == Cohort::Canary && updated.get(node) == Some(&wave_id))
-            .filter_map(|(_, windows)| difference(windows))
-            .map(|v| sign * v)
-            .collect();
-        if differences.is_empty() {
-            continue;
-        }
-        // A perfectly flat control (a simulator's constant sensor) still has measurement error.
-        batches.push(LevelBatch {
-            differences,
-            sd: sd.max(1e-3),
-            controls: controls.len(),
-        });
+        batches.extend(level_batches_with_pre_period(&wave_nodes, &controls));
     }
     batches
 }
@@ -1377,6 +1384,125 @@ mod tests {
         }
     }
 
+    fn bake_starts(waves: &[(i64, i64)]) -> HashMap<orchestrator_types::WaveId, DateTime<Utc>> {
+        waves
+            .iter()
+            .map(|(wave, h)| (orchestrator_types::WaveId(*wave), hour(*h)))
+            .collect()
+    }
+
+    /// A node's persistent offset from the fleet (its rack position, its fans), larger than the
+    /// effect, and a small hour-to-hour wobble.
+    fn offset(node: i64) -> f64 {
+        2.5 * ((node * 7919) % 11 - 5) as f64 / 5.0
+    }
+
+    fn wobble(node: i64, h: i64) -> f64 {
+        0.2 * (((node * 31 + h * 17) % 5) - 2) as f64 / 2.0
+    }
+
+    /// 32 canary nodes (0..32) running 1 °C hotter after their flash, 96 controls (100..196); every
+    /// node watched for hours 0-1 before the bake, which starts at hour 2, and hours 2-5 after.
+    fn watched_with_pre_period(pre_watch: bool) -> Vec<GateSample> {
+        let mut samples = Vec::new();
+        for node in (0..32).chain(100..196) {
+            let canary = node < 32;
+            if pre_watch {
+                for h in 0..2 {
+                    samples.push(level_sample(
+                        1,
+                        node,
+                        Cohort::Control,
+                        h,
+                        60.0 + offset(node) + wobble(node, h),
+                    ));
+                }
+            }
+            for h in 2..6 {
+                let (cohort, shift) = if canary {
+                    (Cohort::Canary, 1.0)
+                } else {
+                    (Cohort::Control, 0.0)
+                };
+                samples.push(level_sample(
+                    1,
+                    node,
+                    cohort,
+                    h,
+                    60.0 + offset(node) + shift + wobble(node, h),
+                ));
+            }
+        }
+        samples
+    }
+
+    #[test]
+    fn a_pre_period_before_the_bake_takes_the_nodes_offsets_out() {
+        use orchestrator_types::WaveId;
+        let updated: BTreeMap<NodeId, WaveId> = (0..32).map(|i| (NodeId(i), WaveId(1))).collect();
+        let bakes = bake_starts(&[(1, 2)]);
+        let look = |samples: &[GateSample]| {
+            let batches = level_batches(samples, &updated, &bakes, 1.0);
+            let mut process = LevelEProcess::new(LevelEConfig::default());
+            for b in &batches {
+                process.observe(b).unwrap();
+            }
+            (batches, process.look(0.5, 2.0, 0.005, 0.0125).unwrap())
+        };
+        // Watched before the flash: each node's offset cancels, +1 °C is proven above the +0.5 null.
+        let (batches, proven) = look(&watched_with_pre_period(true));
+        assert_eq!(batches.len(), 1);
+        assert_eq!((batches[0].differences.len(), batches[0].controls), (32, 96));
+        assert!(batches[0].sd < 0.3, "{:?}", batches[0]);
+        assert!(proven.fail, "{proven:?}");
+        assert!((proven.estimate.unwrap() - 1.0).abs() < 0.1, "{proven:?}");
+        // Not watched before: the offsets' spread stays in every node's value and nothing is proven.
+        let (batches, unproven) = look(&watched_with_pre_period(false));
+        assert!(batches[0].sd > 1.0, "{:?}", batches[0]);
+        assert!(!unproven.fail, "{unproven:?}");
+    }
+
+    #[test]
+    fn a_later_wave_takes_its_pre_period_from_its_hours_as_a_control() {
+        use orchestrator_types::WaveId;
+        // Wave 1 (bake from hour 0): nodes 0..32 updated, 32..64 and the controls 100..196 watched as
+        // controls. Wave 2 (bake from hour 4): 32..64 updated, +1 °C; 100..196 still controls.
+        let mut samples = Vec::new();
+        for node in (0..64).chain(100..196) {
+            for h in 0..4 {
+                let cohort = if node < 32 { Cohort::Canary } else { Cohort::Control };
+                samples.push(level_sample(1, node, cohort, h, 60.0 + offset(node) + wobble(node, h)));
+            }
+            if node >= 32 {
+                for h in 4..8 {
+                    let (cohort, shift) = if node < 64 {
+                        (Cohort::Canary, 1.0)
+                    } else {
+                        (Cohort::Control, 0.0)
+                    };
+                    samples.push(level_sample(
+                        2,
+                        node,
+                        cohort,
+                        h,
+                        60.0 + offset(node) + shift + wobble(node, h),
+                    ));
+                }
+            }
+        }
+        let updated: BTreeMap<NodeId, WaveId> = (0..64)
+            .map(|i| (NodeId(i), WaveId(if i < 32 { 1 } else { 2 })))
+            .collect();
+        let batches = level_batches(&samples, &updated, &bake_starts(&[(1, 0), (2, 4)]), 1.0);
+        // The canary has no pre-period (no pre-watch): unadjusted. Wave 2 is adjusted.
+        assert_eq!(batches.len(), 2, "{batches:?}");
+        assert!(batches[0].sd > 1.0, "{:?}", batches[0]);
+        assert_eq!((batches[1].differences.len(), batches[1].controls), (32, 96));
+        assert!(batches[1].sd < 0.3, "{:?}", batches[1]);
+        let mean = batches[1].differences.iter().sum::<f64>() / 32.0;
+        assert!((mean - 1.0).abs() < 0.1, "{mean}");
+    }
+
     #[test]
     fn level_batches_count_each_node_once_in_its_own_wave() {
         use orchestrator_types::WaveId;
@@ -1395,12 +1521,13 @@ mod tests {
         let updated: BTreeMap<NodeId, WaveId> = [(NodeId(1), WaveId(1)), (NodeId(2), WaveId(2))].into();
         // Wave 2 is still in its planned bake and its own node is in the evidence already (a level
         // gate fails at any look); node 1 counts once, in wave 1.
-        let b = level_batches(&samples, &updated, 1.0);
+        let bakes = bake_starts(&[(1, 0), (2, 0)]);
+        let b = level_batches(&samples, &updated, &bakes, 1.0);
         assert_eq!(b.len(), 2);
         assert_eq!(b[0].differences, vec![3.0]);
         assert_eq!(b[1].differences, vec![1.0]);
         // Lower-is-worse metrics are negated.
-        let b = level_batches(&samples, &updated, -1.0);
+        let b = level_batches(&samples, &updated, &bakes, -1.0);
         assert_eq!(b[0].differences, vec![-3.0]);
     }
 
@@ -1414,11 +1541,11 @@ mod tests {
         let mut samples: Vec<GateSample> = (0..32).map(|i| sample(i, Cohort::Canary, 63.0 + wobble(i))).collect();
         samples.extend((100..164).map(|i| sample(i, Cohort::Control, 60.0 + wobble(i))));
         let updated: BTreeMap<NodeId, WaveId> = (0..32).map(|i| (NodeId(i), WaveId(1))).collect();
-        let batches = level_batches(&samples, &updated, 1.0);
+        let batches = level_batches(&samples, &updated, &bake_starts(&[(1, 0)]), 1.0);
         assert_eq!(batches.len(), 1);
         let mut process = LevelEProcess::new(LevelEConfig::default());
         for b in &batches {
-            process.observe_batch(&b.differences, b.sd, b.controls).unwrap();
+            process.observe(b).unwrap();
         }
         let look = process.look(1.0, 2.0, 0.005, 0.0125).unwrap();
         assert!(look.fail, "{look:?}");
@@ -1439,7 +1566,7 @@ mod tests {
             sample(11, Cohort::Control, 1, 61.0),
         ];
         let updated: BTreeMap<NodeId, WaveId> = [(NodeId(1), WaveId(1))].into();
-        let b = level_batches(&samples, &updated, 1.0);
+        let b = level_batches(&samples, &updated, &bake_starts(&[(1, 0)]), 1.0);
         assert_eq!(b.len(), 1);
         assert_eq!(b[0].differences, vec![-0.5]);
         assert!((b[0].sd - 2.0f64.sqrt() / 2.0).abs() < 1e-9, "{:?}", b[0]);
