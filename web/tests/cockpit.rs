@@ -1006,6 +1006,7 @@ async fn a_hold_asks_to_promote_anyway_as_its_own_decision() {
         approvals_required: wave.approvals_required,
         approvals,
         step_deadlines: Vec::new(),
+        pre_flash_watch_until: None,
         rollback_automatic: true,
     };
     assert!(matches!(

@@ -530,7 +530,11 @@ async fn move_cursor<C: sea_orm::ConnectionTrait>(
         .await?;
         return Ok(matches!(inserted, sea_orm::TryInsertResult::Inserted(1)));
     }
+    // The cohort and exposure start move too: a first-wave node watched as a control before its
+    // flash keeps its row when it is watched as an updated node.
     let updated = health_cursors::Entity::update_many()
+        .col_expr(health_cursors::Column::Cohort, Expr::value(c.cohort.as_str()))
+        .col_expr(health_cursors::Column::ExposureStart, Expr::value(c.exposure_start))
         .col_expr(health_cursors::Column::AccountedUntil, Expr::value(c.accounted_until))
         .col_expr(health_cursors::Column::EventCursor, Expr::value(c.event_cursor.clone()))
         .col_expr(health_cursors::Column::Gpus, Expr::value(gpus))

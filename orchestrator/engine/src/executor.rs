@@ -534,6 +534,7 @@ impl Executor {
             approvals_required: wave.approvals_required,
             approvals: Vec::new(),
             step_deadlines: Vec::new(),
+            pre_flash_watch_until: pre_flash_watch_until(policy, wave),
             rollback_automatic: policy.rollback.automatic,
         };
         if wave.state.is_closed() {
@@ -553,6 +554,9 @@ impl Executor {
                     .sum::<u64>()
                     + resume_owed;
                 facts.step_deadlines = step_deadline_blockers(&self.config, open, wave);
+                if facts.pre_flash_watch_until.is_some_and(|until| now < until) {
+                    self.judge.watch_before_flash(rollout, wave, policy).await;
+                }
             }
             WaveState::Baking => {
                 facts.verdict = if now < facts.bake_ends_at {
@@ -1194,4 +1198,11 @@ impl Executor {
         blockers.extend(walk.drains.blockers.get(&rollback_wave.id).cloned().unwrap_or_default());
         self.set_wave_blockers(fence, rollback_wave, blockers).await
     }
+}
+
+/// When the first wave's pre-flash watch ends (`detection.pre_period` after the wave started), for
+/// a policy judged by fleet-scale detection; `None` for every other wave and policy.
+fn pre_flash_watch_until(policy: &Policy, wave: &ExecWave) -> Option<DateTime<Utc>> {
+    let period = policy.detection.pre_period.filter(|_| policy.detection.enabled)?;
+    (wave.position == 0 && wave.kind == WaveKind::Update).then_some(wave.started_at? + period)
 }

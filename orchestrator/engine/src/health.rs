@@ -16,6 +16,11 @@ pub trait HealthJudge: Send + Sync + std::fmt::Debug {
     async fn check(&self, _rollout: &ExecRollout, _wave: &ExecWave, _policy: &Policy) -> Option<WaveVerdict> {
         None
     }
+
+    /// Asked on every pass while the first wave waits for its pre-flash watch
+    /// (`detection.pre_period`): watch its nodes and the controls before anything is flashed,
+    /// so level gates can compare each node with itself.
+    async fn watch_before_flash(&self, _rollout: &ExecRollout, _wave: &ExecWave, _policy: &Policy) {}
 }
 
 /// The judge until detection lands: a wave with health gates is

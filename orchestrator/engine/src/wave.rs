@@ -9,6 +9,7 @@
 //! - waves after the canary start only once the release is qualified
 //!   ([`orchestrator_types::qualification_hold`], the same rule the planner
 //!   applies);
+//! - a first wave with a pre-flash watch admits nothing before the watch ends;
 //! - the bake is a minimum: before it ends only a Fail is acted on;
 //! - after it, an Extend verdict (fleet-scale detection: the evidence does
 //!   not yet rule out what must be caught) keeps the wave baking, up to
@@ -63,6 +64,9 @@ pub struct WaveFacts {
     pub approvals: Vec<Approval>,
     /// Deadlines of the wave's steps in flight, shown while it runs.
     pub step_deadlines: Vec<Blocker>,
+    /// The first wave with a pre-flash watch (`detection.pre_period`): nothing is flashed before
+    /// this instant, while the judge watches the wave's nodes and the controls.
+    pub pre_flash_watch_until: Option<DateTime<Utc>>,
     /// The policy rolls back on a failed verdict (else it halts).
     pub rollback_automatic: bool,
 }
@@ -160,6 +164,11 @@ pub fn decide(facts: &WaveFacts) -> WaveAction {
             }
             if facts.unfinished_steps == 0 {
                 return WaveAction::StartBake;
+            }
+            if let Some(until) = facts.pre_flash_watch_until.filter(|until| facts.now < *until) {
+                return WaveAction::Wait {
+                    blockers: vec![Blocker::PreFlashWatch { until }],
+                };
             }
             WaveAction::Admit {
                 blockers: facts.step_deadlines.clone(),

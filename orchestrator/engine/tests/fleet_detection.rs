@@ -276,7 +276,16 @@ async fn healthy_waves_pass_on_evidence_carried_across_waves_and_the_rollout_com
         .await;
     h.stop_engine().await;
     // A good rollout no longer stops at 100% waiting for a human.
-    assert_eq!(done.state, RolloutState::Completed, "{:?}", done.state_reason);
+    if done.state != RolloutState::Completed {
+        let verdicts: Vec<_> =
+            h.db.rollout_waves(id)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|w| (w.name, w.state, w.verdict))
+                .collect();
+        panic!("{:?} ({:?}): {verdicts:#?}", done.state, done.state_reason);
+    }
 
     // Each wave passed once its bake had run: each gate's upper bound is below its must_detect.
     // Evidence carries across waves: every node on the release so far against the nodes not yet on
@@ -949,5 +958,81 @@ async fn a_waves_own_must_detect_extends_a_bake_the_gates_own_would_have_ended()
         ),
         other => panic!("{other:?}: {verdict:#?}"),
     }
+    h.shutdown().await;
+}
+
+/// `detection.pre_period`: the canary flashes nothing until its nodes and the controls have been
+/// watched that long; the canary's nodes are recorded as controls before their flash and as updated
+/// nodes after it, and the healthy rollout completes with the level gate judged on each node's
+/// change against its own pre-period.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pre_flash_watch_holds_the_first_flash_and_gives_the_canary_its_pre_period() {
+    let Some(mut h) = Harness::start(40, &scenario_extra(), false).await else {
+        return;
+    };
+    let policy = policy_detection("gates: [xid_errors, gpu_temp]", "3h", "  pre_period: 1h\n");
+    let id = start_with(&mut h, GPU_TO, policy).await;
+    run_engine(&mut h);
+    let watching = wait_wave(&h, id, "canary", Duration::from_secs(60), |w| {
+        w.blockers
+            .iter()
+            .any(|b| matches!(b, orchestrator_types::Blocker::PreFlashWatch { .. }))
+    })
+    .await;
+    assert!(
+        watching
+            .blockers
+            .iter()
+            .any(|b| matches!(b, orchestrator_types::Blocker::PreFlashWatch { .. })),
+        "{:?}",
+        watching.blockers
+    );
+    let done = h
+        .wait_for(
+            id,
+            &[RolloutState::RolledBack, RolloutState::Halted, RolloutState::Completed],
+            Duration::from_secs(180),
+        )
+        .await;
+    h.stop_engine().await;
+    assert_eq!(done.state, RolloutState::Completed, "{:?}", done.state_reason);
+
+    let canary = wave_named(&h, id, "canary").await;
+    let started = canary.started_at.expect("the canary started");
+    let steps = wave_steps(&h, canary.id).await;
+    let first_push = steps
+        .iter()
+        .filter_map(|s| s.push_started_at)
+        .min()
+        .expect("the canary was flashed");
+    assert!(
+        first_push >= started + chrono::Duration::hours(1),
+        "nothing is flashed before the pre-period ends: started {started}, first push {first_push}"
+    );
+    let canary_nodes: std::collections::BTreeSet<_> = steps.iter().map(|s| s.node_id).collect();
+    let mut before = 0;
+    let mut after = 0;
+    h.db.each_health_sample(SampleScope::Wave(canary.id), Some("gpu_temp_c"), |s| {
+        if canary_nodes.contains(&s.node_id) {
+            match s.cohort {
+                Cohort::Control if s.window_start < first_push => before += 1,
+                Cohort::Canary if s.window_start >= started + chrono::Duration::hours(1) => after += 1,
+                _ => panic!("a canary node's sample out of place: {s:?}"),
+            }
+        }
+    })
+    .await
+    .unwrap();
+    assert!(
+        before >= canary_nodes.len(),
+        "each canary node watched before its flash: {before}"
+    );
+    assert!(after >= canary_nodes.len(), "and after it: {after}");
+    let verdict = canary.verdict.as_ref().unwrap();
+    assert_eq!(
+        gate(&fleet_evidence(verdict), "gpu_temp").outcome,
+        Outcome::Pass,
+        "{verdict:#?}"
+    );
     h.shutdown().await;
 }

@@ -54,10 +54,14 @@ enum Event {
     BakedHold,
     /// Approved after reading a hold's statement.
     ApprovedOverHold,
+    /// The first wave's pre-flash watch (`detection.pre_period`) has not ended.
+    PreFlashWatch,
+    /// The first wave's pre-flash watch is over.
+    PreFlashWatchOver,
 }
 
 impl Event {
-    const ALL: [Event; 23] = [
+    const ALL: [Event; 25] = [
         Event::Quiet,
         Event::ReleaseBlocked,
         Event::Unqualified,
@@ -81,6 +85,8 @@ impl Event {
         Event::BakedExtend,
         Event::BakedHold,
         Event::ApprovedOverHold,
+        Event::PreFlashWatch,
+        Event::PreFlashWatchOver,
     ];
 }
 
@@ -96,6 +102,7 @@ enum Want {
     WaitExtended,
     WaitApprovals,
     WaitApprovalsAndVerdict,
+    WaitPreFlashWatch,
     Halt,
     Promote,
     PromoteAnyway,
@@ -144,6 +151,7 @@ fn facts(state: WaveState, event: Event) -> WaveFacts {
         approvals_required: 1,
         approvals: Vec::new(),
         step_deadlines: Vec::new(),
+        pre_flash_watch_until: None,
         rollback_automatic: true,
     };
     // Awaiting approval, the stored verdict is an inconclusive one unless
@@ -218,6 +226,11 @@ fn facts(state: WaveState, event: Event) -> WaveFacts {
             f.verdict = Some(verdict(Outcome::Hold));
             f.approvals = vec![approval(WaveState::AwaitingApproval, Outcome::Hold)];
         }
+        Event::PreFlashWatch | Event::PreFlashWatchOver => {
+            f.position = 0;
+            let minutes = if event == Event::PreFlashWatch { 30 } else { -1 };
+            f.pre_flash_watch_until = Some(now() + Duration::minutes(minutes));
+        }
     }
     f
 }
@@ -234,6 +247,7 @@ fn kind(action: &WaveAction) -> Want {
             [Blocker::BakeExtended { .. }] => Want::WaitExtended,
             [Blocker::Approvals { .. }] => Want::WaitApprovals,
             [Blocker::Approvals { .. }, Blocker::Verdict { .. }] => Want::WaitApprovalsAndVerdict,
+            [Blocker::PreFlashWatch { .. }] => Want::WaitPreFlashWatch,
             other => panic!("unexpected blockers {other:?}"),
         },
         WaveAction::Halt { .. } => Want::Halt,
@@ -288,6 +302,8 @@ const TABLE: &[(S, E, W)] = &[
     (S::Planned, E::BakedExtend, W::Start),
     (S::Planned, E::BakedHold, W::Start),
     (S::Planned, E::ApprovedOverHold, W::Start),
+    (S::Planned, E::PreFlashWatch, W::Start),
+    (S::Planned, E::PreFlashWatchOver, W::Start),
 
     (S::Running, E::Quiet, W::Admit),
     (S::Running, E::ReleaseBlocked, W::Halt),
@@ -313,6 +329,9 @@ const TABLE: &[(S, E, W)] = &[
     (S::Running, E::BakedExtend, W::Admit),
     (S::Running, E::BakedHold, W::Admit),
     (S::Running, E::ApprovedOverHold, W::Admit),
+    // The first wave flashes nothing until its pre-flash watch is over.
+    (S::Running, E::PreFlashWatch, W::WaitPreFlashWatch),
+    (S::Running, E::PreFlashWatchOver, W::Admit),
 
     (S::Baking, E::Quiet, W::WaitBake),
     (S::Baking, E::ReleaseBlocked, W::Halt),
@@ -340,6 +359,8 @@ const TABLE: &[(S, E, W)] = &[
     (S::Baking, E::BakedExtend, W::WaitExtended),
     (S::Baking, E::BakedHold, W::AwaitApproval),
     (S::Baking, E::ApprovedOverHold, W::WaitBake),
+    (S::Baking, E::PreFlashWatch, W::WaitBake),
+    (S::Baking, E::PreFlashWatchOver, W::WaitBake),
 
     (S::AwaitingApproval, E::Quiet, W::WaitApprovalsAndVerdict),
     (S::AwaitingApproval, E::ReleaseBlocked, W::Halt),
@@ -368,6 +389,8 @@ const TABLE: &[(S, E, W)] = &[
     (S::AwaitingApproval, E::BakedExtend, W::WaitApprovalsAndVerdict),
     (S::AwaitingApproval, E::BakedHold, W::WaitApprovalsAndVerdict),
     (S::AwaitingApproval, E::ApprovedOverHold, W::PromoteAnyway),
+    (S::AwaitingApproval, E::PreFlashWatch, W::WaitApprovalsAndVerdict),
+    (S::AwaitingApproval, E::PreFlashWatchOver, W::WaitApprovalsAndVerdict),
 
     (S::Promoted, E::Quiet, W::Nothing),
     (S::Promoted, E::ReleaseBlocked, W::Nothing),
@@ -392,6 +415,8 @@ const TABLE: &[(S, E, W)] = &[
     (S::Promoted, E::BakedExtend, W::Nothing),
     (S::Promoted, E::BakedHold, W::Nothing),
     (S::Promoted, E::ApprovedOverHold, W::Nothing),
+    (S::Promoted, E::PreFlashWatch, W::Nothing),
+    (S::Promoted, E::PreFlashWatchOver, W::Nothing),
 
     // A halted wave decides for its rollout (roll back or halt), whatever else happened.
     (S::Halted, E::Quiet, W::FinishHalted),
@@ -417,6 +442,8 @@ const TABLE: &[(S, E, W)] = &[
     (S::Halted, E::BakedExtend, W::FinishHalted),
     (S::Halted, E::BakedHold, W::FinishHalted),
     (S::Halted, E::ApprovedOverHold, W::FinishHalted),
+    (S::Halted, E::PreFlashWatch, W::FinishHalted),
+    (S::Halted, E::PreFlashWatchOver, W::FinishHalted),
 
     (S::RolledBack, E::Quiet, W::Nothing),
     (S::RolledBack, E::ReleaseBlocked, W::Nothing),
@@ -441,6 +468,8 @@ const TABLE: &[(S, E, W)] = &[
     (S::RolledBack, E::BakedExtend, W::Nothing),
     (S::RolledBack, E::BakedHold, W::Nothing),
     (S::RolledBack, E::ApprovedOverHold, W::Nothing),
+    (S::RolledBack, E::PreFlashWatch, W::Nothing),
+    (S::RolledBack, E::PreFlashWatchOver, W::Nothing),
 ];
 
 #[test]

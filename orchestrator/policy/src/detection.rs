@@ -20,6 +20,10 @@ pub const DEFAULT_SOAK_DETECT: f64 = 1.5;
 /// Default probability that the soak catches [`DEFAULT_SOAK_DETECT`] by `soak.max`.
 pub const DEFAULT_SOAK_POWER: f64 = 0.75;
 
+/// Longest `detection.pre_period`: the first flash waits for it, so a typo in the unit (`2d` for `2h`)
+/// should not hold a rollout for weeks.
+pub const MAX_PRE_PERIOD_DAYS: i64 = 7;
+
 /// The rollout's detection settings.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Detection {
@@ -34,6 +38,11 @@ pub struct Detection {
     pub false_pass: f64,
     /// Hours after a reset (a flash, a reboot) that count on neither side.
     pub reset_exclusion: TimeDelta,
+    /// How long the first wave's nodes and the controls are watched before the first flash, so that
+    /// a level gate compares each canary node with itself (`detection.pre_period`); `None`: the
+    /// canary flashes at once and its level gates compare nodes with the controls as they are.
+    /// Later waves need no such wait: their nodes were watched as controls during the earlier bakes.
+    pub pre_period: Option<TimeDelta>,
     /// The soak against the holdback; `None`: no soak, the release is never fleet-proven by the detector.
     pub soak: Option<Soak>,
 }
@@ -45,6 +54,7 @@ impl Default for Detection {
             false_rollback: DEFAULT_FALSE_ROLLBACK,
             false_pass: DEFAULT_FALSE_PASS,
             reset_exclusion: TimeDelta::seconds(DEFAULT_RESET_EXCLUSION_SECONDS),
+            pre_period: None,
             soak: None,
         }
     }
@@ -139,6 +149,23 @@ pub(crate) fn detection(sink: &mut Sink, raw: Option<&S<RawDetection>>) -> Optio
         None => Some(TimeDelta::seconds(DEFAULT_RESET_EXCLUSION_SECONDS)),
         Some(r) => duration(sink, "detection.reset_exclusion", r),
     };
+    let pre_period = match &d.pre_period {
+        None => Some(None),
+        Some(r) => duration(sink, "detection.pre_period", r).and_then(|p| {
+            if p > TimeDelta::zero() && p <= TimeDelta::days(MAX_PRE_PERIOD_DAYS) {
+                Some(Some(p))
+            } else {
+                sink.error(
+                    at(r),
+                    format!(
+                        "detection.pre_period must be longer than 0 and at most {MAX_PRE_PERIOD_DAYS}d (the canary waits for it), got {}",
+                        format_duration(p)
+                    ),
+                );
+                None
+            }
+        }),
+    };
     let soak = match &d.soak {
         None => Some(None),
         Some(s) => soak(sink, &s.value).map(Some),
@@ -148,6 +175,7 @@ pub(crate) fn detection(sink: &mut Sink, raw: Option<&S<RawDetection>>) -> Optio
         false_rollback: false_rollback?,
         false_pass: false_pass?,
         reset_exclusion: reset_exclusion?,
+        pre_period: pre_period?,
         soak: soak?,
     })
 }
@@ -311,6 +339,13 @@ DETECTION";
         );
         let soak = crate::parse_policy(&source).unwrap().detection.soak.unwrap();
         assert_eq!((soak.holdback_percent, soak.detect, soak.power), (None, 2.0, 0.9));
+        // No pre-period unless the policy asks for one.
+        assert_eq!(crate::parse_policy(&source).unwrap().detection.pre_period, None);
+        let source = BASE
+            .replace("MAXBAKE", "3d")
+            .replace("DETECTION", "detection:\n  pre_period: 2h\n");
+        let detection = crate::parse_policy(&source).unwrap().detection;
+        assert_eq!(detection.pre_period, Some(chrono::TimeDelta::hours(2)));
     }
 
     #[test]
@@ -364,6 +399,17 @@ DETECTION";
             "12h",
             "detection:\n  soak:\n    min: 1d\n    max: 2d\n    power: 0.3\n",
             &["detection.soak.power is a probability"],
+        );
+        check(
+            "12h",
+            "detection:\n  pre_period: 0h\n",
+            &["p.yaml:21:15", "detection.pre_period", "must be positive"],
+        );
+        check("12h", "detection:\n  pre_period: 30d\n", &["at most 7d", "got 30d"]);
+        check(
+            "12h",
+            "detection:\n  pre_period: 2 hours\n",
+            &["p.yaml:21:15", "detection.pre_period:"],
         );
     }
 }

@@ -288,6 +288,8 @@ pub(crate) struct RawDetection {
     #[serde(default)]
     pub reset_exclusion: Option<S<String>>,
     #[serde(default)]
+    pub pre_period: Option<S<String>>,
+    #[serde(default)]
     pub soak: Option<S<RawSoak>>,
 }
 

@@ -617,6 +617,7 @@ fn bench_policy(file: &str, source: &str) -> Result<detection_sim::BenchPolicy, 
         nulls: gates.map(|g| g.min_effect),
         budget,
         current_alpha: policy.health.alpha,
+        pre_period_h: policy.detection.pre_period.map_or(0, hours),
     })
 }
 
@@ -803,6 +804,10 @@ mod tests {
         assert_eq!(p.nulls, [1.1, 1.25, 0.5, 10.0]);
         assert_eq!((p.budget.false_rollback, p.budget.false_pass), (0.02, 0.05));
         assert_eq!(p.current_alpha, 0.05);
+        assert_eq!(p.pre_period_h, 6);
+        // Without the key the canary has no pre-flash watch.
+        let without = source.replace("  pre_period: 6h\n", "");
+        assert_eq!(bench_policy(file, &without).unwrap().pre_period_h, 0);
     }
 
     #[test]

@@ -907,9 +907,29 @@ fn fleet_timing_text(policy: &orchestrator_policy::Policy, timing: &[power::Flee
 /// Which method judges the policy's rollouts: the `detection` block is the switch (issue 22).
 fn detection_method(policy: &orchestrator_policy::Policy) -> String {
     if policy.detection.enabled {
+        let first_has_levels = policy.waves.first().is_some_and(|w| {
+            w.gates.iter().any(|name| {
+                policy
+                    .health
+                    .gates
+                    .iter()
+                    .any(|g| &g.name == name && g.kind == orchestrator_policy::GateKind::Level)
+            })
+        });
+        let pre_period = match policy.detection.pre_period {
+            Some(p) => format!(
+                "; the first wave's nodes and the controls are watched {} before its first flash, so its level gates \
+                 compare each node with itself",
+                orchestrator_policy::format_duration(p)
+            ),
+            None if first_has_levels => "; no pre_period: the first wave's level gates compare nodes as they are, \
+                                         persistent differences between nodes included"
+                .to_owned(),
+            None => String::new(),
+        };
         format!(
             "detection: fleet-scale (controls: every eligible node not yet updated; evidence pooled across waves; \
-             false rollback {}, false pass {} per rollout; a wave extends up to its max_bake, then holds)",
+             false rollback {}, false pass {} per rollout; a wave extends up to its max_bake, then holds{pre_period})",
             policy.detection.false_rollback, policy.detection.false_pass
         )
     } else {
@@ -1072,6 +1092,20 @@ mod tests {
         let plain = orchestrator_policy::parse_policy(&format!("{}{}", &source[..start], &source[end..])).unwrap();
         assert!(plain.detection.soak.is_none());
         assert!(soak_text(&plain, Some(1000), None).is_none());
+    }
+
+    #[test]
+    fn lint_states_the_pre_flash_watch_or_its_absence() {
+        let source = std::fs::read_to_string(examples().join("hgx-gpu-firmware.yaml")).unwrap();
+        let policy = orchestrator_policy::parse_policy(&source).unwrap();
+        let line = detection_method(&policy);
+        assert!(line.contains("watched 6h before its first flash"), "{line}");
+        let without = orchestrator_policy::parse_policy(&source.replace("  pre_period: 6h\n", "")).unwrap();
+        let line = detection_method(&without);
+        assert!(
+            line.contains("no pre_period: the first wave's level gates compare nodes as they are"),
+            "{line}"
+        );
     }
 
     /// `policy power --history`: the holdback is sized at the rate measured over the fleet's history,

@@ -292,6 +292,10 @@ pub enum Blocker {
     /// (`waiting_on`, per gate); the bake extends, at most `until` (the wave's `max_bake`), then a
     /// human decides.
     BakeExtended { until: DateTime<Utc>, waiting_on: String },
+    /// The first wave's nodes and the controls are watched before the first flash (the policy's
+    /// `detection.pre_period`), so level gates can compare each node with itself; flashing starts at
+    /// `until`.
+    PreFlashWatch { until: DateTime<Utc> },
     /// Approvals given and needed.
     Approvals { have: u32, need: u32 },
     /// The health verdict is not a pass; a human must decide.

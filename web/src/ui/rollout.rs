@@ -54,6 +54,10 @@ pub fn describe_blocker(blocker: &Blocker) -> String {
                 at(until)
             )
         }
+        Blocker::PreFlashWatch { until } => format!(
+            "the pre-flash watch: level gates read every node before its flash; flashing starts {}",
+            at(until)
+        ),
         Blocker::Approvals { have, need } => format!("approvals ({have} of {need})"),
         Blocker::Verdict { verdict, summary } => format!("a human decision: verdict {verdict} — {summary}"),
         Blocker::InFlightCap { scope, limit } => format!("{scope} in-flight cap ({limit})"),

@@ -299,8 +299,11 @@ impl Collector {
         queries: &[(String, String)],
         now: DateTime<Utc>,
     ) -> Result<CollectReport, DbError> {
-        let index: NodeIndex = members.iter().map(|m| (m.node.id, m.node.name.clone())).collect();
-        let cohorts: HashMap<NodeId, Cohort> = members.iter().map(|m| (m.node.id, m.cohort)).collect();
+        // A member whose exposure has not started (inside its post-reset exclusion) counts on
+        // neither side yet.
+        let exposed = || members.iter().filter(|m| m.exposure_start <= now);
+        let index: NodeIndex = exposed().map(|m| (m.node.id, m.node.name.clone())).collect();
+        let cohorts: HashMap<NodeId, Cohort> = exposed().map(|m| (m.node.id, m.cohort)).collect();
         let node_label = client.config().node_label.clone();
         let mut report = CollectReport::default();
         for (metric, query) in queries {
@@ -363,6 +366,21 @@ impl Collector {
         now: DateTime<Utc>,
     ) -> Result<Option<(NodePoll, u64)>, DbError> {
         let first = cursor.is_none();
+        // A node of the first wave watched before its flash (`detection.pre_period`) was a control
+        // then; as an updated node its watch starts afresh, from its own exposure start. The event
+        // cursor carries over: entries before the new start are skipped below anyway.
+        let cursor = cursor.map(|c| {
+            if c.cohort == member.cohort {
+                c
+            } else {
+                HealthCursor {
+                    cohort: member.cohort,
+                    exposure_start: member.exposure_start,
+                    accounted_until: member.exposure_start,
+                    ..c
+                }
+            }
+        });
         let mut cursor = cursor.unwrap_or(HealthCursor {
             rollout_id: rollout.id,
             wave_id: wave.id,
@@ -463,7 +481,14 @@ impl Collector {
         }
         let from = cursor.accounted_until.max(cursor.exposure_start);
         let to = now.max(from);
-        let deltas = poll_deltas(metrics, &events, gpus, from, to, &gpu_levels(&sensors, &gpu_units));
+        // A level read before the exposure starts (an updated node inside its post-reset exclusion)
+        // counts on neither side, as its events do not.
+        let levels = if now >= cursor.exposure_start {
+            gpu_levels(&sensors, &gpu_units)
+        } else {
+            Default::default()
+        };
+        let deltas = poll_deltas(metrics, &events, gpus, from, to, &levels);
         cursor.accounted_until = to;
         cursor.gpus = gpus;
         cursor.last_error = None;

@@ -850,6 +850,12 @@ impl HealthJudge for DetectorJudge {
         self.round(rollout, wave, policy, false).await
     }
 
+    async fn watch_before_flash(&self, rollout: &ExecRollout, wave: &ExecWave, policy: &Policy) {
+        if policy.detection.enabled {
+            self.pre_flash_round(rollout, wave, policy).await;
+        }
+    }
+
     async fn judge(&self, rollout: &ExecRollout, wave: &ExecWave, policy: &Policy) -> WaveVerdict {
         self.round(rollout, wave, policy, true)
             .await

@@ -105,6 +105,7 @@ pub(crate) async fn fleet_watch(
     wave: &ExecWave,
     bake_start: DateTime<Utc>,
     reset_exclusion: Duration,
+    before_flash: bool,
 ) -> Result<FleetWatch, DbError> {
     let waves = db.rollout_waves(rollout.id).await?;
     let positions: HashMap<orchestrator_types::WaveId, i32> = waves.iter().map(|w| (w.id, w.position)).collect();
@@ -164,7 +165,9 @@ pub(crate) async fn fleet_watch(
         if step.state != StepState::Pending {
             touched.insert(step.node_id);
         }
-        if position > wave.position {
+        // Before the wave's first flash its own nodes are watched like the controls: not touched
+        // yet, and their hours now are their pre-period.
+        if position > wave.position || (before_flash && position == wave.position) {
             later.insert(step.node_id);
             continue;
         }
@@ -583,7 +586,7 @@ impl DetectorJudge {
         if !last && !look_due && !poll_due && !any_failed {
             return None;
         }
-        let watch = match fleet_watch(&self.db, rollout, wave, bake_start, detection.reset_exclusion).await {
+        let watch = match fleet_watch(&self.db, rollout, wave, bake_start, detection.reset_exclusion, false).await {
             Ok(w) => w,
             Err(err) => {
                 return error(format!(
@@ -810,6 +813,28 @@ impl DetectorJudge {
             summary,
             evidence: serde_json::to_value(&evidence).unwrap_or_default(),
         })
+    }
+
+    /// One round of the first wave's pre-flash watch (`detection.pre_period`): every node of the
+    /// rollout not touched yet that is eligible as a control, the wave's own included, polled as a
+    /// control from the wave's start whenever the gates' interval has passed. Their samples are the
+    /// pre-period [`level_batches`] subtracts. A failed round is logged and retried next pass: the
+    /// watch only sharpens the level gates, and their judgement never blames a node for it.
+    pub(super) async fn pre_flash_round(&self, rollout: &ExecRollout, wave: &ExecWave, policy: &Policy) {
+        let Some(started) = wave.started_at else { return };
+        let gates: Vec<Gate> = wave
+            .gates
+            .iter()
+            .map(|name| resolve_gate(policy, name, self.prometheus.is_some()))
+            .collect();
+        let now = self.clock.now();
+        let watched = async {
+            let watch = fleet_watch(&self.db, rollout, wave, started, policy.detection.reset_exclusion, true).await?;
+            self.poll_fleet_if_due(rollout, wave, &gates, &watch, now, false).await
+        };
+        if let Err(err) = watched.await {
+            tracing::warn!(error = %orchestrator_types::error_chain(&err), wave = %wave.name, "pre-flash watch failed");
+        }
     }
 
     /// Polls the fleet watch when the gates' interval has passed (always when `force`): Redfish
