@@ -923,7 +923,8 @@ fn detection_method(policy: &orchestrator_policy::Policy) -> String {
                 orchestrator_policy::format_duration(p)
             ),
             None if first_has_levels => "; no pre_period: the first wave's level gates compare nodes as they are, \
-                                         persistent differences between nodes included"
+                                         persistent differences between nodes included, and may hold for want of \
+                                         evidence (add detection.pre_period)"
                 .to_owned(),
             None => String::new(),
         };
