@@ -1178,7 +1178,8 @@ pub(crate) fn level_batches(
         }
     }
     // Each node's hours as (wave, cohort, hour, level relative to that hour's controls).
-    let mut hours: BTreeMap<NodeId, Vec<(WaveId, Cohort, DateTime<Utc>, f64)>> = BTreeMap::new();
+    type RelativeHour = (WaveId, Cohort, DateTime<Utc>, f64);
+    let mut hours: BTreeMap<NodeId, Vec<RelativeHour>> = BTreeMap::new();
     for s in samples {
         let Some(level) = s.level else { continue };
         let Some((sum, n)) = control_sums.get(&(s.wave_id, s.window_start)) else {
