@@ -440,7 +440,12 @@ impl Transport {
                     tracing::debug!(endpoint = %self.label, %path, status = resp.status.as_u16(), ?delay, "BMC busy; retrying");
                     tokio::time::sleep(delay).await;
                 }
-                Ok(resp) => return Ok(resp),
+                Ok(resp) => {
+                    // One line per answered request at trace level: what an operator counts when
+                    // asking how many round trips a node-update or a health poll costs.
+                    tracing::trace!(endpoint = %self.label, method = %call.method, %path, status = resp.status.as_u16(), attempt, "redfish request");
+                    return Ok(resp);
+                }
                 Err(err) if is_certificate_error(&err) => {
                     return Err(BmcError::CertificateRejected {
                         endpoint: self.label.clone(),

@@ -1015,8 +1015,9 @@ async fn a_pre_flash_watch_holds_the_first_flash_and_gives_the_canary_its_pre_pe
     h.db.each_health_sample(SampleScope::Wave(canary.id), Some("gpu_temp_c"), |s| {
         if canary_nodes.contains(&s.node_id) {
             match s.cohort {
+                // Hourly windows: a control row starts before the flash, a canary row ends after it.
                 Cohort::Control if s.window_start < first_push => before += 1,
-                Cohort::Canary if s.window_start >= started + chrono::Duration::hours(1) => after += 1,
+                Cohort::Canary if s.window_start + chrono::Duration::hours(1) > first_push => after += 1,
                 _ => panic!("a canary node's sample out of place: {s:?}"),
             }
         }

@@ -299,11 +299,8 @@ impl Collector {
         queries: &[(String, String)],
         now: DateTime<Utc>,
     ) -> Result<CollectReport, DbError> {
-        // A member whose exposure has not started (inside its post-reset exclusion) counts on
-        // neither side yet.
-        let exposed = || members.iter().filter(|m| m.exposure_start <= now);
-        let index: NodeIndex = exposed().map(|m| (m.node.id, m.node.name.clone())).collect();
-        let cohorts: HashMap<NodeId, Cohort> = exposed().map(|m| (m.node.id, m.cohort)).collect();
+        let index: NodeIndex = members.iter().map(|m| (m.node.id, m.node.name.clone())).collect();
+        let cohorts: HashMap<NodeId, Cohort> = members.iter().map(|m| (m.node.id, m.cohort)).collect();
         let node_label = client.config().node_label.clone();
         let mut report = CollectReport::default();
         for (metric, query) in queries {
@@ -481,14 +478,7 @@ impl Collector {
         }
         let from = cursor.accounted_until.max(cursor.exposure_start);
         let to = now.max(from);
-        // A level read before the exposure starts (an updated node inside its post-reset exclusion)
-        // counts on neither side, as its events do not.
-        let levels = if now >= cursor.exposure_start {
-            gpu_levels(&sensors, &gpu_units)
-        } else {
-            Default::default()
-        };
-        let deltas = poll_deltas(metrics, &events, gpus, from, to, &levels);
+        let deltas = poll_deltas(metrics, &events, gpus, from, to, &gpu_levels(&sensors, &gpu_units));
         cursor.accounted_until = to;
         cursor.gpus = gpus;
         cursor.last_error = None;

@@ -1169,8 +1169,21 @@ pub(crate) fn level_batches(
     // The controls' mean level per wave and hour: each node is compared with the controls of the
     // same hours only (concurrent), so a fleet-wide hot hour that an updated node's watch (which
     // starts after its reset) covers differently from the controls' cannot pass for an effect.
+    //
+    // A first-wave node watched before its flash may have one stored control row that its first
+    // polls after the flash were folded into (a row keeps the cohort it was created with); from
+    // its wave's bake on, a node of the wave is never a control, so such a row is left out.
+    let bake_hours: HashMap<WaveId, DateTime<Utc>> =
+        bake_starts.iter().map(|(w, at)| (*w, window_start(*at))).collect();
+    let after_own_flash = |s: &GateSample| {
+        updated.get(&s.node_id) == Some(&s.wave_id)
+            && bake_hours.get(&s.wave_id).is_some_and(|bake| s.window_start >= *bake)
+    };
     let mut control_sums: HashMap<(WaveId, DateTime<Utc>), (f64, usize)> = HashMap::new();
-    for s in samples.iter().filter(|s| s.cohort == Cohort::Control) {
+    for s in samples
+        .iter()
+        .filter(|s| s.cohort == Cohort::Control && !after_own_flash(s))
+    {
         if let Some(level) = s.level {
             let entry = control_sums.entry((s.wave_id, s.window_start)).or_insert((0.0, 0));
             entry.0 += level;
@@ -1180,7 +1193,10 @@ pub(crate) fn level_batches(
     // Each node's hours as (wave, cohort, hour, level relative to that hour's controls).
     type RelativeHour = (WaveId, Cohort, DateTime<Utc>, f64);
     let mut hours: BTreeMap<NodeId, Vec<RelativeHour>> = BTreeMap::new();
-    for s in samples {
+    for s in samples
+        .iter()
+        .filter(|s| s.cohort == Cohort::Canary || !after_own_flash(s))
+    {
         let Some(level) = s.level else { continue };
         let Some((sum, n)) = control_sums.get(&(s.wave_id, s.window_start)) else {
             continue;
@@ -1196,7 +1212,7 @@ pub(crate) fn level_batches(
         let (sum, n) = values.fold((0.0, 0usize), |(s, n), v| (s + v, n + 1));
         (n > 0).then(|| sum / n as f64)
     };
-    let mut waves: Vec<(WaveId, DateTime<Utc>)> = bake_starts.iter().map(|(w, at)| (*w, window_start(*at))).collect();
+    let mut waves: Vec<(WaveId, DateTime<Utc>)> = bake_hours.into_iter().collect();
     waves.sort();
     let mut batches = Vec::new();
     for (wave_id, bake_hour) in waves {
@@ -1482,6 +1498,11 @@ mod tests {
         assert!(batches[0].sd < 0.3, "{:?}", batches[0]);
         assert!(proven.fail, "{proven:?}");
         assert!((proven.estimate.unwrap() - 1.0).abs() < 0.1, "{proven:?}");
+        // A canary node's control row of the bake's first hour (its first polls after the flash
+        // folded into the row its watch created) is neither a control nor its pre-period.
+        let mut folded = watched_with_pre_period(true);
+        folded.push(level_sample(1, 0, Cohort::Control, 2, 500.0));
+        assert_eq!(look(&folded).0, batches);
         // Not watched before: the offsets' spread stays in every node's value and nothing is proven.
         let (batches, unproven) = look(&watched_with_pre_period(false));
         assert!(batches[0].sd > 1.0, "{:?}", batches[0]);
