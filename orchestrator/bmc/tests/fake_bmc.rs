@@ -961,6 +961,36 @@ async fn resets_use_the_advertised_action_target() {
         .unwrap()
         .expect("202 with Location is a task");
     assert_eq!(task.monitor_uri, "/redfish/v1/TaskService/Tasks/5");
+    // The Systems members are read once per BMC (the health reader shares them): a second reset is
+    // the POST alone.
+    let reads = |fake: &Fake| {
+        (
+            fake.count(&Method::GET, "/redfish/v1/Systems"),
+            fake.count(&Method::GET, "/redfish/v1/Systems/1"),
+        )
+    };
+    let before = reads(&fake);
+    bmc.reset(&ResetTarget::System(None), ResetKind::ForceRestart)
+        .await
+        .unwrap();
+    assert_eq!(reads(&fake), before);
+    assert_eq!(
+        fake.count(&Method::POST, "/redfish/v1/Systems/1/Actions/ComputerSystem.Reset"),
+        2
+    );
+    // A target that is gone (404: the layout changed) is looked up afresh once, from the member.
+    fake.script(
+        "/redfish/v1/Systems/1/Actions/ComputerSystem.Reset",
+        vec![answer(404, ""), answer(204, "")],
+    );
+    bmc.reset(&ResetTarget::System(None), ResetKind::ForceRestart)
+        .await
+        .unwrap();
+    assert_eq!(reads(&fake), (before.0 + 1, before.1 + 1));
+    assert_eq!(
+        fake.count(&Method::POST, "/redfish/v1/Systems/1/Actions/ComputerSystem.Reset"),
+        4
+    );
 
     let err = bmc
         .reset(&ResetTarget::System(Some("nope".into())), ResetKind::On)

@@ -10,6 +10,19 @@ use crate::types::{EventLogEntry, GpuUnit};
 
 use super::{RedfishBmc, last_segment, odata_id, string_list};
 
+/// One member of `Systems` as the driver keeps it: what the health reader and the system reset need,
+/// read with one request under `$expand` (one more per member without it).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(super) struct SystemMember {
+    pub(super) uri: String,
+    pub(super) id: String,
+    pub(super) name: String,
+    pub(super) processors: Option<String>,
+    pub(super) log_services: Option<String>,
+    /// The `#ComputerSystem.Reset` action's target, when the system advertises one.
+    pub(super) reset_target: Option<String>,
+}
+
 /// One member of `Systems`, as the health reader needs it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(super) struct SystemScan {
@@ -48,13 +61,14 @@ pub(super) fn gpu_unit(d: &Value) -> Option<GpuUnit> {
 }
 
 impl RedfishBmc {
-    /// Every member of `Systems` with its GPU processors and its LogServices link, read once per BMC:
-    /// the hardware layout does not change while a controller runs.
-    pub(super) async fn systems_scan(&self) -> Result<&Vec<SystemScan>, BmcError> {
-        self.systems
+    /// Every member of `Systems`, read once per BMC (the layout does not change while a controller
+    /// runs): shared by the health reader's scan and the system reset, so a GPU update's reset and
+    /// the health polls after it read the collection once between them.
+    pub(super) async fn system_members(&self) -> Result<&Vec<SystemMember>, BmcError> {
+        self.system_members
             .get_or_try_init(|| async {
                 let systems_uri = self.links().await?.systems.clone();
-                let budget = ReadBudget::new("systems and GPU processors");
+                let budget = ReadBudget::new("systems");
                 let members = self.collection_members_expanded(&systems_uri, &budget).await?;
                 let mut out = Vec::new();
                 for member in members {
@@ -64,21 +78,42 @@ impl RedfishBmc {
                     } else {
                         self.get_json_in(uri, &budget).await?
                     };
-                    let gpus = match doc.pointer("/Processors/@odata.id").and_then(Value::as_str) {
-                        Some(processors) => self.gpu_processors(processors, &budget).await?,
-                        None => Vec::new(),
-                    };
-                    out.push(SystemScan {
+                    let link = |pointer: &str| doc.pointer(pointer).and_then(Value::as_str).map(str::to_string);
+                    out.push(SystemMember {
+                        uri: uri.to_string(),
                         id: doc
                             .get("Id")
                             .and_then(Value::as_str)
                             .map_or_else(|| last_segment(uri).to_string(), str::to_string),
                         name: doc.get("Name").and_then(Value::as_str).unwrap_or_default().to_string(),
+                        processors: link("/Processors/@odata.id"),
+                        log_services: link("/LogServices/@odata.id"),
+                        reset_target: link("/Actions/#ComputerSystem.Reset/target"),
+                    });
+                }
+                Ok(super::SHARED_SYSTEM_MEMBERS.intern(out))
+            })
+            .await
+            .map(|members| &**members)
+    }
+
+    /// Every member of `Systems` with its GPU processors and its LogServices link, read once per BMC:
+    /// the hardware layout does not change while a controller runs.
+    pub(super) async fn systems_scan(&self) -> Result<&Vec<SystemScan>, BmcError> {
+        self.systems
+            .get_or_try_init(|| async {
+                let budget = ReadBudget::new("GPU processors");
+                let mut out = Vec::new();
+                for member in self.system_members().await? {
+                    let gpus = match &member.processors {
+                        Some(processors) => self.gpu_processors(processors, &budget).await?,
+                        None => Vec::new(),
+                    };
+                    out.push(SystemScan {
+                        id: member.id.clone(),
+                        name: member.name.clone(),
                         gpus,
-                        log_services: doc
-                            .pointer("/LogServices/@odata.id")
-                            .and_then(Value::as_str)
-                            .map(str::to_string),
+                        log_services: member.log_services.clone(),
                     });
                 }
                 Ok(super::SHARED_SYSTEMS.intern(out))

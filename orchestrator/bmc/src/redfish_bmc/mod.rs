@@ -32,7 +32,7 @@ use crate::types::{
 use crate::update::UpdateCapabilities;
 use crate::{Bmc, ResetKind};
 
-use self::health::{SystemScan, log_entry};
+use self::health::{SystemMember, SystemScan, log_entry};
 use self::push::{INVENTORY_WATCH, UpdateServiceInfo};
 
 // Fixed paths, used only where the service root does not link the resource (the documented
@@ -62,6 +62,7 @@ type SensorCollections = Arc<Vec<(String, String)>>;
 // What BMCs of one platform all report alike, stored once for the fleet rather than once per driver.
 static SHARED_LINKS: LazyLock<Interner<ServiceLinks>> = LazyLock::new(Interner::default);
 static SHARED_SYSTEMS: LazyLock<Interner<Vec<SystemScan>>> = LazyLock::new(Interner::default);
+static SHARED_SYSTEM_MEMBERS: LazyLock<Interner<Vec<SystemMember>>> = LazyLock::new(Interner::default);
 static SHARED_SENSOR_COLLECTIONS: LazyLock<Interner<Vec<(String, String)>>> = LazyLock::new(Interner::default);
 
 /// A [`Bmc`] reached over Redfish HTTP(S).
@@ -74,6 +75,7 @@ pub struct RedfishBmc {
     links: OnceCell<Arc<ServiceLinks>>,
     update_service: OnceCell<UpdateServiceInfo>,
     systems: OnceCell<Arc<Vec<SystemScan>>>,
+    system_members: OnceCell<Arc<Vec<SystemMember>>>,
     /// Each chassis with sensors and its Sensors collection, found by walking the chassis once: a
     /// health poll then reads only the sensor collections (one request each with `$expand`), not the
     /// chassis collection and every chassis again. Forgotten when a collection is gone (404).
@@ -91,6 +93,7 @@ impl RedfishBmc {
             links: OnceCell::new(),
             update_service: OnceCell::new(),
             systems: OnceCell::new(),
+            system_members: OnceCell::new(),
             sensor_collections: std::sync::Mutex::new(None),
             event_log_entries: OnceCell::new(),
             configured_event_log: endpoint.event_log.clone(),
@@ -323,6 +326,18 @@ impl RedfishBmc {
         })
     }
 
+    /// The target of `action` on the `id` member of `collection` (its first without an id), read
+    /// from the member itself; the DMTF conventional path when the member advertises none.
+    async fn read_reset_target(&self, collection: &str, id: Option<&str>, action: &str) -> Result<String, BmcError> {
+        let member = self.pick_member(collection, id).await?;
+        let doc: Value = self.transport.get_json(&member).await?;
+        Ok(doc
+            .pointer(&format!("/Actions/{}/target", action.replace('/', "~1")))
+            .and_then(Value::as_str)
+            .map(str::to_string)
+            .unwrap_or_else(|| format!("{}/Actions/{}", member.trim_end_matches('/'), &action[1..])))
+    }
+
     async fn post_action(&self, uri: &str, body: Body, timeout: Duration) -> Result<Response, BmcError> {
         let call = Call {
             method: Method::POST,
@@ -498,22 +513,60 @@ impl Bmc for RedfishBmc {
     }
 
     async fn reset(&self, target: &ResetTarget, kind: ResetKind) -> Result<Option<TaskHandle>, BmcError> {
-        let links = self.links().await?;
-        let (collection, id, action) = match target {
-            ResetTarget::Manager(id) => (links.managers.as_str(), id.as_deref(), "#Manager.Reset"),
-            ResetTarget::System(id) => (links.systems.as_str(), id.as_deref(), "#ComputerSystem.Reset"),
-        };
-        let member = self.pick_member(collection, id).await?;
-        let doc: Value = self.transport.get_json(&member).await?;
-        let action_uri = doc
-            .pointer(&format!("/Actions/{}/target", action.replace('/', "~1")))
-            .and_then(Value::as_str)
-            .map(str::to_string)
-            .unwrap_or_else(|| format!("{}/Actions/{}", member.trim_end_matches('/'), &action[1..]));
         let body = serde_json::json!({ "ResetType": kind.as_redfish() });
-        let resp = self
-            .post_action(&action_uri, Body::json(&body), self.transport.timeouts.request)
-            .await?;
+        let send = |action_uri: String| {
+            let body = Body::json(&body);
+            async move {
+                self.post_action(&action_uri, body, self.transport.timeouts.request)
+                    .await
+            }
+        };
+        let resp = match target {
+            // A system's reset target comes from the Systems members the driver keeps (the health
+            // reader reads the same collection), so a GPU update's reset costs the POST alone once
+            // the collection is known. A target that is gone (404: the layout changed) is looked
+            // up afresh once; a 404 means nothing was reset, so sending again is safe.
+            ResetTarget::System(id) => {
+                let members = self.system_members().await?;
+                let member = match id {
+                    Some(id) => members.iter().find(|m| last_segment(&m.uri) == id.as_str()),
+                    None => members.first(),
+                };
+                let Some(member) = member else {
+                    return Err(BmcError::Unsupported {
+                        endpoint: self.transport.label().to_string(),
+                        feature: format!(
+                            "{} member {}",
+                            self.links().await?.systems,
+                            id.as_deref().unwrap_or("(any)")
+                        ),
+                    });
+                };
+                let known = member
+                    .reset_target
+                    .clone()
+                    .unwrap_or_else(|| format!("{}/Actions/ComputerSystem.Reset", member.uri.trim_end_matches('/')));
+                match send(known).await {
+                    Err(BmcError::Rejected { status: 404, .. }) => {
+                        let systems = self.links().await?.systems.clone();
+                        send(
+                            self.read_reset_target(&systems, id.as_deref(), "#ComputerSystem.Reset")
+                                .await?,
+                        )
+                        .await
+                    }
+                    other => other,
+                }
+            }
+            ResetTarget::Manager(id) => {
+                let managers = self.links().await?.managers.clone();
+                send(
+                    self.read_reset_target(&managers, id.as_deref(), "#Manager.Reset")
+                        .await?,
+                )
+                .await
+            }
+        }?;
         if resp.status == StatusCode::ACCEPTED {
             Ok(self.task_handle_from(&resp).ok().flatten())
         } else {
