@@ -139,6 +139,20 @@ fn run_engine(h: &mut Harness) {
     h.start_engine_full(h.config(), redfish, judge);
 }
 
+/// Waits up to `seconds` for the rollout to end (rolled back, halted or completed), then stops the
+/// engine, so what the test reads next is what the engine left.
+async fn run_to_end(h: &mut Harness, id: RolloutId, seconds: u64) -> orchestrator_db::execution::ExecRollout {
+    let done = h
+        .wait_for(
+            id,
+            &[RolloutState::RolledBack, RolloutState::Halted, RolloutState::Completed],
+            Duration::from_secs(seconds),
+        )
+        .await;
+    h.stop_engine().await;
+    done
+}
+
 fn fleet_evidence(verdict: &orchestrator_types::WaveVerdict) -> FleetEvidence {
     serde_json::from_value(verdict.evidence.clone()).unwrap_or_else(|e| panic!("{e}: {verdict:#?}"))
 }
@@ -194,14 +208,7 @@ async fn tripled_xid_rate_fails(postgres: bool) {
     };
     let id = start(&mut h, GPU_BAD).await;
     run_engine(&mut h);
-    let done = h
-        .wait_for(
-            id,
-            &[RolloutState::RolledBack, RolloutState::Halted, RolloutState::Completed],
-            Duration::from_secs(90),
-        )
-        .await;
-    h.stop_engine().await;
+    let done = run_to_end(&mut h, id, 90).await;
     assert_eq!(done.state, RolloutState::RolledBack, "{:?}", done.state_reason);
     let canary = wave_named(&h, id, "canary").await;
     let verdict = canary.verdict.clone().expect("the canary's verdict is stored");
@@ -267,14 +274,7 @@ async fn healthy_waves_pass_on_evidence_carried_across_waves_and_the_rollout_com
     };
     let id = start(&mut h, GPU_TO).await;
     run_engine(&mut h);
-    let done = h
-        .wait_for(
-            id,
-            &[RolloutState::RolledBack, RolloutState::Halted, RolloutState::Completed],
-            Duration::from_secs(120),
-        )
-        .await;
-    h.stop_engine().await;
+    let done = run_to_end(&mut h, id, 120).await;
     // A good rollout no longer stops at 100% waiting for a human.
     if done.state != RolloutState::Completed {
         let verdicts: Vec<_> =
@@ -491,14 +491,7 @@ async fn a_passing_soak_proves_the_release_then_the_holdback_is_updated_once() {
         ]
     );
     run_engine(&mut h);
-    let done = h
-        .wait_for(
-            id,
-            &[RolloutState::RolledBack, RolloutState::Halted, RolloutState::Completed],
-            Duration::from_secs(180),
-        )
-        .await;
-    h.stop_engine().await;
+    let done = run_to_end(&mut h, id, 180).await;
     // A good rollout does not stop at 100% waiting for a human: the soak judges the last wave.
     assert_eq!(done.state, RolloutState::Completed, "{:?}", done.state_reason);
 
@@ -686,14 +679,7 @@ async fn a_regression_only_the_soak_sees_rolls_back_blocks_and_the_holdback_is_n
     // the soak's data: a soak that may pass at the onset itself sees only the waves flashed first.
     let id = start_with(&mut h, GPU_LATE, soak_policy("5h", "8h")).await;
     run_engine(&mut h);
-    let done = h
-        .wait_for(
-            id,
-            &[RolloutState::RolledBack, RolloutState::Halted, RolloutState::Completed],
-            Duration::from_secs(240),
-        )
-        .await;
-    h.stop_engine().await;
+    let done = run_to_end(&mut h, id, 240).await;
     assert_eq!(done.state, RolloutState::RolledBack, "{:?}", done.state_reason);
     // The early waves passed before the effect began; the soak failed on the evidence pooled since.
     for name in ["canary", "early"] {
@@ -806,14 +792,7 @@ async fn concentrated_effect_fails(postgres: bool) {
     };
     let id = start_with(&mut h, GPU_SOME, canary_of_32_policy()).await;
     run_engine(&mut h);
-    let done = h
-        .wait_for(
-            id,
-            &[RolloutState::RolledBack, RolloutState::Halted, RolloutState::Completed],
-            Duration::from_secs(120),
-        )
-        .await;
-    h.stop_engine().await;
+    let done = run_to_end(&mut h, id, 120).await;
     let canary = wave_named(&h, id, "canary").await;
     assert_eq!(done.state, RolloutState::RolledBack, "{:?}", done.state_reason);
     assert_eq!(canary.decision.as_deref(), Some("rollback"));
@@ -987,14 +966,7 @@ async fn a_pre_flash_watch_holds_the_first_flash_and_gives_the_canary_its_pre_pe
         "{:?}",
         watching.blockers
     );
-    let done = h
-        .wait_for(
-            id,
-            &[RolloutState::RolledBack, RolloutState::Halted, RolloutState::Completed],
-            Duration::from_secs(180),
-        )
-        .await;
-    h.stop_engine().await;
+    let done = run_to_end(&mut h, id, 180).await;
     assert_eq!(done.state, RolloutState::Completed, "{:?}", done.state_reason);
 
     let canary = wave_named(&h, id, "canary").await;

@@ -1443,6 +1443,16 @@ mod tests {
         0.2 * (((node * 31 + h * 17) % 5) - 2) as f64 / 2.0
     }
 
+    /// A node's level in hour `h` of wave `wave`'s watch: 1 °C hotter when it is `updated` there.
+    fn watched_level(wave: i64, node: i64, h: i64, updated: bool) -> GateSample {
+        let (cohort, shift) = if updated {
+            (Cohort::Canary, 1.0)
+        } else {
+            (Cohort::Control, 0.0)
+        };
+        level_sample(wave, node, cohort, h, 60.0 + offset(node) + shift + wobble(node, h))
+    }
+
     /// 32 canary nodes (0..32) running 1 °C hotter after their flash, 96 controls (100..196); every
     /// node watched for hours 0-1 before the bake, which starts at hour 2, and hours 2-5 after.
     fn watched_with_pre_period(pre_watch: bool) -> Vec<GateSample> {
@@ -1461,18 +1471,7 @@ mod tests {
                 }
             }
             for h in 2..6 {
-                let (cohort, shift) = if canary {
-                    (Cohort::Canary, 1.0)
-                } else {
-                    (Cohort::Control, 0.0)
-                };
-                samples.push(level_sample(
-                    1,
-                    node,
-                    cohort,
-                    h,
-                    60.0 + offset(node) + shift + wobble(node, h),
-                ));
+                samples.push(watched_level(1, node, h, canary));
             }
         }
         samples
@@ -1522,18 +1521,7 @@ mod tests {
             }
             if node >= 32 {
                 for h in 4..8 {
-                    let (cohort, shift) = if node < 64 {
-                        (Cohort::Canary, 1.0)
-                    } else {
-                        (Cohort::Control, 0.0)
-                    };
-                    samples.push(level_sample(
-                        2,
-                        node,
-                        cohort,
-                        h,
-                        60.0 + offset(node) + shift + wobble(node, h),
-                    ));
+                    samples.push(watched_level(2, node, h, node < 64));
                 }
             }
         }
