@@ -349,6 +349,14 @@ pub struct DetectorJudge {
 }
 
 impl DetectorJudge {
+    /// The wave's gates as this judge can read them (Prometheus gates only with a Prometheus client).
+    fn wave_gates(&self, wave: &ExecWave, policy: &Policy) -> Vec<Gate> {
+        wave.gates
+            .iter()
+            .map(|name| resolve_gate(policy, name, self.prometheus.is_some()))
+            .collect()
+    }
+
     /// A judge polling BMCs through `bmcs`, O'Brien-Fleming spending (see
     /// the detect README for why).
     pub fn new(db: Db, bmcs: Arc<dyn HealthBmcs>) -> Self {
@@ -571,11 +579,7 @@ impl DetectorJudge {
         };
         let now = self.clock.now();
         let bake = Duration::seconds(wave.bake_seconds.max(0));
-        let gates: Vec<Gate> = wave
-            .gates
-            .iter()
-            .map(|name| resolve_gate(policy, name, self.prometheus.is_some()))
-            .collect();
+        let gates = self.wave_gates(wave, policy);
         let stored = match self.db.health_looks(SampleScope::Wave(wave.id)).await {
             Ok(looks) => looks,
             Err(err) => {

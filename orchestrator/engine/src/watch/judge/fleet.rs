@@ -36,7 +36,7 @@ use orchestrator_types::{
 };
 use serde_json::json;
 
-use super::{DETECTOR_ACTOR, DetectorJudge, Gate, resolve_gate};
+use super::{DETECTOR_ACTOR, DetectorJudge, Gate};
 use crate::metric_source::{MetricSource, PrometheusSource, SourceLook, WatchedNode, bin_start};
 use crate::watch::collector::{Member, canary_exposure_start};
 
@@ -524,11 +524,7 @@ impl DetectorJudge {
             Err(err) => return error(format!("detection budgets: {err}")),
         };
         let now = self.clock.now();
-        let gates: Vec<Gate> = wave
-            .gates
-            .iter()
-            .map(|name| resolve_gate(policy, name, self.prometheus.is_some()))
-            .collect();
+        let gates = self.wave_gates(wave, policy);
         let (alpha, beta) = budget.per_gate(gates.len());
         let interval = gates
             .iter()
@@ -576,12 +572,7 @@ impl DetectorJudge {
         // Between polls and looks, inside the planned bake, there is nothing to read: listing the
         // fleet's nodes and rollouts is left for when a poll or a look needs it. A recorded failed
         // look is still answered (a crash may have come between recording it and acting on it).
-        let poll_due = self
-            .last_poll
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&wave.id)
-            .is_none_or(|at| now - *at >= interval);
+        let poll_due = self.poll_due(wave.id, interval, now);
         let any_failed = stored.iter().any(|l| l.look.outcome == Outcome::Fail);
         if !last && !look_due && !poll_due && !any_failed {
             return None;
@@ -822,12 +813,15 @@ impl DetectorJudge {
     /// watch only sharpens the level gates, and their judgement never blames a node for it.
     pub(super) async fn pre_flash_round(&self, rollout: &ExecRollout, wave: &ExecWave, policy: &Policy) {
         let Some(started) = wave.started_at else { return };
-        let gates: Vec<Gate> = wave
-            .gates
-            .iter()
-            .map(|name| resolve_gate(policy, name, self.prometheus.is_some()))
-            .collect();
+        let gates = self.wave_gates(wave, policy);
         let now = self.clock.now();
+        // Listing the fleet's nodes and rollouts waits for a poll that is due, as in a bake.
+        let Some(interval) = gates.iter().filter_map(Gate::health_gate).map(|g| g.interval).min() else {
+            return;
+        };
+        if !self.poll_due(wave.id, interval, now) {
+            return;
+        }
         let watched = async {
             let watch = fleet_watch(&self.db, rollout, wave, started, policy.detection.reset_exclusion, true).await?;
             self.poll_fleet_if_due(rollout, wave, &gates, &watch, now, false).await
@@ -835,6 +829,15 @@ impl DetectorJudge {
         if let Err(err) = watched.await {
             tracing::warn!(error = %orchestrator_types::error_chain(&err), wave = %wave.name, "pre-flash watch failed");
         }
+    }
+
+    /// Whether `interval` has passed since the wave's last poll by this judge (or it has none).
+    fn poll_due(&self, wave: orchestrator_types::WaveId, interval: Duration, now: DateTime<Utc>) -> bool {
+        self.last_poll
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&wave)
+            .is_none_or(|at| now - *at >= interval)
     }
 
     /// Polls the fleet watch when the gates' interval has passed (always when `force`): Redfish
@@ -851,11 +854,7 @@ impl DetectorJudge {
         let Some(interval) = gates.iter().filter_map(Gate::health_gate).map(|g| g.interval).min() else {
             return Ok(());
         };
-        let due = {
-            let polls = self.last_poll.lock().unwrap_or_else(|p| p.into_inner());
-            force || polls.get(&wave.id).is_none_or(|last| now - *last >= interval)
-        };
-        if !due {
+        if !force && !self.poll_due(wave.id, interval, now) {
             return Ok(());
         }
         let mut metrics: Vec<RedfishMetric> = Vec::new();
