@@ -908,13 +908,10 @@ fn fleet_timing_text(policy: &orchestrator_policy::Policy, timing: &[power::Flee
 fn detection_method(policy: &orchestrator_policy::Policy) -> String {
     if policy.detection.enabled {
         let first_has_levels = policy.waves.first().is_some_and(|w| {
-            w.gates.iter().any(|name| {
-                policy
-                    .health
-                    .gates
-                    .iter()
-                    .any(|g| &g.name == name && g.kind == orchestrator_policy::GateKind::Level)
-            })
+            w.gates
+                .iter()
+                .filter_map(|name| policy.health.gate(name))
+                .any(|g| g.kind == orchestrator_policy::GateKind::Level)
         });
         let pre_period = match policy.detection.pre_period {
             Some(p) => format!(

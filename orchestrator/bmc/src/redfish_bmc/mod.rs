@@ -314,16 +314,17 @@ impl RedfishBmc {
             .collection_members(collection, &ReadBudget::new("collection listing"))
             .await?;
         let uris: Vec<&str> = members.iter().filter_map(odata_id).collect();
-        let found = match id {
-            Some(id) => uris
-                .iter()
-                .find(|u| u.trim_end_matches('/').rsplit('/').next() == Some(id)),
-            None => uris.first(),
-        };
-        found.map(|u| u.to_string()).ok_or_else(|| BmcError::Unsupported {
+        member_by_id(&uris, |u| u, id)
+            .map(|u| u.to_string())
+            .ok_or_else(|| self.no_member(collection, id))
+    }
+
+    /// `collection` has no member `id` (no member at all without an id).
+    fn no_member(&self, collection: &str, id: Option<&str>) -> BmcError {
+        BmcError::Unsupported {
             endpoint: self.transport.label().to_string(),
             feature: format!("{collection} member {}", id.unwrap_or("(any)")),
-        })
+        }
     }
 
     /// The target of `action` on the `id` member of `collection` (its first without an id), read
@@ -528,19 +529,8 @@ impl Bmc for RedfishBmc {
             // up afresh once; a 404 means nothing was reset, so sending again is safe.
             ResetTarget::System(id) => {
                 let members = self.system_members().await?;
-                let member = match id {
-                    Some(id) => members.iter().find(|m| last_segment(&m.uri) == id.as_str()),
-                    None => members.first(),
-                };
-                let Some(member) = member else {
-                    return Err(BmcError::Unsupported {
-                        endpoint: self.transport.label().to_string(),
-                        feature: format!(
-                            "{} member {}",
-                            self.links().await?.systems,
-                            id.as_deref().unwrap_or("(any)")
-                        ),
-                    });
+                let Some(member) = member_by_id(members, |m| &m.uri, id.as_deref()) else {
+                    return Err(self.no_member(&self.links().await?.systems, id.as_deref()));
                 };
                 let known = member
                     .reset_target
@@ -690,6 +680,15 @@ impl Bmc for RedfishBmc {
 
 fn odata_id(v: &Value) -> Option<&str> {
     v.get("@odata.id").and_then(Value::as_str)
+}
+
+/// The member of a collection whose URI ends in `id`, or the first without an id: how a reset target
+/// or a member is named (`ResetTarget`'s ids are the last path segment).
+fn member_by_id<'a, T>(members: &'a [T], uri: impl Fn(&T) -> &str, id: Option<&str>) -> Option<&'a T> {
+    match id {
+        Some(id) => members.iter().find(|m| last_segment(uri(m)) == id),
+        None => members.first(),
+    }
 }
 
 fn last_segment(uri: &str) -> &str {

@@ -855,9 +855,7 @@ impl HealthJudge for DetectorJudge {
     }
 
     async fn watch_before_flash(&self, rollout: &ExecRollout, wave: &ExecWave, policy: &Policy) {
-        if policy.detection.enabled {
-            self.pre_flash_round(rollout, wave, policy).await;
-        }
+        self.pre_flash_round(rollout, wave, policy).await;
     }
 
     async fn judge(&self, rollout: &ExecRollout, wave: &ExecWave, policy: &Policy) -> WaveVerdict {
