@@ -19,7 +19,9 @@ use crate::config::{Config, FileConfig, LogFormat, Overrides};
 /// many threads (tokio workers, SQLite's blocking pool), and glibc kept those frees in per-thread
 /// arenas: at 10,000 nodes the process held 492 MiB for a heap that peaked near a third of that.
 /// With jemalloc the same run peaked at 357 MiB and used 29% less CPU per node-update
-/// (BENCHMARKS.md, "Controller memory").
+/// (BENCHMARKS.md, "Controller memory"). It serves SQLite's own allocations too (the feature
+/// enables `unprefixed_malloc_on_supported_platforms`): glibc's `malloc_consolidate` and
+/// `_int_malloc` under SQLite's worker threads were still about 5% of the controller's CPU.
 #[cfg(feature = "jemalloc")]
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;

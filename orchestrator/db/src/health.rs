@@ -34,7 +34,7 @@ use chrono::{DateTime, Duration, DurationRound, Utc};
 use futures::TryStreamExt as _;
 use orchestrator_types::{NodeId, Outcome, RolloutId, WaveId};
 use sea_orm::sea_query::{Expr, OnConflict};
-use sea_orm::{ActiveModelTrait, ColumnTrait, EntityTrait, QueryFilter, QueryOrder, Set, TransactionTrait};
+use sea_orm::{ActiveModelTrait, ColumnTrait, EntityTrait, QueryFilter, QueryOrder, QueryTrait, Set, TransactionTrait};
 use serde::{Deserialize, Serialize};
 
 use crate::audit;
@@ -499,54 +499,91 @@ fn fold_into(sample: &mut HealthSample, events: u64, exposure: f64, units: &BTre
     sample.max = (total.n > 0).then_some(total.max);
 }
 
-/// Moves one node's cursor for a poll, inside the caller's transaction: inserts it on the node's
-/// first poll, else advances it only from the poll count the poll read. `false` when another writer
-/// got there first (the poll must then add nothing). The insert does nothing on a conflict rather
-/// than failing, so one stale poll does not abort a batch's transaction on PostgreSQL.
-async fn move_cursor<C: sea_orm::ConnectionTrait>(
+/// Cursor rows one statement moves: 11 columns a row keep it at 5,500 bind parameters, under SQLite's
+/// 32,766 and PostgreSQL's 65,535.
+const CURSOR_ROWS_PER_STATEMENT: usize = 500;
+
+/// Moves the cursors of a round's polls, inside the caller's transaction: whether each poll's cursor
+/// moved, in order. A node's first poll inserts its row; a later poll advances the row only from the
+/// poll count it read. `false` when another writer got there first (the poll must then add nothing).
+///
+/// One upsert per [`CURSOR_ROWS_PER_STATEMENT`] polls rather than one statement per node: each
+/// statement is a round trip to the database (on SQLite, to its worker thread), and a round's
+/// thousands of them were a third of the statements of a node-update (BENCHMARKS.md, issue 23).
+/// The upsert's `WHERE stored.polls = new.polls - 1` is both rules at once: a first poll carries
+/// poll 1, which no stored row (polls >= 1) precedes, so it inserts or does nothing; a later poll
+/// moves only a row still at the count it read. The rows that moved come back by `RETURNING`. A
+/// conflict never aborts the statement, so one stale poll does not fail the round on PostgreSQL.
+async fn move_cursors<C: sea_orm::ConnectionTrait>(
     txn: &C,
     now: DateTime<Utc>,
-    c: &HealthCursor,
-    first: bool,
-) -> Result<bool, DbError> {
-    let gpus = i32::try_from(c.gpus).unwrap_or(i32::MAX);
-    if first {
-        let inserted = health_cursors::Entity::insert(health_cursors::ActiveModel {
-            rollout_id: Set(c.rollout_id.0),
-            wave_id: Set(c.wave_id.0),
-            node_id: Set(c.node_id.0),
-            cohort: Set(c.cohort.as_str().to_owned()),
-            exposure_start: Set(c.exposure_start),
-            accounted_until: Set(c.accounted_until),
-            event_cursor: Set(c.event_cursor.clone()),
-            gpus: Set(gpus),
-            polls: Set(1),
-            last_error: Set(c.last_error.clone()),
-            updated_at: Set(now),
-            ..Default::default()
-        })
-        .on_conflict_do_nothing_on([health_cursors::Column::WaveId, health_cursors::Column::NodeId])
-        .exec_without_returning(txn)
-        .await?;
-        return Ok(matches!(inserted, sea_orm::TryInsertResult::Inserted(1)));
+    polls: &[NodePoll],
+) -> Result<Vec<bool>, DbError> {
+    let mut moved = vec![false; polls.len()];
+    let mut start = 0;
+    while start < polls.len() {
+        // A row may be upserted once per statement (PostgreSQL refuses a second touch), so a node
+        // polled twice in one round starts the next statement; its second poll then finds the count
+        // the first one moved, as one statement per poll did.
+        let mut keys = BTreeSet::new();
+        let mut end = start;
+        while end < polls.len()
+            && end - start < CURSOR_ROWS_PER_STATEMENT
+            && keys.insert((polls[end].cursor.wave_id.0, polls[end].cursor.node_id.0))
+        {
+            end += 1;
+        }
+        let chunk = &polls[start..end];
+        let rows = chunk.iter().map(|poll| {
+            let c = &poll.cursor;
+            health_cursors::ActiveModel {
+                rollout_id: Set(c.rollout_id.0),
+                wave_id: Set(c.wave_id.0),
+                node_id: Set(c.node_id.0),
+                cohort: Set(c.cohort.as_str().to_owned()),
+                exposure_start: Set(c.exposure_start),
+                accounted_until: Set(c.accounted_until),
+                event_cursor: Set(c.event_cursor.clone()),
+                gpus: Set(i32::try_from(c.gpus).unwrap_or(i32::MAX)),
+                polls: Set(if poll.first { 1 } else { c.polls + 1 }),
+                last_error: Set(c.last_error.clone()),
+                updated_at: Set(now),
+                ..Default::default()
+            }
+        });
+        let mut upsert = health_cursors::Entity::insert_many(rows)
+            .on_conflict(
+                OnConflict::columns([health_cursors::Column::WaveId, health_cursors::Column::NodeId])
+                    // The cohort and exposure start move too: a first-wave node watched as a control
+                    // before its flash keeps its row when it is watched as an updated node.
+                    .update_columns([
+                        health_cursors::Column::Cohort,
+                        health_cursors::Column::ExposureStart,
+                        health_cursors::Column::AccountedUntil,
+                        health_cursors::Column::EventCursor,
+                        health_cursors::Column::Gpus,
+                        health_cursors::Column::Polls,
+                        health_cursors::Column::LastError,
+                        health_cursors::Column::UpdatedAt,
+                    ])
+                    .action_and_where(Expr::cust("health_cursors.polls = excluded.polls - 1"))
+                    .to_owned(),
+            )
+            .into_query();
+        upsert.returning(
+            sea_orm::sea_query::Query::returning()
+                .columns([health_cursors::Column::WaveId, health_cursors::Column::NodeId]),
+        );
+        let mut written = BTreeSet::new();
+        for row in txn.query_all(&upsert).await? {
+            written.insert((row.try_get::<i64>("", "wave_id")?, row.try_get::<i64>("", "node_id")?));
+        }
+        for (slot, poll) in moved[start..end].iter_mut().zip(chunk) {
+            *slot = written.contains(&(poll.cursor.wave_id.0, poll.cursor.node_id.0));
+        }
+        start = end;
     }
-    // The cohort and exposure start move too: a first-wave node watched as a control before its
-    // flash keeps its row when it is watched as an updated node.
-    let updated = health_cursors::Entity::update_many()
-        .col_expr(health_cursors::Column::Cohort, Expr::value(c.cohort.as_str()))
-        .col_expr(health_cursors::Column::ExposureStart, Expr::value(c.exposure_start))
-        .col_expr(health_cursors::Column::AccountedUntil, Expr::value(c.accounted_until))
-        .col_expr(health_cursors::Column::EventCursor, Expr::value(c.event_cursor.clone()))
-        .col_expr(health_cursors::Column::Gpus, Expr::value(gpus))
-        .col_expr(health_cursors::Column::Polls, Expr::value(c.polls + 1))
-        .col_expr(health_cursors::Column::LastError, Expr::value(c.last_error.clone()))
-        .col_expr(health_cursors::Column::UpdatedAt, Expr::value(now))
-        .filter(health_cursors::Column::WaveId.eq(c.wave_id.0))
-        .filter(health_cursors::Column::NodeId.eq(c.node_id.0))
-        .filter(health_cursors::Column::Polls.eq(c.polls))
-        .exec(txn)
-        .await?;
-    Ok(updated.rows_affected == 1)
+    Ok(moved)
 }
 
 /// The audit log's details of a `health.look` entry: written and read
@@ -623,10 +660,7 @@ impl Db {
     pub async fn record_health_polls(&self, polls: &[NodePoll]) -> Result<Vec<bool>, DbError> {
         let now = self.clock.now();
         let txn = self.writer.begin().await?;
-        let mut recorded = Vec::with_capacity(polls.len());
-        for poll in polls {
-            recorded.push(move_cursor(&txn, now, &poll.cursor, poll.first).await?);
-        }
+        let recorded = move_cursors(&txn, now, polls).await?;
         let items: Vec<NodeDeltas<'_>> = polls
             .iter()
             .zip(&recorded)

@@ -16,6 +16,7 @@ pub mod execution;
 pub mod fleet_file;
 mod group_commit;
 pub mod health;
+mod inventory_write;
 pub mod model;
 mod nodes;
 pub mod overview;

@@ -1,7 +1,6 @@
 use std::collections::{HashMap, HashSet};
 
 use orchestrator_types::{NodeId, NodeState};
-use sea_orm::sea_query::OnConflict;
 use sea_orm::{
     ActiveModelTrait, ColumnTrait, EntityTrait, IntoActiveModel, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect,
     Set, TransactionTrait,
@@ -503,69 +502,8 @@ impl Db {
         id: NodeId,
         components: &[DiscoveredComponent],
     ) -> Result<(), DbError> {
-        let now = self.clock.now();
-        // One upsert of every component (a node's nine rows were nine
-        // statements). Within one statement a row may be upserted only
-        // once, so a component listed twice keeps its last reading, as
-        // the one-by-one upserts it replaces did.
-        let mut latest: Vec<&DiscoveredComponent> = Vec::with_capacity(components.len());
-        for component in components {
-            match latest
-                .iter_mut()
-                .find(|c| c.reading.inventory_id == component.reading.inventory_id)
-            {
-                Some(seen) => *seen = component,
-                None => latest.push(component),
-            }
-        }
-        let rows: Vec<node_components::ActiveModel> = latest
-            .into_iter()
-            .map(
-                |DiscoveredComponent {
-                     reading,
-                     lowest_supported_version,
-                 }| node_components::ActiveModel {
-                    node_id: Set(id.0),
-                    inventory_id: Set(reading.inventory_id.clone()),
-                    kind: Set(reading.kind.as_str().to_owned()),
-                    version: Set(reading.version.as_str().to_owned()),
-                    updateable: Set(reading.updateable),
-                    software_id: Set(reading.software_id.clone()),
-                    health: Set(reading.health.clone()),
-                    lowest_supported_version: Set(lowest_supported_version.clone()),
-                    last_read_at: Set(now),
-                    ..Default::default()
-                },
-            )
-            .collect();
         let txn = self.writer.begin().await?;
-        if !rows.is_empty() {
-            node_components::Entity::insert_many(rows)
-                .on_conflict(
-                    OnConflict::columns([node_components::Column::NodeId, node_components::Column::InventoryId])
-                        .update_columns([
-                            node_components::Column::Kind,
-                            node_components::Column::Version,
-                            node_components::Column::Updateable,
-                            node_components::Column::SoftwareId,
-                            node_components::Column::Health,
-                            node_components::Column::LowestSupportedVersion,
-                            node_components::Column::LastReadAt,
-                        ])
-                        .to_owned(),
-                )
-                .exec_without_returning(&txn)
-                .await?;
-        }
-        nodes::Entity::update_many()
-            .col_expr(nodes::Column::LastDiscoveredAt, sea_orm::sea_query::Expr::value(now))
-            .col_expr(
-                nodes::Column::LastDiscoveryError,
-                sea_orm::sea_query::Expr::value(Option::<String>::None),
-            )
-            .filter(nodes::Column::Id.eq(id.0))
-            .exec(&txn)
-            .await?;
+        crate::inventory_write::write_inventories(&txn, self.clock.now(), &[(id, components)]).await?;
         txn.commit().await?;
         self.nodes_changed();
         Ok(())

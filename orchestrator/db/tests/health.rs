@@ -214,6 +214,55 @@ async fn a_round_of_polls_is_one_write_and_a_stale_poll_in_it_adds_nothing() {
     }
 }
 
+/// A round of more cursors than one statement moves (the fleet's controls in one poll round) is
+/// written whole, and a stale poll among them, past the first statement, is refused alone.
+#[tokio::test]
+async fn a_round_of_more_cursors_than_one_statement_moves_each_once() {
+    for t in TestDb::all_backends_with_clock(Arc::new(ManualClock::new(start()))).await {
+        let db = &t.db;
+        let at = start();
+        let nodes = 1_200;
+        let first: Vec<NodePoll> = (1..=nodes)
+            .map(|node| NodePoll {
+                cursor: cursor(node, 0, at + Duration::minutes(10)),
+                first: true,
+                deltas: vec![delta("xid_errors_per_gpu_hour", at, 1, 1.0, &[])],
+            })
+            .collect();
+        assert!(db.record_health_polls(&first).await.unwrap().iter().all(|r| *r));
+        // Every node again from the count it read, except node 1,100, read before the first round.
+        let second: Vec<NodePoll> = (1..=nodes)
+            .map(|node| NodePoll {
+                cursor: cursor(node, if node == 1_100 { 0 } else { 1 }, at + Duration::minutes(20)),
+                first: node == 1_100,
+                deltas: vec![delta("xid_errors_per_gpu_hour", at, 1, 1.0, &[])],
+            })
+            .collect();
+        let recorded = db.record_health_polls(&second).await.unwrap();
+        let refused: Vec<i64> = (1..=nodes)
+            .zip(&recorded)
+            .filter(|(_, r)| !**r)
+            .map(|(n, _)| n)
+            .collect();
+        assert_eq!(refused, [1_100]);
+        let cursors = db.health_cursors(WaveId(1)).await.unwrap();
+        assert_eq!(cursors.len(), 1_200);
+        assert!(
+            cursors
+                .iter()
+                .all(|c| c.polls == if c.node_id == NodeId(1_100) { 1 } else { 2 })
+        );
+        let events: u64 = db
+            .health_samples(SampleScope::Wave(WaveId(1)))
+            .await
+            .unwrap()
+            .iter()
+            .map(|s| s.events)
+            .sum();
+        assert_eq!(events, 2 * 1_200 - 1);
+    }
+}
+
 /// A round whose first polls reach back over many hourly windows (a canary node's exposure runs from
 /// its flash, hours before the bake) is written whole: more rows than one statement may bind.
 #[tokio::test]

@@ -239,3 +239,79 @@ async fn a_chain_of_moves_commits_together_with_each_move_audited() {
         assert_eq!(step_transitions(&db).await, 2);
     }
 }
+
+/// A move decided by an inventory read records the reading as the node's inventory in the same
+/// commit (the engine's read-back after a flash): concurrent callers' readings land with their own
+/// nodes, and a stale move records nothing.
+#[tokio::test]
+async fn a_move_with_its_inventory_records_the_reading_only_when_it_applies() {
+    use orchestrator_db::model::{ComponentReading, DiscoveredComponent};
+    use orchestrator_types::{ComponentKind, FirmwareVersion};
+    let clock = Arc::new(ManualClock::new(Utc.with_ymd_and_hms(2026, 12, 6, 12, 0, 0).unwrap()));
+    for t in TestDb::all_backends_with_clock(clock.clone()).await {
+        let db = t.db.clone();
+        let ids = steps_of(&db).await;
+        let fence = executor_fence(&db).await;
+        let reading = |version: &str| {
+            (0..8)
+                .map(|gpu| DiscoveredComponent {
+                    reading: ComponentReading {
+                        inventory_id: format!("HGX_FW_GPU_{gpu}"),
+                        kind: ComponentKind::Gpu,
+                        version: FirmwareVersion::parse(version).unwrap(),
+                        updateable: true,
+                        software_id: None,
+                        health: Some("OK".into()),
+                    },
+                    lowest_supported_version: None,
+                })
+                .collect::<Vec<_>>()
+        };
+        let mut calls = JoinSet::new();
+        for id in ids.clone() {
+            let (db, fence, inventory) = (db.clone(), fence.clone(), reading(GPU_TO));
+            calls.spawn(async move {
+                db.transition_step_chain_with_inventory(
+                    &fence,
+                    id,
+                    StepState::Pending,
+                    vec![(precheck(), serde_json::json!({}))],
+                    inventory,
+                )
+                .await
+            });
+        }
+        let mut nodes = Vec::new();
+        while let Some(joined) = calls.join_next().await {
+            nodes.push(joined.unwrap().unwrap().node_id);
+        }
+        assert_eq!(nodes.len(), NODES);
+        for node in &nodes {
+            let components = db.node_components(*node).await.unwrap();
+            assert_eq!(components.len(), 8, "{components:?}");
+            assert!(
+                components.iter().all(|c| c.reading.version.as_str() == GPU_TO),
+                "{components:?}"
+            );
+        }
+        // The same move again is stale: its (older) reading is not recorded.
+        let stale = db
+            .transition_step_chain_with_inventory(
+                &fence,
+                ids[0],
+                StepState::Pending,
+                vec![(precheck(), serde_json::json!({}))],
+                reading(GPU_FROM),
+            )
+            .await;
+        assert!(matches!(stale, Err(DbError::Stale { .. })), "{stale:?}");
+        let node = db.step(ids[0]).await.unwrap().node_id;
+        assert!(
+            db.node_components(node)
+                .await
+                .unwrap()
+                .iter()
+                .all(|c| c.reading.version.as_str() == GPU_TO)
+        );
+    }
+}

@@ -215,11 +215,33 @@ impl StepCtx {
             .db
             .transition_step_chain(&self.fence, step.id, step.state, changes)
             .await?;
+        Ok(self.note_moved(moved))
+    }
+
+    /// [`Self::transition_chain`] for moves decided by an inventory read that shows the target (a
+    /// verified flash): the reading is recorded as the node's inventory in the same commit
+    /// ([`Db::transition_step_chain_with_inventory`]), which is what the fleet overview shows and the
+    /// next rollout plans from, brought up to date without waiting for a discovery pass.
+    async fn transition_chain_recording(
+        &self,
+        step: &ExecStep,
+        changes: Vec<(StepChange, serde_json::Value)>,
+        inventory: Vec<FirmwareComponent>,
+    ) -> Result<ExecStep, DbError> {
+        let readings = crate::inventory::inventory_readings(inventory);
+        let moved = self
+            .db
+            .transition_step_chain_with_inventory(&self.fence, step.id, step.state, changes, readings.recorded)
+            .await?;
+        Ok(self.note_moved(moved))
+    }
+
+    fn note_moved(&self, moved: ExecStep) -> ExecStep {
         self.moved
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .push(moved.clone());
-        Ok(moved)
+        moved
     }
 
     /// The rows written since the last call.
@@ -680,24 +702,20 @@ impl StepCtx {
             // that verification asks for: `verifying` and its outcome are
             // recorded from it, rather than read the whole inventory again on
             // the next pass. Nothing is sent to the BMC between the two
-            // moves, so they share one commit (each keeps its audit entry):
-            // a crash leaves the step `activating`, which reads again.
-            let step = self
-                .transition_chain(
-                    &step,
-                    vec![
-                        (
-                            StepChange {
-                                state: Some(StepState::Verifying),
-                                ..Default::default()
-                            },
-                            json!({}),
-                        ),
-                        self.succeeded(&step, &inventory),
-                    ],
-                )
-                .await?;
-            self.record_read_back(&step, inventory).await;
+            // moves, so they share one commit (each keeps its audit entry)
+            // with the reading: a crash leaves the step `activating`, which
+            // reads again.
+            let changes = vec![
+                (
+                    StepChange {
+                        state: Some(StepState::Verifying),
+                        ..Default::default()
+                    },
+                    json!({}),
+                ),
+                self.succeeded(&step, &inventory),
+            ];
+            self.transition_chain_recording(&step, changes, inventory).await?;
             return Ok(());
         }
         if !self.lease_covers_side_effect() {
@@ -799,31 +817,16 @@ impl StepCtx {
         )
     }
 
-    /// Records a succeeded step's read-back as its node's inventory: what the fleet overview shows
-    /// and the next rollout plans from, brought up to what was just read instead of waiting for a
-    /// discovery pass. Inventory is a fact read from the BMC, not execution state, so the write is
-    /// not fenced; a failure only leaves it stale.
-    async fn record_read_back(&self, step: &ExecStep, inventory: Vec<FirmwareComponent>) {
-        let readings = crate::inventory::inventory_readings(inventory);
-        if let Err(err) = self
-            .db
-            .record_discovered_inventory(step.node_id, &readings.recorded)
-            .await
-        {
-            tracing::warn!(node = %step.node_id, error = %err, "cannot record the inventory read after the flash");
-        }
-    }
-
     /// verifying, with the inventory just read: succeeded (and the reading
     /// recorded as the node's inventory) when it shows the target, failed
     /// otherwise.
     async fn verified(&self, step: &ExecStep, inventory: Vec<FirmwareComponent>) -> Result<(), DbError> {
         match read_components(step, &inventory) {
             Reading::AtTarget => {
-                let (change, details) = self.succeeded(step, &inventory);
-                let step = self.transition(step, change, details).await?;
-                self.record_read_back(&step, inventory).await;
-                Ok(())
+                let succeeded = self.succeeded(step, &inventory);
+                self.transition_chain_recording(step, vec![succeeded], inventory)
+                    .await
+                    .map(drop)
             }
             _ => {
                 self.fail(

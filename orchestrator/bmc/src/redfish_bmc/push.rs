@@ -254,9 +254,14 @@ impl RedfishBmc {
         if let Some(note) = &plan.note {
             tracing::info!(endpoint = self.transport.label(), path = %plan.path, note, "update path chosen");
         }
-        // Versions before the push: if the BMC answers without a task, the inventory is the only way
-        // to see the update land.
-        let before = self.firmware_inventory().await?;
+        // Versions before the push: if the BMC answers an immediate update without a task, the
+        // inventory is the only way to see it land. A staged update is done once accepted (the reset
+        // activates it, and the step reads the inventory after that), so it needs no read here.
+        let before = if plan.apply_time == Some(ApplyTime::Immediate) {
+            self.firmware_inventory().await?
+        } else {
+            Vec::new()
+        };
         let image_limit = info
             .caps
             .max_image_bytes

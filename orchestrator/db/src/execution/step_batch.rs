@@ -15,7 +15,7 @@
 //! state = from` is checked per step, so a stale step fails alone while the
 //! rest of the batch commits.
 
-use orchestrator_types::StepId;
+use orchestrator_types::{NodeId, StepId};
 use sea_orm::{
     ColumnTrait, ConnectionTrait, EntityTrait, FromQueryResult, QueryFilter, QueryTrait, Set, TransactionTrait,
 };
@@ -25,6 +25,7 @@ use super::lease::{Fence, check_fence};
 use super::step::{StepChange, step_update, to_exec_step};
 use super::{ENGINE_ACTOR, ExecStep, StepState};
 use crate::entity::{audit_log, update_steps};
+use crate::model::DiscoveredComponent;
 use crate::{Db, DbError};
 
 /// The row counts audit inserts come in, largest first. The driver keeps
@@ -42,6 +43,9 @@ struct Queued {
     from: StepState,
     /// Applied in order, each from the state the one before it left.
     changes: Vec<(StepChange, serde_json::Value)>,
+    /// The inventory read that decided the changes: recorded as the step's node's inventory in the
+    /// same transaction when they apply.
+    inventory: Option<Vec<DiscoveredComponent>>,
     done: oneshot::Sender<Result<ExecStep, DbError>>,
 }
 
@@ -96,12 +100,39 @@ impl Db {
         from: StepState,
         changes: Vec<(StepChange, serde_json::Value)>,
     ) -> Result<ExecStep, DbError> {
+        self.queue_transition(fence, step, from, changes, None).await
+    }
+
+    /// [`Db::transition_step_chain`] for moves decided by a read of the node's FirmwareInventory (a
+    /// flash verified): the reading is recorded as the node's inventory, as discovery records it, in
+    /// the same transaction when the moves apply. The read-back costs no transaction of its own, and
+    /// the pages and the next rollout's plan see the new version as soon as the step succeeded.
+    pub async fn transition_step_chain_with_inventory(
+        &self,
+        fence: &Fence,
+        step: StepId,
+        from: StepState,
+        changes: Vec<(StepChange, serde_json::Value)>,
+        inventory: Vec<DiscoveredComponent>,
+    ) -> Result<ExecStep, DbError> {
+        self.queue_transition(fence, step, from, changes, Some(inventory)).await
+    }
+
+    async fn queue_transition(
+        &self,
+        fence: &Fence,
+        step: StepId,
+        from: StepState,
+        changes: Vec<(StepChange, serde_json::Value)>,
+        inventory: Option<Vec<DiscoveredComponent>>,
+    ) -> Result<ExecStep, DbError> {
         let (done, mut outcome) = oneshot::channel();
         self.step_writes.push(Box::new(Queued {
             fence: fence.clone(),
             step,
             from,
             changes,
+            inventory,
             done,
         }));
         let _committer = self.step_writes.committer().await;
@@ -227,6 +258,15 @@ impl Db {
                 })),
             }
         }
+        let read_backs: Vec<(NodeId, &[DiscoveredComponent])> = members
+            .iter()
+            .zip(&results)
+            .filter_map(|(member, result)| match (result, &member.inventory) {
+                (Ok(step), Some(inventory)) => Some((step.node_id, inventory.as_slice())),
+                _ => None,
+            })
+            .collect();
+        crate::inventory_write::write_inventories(&txn, now, &read_backs).await?;
         // Entries in the order of the changes they describe, as when each
         // change had its own transaction.
         let mut left = audit.len();
@@ -241,6 +281,9 @@ impl Db {
             }
         }
         txn.commit().await?;
+        if !read_backs.is_empty() {
+            self.nodes_changed();
+        }
         Ok(results)
     }
 }
