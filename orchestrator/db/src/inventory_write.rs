@@ -28,23 +28,13 @@ pub(crate) async fn write_inventories<C: sea_orm::ConnectionTrait>(
     now: chrono::DateTime<chrono::Utc>,
     readings: &[(NodeId, &[DiscoveredComponent])],
 ) -> Result<(), DbError> {
-    // Within one statement a row may be upserted only once: a component listed twice keeps its last
-    // reading, as one-by-one upserts would, and a node twice in `readings` has its later reading
-    // upserted by a later statement.
+    // Within one statement a row may be upserted only once (PostgreSQL refuses a second touch): a row
+    // met again starts the next statement, so a component listed twice, or a node twice in
+    // `readings`, keeps its last reading, as one-by-one upserts would.
     let mut chunk: Vec<node_components::ActiveModel> = Vec::new();
     let mut in_chunk: HashSet<(i64, &str)> = HashSet::new();
     for (id, components) in readings {
-        let mut latest: Vec<&DiscoveredComponent> = Vec::with_capacity(components.len());
         for component in components.iter() {
-            match latest
-                .iter_mut()
-                .find(|c| c.reading.inventory_id == component.reading.inventory_id)
-            {
-                Some(seen) => *seen = component,
-                None => latest.push(component),
-            }
-        }
-        for component in latest {
             let key = (id.0, component.reading.inventory_id.as_str());
             if chunk.len() == COMPONENT_ROWS_PER_STATEMENT || in_chunk.contains(&key) {
                 upsert_components(txn, std::mem::take(&mut chunk)).await?;

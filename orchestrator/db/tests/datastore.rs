@@ -356,6 +356,13 @@ async fn inventory_readings_replace_previous_ones() {
         assert_eq!(components.len(), 1);
         assert_eq!(components[0].reading.version.as_str(), "96.00.61.00.01");
         assert_eq!(t.db.node(n1.id).await.unwrap().last_discovery_error, None);
+        // A component listed twice in one reading keeps its last version.
+        t.db.record_inventory(n1.id, &[reading("96.00.70.00.01"), reading("96.00.71.00.01")])
+            .await
+            .unwrap();
+        let components = t.db.node_components(n1.id).await.unwrap();
+        assert_eq!(components.len(), 1);
+        assert_eq!(components[0].reading.version.as_str(), "96.00.71.00.01");
     }
 }
 
